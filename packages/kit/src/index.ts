@@ -1,1 +1,42 @@
-export {};
+export {
+  createAuthInterceptor,
+  requirePrincipal,
+  principalKey,
+  bearerToken,
+  newTokenSecret,
+  hashToken,
+  internalAuthenticator,
+  PUBLIC_SERVICES,
+} from "./auth.js";
+export type { Authenticate, AuthenticatedPrincipal } from "./auth.js";
+export { createServiceTransport } from "./clients.js";
+export { ConfigError, readConfig, str, optionalStr, int, bool, oneOf } from "./config.js";
+export type { EnvReader } from "./config.js";
+export { openDatabase, migrateToLatest, staticMigrations } from "./db.js";
+export type { DatabaseLocation } from "./db.js";
+export {
+  SeraphError,
+  InvalidArgumentError,
+  NotFoundError,
+  FailedPreconditionError,
+  ConflictError,
+  AlreadyExistsError,
+  PermissionDeniedError,
+  UnauthenticatedError,
+  UnavailableError,
+  ResourceExhaustedError,
+  toConnectError,
+} from "./errors.js";
+export { createHealthState, ServingStatus } from "./health.js";
+export type { HealthState } from "./health.js";
+export { newId, sha256Hex } from "./ids.js";
+export { createErrorInterceptor, rpcLoggerKey } from "./interceptors.js";
+export { createRootLogger } from "./logging.js";
+export type { Logger } from "./logging.js";
+export { startServer } from "./server.js";
+export type { ServerOptions, RunningServer } from "./server.js";
+export { standardInterceptors, withHealth } from "./service.js";
+export { installShutdown } from "./shutdown.js";
+export type { ShutdownStep } from "./shutdown.js";
+export { createLocalSignals, createNatsSignals, subjectMatches } from "./signals.js";
+export type { Signals, SignalMessage } from "./signals.js";

@@ -1,0 +1,49 @@
+import { PGlite } from "@electric-sql/pglite";
+import { Kysely, Migrator, PostgresDialect, type Migration, type MigrationProvider } from "kysely";
+import { PGliteDialect } from "kysely-pglite-dialect";
+import pg from "pg";
+import type { Logger } from "pino";
+
+/** Where the database is: a real PostgreSQL URL, or an embedded PGlite data directory. */
+export type DatabaseLocation = { readonly url: string } | { readonly pgliteDir: string };
+
+/** Opens a Kysely instance over real PostgreSQL (pg Pool) or embedded PGlite; same SQL either way. */
+export async function openDatabase<DB>(location: DatabaseLocation, options?: { poolSize?: number }): Promise<Kysely<DB>> {
+  if ("url" in location) {
+    const pool = new pg.Pool({ connectionString: location.url, max: options?.poolSize ?? 10 });
+    // An idle client error (server restart) must not crash the process; the pool replaces it.
+    pool.on("error", () => undefined);
+    return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  }
+  const pglite = await PGlite.create(location.pgliteDir);
+  return new Kysely<DB>({ dialect: new PGliteDialect(pglite) });
+}
+
+/** Migrations given inline (dated names, frozen once merged). */
+export function staticMigrations(migrations: Record<string, Migration>): MigrationProvider {
+  return { getMigrations: async () => migrations };
+}
+
+/**
+ * Runs a service's migrations to latest under Kysely's migration lock. Each service keeps its
+ * own migration table (`<table>`) so services own their tables in one shared database.
+ */
+export async function migrateToLatest(
+  db: Kysely<any>,
+  migrations: Record<string, Migration>,
+  table: string,
+  log: Logger,
+): Promise<void> {
+  const migrator = new Migrator({
+    db,
+    provider: staticMigrations(migrations),
+    migrationTableName: table,
+    migrationLockTableName: `${table}_lock`,
+  });
+  const { error, results } = await migrator.migrateToLatest();
+  for (const r of results ?? []) {
+    if (r.status === "Success") log.info({ migration: r.migrationName }, "migration applied");
+    else if (r.status === "Error") log.error({ migration: r.migrationName }, "migration failed");
+  }
+  if (error) throw new Error(`migrations (${table}) failed`, { cause: error });
+}

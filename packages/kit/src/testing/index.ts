@@ -1,0 +1,57 @@
+import { connect } from "@nats-io/transport-node";
+import { randomBytes } from "node:crypto";
+import pg from "pg";
+
+/** The server tests create their databases on (trust auth on the developer machine and CI). */
+export function testPostgresUrl(database = "test"): string {
+  const base = process.env["SERAPH_TEST_POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432/test";
+  const u = new URL(base);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+/** The NATS server tests use. */
+export function testNatsUrl(): string {
+  return process.env["SERAPH_TEST_NATS_URL"] ?? "nats://127.0.0.1:4222";
+}
+
+/** A fresh database for one test file; `drop()` removes it. Fails (never skips) when PostgreSQL is unreachable. */
+export async function createTestDatabase(): Promise<{ url: string; name: string; drop(): Promise<void> }> {
+  const name = `seraph_t_${randomBytes(6).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: testPostgresUrl() });
+  try {
+    await admin.connect();
+  } catch (err) {
+    throw new Error(`PostgreSQL is required for this test and is not reachable at ${testPostgresUrl()}`, { cause: err });
+  }
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  return {
+    url: testPostgresUrl(name),
+    name,
+    async drop() {
+      const c = new pg.Client({ connectionString: testPostgresUrl() });
+      await c.connect();
+      try {
+        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    },
+  };
+}
+
+/** Checks NATS is reachable; throws (never skips) when it is not. */
+export async function requireNats(): Promise<string> {
+  const url = testNatsUrl();
+  try {
+    const nc = await connect({ servers: url, timeout: 3000 });
+    await nc.close();
+  } catch (err) {
+    throw new Error(`NATS is required for this test and is not reachable at ${url}`, { cause: err });
+  }
+  return url;
+}
