@@ -1,0 +1,22 @@
+/**
+ * The native layer: koffi over libc and raw syscalls (libc.ts is the only importer of koffi
+ * in this service), /proc access, and the in-process facility probe.
+ */
+export {
+  Errno,
+  Signal,
+  NativeCallError,
+  decodeWaitStatus,
+  type CallResult,
+  type ExitStatus,
+  type FdResult,
+  type NativeSystem,
+  type PeerCredentials,
+  type ReadableWatch,
+  type SpawnRequest,
+  type SpawnResult,
+  type WaitResult,
+} from "./native-system.js";
+export { createNativeSystem } from "./libc.js";
+export { createProcFs, isDeadState, parseProcStat, signalDisposition, type ProcFs, type ProcStat } from "./proc-fs.js";
+export { facilityBlocker, probeFacilitiesInThisProcess, type FacilityProbe, type FacilityProbeDeps } from "./facility.js";

@@ -1,0 +1,116 @@
+import { closeSync, openSync, readFileSync, readSync, readdirSync } from "node:fs";
+
+/** The fields of /proc/<pid>/stat the supervisor uses. */
+export interface ProcStat {
+  readonly pid: number;
+  /** Field 2 without the parentheses (may contain spaces or parentheses itself). */
+  readonly comm: string;
+  /** Field 3: R, S, D, T, t, Z, X, I, … */
+  readonly state: string;
+  readonly ppid: number;
+  readonly pgrp: number;
+  readonly session: number;
+  /** Field 22: start time in clock ticks since boot. */
+  readonly startTimeTicks: bigint;
+}
+
+/** Read access to /proc, behind an interface so tests can inject a fake process table. */
+export interface ProcFs {
+  /** Numeric entries of /proc (thread-group ids), in directory order. */
+  listPids(): number[];
+  /** /proc/<pid>/stat parsed, or undefined when the process is gone (or unreadable). */
+  readStat(pid: number): ProcStat | undefined;
+  /** /proc/sys/kernel/random/boot_id, trimmed. */
+  readBootId(): string;
+  /** /proc/self/status as text (signal dispositions live there). */
+  readSelfStatus(): string;
+}
+
+/** True for states in which a process has exited and only waits to be reaped. */
+export function isDeadState(state: string): boolean {
+  return state === "Z" || state === "X" || state === "x";
+}
+
+/**
+ * Parses /proc/<pid>/stat. The comm field may contain spaces and ')' so the fixed fields are
+ * taken after the LAST ')'. Throws on malformed text.
+ */
+export function parseProcStat(text: string): ProcStat {
+  const open = text.indexOf("(");
+  const close = text.lastIndexOf(")");
+  if (open < 0 || close < open) throw new Error(`malformed /proc stat: ${JSON.stringify(text.slice(0, 80))}`);
+  const pid = Number.parseInt(text.slice(0, open), 10);
+  // After ")": " S ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+  // stime cutime cstime priority nice threads itrealvalue starttime ..." (fields 3..22+).
+  const rest = text.slice(close + 2).split(" ");
+  const field = (n: number): string => {
+    const v = rest[n - 3];
+    if (v === undefined) throw new Error(`malformed /proc stat: field ${n} missing`);
+    return v;
+  };
+  return {
+    pid,
+    comm: text.slice(open + 1, close),
+    state: field(3),
+    ppid: Number.parseInt(field(4), 10),
+    pgrp: Number.parseInt(field(5), 10),
+    session: Number.parseInt(field(6), 10),
+    startTimeTicks: BigInt(field(22)),
+  };
+}
+
+/** The real /proc (or another procfs mount for tests). Holds one reusable read buffer. */
+export function createProcFs(root = "/proc"): ProcFs {
+  const buffer = Buffer.allocUnsafe(4096);
+  return {
+    listPids() {
+      const pids: number[] = [];
+      for (const name of readdirSync(root)) {
+        const c = name.charCodeAt(0);
+        if (c < 48 || c > 57) continue;
+        pids.push(Number.parseInt(name, 10));
+      }
+      return pids;
+    },
+    readStat(pid) {
+      let fd: number;
+      try {
+        fd = openSync(`${root}/${pid}/stat`, "r");
+      } catch {
+        return undefined;
+      }
+      try {
+        const n = readSync(fd, buffer, 0, buffer.length, 0);
+        if (n <= 0) return undefined;
+        return parseProcStat(buffer.toString("latin1", 0, n));
+      } catch {
+        // ESRCH on read: the process was reaped between open and read.
+        return undefined;
+      } finally {
+        closeSync(fd);
+      }
+    },
+    readBootId() {
+      return readFileSync(`${root}/sys/kernel/random/boot_id`, "utf8").trim();
+    },
+    readSelfStatus() {
+      return readFileSync(`${root}/self/status`, "utf8");
+    },
+  };
+}
+
+/**
+ * Reads a signal's disposition from /proc/<pid>/status text: "caught" (SigCgt), "ignored"
+ * (SigIgn) or "default".
+ */
+export function signalDisposition(statusText: string, signal: number): "default" | "ignored" | "caught" {
+  const mask = (name: string): bigint => {
+    const m = new RegExp(`^${name}:\\s*([0-9a-fA-F]+)`, "m").exec(statusText);
+    if (m?.[1] === undefined) throw new Error(`${name} missing from /proc status`);
+    return BigInt(`0x${m[1]}`);
+  };
+  const bit = 1n << BigInt(signal - 1);
+  if ((mask("SigCgt") & bit) !== 0n) return "caught";
+  if ((mask("SigIgn") & bit) !== 0n) return "ignored";
+  return "default";
+}
