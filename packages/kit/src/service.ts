@@ -1,9 +1,10 @@
-import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import { Health } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import type { Logger } from "pino";
 import { createAuthInterceptor, type Authenticate } from "./auth.js";
-import type { HealthState } from "./health.js";
+import { createHealthState, ServingStatus, type HealthState } from "./health.js";
+import { startServer, type RunningServer, type ServerOptions } from "./server.js";
 import { createErrorInterceptor } from "./interceptors.js";
 
 /**
@@ -11,8 +12,18 @@ import { createErrorInterceptor } from "./interceptors.js";
  * bearer authentication (health is public), then protovalidate rules from the proto, so a
  * bad request is INVALID_ARGUMENT naming the field and reaches no handler.
  */
-export function standardInterceptors(log: Logger, authenticate: Authenticate): Interceptor[] {
-  return [createErrorInterceptor(log), createAuthInterceptor(authenticate), createValidateInterceptor()];
+export function standardInterceptors(log: Logger, authenticate: Authenticate, health: HealthState): Interceptor[] {
+  return [createErrorInterceptor(log), createReadinessInterceptor(health), createAuthInterceptor(authenticate), createValidateInterceptor()];
+}
+
+/** Answers UNAVAILABLE (except health) until the server's overall health is SERVING. */
+export function createReadinessInterceptor(health: HealthState): Interceptor {
+  return (next) => async (req) => {
+    if (req.service.typeName !== "grpc.health.v1.Health" && health.get("") !== ServingStatus.SERVING) {
+      throw new ConnectError("the service is starting or stopping; retry shortly", Code.Unavailable);
+    }
+    return next(req);
+  };
 }
 
 /** Wraps a service's routes so they also serve grpc.health.v1.Health from `health`. */
@@ -21,4 +32,70 @@ export function withHealth(routes: (router: ConnectRouter) => void, health: Heal
     router.service(Health, health.impl);
     routes(router);
   };
+}
+
+/** How to boot one service: its listeners, routes, auth, and the dependency work before SERVING. */
+export interface BootOptions {
+  readonly name: string;
+  readonly log: Logger;
+  readonly host: string;
+  readonly grpcPort: number;
+  readonly httpPort?: number | undefined;
+  /** Fully-qualified service names reported by health (e.g. "seraph.api.v1.GoalService"). */
+  readonly serviceNames: readonly string[];
+  readonly routes: (router: ConnectRouter) => void;
+  readonly authenticate: Authenticate;
+  /** Dependency work (migrations, connections); retried with backoff until it succeeds or `signal` aborts. */
+  readonly prepare: () => Promise<void>;
+  readonly signal?: AbortSignal;
+  readonly httpFallback?: ServerOptions["httpFallback"];
+}
+
+/** A booted service: listening, SERVING. */
+export interface BootedService {
+  readonly server: RunningServer;
+  readonly health: HealthState;
+}
+
+/**
+ * Starts the listeners at once (health answers NOT_SERVING, other RPCs UNAVAILABLE), runs
+ * `prepare` until it succeeds, then reports SERVING for the server and every service.
+ */
+export async function bootService(o: BootOptions): Promise<BootedService> {
+  const health = createHealthState(o.serviceNames);
+  const server = await startServer({
+    name: o.name,
+    host: o.host,
+    grpcPort: o.grpcPort,
+    httpPort: o.httpPort,
+    routes: withHealth(o.routes, health),
+    interceptors: standardInterceptors(o.log, o.authenticate, health),
+    log: o.log,
+    httpFallback: o.httpFallback,
+  });
+  let delay = 200;
+  for (;;) {
+    try {
+      await o.prepare();
+      break;
+    } catch (err) {
+      if (o.signal?.aborted) {
+        await server.close(1000);
+        throw err;
+      }
+      o.log.warn({ err, retryInMs: delay }, "dependencies not ready; retrying");
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 5000);
+    }
+  }
+  health.set("", ServingStatus.SERVING);
+  for (const s of o.serviceNames) health.set(s, ServingStatus.SERVING);
+  o.log.info("serving");
+  return { server, health };
+}
+
+/** Marks everything NOT_SERVING (first step of a graceful shutdown). */
+export function markNotServing(health: HealthState, serviceNames: readonly string[]): void {
+  health.set("", ServingStatus.NOT_SERVING);
+  for (const s of serviceNames) health.set(s, ServingStatus.NOT_SERVING);
 }

@@ -85,3 +85,36 @@ export async function createNatsSignals(url: string, name: string, log: Logger):
     },
   };
 }
+
+/**
+ * Signals that can be used before the transport is connected: subscriptions are attached when
+ * `attach()` supplies the real transport; publishes before that are dropped (polling covers them).
+ */
+export function createDeferredSignals(): Signals & { attach(target: Signals): void } {
+  let target: Signals | undefined;
+  const pending: { pattern: string; handler: (m: SignalMessage) => void; off?: () => void; cancelled: boolean }[] = [];
+  return {
+    get nats() {
+      return target?.nats;
+    },
+    attach(t) {
+      target = t;
+      for (const p of pending) if (!p.cancelled) p.off = t.subscribe(p.pattern, p.handler);
+    },
+    publish(subject, data) {
+      target?.publish(subject, data);
+    },
+    subscribe(pattern, handler) {
+      if (target) return target.subscribe(pattern, handler);
+      const entry: (typeof pending)[number] = { pattern, handler, cancelled: false };
+      pending.push(entry);
+      return () => {
+        entry.cancelled = true;
+        entry.off?.();
+      };
+    },
+    async close() {
+      await target?.close();
+    },
+  };
+}

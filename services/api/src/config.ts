@@ -1,0 +1,19 @@
+import { int, optionalStr, readConfig, str } from "@seraph/kit";
+
+/** API service configuration (cluster mode reads it from the environment). */
+export type ApiConfig = ReturnType<typeof loadApiConfig>;
+
+/** Reads the API configuration; throws ConfigError naming every bad variable. */
+export function loadApiConfig(env: Readonly<Record<string, string | undefined>>) {
+  return readConfig(env, {
+    SERAPH_API_HOST: str("127.0.0.1"),
+    SERAPH_API_GRPC_PORT: int(7400, 0, 65535),
+    SERAPH_API_HTTP_PORT: int(7401, 0, 65535),
+    DATABASE_URL: str(),
+    NATS_URL: str(),
+    SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
+    SERAPH_INTERNAL_TOKEN: str(),
+    SERAPH_OPERATOR_TOKEN_FILE: optionalStr(),
+    LOG_LEVEL: str("info"),
+  });
+}

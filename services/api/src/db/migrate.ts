@@ -1,0 +1,14 @@
+import type { Kysely, Migration } from "kysely";
+import { migrateToLatest, type Logger } from "@seraph/kit";
+import { initial } from "./migrations/2026-11-30-0001-initial.js";
+import type { ApiDatabase } from "./schema.js";
+
+/** Every API migration, by dated name. Append only; never edit one that has shipped. */
+export const API_MIGRATIONS: Record<string, Migration> = {
+  "2026-11-30-0001-initial": initial,
+};
+
+/** Brings the API tables to the latest schema under Kysely's migration lock. */
+export function migrateApi(db: Kysely<ApiDatabase>, log: Logger): Promise<void> {
+  return migrateToLatest(db, API_MIGRATIONS, "api_migrations", log);
+}

@@ -1,0 +1,96 @@
+import type { ColumnType } from "kysely";
+
+type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+type Json<T> = ColumnType<T, string, string>;
+
+/** API-owned tables (migration table `api_migrations`). */
+export interface ApiDatabase {
+  principals: {
+    id: string;
+    name: string;
+    root_id: string;
+    created_at: Timestamp;
+  };
+  api_tokens: {
+    id: string;
+    principal_id: string;
+    name: string;
+    token_sha256: string;
+    prefix: string;
+    created_at: Timestamp;
+    revoked_at: Timestamp | null;
+  };
+  goals: {
+    id: string;
+    owner_id: string;
+    title: string;
+    objective: string;
+    state: "active" | "archived";
+    revision: number;
+    created_at: Timestamp;
+    updated_at: Timestamp;
+  };
+  goal_revisions: {
+    goal_id: string;
+    revision: number;
+    title: string;
+    objective: string;
+    created_at: Timestamp;
+  };
+  repositories: {
+    id: string;
+    owner_id: string;
+    node_id: string;
+    path: string;
+    name: string;
+    created_at: Timestamp;
+  };
+  sandbox_settings: {
+    id: number;
+    /** protobuf SandboxSettings (without secrets' plaintext exposure rules applied). */
+    settings: Uint8Array;
+    revision: ColumnType<string, string | number | bigint, string | number | bigint>;
+    updated_at: Timestamp;
+  };
+  repairs: {
+    id: string;
+    owner_id: string;
+    goal_id: string;
+    goal_revision: number;
+    repository_id: string;
+    source_paths: Json<string[]>;
+    allowed_patch_paths: Json<string[]>;
+    acceptance_criteria: string;
+    selection: number;
+    state: string;
+    inspection: Uint8Array | null;
+    inspection_sha256: string | null;
+    consent: Uint8Array | null;
+    job_id: string | null;
+    stale_reason: string | null;
+    revision: ColumnType<string, string | number | bigint, string | number | bigint>;
+    created_at: Timestamp;
+    updated_at: Timestamp;
+  };
+  proposals: {
+    id: string;
+    repair_id: string;
+    /** protobuf Proposal. */
+    proposal: Uint8Array;
+    diff_sha256: string;
+    valid: boolean;
+    created_at: Timestamp;
+  };
+  approvals: {
+    id: string;
+    repair_id: string;
+    proposal_id: string;
+    /** protobuf ApprovalDocument, exactly as approved. */
+    document: Uint8Array;
+    document_sha256: string;
+    approved_by: string;
+    approved_at: Timestamp;
+    expires_at: Timestamp;
+    job_id: string | null;
+  };
+}

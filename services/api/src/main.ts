@@ -1,0 +1,42 @@
+import { writeFile } from "node:fs/promises";
+import { ConfigError, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
+import { loadApiConfig } from "./config.js";
+import type { ApiDatabase } from "./db/schema.js";
+import { startApi } from "./start.js";
+
+// Cluster-mode entry point: config → deps → servers → shutdown.
+let config;
+try {
+  config = loadApiConfig(process.env);
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  process.stderr.write(`seraph api: ${err.message}\n`);
+  process.exit(2);
+}
+const log = createRootLogger({ name: "api", level: config.LOG_LEVEL });
+const db = await openDatabase<ApiDatabase>({ url: config.DATABASE_URL });
+const signals = await createNatsSignals(config.NATS_URL, "seraph-api", log);
+const tokenFile = config.SERAPH_OPERATOR_TOKEN_FILE;
+const api = await startApi({
+  host: config.SERAPH_API_HOST,
+  grpcPort: config.SERAPH_API_GRPC_PORT,
+  httpPort: config.SERAPH_API_HTTP_PORT,
+  db,
+  signals,
+  log,
+  jobsUrl: config.SERAPH_JOBS_URL,
+  internalToken: config.SERAPH_INTERNAL_TOKEN,
+  onOperatorCreated: async (secret) => {
+    if (tokenFile) {
+      await writeFile(tokenFile, `${secret}\n`, { mode: 0o600, flag: "wx" });
+      log.info({ tokenFile }, "created the operator principal; its token was written to the token file");
+    } else {
+      process.stdout.write(`Operator token (shown once): ${secret}\n`);
+    }
+  },
+});
+installShutdown(log, [
+  { name: "stop accepting and drain RPCs", run: () => api.stop() },
+  { name: "drain NATS", run: () => signals.close() },
+  { name: "close the database pool", run: () => db.destroy() },
+]);

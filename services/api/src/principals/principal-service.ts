@@ -1,0 +1,73 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { NotFoundError, requirePrincipal } from "@seraph/kit";
+import { ApiTokenSchema, PrincipalSchema, PrincipalService, type ApiToken } from "@seraph/proto/seraph/api/v1/principals_pb.js";
+import type { Kysely } from "kysely";
+import type { ApiDatabase } from "../db/schema.js";
+import { insertPrincipal, insertToken } from "./principal.repository.js";
+
+interface TokenRow {
+  id: string;
+  name: string;
+  principal_id: string;
+  prefix: string;
+  created_at: Date;
+  revoked_at: Date | null;
+}
+
+function tokenMessage(row: TokenRow): ApiToken {
+  return create(ApiTokenSchema, {
+    id: row.id,
+    name: row.name,
+    principalId: row.principal_id,
+    prefix: row.prefix,
+    createdUnixMs: BigInt(row.created_at.getTime()),
+    revokedUnixMs: row.revoked_at ? BigInt(row.revoked_at.getTime()) : 0n,
+  });
+}
+
+/** Principals and tokens: a caller manages only its own tokens; secrets are returned once. */
+export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): ServiceImpl<typeof PrincipalService> {
+  const { db } = deps;
+  return {
+    async whoAmI(_req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await db.selectFrom("principals").selectAll().where("id", "=", p.id).executeTakeFirstOrThrow();
+      return { principal: create(PrincipalSchema, { id: row.id, name: row.name, rootId: row.root_id, createdUnixMs: BigInt(row.created_at.getTime()) }) };
+    },
+    async createToken(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const { row, secret } = await insertToken(db, p.id, req.name);
+      return { token: tokenMessage(row), secret };
+    },
+    async listTokens(_req, ctx) {
+      const p = requirePrincipal(ctx);
+      const rows = await db.selectFrom("api_tokens").selectAll().where("principal_id", "=", p.id).orderBy("created_at").execute();
+      return { tokens: rows.map(tokenMessage) };
+    },
+    async revokeToken(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await db
+        .updateTable("api_tokens")
+        .set({ revoked_at: new Date() })
+        .where("id", "=", req.tokenId)
+        .where("principal_id", "=", p.id)
+        .returningAll()
+        .executeTakeFirst();
+      if (!row) throw new NotFoundError("token", req.tokenId);
+      return { token: tokenMessage(row) };
+    },
+    async createPrincipal(req, ctx) {
+      const p = requirePrincipal(ctx);
+      return db.transaction().execute(async (trx) => {
+        const row = await insertPrincipal(trx, req.name, req.newRoot ? undefined : p.rootId);
+        const { row: token, secret } = await insertToken(trx, row.id, `${req.name} (created by ${p.name})`);
+        return {
+          principal: create(PrincipalSchema, { id: row.id, name: row.name, rootId: row.root_id, createdUnixMs: BigInt(row.created_at.getTime()) }),
+          token: tokenMessage(token),
+          secret,
+        };
+      });
+    },
+  };
+}

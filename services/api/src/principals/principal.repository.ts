@@ -1,0 +1,54 @@
+import { sql, type Kysely, type Transaction } from "kysely";
+import { hashToken, newId, newTokenSecret, type AuthenticatedPrincipal } from "@seraph/kit";
+import type { ApiDatabase } from "../db/schema.js";
+
+type Db = Kysely<ApiDatabase> | Transaction<ApiDatabase>;
+
+/** The principal holding an unrevoked token with this secret, or undefined. */
+export async function findPrincipalByToken(db: Db, secret: string): Promise<AuthenticatedPrincipal | undefined> {
+  const row = await db
+    .selectFrom("api_tokens")
+    .innerJoin("principals", "principals.id", "api_tokens.principal_id")
+    .select(["principals.id", "principals.name", "principals.root_id", "api_tokens.id as token_id"])
+    .where("api_tokens.token_sha256", "=", hashToken(secret))
+    .where("api_tokens.revoked_at", "is", null)
+    .executeTakeFirst();
+  return row ? { id: row.id, name: row.name, rootId: row.root_id, tokenId: row.token_id } : undefined;
+}
+
+/** Creates a token for `principalId`; returns its row and the secret (shown once). */
+export async function insertToken(db: Db, principalId: string, name: string) {
+  const secret = newTokenSecret();
+  const row = await db
+    .insertInto("api_tokens")
+    .values({ id: newId(), principal_id: principalId, name, token_sha256: hashToken(secret), prefix: secret.slice(0, 10), revoked_at: null })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  return { row, secret };
+}
+
+/** Creates a principal (its own root unless `rootId` is given). */
+export async function insertPrincipal(db: Db, name: string, rootId?: string) {
+  const id = newId();
+  return db
+    .insertInto("principals")
+    .values({ id, name, root_id: rootId ?? id })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+/**
+ * Creates the operator principal and its first token when no principal exists yet, in one
+ * transaction under an advisory lock (two API replicas starting together create one operator).
+ * Returns the secret when it created one, otherwise undefined.
+ */
+export async function ensureOperator(db: Kysely<ApiDatabase>): Promise<{ principalId: string; secret: string } | undefined> {
+  return db.transaction().execute(async (trx) => {
+    await sql`select pg_advisory_xact_lock(740001)`.execute(trx);
+    const existing = await trx.selectFrom("principals").select("id").limit(1).executeTakeFirst();
+    if (existing) return undefined;
+    const p = await insertPrincipal(trx, "operator");
+    const { secret } = await insertToken(trx, p.id, "operator (first start)");
+    return { principalId: p.id, secret };
+  });
+}

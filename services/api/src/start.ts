@@ -1,0 +1,67 @@
+import { bootService, markNotServing, type BootedService, type Logger, type Signals } from "@seraph/kit";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import type { Kysely } from "kysely";
+import { migrateApi } from "./db/migrate.js";
+import type { ApiDatabase } from "./db/schema.js";
+import { ensureOperator, findPrincipalByToken } from "./principals/principal.repository.js";
+import { createApiRoutes } from "./routes.js";
+
+/** Service names the API reports in health. */
+export const API_SERVICE_NAMES = [
+  PrincipalService.typeName,
+  GoalService.typeName,
+  SettingsService.typeName,
+  RepositoryService.typeName,
+  RepairService.typeName,
+] as const;
+
+/** Everything the API needs to run; main.ts (cluster) and the embedded composition both build this. */
+export interface ApiRuntime {
+  readonly host: string;
+  readonly grpcPort: number;
+  readonly httpPort?: number | undefined;
+  readonly db: Kysely<ApiDatabase>;
+  readonly signals: Signals;
+  readonly log: Logger;
+  readonly jobsUrl: string;
+  readonly internalToken: string;
+  /** Called once with the operator's token secret when the first start created it. */
+  readonly onOperatorCreated?: (secret: string) => Promise<void> | void;
+  readonly signal?: AbortSignal;
+}
+
+/** A running API service. */
+export interface ApiHandle extends BootedService {
+  /** Stops accepting, drains in-flight RPCs. Does not close db or signals (the caller owns them). */
+  stop(): Promise<void>;
+}
+
+/** Boots the public API: listeners first (NOT_SERVING), then migrations and the first operator, then SERVING. */
+export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
+  const booted = await bootService({
+    name: "api",
+    log: rt.log,
+    host: rt.host,
+    grpcPort: rt.grpcPort,
+    httpPort: rt.httpPort,
+    serviceNames: API_SERVICE_NAMES,
+    routes: createApiRoutes({ db: rt.db, signals: rt.signals, log: rt.log }),
+    authenticate: (token) => findPrincipalByToken(rt.db, token),
+    signal: rt.signal,
+    prepare: async () => {
+      await migrateApi(rt.db, rt.log);
+      const created = await ensureOperator(rt.db);
+      if (created) await rt.onOperatorCreated?.(created.secret);
+    },
+  });
+  return {
+    ...booted,
+    async stop() {
+      markNotServing(booted.health, API_SERVICE_NAMES);
+      await booted.server.close();
+    },
+  };
+}

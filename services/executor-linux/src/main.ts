@@ -1,0 +1,32 @@
+import { ConfigError, createNatsSignals, createRootLogger, installShutdown } from "@seraph/kit";
+import { loadExecutorConfig } from "./config.js";
+import { startExecutor } from "./start.js";
+
+// Cluster-mode entry point: config → deps → servers → shutdown.
+let config;
+try {
+  config = loadExecutorConfig(process.env);
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  process.stderr.write(`seraph executor: ${err.message}\n`);
+  process.exit(2);
+}
+const log = createRootLogger({ name: "executor", level: config.LOG_LEVEL });
+const signals = await createNatsSignals(config.NATS_URL, `seraph-executor-${config.SERAPH_NODE_ID}`, log);
+const executor = await startExecutor({
+  host: config.SERAPH_EXECUTOR_HOST,
+  grpcPort: config.SERAPH_EXECUTOR_GRPC_PORT,
+  httpPort: config.SERAPH_EXECUTOR_HTTP_PORT,
+  nodeId: config.SERAPH_NODE_ID,
+  slotCount: config.SERAPH_SLOT_COUNT,
+  repositoryRoots: config.SERAPH_REPOSITORY_ROOTS,
+  dataDir: config.SERAPH_EXECUTOR_DATA_DIR,
+  jobsUrl: config.SERAPH_JOBS_URL,
+  internalToken: config.SERAPH_INTERNAL_TOKEN,
+  signals,
+  log,
+});
+installShutdown(log, [
+  { name: "stop accepting and drain RPCs", run: () => executor.stop() },
+  { name: "drain NATS", run: () => signals.close() },
+]);

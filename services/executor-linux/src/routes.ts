@@ -1,0 +1,18 @@
+import type { ConnectRouter } from "@connectrpc/connect";
+import type { Logger } from "@seraph/kit";
+import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+
+/** What the executor's handlers depend on. */
+export interface ExecutorDeps {
+  readonly nodeId: string;
+  readonly repositoryRoots: readonly string[];
+  readonly dataDir: string;
+  readonly log: Logger;
+}
+
+/** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
+export function createExecutorRoutes(_deps: ExecutorDeps): (router: ConnectRouter) => void {
+  return (router) => {
+    router.service(ExecutorService, {});
+  };
+}

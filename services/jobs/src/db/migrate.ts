@@ -1,0 +1,14 @@
+import type { Kysely, Migration } from "kysely";
+import { migrateToLatest, type Logger } from "@seraph/kit";
+import { initial } from "./migrations/2026-11-30-0001-initial.js";
+import type { JobsDatabase } from "./schema.js";
+
+/** Every jobs migration, by dated name. Append only; never edit one that has shipped. */
+export const JOBS_MIGRATIONS: Record<string, Migration> = {
+  "2026-11-30-0001-initial": initial,
+};
+
+/** Brings the jobs tables to the latest schema under Kysely's migration lock. */
+export function migrateJobs(db: Kysely<JobsDatabase>, log: Logger): Promise<void> {
+  return migrateToLatest(db, JOBS_MIGRATIONS, "jobs_migrations", log);
+}

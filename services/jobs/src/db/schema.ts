@@ -1,0 +1,77 @@
+import type { ColumnType } from "kysely";
+
+type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+type BigIntColumn = ColumnType<string, string | number | bigint, string | number | bigint>;
+
+/** Jobs-owned tables (migration table `jobs_migrations`). The jobs service is their only writer. */
+export interface JobsDatabase {
+  nodes: {
+    id: string;
+    boot_id: string;
+    incarnation_id: string;
+    address: string;
+    slot_count: number;
+    repository_roots: ColumnType<string[], string, string>;
+    /** protobuf FacilityReport. */
+    facilities: Uint8Array | null;
+    registered_at: Timestamp;
+    heartbeat_at: Timestamp;
+  };
+  physical_slots: {
+    node_id: string;
+    slot_index: number;
+    state: "free" | "reserved" | "held";
+    job_id: string | null;
+    revision: BigIntColumn;
+    updated_at: Timestamp;
+  };
+  jobs: {
+    id: string;
+    repair_id: string;
+    approval_id: string;
+    owner_id: string;
+    root_id: string;
+    state: string;
+    outcome: string;
+    outcome_message: string;
+    attempt: number;
+    fence: BigIntColumn;
+    node_id: string;
+    slot_index: number | null;
+    cancel_requested: boolean;
+    cancel_requested_at: Timestamp | null;
+    /** When the start token (GO) was permitted; a cancellation before it prevents the start. */
+    start_token_at: Timestamp | null;
+    /** protobuf ExecutionBundle. */
+    bundle: Uint8Array;
+    /** protobuf OwnerMarker. */
+    marker: Uint8Array | null;
+    /** protobuf Receipt. */
+    receipt: Uint8Array | null;
+    /** protobuf Job fields that are only reported (steps, reasons, drift, recovery), as a Job message. */
+    report: Uint8Array | null;
+    revision: BigIntColumn;
+    created_at: Timestamp;
+    updated_at: Timestamp;
+  };
+  job_attempts: {
+    job_id: string;
+    attempt: number;
+    fence: BigIntColumn;
+    node_id: string;
+    incarnation_id: string;
+    claimed_at: Timestamp;
+    ended_at: Timestamp | null;
+  };
+  artifacts: {
+    id: string;
+    job_id: string;
+    kind: string;
+    name: string;
+    sha256: string;
+    size: BigIntColumn;
+    content: Uint8Array;
+    readback_verified: boolean;
+    created_at: Timestamp;
+  };
+}

@@ -1,0 +1,31 @@
+import { ConfigError, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
+import { loadJobsConfig } from "./config.js";
+import type { JobsDatabase } from "./db/schema.js";
+import { startJobs } from "./start.js";
+
+// Cluster-mode entry point: config → deps → servers → shutdown.
+let config;
+try {
+  config = loadJobsConfig(process.env);
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  process.stderr.write(`seraph jobs: ${err.message}\n`);
+  process.exit(2);
+}
+const log = createRootLogger({ name: "jobs", level: config.LOG_LEVEL });
+const db = await openDatabase<JobsDatabase>({ url: config.DATABASE_URL });
+const signals = await createNatsSignals(config.NATS_URL, "seraph-jobs", log);
+const jobs = await startJobs({
+  host: config.SERAPH_JOBS_HOST,
+  grpcPort: config.SERAPH_JOBS_GRPC_PORT,
+  httpPort: config.SERAPH_JOBS_HTTP_PORT,
+  db,
+  signals,
+  log,
+  internalToken: config.SERAPH_INTERNAL_TOKEN,
+});
+installShutdown(log, [
+  { name: "stop accepting and drain RPCs", run: () => jobs.stop() },
+  { name: "drain NATS", run: () => signals.close() },
+  { name: "close the database pool", run: () => db.destroy() },
+]);

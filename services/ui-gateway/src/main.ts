@@ -1,0 +1,22 @@
+import { ConfigError, createRootLogger, installShutdown } from "@seraph/kit";
+import { loadGatewayConfig } from "./config.js";
+import { startGateway } from "./start.js";
+
+// Cluster-mode entry point: config → deps → servers → shutdown.
+let config;
+try {
+  config = loadGatewayConfig(process.env);
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  process.stderr.write(`seraph ui-gateway: ${err.message}\n`);
+  process.exit(2);
+}
+const log = createRootLogger({ name: "ui-gateway", level: config.LOG_LEVEL });
+const gateway = await startGateway({
+  host: config.SERAPH_GATEWAY_HOST,
+  grpcPort: config.SERAPH_GATEWAY_GRPC_PORT,
+  httpPort: config.SERAPH_GATEWAY_HTTP_PORT,
+  apiUrl: config.SERAPH_API_URL,
+  log,
+});
+installShutdown(log, [{ name: "stop accepting and drain RPCs", run: () => gateway.stop() }]);
