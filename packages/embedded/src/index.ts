@@ -1,1 +1,2 @@
-export {};
+export { startEmbedded } from "./compose.js";
+export type { Embedded, EmbeddedOptions } from "./compose.js";

@@ -1,0 +1,47 @@
+import { ConfigError, createRootLogger, installShutdown, int, readConfig, str } from "@seraph/kit";
+import { defaultNodeId } from "@seraph/executor-linux";
+import { startEmbedded } from "./compose.js";
+
+// `npm start`: all four services in this process, PGlite under ./.seraph, in-process signals.
+let config;
+try {
+  config = readConfig(process.env, {
+    SERAPH_DATA_DIR: str(".seraph"),
+    SERAPH_PORT_BASE: int(7400, 1024, 65000),
+    SERAPH_HOST: str("127.0.0.1"),
+    SERAPH_REPOSITORY_ROOTS: str(""),
+    SERAPH_NODE_ID: str(defaultNodeId()),
+    LOG_LEVEL: str("info"),
+  });
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  process.stderr.write(`seraph: ${err.message}\n`);
+  process.exit(2);
+}
+const log = createRootLogger({ name: "seraph", level: config.LOG_LEVEL });
+const embedded = await startEmbedded({
+  dataDir: config.SERAPH_DATA_DIR,
+  portBase: config.SERAPH_PORT_BASE,
+  host: config.SERAPH_HOST,
+  repositoryRoots: config.SERAPH_REPOSITORY_ROOTS.split(":").filter((p) => p !== ""),
+  nodeId: config.SERAPH_NODE_ID,
+  log,
+});
+const b = config.SERAPH_PORT_BASE;
+const lines = [
+  "",
+  "Seraph is running (embedded: one process, PGlite, in-process signals).",
+  `  API        gRPC h2c  http://${config.SERAPH_HOST}:${b}    Connect/gRPC-Web http://${config.SERAPH_HOST}:${b + 1}`,
+  `  jobs       gRPC h2c  http://${config.SERAPH_HOST}:${b + 10}  (internal)`,
+  `  executor   gRPC h2c  http://${config.SERAPH_HOST}:${b + 20}  (internal, node ${config.SERAPH_NODE_ID})`,
+  `  UI         http://${config.SERAPH_HOST}:${b + 80}           gateway gRPC h2c http://${config.SERAPH_HOST}:${b + 30}`,
+  `  data       ${embedded.operatorTokenFile.replace(/\/operator-token$/, "")}`,
+];
+if (embedded.operatorTokenCreated) {
+  lines.push(`  Operator token (shown once, also saved 0600 in ${embedded.operatorTokenFile}):`, `    ${embedded.operatorTokenCreated}`);
+} else {
+  lines.push(`  Operator token: in ${embedded.operatorTokenFile} (created on first start)`);
+}
+lines.push("Press Ctrl-C to stop.", "");
+process.stdout.write(lines.join("\n"));
+installShutdown(log, [{ name: "stop all services", run: () => embedded.stop() }]);
