@@ -1,0 +1,152 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createWriteStream, existsSync } from "node:fs";
+import { mkdtemp, readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
+import { freePort } from "./ports.js";
+
+const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
+
+/** One service process of a test cluster. */
+export interface ServiceProcess {
+  readonly name: string;
+  readonly child: ChildProcess;
+  readonly grpcUrl: string;
+  readonly grpcPort: number;
+  readonly httpPort: number;
+  readonly logFile: string;
+}
+
+/** A cluster-mode Seraph: four processes against real PostgreSQL and NATS, on free ports. */
+export interface TestCluster {
+  readonly dir: string;
+  readonly api: ServiceProcess;
+  readonly jobs: ServiceProcess;
+  readonly executor: ServiceProcess;
+  readonly gateway: ServiceProcess;
+  readonly operatorToken: string;
+  readonly internalToken: string;
+  /** SIGTERM each process by pid (reverse order), SIGKILL after a deadline; resolves when all exited. */
+  stop(): Promise<void>;
+}
+
+/** Options for {@link startCluster}. */
+export interface ClusterOptions {
+  readonly databaseUrl: string;
+  readonly natsUrl: string;
+  readonly repositoryRoots?: readonly string[];
+  readonly nodeId?: string;
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+function entry(service: string): string {
+  const file = join(repoRoot, "services", service, "dist", "main.js");
+  if (!existsSync(file)) throw new Error(`${file} is missing: run \`npx tsc -b\` (npm test does) before the end-to-end tests`);
+  return file;
+}
+
+/** Starts a service process with exactly `env` (plus PATH/HOME for node itself). */
+export function spawnService(name: string, service: string, env: Record<string, string>, dir: string, grpcPort: number, httpPort: number): ServiceProcess {
+  const logFile = join(dir, `${name}.log`);
+  const out = createWriteStream(logFile);
+  const child = spawn(process.execPath, [entry(service)], {
+    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: dir, LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout?.pipe(out);
+  child.stderr?.pipe(out);
+  return { name, child, grpcUrl: `http://127.0.0.1:${grpcPort}`, grpcPort, httpPort, logFile };
+}
+
+/** Waits until the process answers health SERVING, or fails with the tail of its log. */
+export async function waitServing(p: ServiceProcess, timeoutMs = 30_000): Promise<void> {
+  const client = createClient(Health, createGrpcTransport({ baseUrl: p.grpcUrl }));
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    if (p.child.exitCode !== null) break;
+    try {
+      const res = await client.check({ service: "" }, { timeoutMs: 1000 });
+      if (res.status === HealthCheckResponse_ServingStatus.SERVING) return;
+      last = `status ${res.status}`;
+    } catch (err) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const log = await readFile(p.logFile, "utf8").catch(() => "");
+  throw new Error(`${p.name} did not become SERVING (exit ${p.child.exitCode}, last: ${String(last)}):\n${log.slice(-3000)}`);
+}
+
+/** Stops one process by pid: SIGTERM, then SIGKILL after `graceMs`. */
+export async function stopProcess(child: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Starts jobs, api, executor and gateway as four processes (cluster mode) and waits for SERVING. */
+export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
+  const dir = await mkdtemp(join(tmpdir(), "seraph-cluster-"));
+  const internalToken = randomBytes(32).toString("hex");
+  const [jg, jh, ag, ah, eg, eh, gg, gh] = await Promise.all(Array.from({ length: 8 }, () => freePort()));
+  const common = { DATABASE_URL: o.databaseUrl, NATS_URL: o.natsUrl, SERAPH_INTERNAL_TOKEN: internalToken, ...o.env };
+  const started: ServiceProcess[] = [];
+  const stop = async () => {
+    for (const p of [...started].reverse()) await stopProcess(p.child);
+  };
+  try {
+    const jobs = spawnService("jobs", "jobs", { ...common, SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg!, jh!);
+    started.push(jobs);
+    const tokenFile = join(dir, "operator-token");
+    const api = spawnService(
+      "api",
+      "api",
+      { ...common, SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile },
+      dir,
+      ag!,
+      ah!,
+    );
+    started.push(api);
+    const executor = spawnService(
+      "executor",
+      "executor-linux",
+      {
+        ...common,
+        SERAPH_EXECUTOR_GRPC_PORT: `${eg}`,
+        SERAPH_EXECUTOR_HTTP_PORT: `${eh}`,
+        SERAPH_JOBS_URL: jobs.grpcUrl,
+        SERAPH_NODE_ID: o.nodeId ?? "node-a",
+        SERAPH_REPOSITORY_ROOTS: (o.repositoryRoots ?? []).join(":"),
+        SERAPH_EXECUTOR_DATA_DIR: join(dir, "executor"),
+      },
+      dir,
+      eg!,
+      eh!,
+    );
+    started.push(executor);
+    const gateway = spawnService(
+      "gateway",
+      "ui-gateway",
+      { SERAPH_GATEWAY_GRPC_PORT: `${gg}`, SERAPH_GATEWAY_HTTP_PORT: `${gh}`, SERAPH_API_URL: api.grpcUrl },
+      dir,
+      gg!,
+      gh!,
+    );
+    started.push(gateway);
+    await Promise.all(started.map((p) => waitServing(p)));
+    const operatorToken = (await readFile(tokenFile, "utf8")).trim();
+    return { dir, api, jobs, executor, gateway, operatorToken, internalToken, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
