@@ -1,0 +1,161 @@
+import type { Stats } from "node:fs";
+import { lstat, readlink, realpath } from "node:fs/promises";
+import { join, posix } from "node:path";
+import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { blockReason } from "./reasons.js";
+import { sortedEntries } from "./safe-fs.js";
+
+/** One entry of the dependency tree as listed (lstat only, nothing read yet). */
+export type DependencyEntry =
+  | { readonly type: "file"; readonly rel: string; readonly size: number; readonly mode: number }
+  | { readonly type: "link"; readonly rel: string; readonly target: string; readonly bin: boolean }
+  | { readonly type: "dir"; readonly rel: string };
+
+/** The listing of node_modules with the reasons it cannot be staged. */
+export interface DependencyListing {
+  readonly present: boolean;
+  readonly entries: readonly DependencyEntry[];
+  readonly fileCount: number;
+  readonly totalBytes: number;
+  /** The largest regular file, for the per-file bound message. */
+  readonly largest?: { readonly rel: string; readonly size: number };
+  /** Package directories (e.g. "node_modules/typescript", "node_modules/a/node_modules/@s/b"). */
+  readonly packageDirs: readonly string[];
+  readonly reasons: readonly BlockReason[];
+  /** True when the walk stopped at its entry cap; counts are then lower bounds. */
+  readonly truncated: boolean;
+}
+
+/** Hard cap on entries visited, so a pathological tree cannot make inspection unbounded. */
+export const DEPENDENCY_WALK_CAP = 100_000;
+
+function isPackageDirRel(rel: string): boolean {
+  // node_modules/<name> or node_modules/@scope/<name>, at any nesting depth.
+  return /(^|\/)node_modules\/(@[^/]+\/)?[^/@.][^/]*$/.test(rel);
+}
+
+/**
+ * Lists `<root>/node_modules` without following any link and without reading file contents.
+ * Links must be relative and resolve (lexically and really) inside the snapshot's node_modules;
+ * a package root that is itself a link (npm link, workspaces) is a foreign package root; every
+ * `.bin` entry must be a link to a regular file inside a package directory of the snapshot.
+ */
+export async function listDependencyTree(root: string, rootReal: string): Promise<DependencyListing> {
+  const entries: DependencyEntry[] = [];
+  const reasons: BlockReason[] = [];
+  const packageDirs: string[] = [];
+  let fileCount = 0;
+  let totalBytes = 0;
+  let largest: { rel: string; size: number } | undefined;
+  let visited = 0;
+  let truncated = false;
+  const nmReal = join(rootReal, "node_modules");
+
+  let top: Stats;
+  try {
+    top = await lstat(join(root, "node_modules"));
+  } catch {
+    return { present: false, entries, fileCount, totalBytes, packageDirs, reasons, truncated };
+  }
+  if (top.isSymbolicLink()) {
+    reasons.push(blockReason("foreign_package_root", "node_modules itself is a link to another directory; only a dependency tree inside the repository can be staged.", "node_modules"));
+    return { present: true, entries, fileCount, totalBytes, packageDirs, reasons, truncated };
+  }
+  if (!top.isDirectory()) {
+    reasons.push(blockReason("special_file", "node_modules is not a directory.", "node_modules"));
+    return { present: true, entries, fileCount, totalBytes, packageDirs, reasons, truncated };
+  }
+
+  const checkLink = async (rel: string, bin: boolean): Promise<void> => {
+    const target = await readlink(join(root, rel));
+    const code = bin ? "bin_link_escapes" : "link_escapes_snapshot";
+    if (posix.isAbsolute(target)) {
+      reasons.push(blockReason(code, `${rel} is an absolute link (${target}); links must be relative and stay inside the snapshot.`, rel));
+      return;
+    }
+    const lexical = posix.normalize(posix.join(posix.dirname(rel), target));
+    if (lexical.startsWith("../") || lexical === ".." || !(lexical === "node_modules" || lexical.startsWith("node_modules/"))) {
+      reasons.push(blockReason(code, `${rel} links to ${target}, outside the snapshot's node_modules.`, rel));
+      return;
+    }
+    let real: string;
+    try {
+      real = await realpath(join(root, rel));
+    } catch {
+      reasons.push(
+        bin
+          ? blockReason("bin_alias_unknown", `${rel} is a dangling link (${target}); an executable alias must resolve to a file of a package in the snapshot.`, rel)
+          : blockReason("link_escapes_snapshot", `${rel} is a dangling link (${target}).`, rel),
+      );
+      return;
+    }
+    if (!(real === nmReal || real.startsWith(`${nmReal}/`))) {
+      reasons.push(blockReason(code, `${rel} resolves to ${real}, outside the snapshot's node_modules.`, rel));
+      return;
+    }
+    if (bin) {
+      const st = await lstat(real);
+      const insideRel = `node_modules${real.slice(nmReal.length)}`;
+      const pkgMatch = /^(.*node_modules\/(?:@[^/]+\/)?[^/@.][^/]*)\//.exec(insideRel);
+      if (!st.isFile() || !pkgMatch) {
+        reasons.push(blockReason("bin_alias_unknown", `${rel} does not resolve to a file inside a package of the snapshot; unknown executable aliases block.`, rel));
+        return;
+      }
+    }
+    entries.push({ type: "link", rel, target, bin });
+  };
+
+  const walk = async (relDir: string): Promise<void> => {
+    for (const name of await sortedEntries(join(root, relDir))) {
+      if (++visited > DEPENDENCY_WALK_CAP) {
+        truncated = true;
+        return;
+      }
+      const rel = `${relDir}/${name}`;
+      const st = await lstat(join(root, rel));
+      const inBin = posix.basename(relDir) === ".bin";
+      if (inBin) {
+        if (!st.isSymbolicLink()) {
+          reasons.push(blockReason("bin_alias_unknown", `${rel} is not a link into a package; unknown executable aliases block.`, rel));
+          continue;
+        }
+        await checkLink(rel, true);
+        continue;
+      }
+      if (st.isSymbolicLink()) {
+        if (isPackageDirRel(rel)) {
+          let where = "";
+          try {
+            where = await realpath(join(root, rel));
+          } catch {
+            where = await readlink(join(root, rel));
+          }
+          reasons.push(blockReason("foreign_package_root", `${rel} is a link to ${where} (as npm link or workspaces make); foreign package roots are not staged.`, rel));
+          continue;
+        }
+        await checkLink(rel, false);
+        continue;
+      }
+      if (st.isDirectory()) {
+        entries.push({ type: "dir", rel });
+        if (isPackageDirRel(rel)) packageDirs.push(rel);
+        await walk(rel);
+        if (truncated) return;
+        continue;
+      }
+      if (st.isFile()) {
+        fileCount++;
+        totalBytes += st.size;
+        if (!largest || st.size > largest.size) largest = { rel, size: st.size };
+        entries.push({ type: "file", rel, size: st.size, mode: st.mode & 0o777 });
+        continue;
+      }
+      reasons.push(blockReason("special_file", `${rel} is a special file (not a regular file, directory or link).`, rel));
+    }
+  };
+  await walk("node_modules");
+  if (truncated) {
+    reasons.push(blockReason("tree_walk_exceeded", `node_modules has more than ${DEPENDENCY_WALK_CAP.toLocaleString("en-US")} entries; inspection stopped walking it.`, "node_modules"));
+  }
+  return { present: true, entries, fileCount, totalBytes, largest, packageDirs, reasons, truncated };
+}

@@ -1,0 +1,47 @@
+import { join } from "node:path";
+
+/** The fixed PATH of every job: system directories only, never the host's PATH. */
+export const JOB_PATH = "/usr/bin:/bin";
+
+/** The job-local directories buildJobEnv points into (created by staging, 0700). */
+export function jobDirs(jobDir: string): { home: string; tmp: string; npmCache: string; cache: string; config: string } {
+  return {
+    home: join(jobDir, "home"),
+    tmp: join(jobDir, "tmp"),
+    npmCache: join(jobDir, "npm-cache"),
+    cache: join(jobDir, "home", ".cache"),
+    config: join(jobDir, "home", ".config"),
+  };
+}
+
+/**
+ * The complete environment of every staged command. Nothing is inherited from the host: no
+ * NODE_OPTIONS / NODE_PATH / npm_config_*, no credentials or provider keys, no host PATH or HOME.
+ *
+ * - HOME, TMPDIR: job-local, so tools that write caches or temp files stay in the job directory
+ *   (node's compile cache goes under TMPDIR).
+ * - XDG_CACHE_HOME, XDG_CONFIG_HOME: job-local, so no user-level configuration is read.
+ * - npm_config_cache: job-local, though npm is never run; npm_config_userconfig and
+ *   npm_config_globalconfig point at job-local paths that do not exist, so even a stray npm
+ *   would read no project-external configuration.
+ * - PATH: "/usr/bin:/bin" (fixed). Seraph resolves every argv[0] to an absolute path itself; PATH
+ *   only matters to a script that spawns a program by name.
+ * - LANG=C.UTF-8, TZ=UTC: deterministic locale and time zone.
+ * - NO_COLOR=1: plain captured output.
+ */
+export function buildJobEnv(jobDir: string): Record<string, string> {
+  const d = jobDirs(jobDir);
+  return {
+    HOME: d.home,
+    TMPDIR: d.tmp,
+    XDG_CACHE_HOME: d.cache,
+    XDG_CONFIG_HOME: d.config,
+    npm_config_cache: d.npmCache,
+    npm_config_userconfig: join(d.home, ".npmrc"),
+    npm_config_globalconfig: join(d.home, ".npmrc-global"),
+    PATH: JOB_PATH,
+    LANG: "C.UTF-8",
+    TZ: "UTC",
+    NO_COLOR: "1",
+  };
+}

@@ -1,0 +1,264 @@
+import { randomUUID } from "node:crypto";
+import { mkdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { BlockReasonSchema, DriftSchema, InspectionSchema, type BlockReason, type Drift, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import {
+  CommandSpecSchema,
+  Outcome,
+  ReceiptSchema,
+  SupervisorSpecSchema,
+  type Receipt,
+  type SupervisorSpec,
+} from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { validateBuildOutput } from "./build-output.js";
+import { inspectRepository, type InspectOptions } from "./inspect.js";
+import { defaultLimits, limitValues } from "./limits.js";
+import { checkPatchPaths } from "./patch.js";
+import { blockReason } from "./reasons.js";
+import { applyPatchToStage, removeJobDir, stageRepository, type StagedRepository } from "./stage.js";
+import { digestTree, type TreeDigest } from "./tree-digest.js";
+
+/**
+ * Runs one supervised command sequence and resolves to its receipt. In production this is the
+ * supervisor client's runToReceipt (a fresh detached supervisor per call); tests may inject a fake.
+ */
+export type RunSteps = (spec: SupervisorSpec) => Promise<Receipt>;
+
+/** A repair run's final outcome: ours, or the supervisor's when its cleanup verdict decides. */
+export type RepairOutcome = "succeeded" | "failed" | "blocked" | "timed_out" | "cancelled" | "rejected_leftover_descendants" | "unknown";
+
+/** What repair-run needs beyond an inspection's inputs. */
+export interface RepairRunOptions extends InspectOptions {
+  readonly runSteps: RunSteps;
+  /** Unified diff applied to the staged copy only. */
+  readonly patchText?: string;
+  /** Where the patch may write; default: the source paths, or "." for the default source set. */
+  readonly allowedPatchPaths?: readonly string[];
+  /** Parent of the private job directory; default os.tmpdir(). */
+  readonly jobRoot?: string;
+  /** Keep the job directory afterwards (for debugging); default false. */
+  readonly keepJobDir?: boolean;
+  /** Job id; default a random UUID. */
+  readonly jobId?: string;
+}
+
+/** One step's record in the report. */
+export interface StepReport {
+  readonly name: string;
+  readonly argv: readonly string[];
+  readonly displayArgv: readonly string[];
+  readonly outcome: RepairOutcome;
+  readonly exitCode?: number;
+  readonly signal?: string;
+  readonly receipt?: JsonValue;
+}
+
+/** The JSON report of a repair run (one object, printed as the last line by the CLI). */
+export interface RepairRunReport {
+  readonly outcome: RepairOutcome;
+  readonly admitted: boolean;
+  readonly inspectionSha256: string;
+  readonly reasons: readonly JsonValue[];
+  readonly drift: readonly JsonValue[];
+  readonly steps: readonly StepReport[];
+  readonly patch?: { readonly sha256: string; readonly applied: boolean; readonly changed: readonly string[] };
+  /** True when the repository and its .git re-hash identically after the run; null if too large to prove. */
+  readonly repositoryUnchanged: boolean | null;
+  readonly repositorySha256: string;
+  readonly jobId: string;
+  readonly jobDir: string;
+  readonly wallMs: number;
+  readonly durationMs: number;
+  readonly inspection: JsonValue;
+}
+
+/** The part of the wall deadline each phase keeps back (bounded by the wall itself). */
+export function deadlineBudget(wallMs: number): { readbackReserveMs: number; cleanupReserveMs: number; graceMs: number } {
+  const readbackReserveMs = Math.min(5_000, Math.floor(wallMs * 0.05));
+  const cleanupReserveMs = Math.min(10_000, Math.floor(wallMs * 0.1));
+  const graceMs = Math.max(100, Math.min(2_000, Math.floor(cleanupReserveMs / 3)));
+  return { readbackReserveMs, cleanupReserveMs, graceMs };
+}
+
+function outcomeOf(receipt: Receipt): RepairOutcome {
+  switch (receipt.outcome) {
+    case Outcome.SUCCEEDED:
+      return "succeeded";
+    case Outcome.FAILED:
+      return "failed";
+    case Outcome.TIMED_OUT:
+      return "timed_out";
+    case Outcome.CANCELLED:
+      return "cancelled";
+    case Outcome.REJECTED_LEFTOVER_DESCENDANTS:
+      return "rejected_leftover_descendants";
+    default:
+      return "unknown";
+  }
+}
+
+const reasonJson = (r: BlockReason): JsonValue => toJson(BlockReasonSchema, r);
+const driftJson = (d: Drift): JsonValue => toJson(DriftSchema, d);
+
+/** Builds the SupervisorSpec of one step of a staged repair. */
+export function stepSpec(
+  stage: StagedRepository,
+  stepIndex: number,
+  opts: { readonly jobId: string; readonly deadlineUnixMs: number; readonly cleanupReserveMs: number; readonly graceMs: number; readonly outputLimitBytes: number },
+): SupervisorSpec {
+  const step = stage.steps[stepIndex];
+  if (!step) throw new RangeError(`no step ${stepIndex}`);
+  const limits = limitValues(stage.inspection.limits ?? ({} as never));
+  return create(SupervisorSpecSchema, {
+    jobId: opts.jobId,
+    attempt: 1,
+    fence: BigInt(stepIndex + 1),
+    commands: [create(CommandSpecSchema, { name: step.name, argv: [...step.argv], cwd: stage.packageDir })],
+    env: { ...stage.env },
+    deadlineUnixMs: BigInt(opts.deadlineUnixMs),
+    cleanupReserveMs: opts.cleanupReserveMs,
+    graceMs: opts.graceMs,
+    streamLimitBytes: BigInt(limits.stream_bytes),
+    outputLimitBytes: BigInt(opts.outputLimitBytes),
+    runDir: join(stage.jobDir, `run-${step.name}`),
+    startBarrier: false,
+    declaredOutputDir: step.name === "build" && stage.outputDir !== "" ? join(stage.packageDir, stage.outputDir) : "",
+  });
+}
+
+/**
+ * Inspects, stages, patches and runs a repair's steps, each under a fresh supervisor, inside one
+ * wall deadline that covers preparation, commands, cleanup and readback. Build then test is two
+ * sequential supervised runs so the build output is validated after the build and before the test.
+ * Afterwards the job directory is removed and the original repository is re-hashed (it and its
+ * .git must be byte-for-byte unchanged). Never throws for a blocked or failed repair: the report
+ * says so.
+ */
+export async function runRepair(options: RepairRunOptions): Promise<RepairRunReport> {
+  const now = options.now ?? Date.now;
+  const started = now();
+  const jobId = options.jobId ?? randomUUID();
+  const wallMs = limitValues(options.limits ?? defaultLimits()).wall_ms;
+  const deadline = started + wallMs;
+  const budget = deadlineBudget(wallMs);
+  const reasons: BlockReason[] = [];
+  const drift: Drift[] = [];
+  const steps: StepReport[] = [];
+  let patch: RepairRunReport["patch"];
+  let jobDir = "";
+  let outcome: RepairOutcome = "blocked";
+
+  const before: TreeDigest | undefined = options.repositoryPath.startsWith("/") ? await digestTree(options.repositoryPath).catch(() => undefined) : undefined;
+  const inspection: Inspection = await inspectRepository(options);
+  const report = async (): Promise<RepairRunReport> => {
+    if (jobDir !== "" && !options.keepJobDir) await removeJobDir(jobDir);
+    const after = before ? await digestTree(options.repositoryPath).catch(() => undefined) : undefined;
+    const unchanged = before?.complete && after?.complete ? before.sha256 === after.sha256 : null;
+    return {
+      outcome,
+      admitted: inspection.admitted,
+      inspectionSha256: inspection.inspectionSha256,
+      reasons: reasons.map(reasonJson),
+      drift: drift.map(driftJson),
+      steps,
+      ...(patch ? { patch } : {}),
+      repositoryUnchanged: unchanged,
+      repositorySha256: after?.sha256 ?? "",
+      jobId,
+      jobDir,
+      wallMs,
+      durationMs: now() - started,
+      inspection: toJson(InspectionSchema, inspection),
+    };
+  };
+
+  if (!inspection.admitted) {
+    reasons.push(...inspection.reasons);
+    return report();
+  }
+  const allowed = options.allowedPatchPaths ?? (inspection.sourcePaths.length > 0 ? inspection.sourcePaths : ["."]);
+  if (options.patchText !== undefined) {
+    const policy = checkPatchPaths(options.patchText, inspection, allowed);
+    if (policy.length > 0) {
+      reasons.push(...policy);
+      return report();
+    }
+  }
+
+  const jobRoot = options.jobRoot ?? tmpdir();
+  await mkdir(jobRoot, { recursive: true });
+  jobDir = join(jobRoot, `seraph-job-${jobId}`);
+  const staged = await stageRepository({ inspection, jobDir, runtime: options.runtime });
+  if (!staged.ok) {
+    reasons.push(...staged.reasons);
+    drift.push(...staged.drift);
+    return report();
+  }
+  const stage = staged.stage;
+  if (options.patchText !== undefined) {
+    const applied = await applyPatchToStage(stage, options.patchText, allowed);
+    patch = { sha256: applied.patchSha256, applied: applied.ok, changed: applied.changed };
+    if (!applied.ok) {
+      reasons.push(...applied.reasons);
+      return report();
+    }
+  }
+
+  const limits = limitValues(inspection.limits ?? ({} as never));
+  let outputLeft = limits.output_bytes;
+  for (let i = 0; i < stage.steps.length; i++) {
+    const step = stage.steps[i];
+    if (!step) break;
+    const stepDeadline = deadline - budget.readbackReserveMs;
+    if (stepDeadline - now() <= budget.cleanupReserveMs) {
+      reasons.push(blockReason("wall_deadline_exhausted", `No time is left within the ${wallMs} ms wall deadline to run the ${step.name} step.`, step.name));
+      outcome = "timed_out";
+      return report();
+    }
+    const spec = stepSpec(stage, i, {
+      jobId: `${jobId}-${step.name}`,
+      deadlineUnixMs: stepDeadline,
+      cleanupReserveMs: budget.cleanupReserveMs,
+      graceMs: budget.graceMs,
+      outputLimitBytes: outputLeft,
+    });
+    await mkdir(spec.runDir, { mode: 0o700 });
+    let receipt: Receipt;
+    try {
+      receipt = await options.runSteps(spec);
+    } catch (err) {
+      reasons.push(blockReason("supervisor_failed", `The supervisor of the ${step.name} step gave no receipt: ${(err as Error).message}`, step.name));
+      steps.push({ name: step.name, argv: step.argv, displayArgv: step.displayArgv, outcome: "unknown" });
+      outcome = "unknown";
+      return report();
+    }
+    const result = receipt.commands[0];
+    const stepOutcome = outcomeOf(receipt);
+    steps.push({
+      name: step.name,
+      argv: step.argv,
+      displayArgv: step.displayArgv,
+      outcome: stepOutcome,
+      ...(result?.exitCode !== undefined ? { exitCode: result.exitCode } : {}),
+      ...(result?.signal !== undefined ? { signal: result.signal } : {}),
+      receipt: toJson(ReceiptSchema, receipt),
+    });
+    outputLeft = Math.max(0, outputLeft - Number(receipt.outputKeptBytes));
+    if (stepOutcome !== "succeeded") {
+      outcome = stepOutcome;
+      return report();
+    }
+    if (step.name === "build") {
+      const invalid = await validateBuildOutput(stage);
+      if (invalid.length > 0) {
+        reasons.push(...invalid);
+        outcome = "failed";
+        return report();
+      }
+    }
+  }
+  outcome = "succeeded";
+  return report();
+}

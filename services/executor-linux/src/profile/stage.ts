@@ -1,0 +1,237 @@
+import { lstat, mkdir, readlink, rename, rm, symlink, unlink, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { StepSchema, type BlockReason, type Drift, type Inspection, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { sha256Hex } from "./digest.js";
+import { checkDrift, describeDrift } from "./drift.js";
+import { inspectSnapshot } from "./inspect.js";
+import { buildJobEnv, jobDirs } from "./job-env.js";
+import { checkPatchApplies, checkPatchPaths } from "./patch.js";
+import { blockReason } from "./reasons.js";
+import type { RuntimeExpectation } from "./runtime.js";
+import { readFileBounded, sortedEntries } from "./safe-fs.js";
+import type { SnapshotFile, SnapshotSink } from "./snapshot.js";
+
+/** A verified private copy of an inspected repository, ready for the patch and the steps. */
+export interface StagedRepository {
+  /** The private 0700 job directory. */
+  readonly jobDir: string;
+  /** The staged package root (`<jobDir>/pkg`); every step runs with this cwd. */
+  readonly packageDir: string;
+  /** The exact environment of every step (see buildJobEnv). */
+  readonly env: Readonly<Record<string, string>>;
+  /** The re-inspection made while copying; its identities equal the approved inspection's. */
+  readonly inspection: Inspection;
+  /** Steps with absolute argv into the staged package. */
+  readonly steps: readonly Step[];
+  /** Package-relative build output directory ("" when none). */
+  readonly outputDir: string;
+  /** Test paths the build must produce (inside outputDir). */
+  readonly deferredTestPaths: readonly string[];
+  /** Every staged regular file and its digest, updated by applyPatchToStage. */
+  readonly files: Map<string, SnapshotFile>;
+  /** Every staged link (package-relative) and its target. */
+  readonly links: ReadonlyMap<string, string>;
+}
+
+/** What staging produced: a verified stage, or the reasons and drift that stopped it. */
+export type StageResult =
+  | { readonly ok: true; readonly stage: StagedRepository }
+  | { readonly ok: false; readonly reasons: readonly BlockReason[]; readonly drift: readonly Drift[] };
+
+/** What to stage. */
+export interface StageOptions {
+  /** The admitted (approved) inspection. */
+  readonly inspection: Inspection;
+  /** The job directory to create (its parent must exist; it must not). Created 0700. */
+  readonly jobDir: string;
+  /** Runtime expectation for the re-check (default: the inspection's version). */
+  readonly runtime?: RuntimeExpectation;
+}
+
+function stagedSink(packageDir: string): SnapshotSink {
+  return {
+    async file(rel, bytes, mode) {
+      const abs = join(packageDir, rel);
+      await mkdir(dirname(abs), { recursive: true, mode: 0o700 });
+      // "wx": never overwrite and never write through a link planted at the path.
+      await writeFile(abs, bytes, { flag: "wx", mode: (mode & 0o755) | 0o600 });
+    },
+    async link(rel, target) {
+      const abs = join(packageDir, rel);
+      await mkdir(dirname(abs), { recursive: true, mode: 0o700 });
+      await symlink(target, abs);
+    },
+    async directory(rel) {
+      await mkdir(join(packageDir, rel), { recursive: true, mode: 0o700 });
+    },
+  };
+}
+
+/** Rewrites a step's package-relative display argv into absolute argv for the staged package. */
+export function stagedArgv(step: Step, nodePath: string, packageDir: string): string[] {
+  return [nodePath, ...step.displayArgv.slice(1).map((t) => (t.startsWith("--") ? t : join(packageDir, t)))];
+}
+
+/** One difference between a staged tree and what it should hold. */
+export interface TreeDifference {
+  readonly path: string;
+  readonly change: "changed" | "missing" | "added" | "type";
+}
+
+/**
+ * Walks a staged package (without following links) and compares it with the expected files and
+ * links, skipping `skipDir` (the build output directory). Used right after copying (the copy is
+ * what was inspected) and after a build (the build wrote nothing outside its output directory).
+ */
+export async function verifyStagedTree(
+  packageDir: string,
+  files: ReadonlyMap<string, SnapshotFile>,
+  links: ReadonlyMap<string, string>,
+  skipDir = "",
+): Promise<TreeDifference[]> {
+  const diffs: TreeDifference[] = [];
+  const seen = new Set<string>();
+  const walk = async (rel: string): Promise<void> => {
+    for (const name of await sortedEntries(rel === "" ? packageDir : join(packageDir, rel))) {
+      const child = rel === "" ? name : `${rel}/${name}`;
+      if (skipDir !== "" && child === skipDir) continue;
+      const abs = join(packageDir, child);
+      const st = await lstat(abs);
+      if (st.isDirectory()) {
+        await walk(child);
+      } else if (st.isSymbolicLink()) {
+        seen.add(child);
+        const expected = links.get(child);
+        if (expected === undefined) diffs.push({ path: child, change: files.has(child) ? "type" : "added" });
+        else if ((await readlink(abs)) !== expected) diffs.push({ path: child, change: "changed" });
+      } else if (st.isFile()) {
+        seen.add(child);
+        const expected = files.get(child);
+        if (!expected) {
+          diffs.push({ path: child, change: links.has(child) ? "type" : "added" });
+          continue;
+        }
+        if (st.size !== expected.size) {
+          diffs.push({ path: child, change: "changed" });
+          continue;
+        }
+        const r = await readFileBounded(abs, expected.size);
+        if (r.sha256 !== expected.sha256) diffs.push({ path: child, change: "changed" });
+      } else {
+        seen.add(child);
+        diffs.push({ path: child, change: "type" });
+      }
+    }
+  };
+  await walk("");
+  for (const p of [...files.keys(), ...links.keys()]) if (!seen.has(p) && !(skipDir !== "" && (p === skipDir || p.startsWith(`${skipDir}/`)))) diffs.push({ path: p, change: "missing" });
+  return diffs;
+}
+
+/**
+ * Creates the private job directory (0700: `pkg/`, `home/`, `tmp/`, `npm-cache/`), copies the
+ * inspected sources and bounded dependency tree into `pkg/` by re-inspecting the repository with
+ * the inspection's own inputs (each file's copied bytes are the hashed bytes), then re-reads the
+ * copy and verifies every digest. Any difference from `inspection` — an identity, a step, a hook,
+ * a limit — stops staging with the drift (this is the drift check at staging time). On failure
+ * the job directory is left for the caller to remove.
+ */
+export async function stageRepository(options: StageOptions): Promise<StageResult> {
+  const { inspection, jobDir } = options;
+  if (!inspection.admitted) {
+    return { ok: false, drift: [], reasons: [blockReason("stage_failed", "Only an admitted inspection can be staged.", inspection.repositoryPath)] };
+  }
+  await mkdir(jobDir, { mode: 0o700 });
+  const packageDir = join(jobDir, "pkg");
+  const dirs = jobDirs(jobDir);
+  for (const d of [packageDir, dirs.home, dirs.tmp, dirs.npmCache, dirs.cache, dirs.config]) await mkdir(d, { recursive: true, mode: 0o700 });
+
+  const staged = await inspectSnapshot(
+    {
+      repositoryPath: inspection.repositoryPath,
+      selection: inspection.selection,
+      nodePath: inspection.nodePath,
+      sourcePaths: inspection.sourcePaths,
+      limits: inspection.limits,
+      buildOutputDir: inspection.buildOutputDir || undefined,
+      runtime: options.runtime ?? { expectedVersion: inspection.nodeVersion || undefined },
+    },
+    stagedSink(packageDir),
+  );
+  const re = staged.inspection;
+  const drift = checkDrift(inspection, re);
+  const reasons: BlockReason[] = [...re.reasons];
+  for (const d of drift) reasons.push(blockReason("drift", `Drift since inspection: ${describeDrift(d)}`, d.name));
+  if (reasons.length === 0 && re.inspectionSha256 !== inspection.inspectionSha256) {
+    reasons.push(
+      blockReason("drift", "The scripts, hooks, selection or limits differ from the inspection (the inspection hash does not match), although every file identity does.", "inspection_sha256"),
+    );
+  }
+  if (reasons.length > 0) return { ok: false, reasons, drift };
+
+  const files = new Map(staged.snapshot.files);
+  const differences = await verifyStagedTree(packageDir, files, staged.snapshot.links);
+  if (differences.length > 0) {
+    return {
+      ok: false,
+      drift: [],
+      reasons: differences.slice(0, 10).map((d) => blockReason("stage_failed", `The staged copy of ${d.path} does not match what was inspected (${d.change}).`, d.path)),
+    };
+  }
+  const steps = re.steps.map((s) => create(StepSchema, { ...s, argv: stagedArgv(s, re.nodePath, packageDir) }));
+  return {
+    ok: true,
+    stage: {
+      jobDir,
+      packageDir,
+      env: buildJobEnv(jobDir),
+      inspection: re,
+      steps,
+      outputDir: re.buildOutputDir,
+      deferredTestPaths: staged.deferredTestPaths,
+      files,
+      links: staged.snapshot.links,
+    },
+  };
+}
+
+/**
+ * Applies a patch to the staged copy only: checks the path policy (checkPatchPaths), applies every
+ * hunk exactly to the staged, inspected files, writes the results (atomic rename) and updates the
+ * stage's file digests. The repository is never touched. Returns the reasons when it cannot.
+ */
+export async function applyPatchToStage(
+  stage: StagedRepository,
+  patchText: string,
+  allowedPatchPaths: readonly string[],
+): Promise<{ readonly ok: boolean; readonly reasons: readonly BlockReason[]; readonly changed: readonly string[]; readonly patchSha256: string }> {
+  const patchSha256 = sha256Hex(patchText);
+  const policy = checkPatchPaths(patchText, stage.inspection, allowedPatchPaths);
+  if (policy.length > 0) return { ok: false, reasons: policy, changed: [], patchSha256 };
+  const { reasons, result } = await checkPatchApplies(patchText, stage.inspection, stage.packageDir);
+  if (reasons.length > 0) return { ok: false, reasons, changed: [], patchSha256 };
+  const changed: string[] = [];
+  for (const [rel, content] of result) {
+    const abs = join(stage.packageDir, rel);
+    if (content === null) {
+      await unlink(abs);
+      stage.files.delete(rel);
+    } else {
+      const bytes = Buffer.from(content, "utf8");
+      const mode = stage.files.get(rel)?.mode ?? 0o644;
+      await mkdir(dirname(abs), { recursive: true, mode: 0o700 });
+      const tmp = `${abs}.seraph-patch-${process.pid}`;
+      await writeFile(tmp, bytes, { flag: "wx", mode: (mode & 0o755) | 0o600 });
+      await rename(tmp, abs);
+      stage.files.set(rel, { sha256: sha256Hex(bytes), size: bytes.length, mode, area: "source" });
+    }
+    changed.push(rel);
+  }
+  return { ok: true, reasons: [], changed, patchSha256 };
+}
+
+/** Removes a job directory created by stageRepository (never anything outside it). */
+export async function removeJobDir(jobDir: string): Promise<void> {
+  await rm(jobDir, { recursive: true, force: true, maxRetries: 2 });
+}
