@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/executor/v1/executor.proto.
  */
 export const file_seraph_executor_v1_executor: GenFile = /*@__PURE__*/
-  fileDesc("CiFzZXJhcGgvZXhlY3V0b3IvdjEvZXhlY3V0b3IucHJvdG8SEnNlcmFwaC5leGVjdXRvci52MSJLChBQcmVyZXF1aXNpdGVJdGVtEgwKBG5hbWUYASABKAkSCgoCb2sYAiABKAgSDAoEY29kZRgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIucBChJQcmVyZXF1aXNpdGVSZXBvcnQSCgoCb2sYASABKAgSMwoFaXRlbXMYAiADKAsyJC5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlSXRlbRIPCgdub2RlX2lkGAMgASgJEjgKCmZhY2lsaXRpZXMYBCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydBIUCgxydW50aW1lX3BhdGgYBSABKAkSFwoPcnVudGltZV92ZXJzaW9uGAYgASgJEhYKDnJ1bnRpbWVfc2hhMjU2GAcgASgJIuoBCg5JbnNwZWN0UmVxdWVzdBImCg9yZXBvc2l0b3J5X3BhdGgYASABKAlCDbpICnIIEAEYgCA6AS8SKAoMc291cmNlX3BhdGhzGAIgAygJQhK6SA+SAQwQ0A8iB3IFEAEYgAgSOwoJc2VsZWN0aW9uGAMgASgOMhwuc2VyYXBoLnByb2ZpbGUudjEuU2VsZWN0aW9uQgq6SAeCAQQQASAAEh4KDHJ1bnRpbWVfcGF0aBgEIAEoCUIIukgFcgM6AS8SKQoGbGltaXRzGAUgASgLMhkuc2VyYXBoLnByb2ZpbGUudjEuTGltaXRzIkQKD0luc3BlY3RSZXNwb25zZRIxCgppbnNwZWN0aW9uGAEgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbiIxChlDaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0EhQKDHJ1bnRpbWVfcGF0aBgBIAEoCSJUChpDaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRI2CgZyZXBvcnQYASABKAsyJi5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlUmVwb3J0InMKEVJlYWRTb3VyY2VSZXF1ZXN0EiEKD3JlcG9zaXRvcnlfcGF0aBgBIAEoCUIIukgFcgM6AS8SGAoEcGF0aBgCIAEoCUIKukgHcgUQARiACBIhCg9leHBlY3RlZF9zaGEyNTYYAyABKAlCCLpIBXIDmAFAIjUKElJlYWRTb3VyY2VSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBnNoYTI1NhgCIAEoCSKyAQoUQ2hlY2tQcm9wb3NhbFJlcXVlc3QSIQoPcmVwb3NpdG9yeV9wYXRoGAEgASgJQgi6SAVyAzoBLxI5CgppbnNwZWN0aW9uGAIgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbkIGukgDyAEBEhUKBGRpZmYYAyABKAlCB7pIBHICEAESJQoTYWxsb3dlZF9wYXRjaF9wYXRocxgEIAMoCUIIukgFkgECCAEigAEKFUNoZWNrUHJvcG9zYWxSZXNwb25zZRIKCgJvaxgBIAEoCBIvCgdyZWFzb25zGAIgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFQoNY2hhbmdlZF9wYXRocxgDIAMoCRITCgtkaWZmX3NoYTI1NhgEIAEoCSJcChBDYW5jZWxKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDwoHYXR0ZW1wdBgCIAEoDRINCgVmZW5jZRgDIAEoBBIOCgZyZWFzb24YBCABKAkiUgoRQ2FuY2VsSm9iUmVzcG9uc2USKgoFcGhhc2UYASABKA4yGy5zZXJhcGguc3VwZXJ2aXNvci52MS5QaGFzZRIRCglkZWxpdmVyZWQYAiABKAgy9wMKD0V4ZWN1dG9yU2VydmljZRJSCgdJbnNwZWN0EiIuc2VyYXBoLmV4ZWN1dG9yLnYxLkluc3BlY3RSZXF1ZXN0GiMuc2VyYXBoLmV4ZWN1dG9yLnYxLkluc3BlY3RSZXNwb25zZRJzChJDaGVja1ByZXJlcXVpc2l0ZXMSLS5zZXJhcGguZXhlY3V0b3IudjEuQ2hlY2tQcmVyZXF1aXNpdGVzUmVxdWVzdBouLnNlcmFwaC5leGVjdXRvci52MS5DaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRJbCgpSZWFkU291cmNlEiUuc2VyYXBoLmV4ZWN1dG9yLnYxLlJlYWRTb3VyY2VSZXF1ZXN0GiYuc2VyYXBoLmV4ZWN1dG9yLnYxLlJlYWRTb3VyY2VSZXNwb25zZRJkCg1DaGVja1Byb3Bvc2FsEiguc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUHJvcG9zYWxSZXF1ZXN0Gikuc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUHJvcG9zYWxSZXNwb25zZRJYCglDYW5jZWxKb2ISJC5zZXJhcGguZXhlY3V0b3IudjEuQ2FuY2VsSm9iUmVxdWVzdBolLnNlcmFwaC5leGVjdXRvci52MS5DYW5jZWxKb2JSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("CiFzZXJhcGgvZXhlY3V0b3IvdjEvZXhlY3V0b3IucHJvdG8SEnNlcmFwaC5leGVjdXRvci52MSJLChBQcmVyZXF1aXNpdGVJdGVtEgwKBG5hbWUYASABKAkSCgoCb2sYAiABKAgSDAoEY29kZRgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIucBChJQcmVyZXF1aXNpdGVSZXBvcnQSCgoCb2sYASABKAgSMwoFaXRlbXMYAiADKAsyJC5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlSXRlbRIPCgdub2RlX2lkGAMgASgJEjgKCmZhY2lsaXRpZXMYBCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydBIUCgxydW50aW1lX3BhdGgYBSABKAkSFwoPcnVudGltZV92ZXJzaW9uGAYgASgJEhYKDnJ1bnRpbWVfc2hhMjU2GAcgASgJIuoBCg5JbnNwZWN0UmVxdWVzdBImCg9yZXBvc2l0b3J5X3BhdGgYASABKAlCDbpICnIIEAEYgCA6AS8SKAoMc291cmNlX3BhdGhzGAIgAygJQhK6SA+SAQwQ0A8iB3IFEAEYgAgSOwoJc2VsZWN0aW9uGAMgASgOMhwuc2VyYXBoLnByb2ZpbGUudjEuU2VsZWN0aW9uQgq6SAeCAQQQASAAEh4KDHJ1bnRpbWVfcGF0aBgEIAEoCUIIukgFcgM6AS8SKQoGbGltaXRzGAUgASgLMhkuc2VyYXBoLnByb2ZpbGUudjEuTGltaXRzIkQKD0luc3BlY3RSZXNwb25zZRIxCgppbnNwZWN0aW9uGAEgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbiIxChlDaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0EhQKDHJ1bnRpbWVfcGF0aBgBIAEoCSJUChpDaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRI2CgZyZXBvcnQYASABKAsyJi5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlUmVwb3J0InMKEVJlYWRTb3VyY2VSZXF1ZXN0EiEKD3JlcG9zaXRvcnlfcGF0aBgBIAEoCUIIukgFcgM6AS8SGAoEcGF0aBgCIAEoCUIKukgHcgUQARiACBIhCg9leHBlY3RlZF9zaGEyNTYYAyABKAlCCLpIBXIDmAFAIjUKElJlYWRTb3VyY2VSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBnNoYTI1NhgCIAEoCSKyAQoUQ2hlY2tQcm9wb3NhbFJlcXVlc3QSIQoPcmVwb3NpdG9yeV9wYXRoGAEgASgJQgi6SAVyAzoBLxI5CgppbnNwZWN0aW9uGAIgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbkIGukgDyAEBEhUKBGRpZmYYAyABKAlCB7pIBHICEAESJQoTYWxsb3dlZF9wYXRjaF9wYXRocxgEIAMoCUIIukgFkgECCAEigAEKFUNoZWNrUHJvcG9zYWxSZXNwb25zZRIKCgJvaxgBIAEoCBIvCgdyZWFzb25zGAIgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFQoNY2hhbmdlZF9wYXRocxgDIAMoCRITCgtkaWZmX3NoYTI1NhgEIAEoCSJAChZDaGVja1JlcG9zaXRvcnlSZXF1ZXN0EiYKD3JlcG9zaXRvcnlfcGF0aBgBIAEoCUINukgKcggQAhiAIDoBLyJ4ChdDaGVja1JlcG9zaXRvcnlSZXNwb25zZRIKCgJvaxgBIAEoCBIMCgRjb2RlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSGAoQcmVwb3NpdG9yeV9yb290cxgEIAMoCRIYChBoYXNfcGFja2FnZV9qc29uGAUgASgIIlwKEENhbmNlbEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIPCgdhdHRlbXB0GAIgASgNEg0KBWZlbmNlGAMgASgEEg4KBnJlYXNvbhgEIAEoCSJSChFDYW5jZWxKb2JSZXNwb25zZRIqCgVwaGFzZRgBIAEoDjIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLlBoYXNlEhEKCWRlbGl2ZXJlZBgCIAEoCDLjBAoPRXhlY3V0b3JTZXJ2aWNlElIKB0luc3BlY3QSIi5zZXJhcGguZXhlY3V0b3IudjEuSW5zcGVjdFJlcXVlc3QaIy5zZXJhcGguZXhlY3V0b3IudjEuSW5zcGVjdFJlc3BvbnNlEnMKEkNoZWNrUHJlcmVxdWlzaXRlcxItLnNlcmFwaC5leGVjdXRvci52MS5DaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0Gi4uc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlElsKClJlYWRTb3VyY2USJS5zZXJhcGguZXhlY3V0b3IudjEuUmVhZFNvdXJjZVJlcXVlc3QaJi5zZXJhcGguZXhlY3V0b3IudjEuUmVhZFNvdXJjZVJlc3BvbnNlEmQKDUNoZWNrUHJvcG9zYWwSKC5zZXJhcGguZXhlY3V0b3IudjEuQ2hlY2tQcm9wb3NhbFJlcXVlc3QaKS5zZXJhcGguZXhlY3V0b3IudjEuQ2hlY2tQcm9wb3NhbFJlc3BvbnNlEmoKD0NoZWNrUmVwb3NpdG9yeRIqLnNlcmFwaC5leGVjdXRvci52MS5DaGVja1JlcG9zaXRvcnlSZXF1ZXN0Gisuc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUmVwb3NpdG9yeVJlc3BvbnNlElgKCUNhbmNlbEpvYhIkLnNlcmFwaC5leGVjdXRvci52MS5DYW5jZWxKb2JSZXF1ZXN0GiUuc2VyYXBoLmV4ZWN1dG9yLnYxLkNhbmNlbEpvYlJlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * @generated from message seraph.executor.v1.PrerequisiteItem
@@ -313,6 +313,70 @@ export const CheckProposalResponseSchema: GenMessage<CheckProposalResponse> = /*
   messageDesc(file_seraph_executor_v1_executor, 9);
 
 /**
+ * @generated from message seraph.executor.v1.CheckRepositoryRequest
+ */
+export type CheckRepositoryRequest = Message<"seraph.executor.v1.CheckRepositoryRequest"> & {
+  /**
+   * Absolute repository path on this node, which must be normalized and lie under one of the
+   * node's repository roots.
+   *
+   * @generated from field: string repository_path = 1;
+   */
+  repositoryPath: string;
+};
+
+/**
+ * Describes the message seraph.executor.v1.CheckRepositoryRequest.
+ * Use `create(CheckRepositoryRequestSchema)` to create a new message.
+ */
+export const CheckRepositoryRequestSchema: GenMessage<CheckRepositoryRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_executor_v1_executor, 10);
+
+/**
+ * @generated from message seraph.executor.v1.CheckRepositoryResponse
+ */
+export type CheckRepositoryResponse = Message<"seraph.executor.v1.CheckRepositoryResponse"> & {
+  /**
+   * @generated from field: bool ok = 1;
+   */
+  ok: boolean;
+
+  /**
+   * Stable code when not ok: "path_not_normalized", "outside_repository_roots", "not_found",
+   * "not_directory", "link_escapes_root".
+   *
+   * @generated from field: string code = 2;
+   */
+  code: string;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * The node's repository roots, so the caller can say where repositories may live.
+   *
+   * @generated from field: repeated string repository_roots = 4;
+   */
+  repositoryRoots: string[];
+
+  /**
+   * A hint only (admission is decided by inspection): package.json exists at the path.
+   *
+   * @generated from field: bool has_package_json = 5;
+   */
+  hasPackageJson: boolean;
+};
+
+/**
+ * Describes the message seraph.executor.v1.CheckRepositoryResponse.
+ * Use `create(CheckRepositoryResponseSchema)` to create a new message.
+ */
+export const CheckRepositoryResponseSchema: GenMessage<CheckRepositoryResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_executor_v1_executor, 11);
+
+/**
  * @generated from message seraph.executor.v1.CancelJobRequest
  */
 export type CancelJobRequest = Message<"seraph.executor.v1.CancelJobRequest"> & {
@@ -342,7 +406,7 @@ export type CancelJobRequest = Message<"seraph.executor.v1.CancelJobRequest"> & 
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_executor_v1_executor, 10);
+  messageDesc(file_seraph_executor_v1_executor, 12);
 
 /**
  * @generated from message seraph.executor.v1.CancelJobResponse
@@ -364,7 +428,7 @@ export type CancelJobResponse = Message<"seraph.executor.v1.CancelJobResponse"> 
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_executor_v1_executor, 11);
+  messageDesc(file_seraph_executor_v1_executor, 13);
 
 /**
  * Served by every executor node (gRPC over h2c).
@@ -403,6 +467,16 @@ export const ExecutorService: GenService<{
     methodKind: "unary";
     input: typeof CheckProposalRequestSchema;
     output: typeof CheckProposalResponseSchema;
+  },
+  /**
+   * Whether a repository path may be registered: normalized, under a root, an existing directory.
+   *
+   * @generated from rpc seraph.executor.v1.ExecutorService.CheckRepository
+   */
+  checkRepository: {
+    methodKind: "unary";
+    input: typeof CheckRepositoryRequestSchema;
+    output: typeof CheckRepositoryResponseSchema;
   },
   /**
    * @generated from rpc seraph.executor.v1.ExecutorService.CancelJob
