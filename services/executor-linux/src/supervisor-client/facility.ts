@@ -1,0 +1,51 @@
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { FacilityReportSchema, type FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { defaultSupervisorEntry } from "./paths.js";
+
+/** Options of readFacilityReport. */
+export interface FacilityReportOptions {
+  readonly supervisorEntry?: string;
+  readonly nodePath?: string;
+  readonly timeoutMs?: number;
+}
+
+function blocked(code: string, message: string): FacilityReport {
+  return create(FacilityReportSchema, {
+    ok: false,
+    items: [{ name: "probe", ok: false, code, message }],
+    arch: process.arch,
+  });
+}
+
+/**
+ * The Linux facility report for supervisors on this host. The probe runs in a short-lived
+ * child (`main.js --probe`), because it must make its process a child subreaper and a
+ * controller must never become one. Anything missing blocks with a code and a sentence;
+ * nothing is replaced by a fallback.
+ */
+export function readFacilityReport(options: FacilityReportOptions = {}): Promise<FacilityReport> {
+  const entry = options.supervisorEntry ?? defaultSupervisorEntry();
+  if (!existsSync(entry)) {
+    return Promise.resolve(blocked("supervisor_missing", `The compiled supervisor ${entry} does not exist (run npx tsc -b).`));
+  }
+  return new Promise((resolve) => {
+    execFile(
+      options.nodePath ?? process.execPath,
+      [entry, "--probe"],
+      { encoding: "buffer", timeout: options.timeoutMs ?? 15_000, env: {}, maxBuffer: 1 << 20 },
+      (err, stdout, stderr) => {
+        if (err !== null) {
+          resolve(blocked("probe_failed", `The probe process failed: ${err.message} ${stderr.toString("utf8").slice(0, 500)}`.trim()));
+          return;
+        }
+        try {
+          resolve(fromBinary(FacilityReportSchema, stdout));
+        } catch (parseErr) {
+          resolve(blocked("probe_failed", `The probe output was not a FacilityReport: ${(parseErr as Error).message}`));
+        }
+      },
+    );
+  });
+}

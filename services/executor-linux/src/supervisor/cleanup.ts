@@ -1,0 +1,117 @@
+import type { NativeSystem } from "../native/native-system.js";
+import { Signal } from "../native/native-system.js";
+import type { ProcFs, ProcStat } from "../native/proc-fs.js";
+import { findDescendants, liveOnly, type DescendantLedger } from "./process-tree.js";
+import type { Reaper } from "./reaper.js";
+import { signalVerified } from "./signaller.js";
+
+/** What the cleanup needs; every piece is injectable for unit tests. */
+export interface CleanupDeps {
+  readonly native: NativeSystem;
+  readonly proc: ProcFs;
+  readonly reaper: Reaper;
+  /** The supervisor's pid: the root of the tree (a child subreaper). */
+  readonly rootPid: number;
+  readonly ledger: DescendantLedger;
+  /** Monotonic milliseconds. */
+  readonly now: () => number;
+  readonly sleep: (ms: number) => Promise<void>;
+}
+
+/** Cleanup timing. */
+export interface CleanupOptions {
+  /** Monotonic time by which ECHILD must be observed; past it the outcome is unknown. */
+  readonly budgetEnd: number;
+  /** Time between SIGTERM and SIGKILL. */
+  readonly graceMs: number;
+  /** Part of the budget the SIGTERM grace may not eat: kept for SIGKILL rounds and reaping. */
+  readonly killMarginMs: number;
+  /** How often the tree is rescanned during the grace (new processes get SIGTERM too). */
+  readonly rescanMs?: number;
+}
+
+/** What one cleanup did. `echild` is the only proof that nothing is left. */
+export interface CleanupResult {
+  readonly echild: boolean;
+  readonly signalledTerm: number;
+  readonly signalledKill: number;
+  readonly identityRefusals: number;
+  readonly rounds: number;
+  readonly cleanupMs: number;
+}
+
+const key = (p: ProcStat): string => `${p.pid}:${p.startTimeTicks}`;
+
+/**
+ * Brings the whole tree under `rootPid` down and proves it: each round scans all of /proc,
+ * walks the ppid tree, and signals every live descendant through an identity-checked pidfd —
+ * SIGTERM followed by SIGCONT (a stopped process would otherwise keep SIGTERM pending) during
+ * the grace, then SIGKILL rounds — reaping in between, until `waitpid(-1, WNOHANG|__WALL)`
+ * returns ECHILD. Processes that keep forking are caught by later rounds (their orphans
+ * reparent to the subreaper). Never signals anything outside the tree, never extends the
+ * budget: when it runs out, `echild` is false and the caller must report unknown.
+ */
+export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Promise<CleanupResult> {
+  const { native, proc, reaper, now, sleep } = deps;
+  const start = now();
+  const rescanMs = options.rescanMs ?? 25;
+  const termed = new Set<string>();
+  const killed = new Set<string>();
+  const refused = new Set<string>();
+  let rounds = 0;
+  let termUntil: number | undefined;
+
+  const finish = (echild: boolean): CleanupResult => ({
+    echild,
+    signalledTerm: termed.size,
+    signalledKill: killed.size,
+    identityRefusals: refused.size,
+    rounds,
+    cleanupMs: Math.round(now() - start),
+  });
+
+  // Reap-only polling between scans: cheap (one syscall), while a scan reads every /proc/<pid>/stat.
+  const reapFor = async (ms: number): Promise<boolean> => {
+    const until = now() + ms;
+    for (;;) {
+      if (reaper.reapAll().echild) return true;
+      if (now() >= until || now() >= options.budgetEnd) return false;
+      await sleep(1);
+    }
+  };
+
+  for (;;) {
+    if (reaper.reapAll().echild) return finish(true);
+    const t = now();
+    if (t >= options.budgetEnd) return finish(false);
+    const all = findDescendants(proc, deps.rootPid);
+    deps.ledger.note(all);
+    const live = liveOnly(all);
+    if (live.length === 0) {
+      // Only zombies (all children of the root by now) or processes exiting this instant.
+      if (await reapFor(5)) return finish(true);
+      continue;
+    }
+    if (termUntil === undefined) {
+      rounds++;
+      termUntil = options.graceMs > 0 ? Math.min(t + options.graceMs, options.budgetEnd - options.killMarginMs) : t;
+    }
+    if (t < termUntil) {
+      for (const p of live) {
+        if (termed.has(key(p))) continue;
+        const r = signalVerified(native, proc, p, [Signal.SIGTERM, Signal.SIGCONT]);
+        if (r.kind === "signalled") termed.add(key(p));
+        else if (r.kind === "refused") refused.add(key(p));
+      }
+      if (await reapFor(Math.max(1, Math.min(rescanMs, termUntil - now())))) return finish(true);
+      continue;
+    }
+    rounds++;
+    for (const p of live) {
+      const r = signalVerified(native, proc, p, [Signal.SIGKILL]);
+      if (r.kind === "signalled") killed.add(key(p));
+      else if (r.kind === "refused") refused.add(key(p));
+    }
+    if (await reapFor(10)) return finish(true);
+  }
+}

@@ -1,0 +1,198 @@
+import {
+  Outcome,
+  Phase,
+  type CommandResult,
+  type Receipt,
+  type StreamStats,
+} from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+
+/** Lowercase outcome names used in JSON receipts and by the CLI. */
+export type OutcomeName =
+  | "succeeded"
+  | "failed"
+  | "timed_out"
+  | "cancelled"
+  | "rejected_leftover_descendants"
+  | "unknown";
+
+/** Stream statistics as JSON. */
+export interface StreamStatsJson {
+  /** Every byte the command wrote to the stream. */
+  readonly bytes: number;
+  /** Bytes kept in the journal (≤ the stream limit and the job budget). */
+  readonly keptBytes: number;
+  readonly truncated: boolean;
+  /** SHA-256 of the kept bytes. */
+  readonly sha256: string;
+}
+
+/** One command's result as JSON. */
+export interface CommandResultJson {
+  readonly name: string;
+  readonly argv: readonly string[];
+  readonly started: boolean;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly startedUnixMs: number;
+  readonly endedUnixMs: number;
+  readonly durationMs: number;
+  readonly leftoverDescendants: number;
+  readonly stdout: StreamStatsJson;
+  readonly stderr: StreamStatsJson;
+}
+
+/** The receipt as printed by `seraph-exec run --json` (and written to receipt.json). */
+export interface ReceiptJson {
+  readonly outcome: OutcomeName;
+  readonly reason: string;
+  readonly message: string;
+  /** Exit code of the last command that started (the only one for `seraph-exec run`), else null. */
+  readonly exitCode: number | null;
+  /** Signal name that ended the last started command, else null. */
+  readonly signal: string | null;
+  readonly leftoverDescendants: number;
+  readonly echildObserved: boolean;
+  /** Streams of the last started command (zeros when none started). */
+  readonly stdout: StreamStatsJson;
+  readonly stderr: StreamStatsJson;
+  /** From GO (or supervisor start when no command ran) to the receipt. */
+  readonly durationMs: number;
+  readonly cancelledBeforeGo: boolean;
+  readonly cancelRequested: boolean;
+  readonly deadlineReached: boolean;
+  readonly outputKeptBytes: number;
+  readonly goUnixMs: number;
+  readonly finishedUnixMs: number;
+  readonly commands: readonly CommandResultJson[];
+  readonly cleanup: {
+    readonly descendantsFound: number;
+    readonly signalledTerm: number;
+    readonly signalledKill: number;
+    readonly reaped: number;
+    readonly identityRefusals: number;
+    readonly echildObserved: boolean;
+    readonly cleanupMs: number;
+    readonly rounds: number;
+  };
+  readonly supervisor: {
+    readonly pid: number;
+    readonly startTimeTicks: string;
+    readonly bootId: string;
+    readonly sourceSha256: string;
+    readonly specSha256: string;
+  };
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly fence: string;
+}
+
+/** Maps the proto enum to its lowercase JSON name (unspecified → "unknown"). */
+export function outcomeName(outcome: Outcome): OutcomeName {
+  switch (outcome) {
+    case Outcome.SUCCEEDED:
+      return "succeeded";
+    case Outcome.FAILED:
+      return "failed";
+    case Outcome.TIMED_OUT:
+      return "timed_out";
+    case Outcome.CANCELLED:
+      return "cancelled";
+    case Outcome.REJECTED_LEFTOVER_DESCENDANTS:
+      return "rejected_leftover_descendants";
+    default:
+      return "unknown";
+  }
+}
+
+/** Lowercase phase name for humans and logs. */
+export function phaseName(phase: Phase): string {
+  switch (phase) {
+    case Phase.WAITING_FOR_GO:
+      return "waiting_for_go";
+    case Phase.RUNNING:
+      return "running";
+    case Phase.CLEANING_UP:
+      return "cleaning_up";
+    case Phase.FINISHED:
+      return "finished";
+    default:
+      return "unspecified";
+  }
+}
+
+function streamJson(s: StreamStats | undefined): StreamStatsJson {
+  return {
+    bytes: Number(s?.bytes ?? 0n),
+    keptBytes: Number(s?.keptBytes ?? 0n),
+    truncated: s?.truncated ?? false,
+    sha256: s?.sha256 ?? "",
+  };
+}
+
+function commandJson(c: CommandResult): CommandResultJson {
+  const started = Number(c.startedUnixMs);
+  const ended = Number(c.endedUnixMs);
+  return {
+    name: c.name,
+    argv: [...c.argv],
+    started: c.started,
+    exitCode: c.exitCode ?? null,
+    signal: c.signal ?? null,
+    startedUnixMs: started,
+    endedUnixMs: ended,
+    durationMs: c.started && ended >= started ? ended - started : 0,
+    leftoverDescendants: c.leftoverDescendants,
+    stdout: streamJson(c.stdout),
+    stderr: streamJson(c.stderr),
+  };
+}
+
+/**
+ * Converts a Receipt to the stable JSON shape printed by `seraph-exec run --json` and
+ * `repair-run`: lowercase outcome, numbers instead of bigints, nulls for absent values.
+ */
+export function receiptToJson(receipt: Receipt): ReceiptJson {
+  const commands = receipt.commands.map(commandJson);
+  const last = [...receipt.commands].reverse().find((c) => c.started);
+  const marker = receipt.marker;
+  const cleanup = receipt.cleanup;
+  return {
+    outcome: outcomeName(receipt.outcome),
+    reason: receipt.reason,
+    message: receipt.message,
+    exitCode: last?.exitCode ?? null,
+    signal: last?.signal ?? null,
+    leftoverDescendants: receipt.leftoverDescendants,
+    echildObserved: receipt.echildObserved,
+    stdout: streamJson(last?.stdout),
+    stderr: streamJson(last?.stderr),
+    durationMs: receipt.durationMs,
+    cancelledBeforeGo: receipt.cancelledBeforeGo,
+    cancelRequested: receipt.cancelRequested,
+    deadlineReached: receipt.deadlineReached,
+    outputKeptBytes: Number(receipt.outputKeptBytes),
+    goUnixMs: Number(receipt.goUnixMs),
+    finishedUnixMs: Number(receipt.finishedUnixMs),
+    commands,
+    cleanup: {
+      descendantsFound: cleanup?.descendantsFound ?? 0,
+      signalledTerm: cleanup?.signalledTerm ?? 0,
+      signalledKill: cleanup?.signalledKill ?? 0,
+      reaped: cleanup?.reaped ?? 0,
+      identityRefusals: cleanup?.identityRefusals ?? 0,
+      echildObserved: cleanup?.echildObserved ?? false,
+      cleanupMs: cleanup?.cleanupMs ?? 0,
+      rounds: cleanup?.rounds ?? 0,
+    },
+    supervisor: {
+      pid: marker?.supervisor?.pid ?? 0,
+      startTimeTicks: String(marker?.supervisor?.startTimeTicks ?? 0n),
+      bootId: marker?.supervisor?.bootId ?? "",
+      sourceSha256: marker?.supervisorSourceSha256 ?? "",
+      specSha256: marker?.specSha256 ?? "",
+    },
+    jobId: marker?.jobId ?? "",
+    attempt: marker?.attempt ?? 0,
+    fence: String(marker?.fence ?? 0n),
+  };
+}

@@ -1,0 +1,27 @@
+/** File names inside a supervisor's private 0700 run directory. */
+export const RunDirFiles = Object.freeze({
+  /** SupervisorSpec bytes written by the controller (0600) before launch. */
+  spec: "spec.binpb",
+  /** Capability token (64 hex chars, 0600) written by the supervisor at startup. */
+  token: "token",
+  /** Control socket. Kept short: a Unix socket path is limited to 107 bytes. */
+  socket: "ctl.sock",
+  /** OwnerMarker, written atomically before the start barrier. */
+  marker: "marker.binpb",
+  /** The same marker as JSON, for humans. */
+  markerJson: "marker.json",
+  /** Receipt, written atomically before the supervisor exits. */
+  receipt: "receipt.binpb",
+  /** The same receipt as JSON (receiptToJson), for humans. */
+  receiptJson: "receipt.json",
+  /** pino JSON lines. */
+  log: "supervisor.log",
+});
+
+/** Journal file of one command's stream: `cmd-<index>.<stdout|stderr>`. */
+export function journalFileName(command: number, stream: "stdout" | "stderr"): string {
+  return `cmd-${command}.${stream}`;
+}
+
+/** Longest socket path the kernel accepts in sockaddr_un (108 bytes including the NUL). */
+export const MAX_SOCKET_PATH_BYTES = 107;

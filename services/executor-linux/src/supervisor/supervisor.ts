@@ -1,0 +1,541 @@
+import { randomBytes } from "node:crypto";
+import { constants as osConstants } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
+import {
+  CancelAckSchema,
+  CleanupStatsSchema,
+  CommandResultSchema,
+  GoAckSchema,
+  HelloAckSchema,
+  Outcome,
+  OwnerMarkerSchema,
+  Phase,
+  ReadOutputResponseSchema,
+  ReceiptSchema,
+  StatusResponseSchema,
+  Stream,
+  StreamStatsSchema,
+  type CancelAck,
+  type CommandResult,
+  type CommandSpec,
+  type GoAck,
+  type HelloAck,
+  type OwnerMarker,
+  type ReadOutputRequest,
+  type ReadOutputResponse,
+  type Receipt,
+  type StatusResponse,
+  type SupervisorSpec,
+} from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { Logger } from "pino";
+import type { ExitStatus, NativeSystem } from "../native/native-system.js";
+import type { ProcFs } from "../native/proc-fs.js";
+import { writeFileAtomic } from "./atomic-file.js";
+import { runCleanup, type CleanupResult } from "./cleanup.js";
+import { ControlServer } from "./control-server.js";
+import { DescendantLedger, findDescendants, liveOnly } from "./process-tree.js";
+import { Reaper } from "./reaper.js";
+import { outcomeName, receiptToJson } from "./receipt-json.js";
+import { RunDirFiles, journalFileName } from "./run-dir.js";
+import { MIN_KILL_MARGIN_MS, effectiveLimits } from "./spec.js";
+import { OutputBudget, StreamJournal } from "./journal.js";
+import { Wake } from "./wake.js";
+
+/** Everything a supervisor needs; the real values are wired in main.ts, fakes in tests. */
+export interface SupervisorOptions {
+  readonly native: NativeSystem;
+  readonly proc: ProcFs;
+  readonly log: Logger;
+  readonly spec: SupervisorSpec;
+  /** SHA-256 (hex) of the spec bytes the supervisor was launched with. */
+  readonly specSha256: string;
+  /** SHA-256 (hex) of the supervisor's own code (supervisorSourceSha256). */
+  readonly sourceSha256: string;
+  readonly bootId: string;
+  /** Start time (field 22) of the supervisor process. */
+  readonly selfStartTimeTicks: bigint;
+  /** Monotonic clock in ms (default performance.now). */
+  readonly now?: () => number;
+  /**
+   * How long the supervisor stays reachable after writing its receipt (default 2000 ms).
+   * It leaves earlier once a controller fetched the receipt and every connection closed.
+   */
+  readonly lingerMs?: number;
+  /** Backup reap poll while a command runs (default 20 ms); exits are seen at once via pidfd. */
+  readonly reapIntervalMs?: number;
+}
+
+interface CommandState {
+  readonly index: number;
+  readonly spec: CommandSpec;
+  stdout: StreamJournal | undefined;
+  stderr: StreamJournal | undefined;
+  pid: number | undefined;
+  startedUnixMs: number;
+  endedUnixMs: number;
+  exit: ExitStatus | undefined;
+  spawnErrno: number | undefined;
+  leftovers: number;
+  finished: boolean;
+}
+
+const SIGNAL_NAMES: ReadonlyMap<number, string> = new Map(
+  Object.entries(osConstants.signals).map(([name, num]) => [num, name] as const),
+);
+
+/**
+ * One job's supervisor: the only process that spawns the job's commands and the only one
+ * that reaps. Lifecycle: control socket + owner marker → start barrier (GO) → the fixed
+ * command sequence (stopping after a failing step) → cleanup to ECHILD → atomic receipt →
+ * bounded linger → return. Nothing is spawned once cleanup has begun.
+ */
+export class Supervisor {
+  readonly #o: SupervisorOptions;
+  readonly #now: () => number;
+  readonly #wake = new Wake();
+  readonly #reaper: Reaper;
+  readonly #ledger = new DescendantLedger();
+  readonly #commands: CommandState[];
+  readonly #budget: OutputBudget;
+  readonly #streamLimit: number;
+  readonly #deadline: number;
+  readonly #commandsEnd: number;
+  readonly #selfPid: number;
+  readonly #startedUnixMs = Date.now();
+  #phase: Phase;
+  #marker: OwnerMarker | undefined;
+  #server: ControlServer | undefined;
+  #goUnixMs = 0;
+  #cancelReason: string | undefined;
+  #cancelEffective = false;
+  #cancelledBeforeGo = false;
+  #deadlineReached = false;
+  #spawnClosed = false;
+  #current = -1;
+  #fatal: unknown;
+  #receipt: Receipt | undefined;
+  #receiptDelivered = false;
+  readonly #receiptWaiters: Array<(r: Receipt) => void> = [];
+
+  /** Prepares (nothing runs until run()). */
+  constructor(options: SupervisorOptions) {
+    this.#o = options;
+    this.#now = options.now ?? (() => performance.now());
+    this.#reaper = new Reaper(options.native);
+    this.#selfPid = options.native.getpid();
+    const limits = effectiveLimits(options.spec);
+    this.#budget = new OutputBudget(limits.outputLimitBytes);
+    this.#streamLimit = limits.streamLimitBytes;
+    // Wall deadline turned monotonic once, so a clock step cannot stretch or cut the budget.
+    this.#deadline = this.#now() + (Number(options.spec.deadlineUnixMs) - Date.now());
+    this.#commandsEnd = this.#deadline - options.spec.cleanupReserveMs;
+    this.#phase = options.spec.startBarrier ? Phase.WAITING_FOR_GO : Phase.RUNNING;
+    this.#commands = options.spec.commands.map((spec, index) => ({
+      index,
+      spec,
+      stdout: undefined,
+      stderr: undefined,
+      pid: undefined,
+      startedUnixMs: 0,
+      endedUnixMs: 0,
+      exit: undefined,
+      spawnErrno: undefined,
+      leftovers: 0,
+      finished: false,
+    }));
+  }
+
+  /** The current phase. */
+  get phase(): Phase {
+    return this.#phase;
+  }
+
+  /** Records a fatal internal error: the run heads to cleanup and the outcome is unknown. */
+  fail(err: unknown): void {
+    this.#fatal ??= err;
+    this.#wake.notify();
+  }
+
+  /** Runs the job to its receipt (written atomically before this resolves). */
+  async run(): Promise<Receipt> {
+    const { spec, log } = this.#o;
+    const runDir = spec.runDir;
+    const token = randomBytes(32).toString("hex");
+    writeFileAtomic(join(runDir, RunDirFiles.token), token, 0o600);
+    this.#server = new ControlServer({
+      socketPath: join(runDir, RunDirFiles.socket),
+      token,
+      native: this.#o.native,
+      log,
+      handlers: {
+        helloAck: (previous) => this.#helloAck(previous),
+        go: () => this.go(),
+        cancel: (reason) => this.cancel(reason),
+        status: () => this.status(),
+        commandCount: () => this.#commands.length,
+        readOutput: (r) => this.readOutput(r),
+        receipt: (wait) => this.receipt(wait),
+        receiptDelivered: () => {
+          this.#receiptDelivered = true;
+          this.#wake.notify();
+        },
+      },
+    });
+    await this.#server.listen();
+    this.#marker = create(OwnerMarkerSchema, {
+      supervisor: { pid: this.#selfPid, startTimeTicks: this.#o.selfStartTimeTicks, bootId: this.#o.bootId },
+      jobId: spec.jobId,
+      attempt: spec.attempt,
+      fence: spec.fence,
+      supervisorSourceSha256: this.#o.sourceSha256,
+      socketPath: join(runDir, RunDirFiles.socket),
+      runDir,
+      writtenUnixMs: BigInt(Date.now()),
+      specSha256: this.#o.specSha256,
+    });
+    writeFileAtomic(join(runDir, RunDirFiles.markerJson), `${toJsonString(OwnerMarkerSchema, this.#marker)}\n`);
+    // The binary marker last: its appearance is what launchSupervisor waits for.
+    writeFileAtomic(join(runDir, RunDirFiles.marker), toBinary(OwnerMarkerSchema, this.#marker));
+    log.info({ event: "marker_written", startBarrier: spec.startBarrier }, "owner marker durable");
+
+    let cleanup: CleanupResult | undefined;
+    try {
+      if (await this.#waitForGo()) {
+        for (const command of this.#commands) {
+          if (this.#stopRequested()) break;
+          if ((await this.#runCommand(command)) === "stop") break;
+        }
+      }
+    } catch (err) {
+      this.fail(err);
+      log.error({ event: "supervisor_error", err }, "internal error; cleaning up, outcome unknown");
+    }
+    try {
+      cleanup = await this.#cleanup();
+    } catch (err) {
+      this.fail(err);
+      log.error({ event: "cleanup_error", err }, "cleanup failed; outcome unknown");
+    }
+    await this.#drainStreams(cleanup?.echild === true);
+    const receipt = this.#buildReceipt(cleanup);
+    writeFileAtomic(join(runDir, RunDirFiles.receiptJson), `${JSON.stringify(receiptToJson(receipt), null, 2)}\n`);
+    writeFileAtomic(join(runDir, RunDirFiles.receipt), toBinary(ReceiptSchema, receipt));
+    this.#receipt = receipt;
+    this.#phase = Phase.FINISHED;
+    for (const w of this.#receiptWaiters.splice(0)) w(receipt);
+    log.info(
+      { event: "receipt_written", outcome: outcomeName(receipt.outcome), reason: receipt.reason, echild: receipt.echildObserved },
+      receipt.message,
+    );
+    await this.#linger();
+    await this.#server.close();
+    for (const c of this.#commands) {
+      c.stdout?.closeFile();
+      c.stderr?.closeFile();
+    }
+    return receipt;
+  }
+
+  /** Releases the start barrier (idempotent). */
+  go(): GoAck {
+    if (this.#phase === Phase.WAITING_FOR_GO && this.#cancelReason === undefined && this.#fatal === undefined) {
+      this.#phase = Phase.RUNNING;
+      this.#goUnixMs = Date.now();
+      this.#wake.notify();
+    }
+    const released = this.#goUnixMs > 0 || !this.#o.spec.startBarrier;
+    return create(GoAckSchema, { started: released && !this.#cancelledBeforeGo, cancelledBeforeGo: this.#cancelledBeforeGo });
+  }
+
+  /** Requests cancellation: monotonic, idempotent; before GO the commands never start. */
+  cancel(reason: string): CancelAck {
+    if (this.#cancelReason === undefined) {
+      this.#cancelReason = reason.length > 0 ? reason : "cancelled";
+      if (this.#phase === Phase.WAITING_FOR_GO) {
+        this.#cancelledBeforeGo = true;
+        this.#cancelEffective = true;
+      } else if (this.#phase === Phase.RUNNING) {
+        this.#cancelEffective = true;
+      }
+      this.#o.log.info({ event: "cancel_requested", reason: this.#cancelReason, phase: this.#phase }, "cancel requested");
+      this.#wake.notify();
+    }
+    return create(CancelAckSchema, { phase: this.#phase });
+  }
+
+  /** Current phase, command, counters and the results of finished commands. */
+  status(): StatusResponse {
+    const current = this.#commands[this.#current];
+    return create(StatusResponseSchema, {
+      phase: this.#phase,
+      currentCommand: this.#current,
+      cancelRequested: this.#cancelReason !== undefined,
+      stdoutBytes: BigInt(current?.stdout?.bytes ?? 0),
+      stderrBytes: BigInt(current?.stderr?.bytes ?? 0),
+      finished: this.#commands.filter((c) => c.finished).map((c) => this.#result(c)),
+    });
+  }
+
+  /** Reads a command's journal from `offset` (while running and after). */
+  async readOutput(request: ReadOutputRequest): Promise<ReadOutputResponse> {
+    const command = this.#commands[request.command];
+    const journal = request.stream === Stream.STDOUT ? command?.stdout : command?.stderr;
+    const base = { stream: request.stream, command: request.command, offset: request.offset };
+    if (journal === undefined) {
+      // Not started (yet): at the end it never will, so the stream is an empty, closed one.
+      return create(ReadOutputResponseSchema, { ...base, keptBytes: 0n, eof: this.#phase === Phase.FINISHED });
+    }
+    const r = await journal.read(Number(request.offset), request.maxBytes);
+    return create(ReadOutputResponseSchema, { ...base, data: r.data, keptBytes: BigInt(r.keptBytes), eof: r.eof });
+  }
+
+  /** The receipt; with `wait`, resolves once it has been written. */
+  receipt(wait: boolean): Promise<Receipt | undefined> {
+    if (this.#receipt !== undefined || !wait) return Promise.resolve(this.#receipt);
+    return new Promise((resolve) => this.#receiptWaiters.push(resolve));
+  }
+
+  #helloAck(previousIncarnationId: string): HelloAck {
+    return create(HelloAckSchema, { marker: this.#marker, phase: this.#phase, previousIncarnationId });
+  }
+
+  #stopRequested(): boolean {
+    if (this.#fatal !== undefined || this.#cancelReason !== undefined) return true;
+    if (this.#now() >= this.#commandsEnd) {
+      this.#deadlineReached = true;
+      return true;
+    }
+    return false;
+  }
+
+  async #waitForGo(): Promise<boolean> {
+    if (!this.#o.spec.startBarrier) {
+      this.#goUnixMs = Date.now();
+      return true;
+    }
+    for (;;) {
+      if (this.#phase === Phase.RUNNING) return !this.#stopRequested();
+      if (this.#stopRequested()) {
+        if (this.#deadlineReached) this.#o.log.warn({ event: "deadline_before_go" }, "deadline reached before GO");
+        return false;
+      }
+      await this.#wake.wait(this.#commandsEnd - this.#now());
+    }
+  }
+
+  async #runCommand(c: CommandState): Promise<"next" | "stop"> {
+    const { native, proc, log, spec } = this.#o;
+    if (this.#spawnClosed) throw new Error("invariant: spawn requested after cleanup began");
+    this.#current = c.index;
+    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#streamLimit, this.#budget);
+    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#streamLimit, this.#budget);
+    const [outR, outW] = native.pipe();
+    const [errR, errW] = native.pipe();
+    const envp = Object.entries(spec.env).map(([k, v]) => `${k}=${v}`);
+    const spawned = native.spawn({
+      path: c.spec.argv[0] ?? "",
+      argv: c.spec.argv,
+      envp,
+      cwd: c.spec.cwd,
+      stdoutFd: outW,
+      stderrFd: errW,
+    });
+    // Our copies of the write ends must go, or EOF would never come.
+    native.close(outW);
+    native.close(errW);
+    if (!spawned.ok) {
+      native.close(outR);
+      native.close(errR);
+      c.stdout.endWithoutPipe();
+      c.stderr.endWithoutPipe();
+      c.spawnErrno = spawned.errno;
+      c.finished = true;
+      log.warn({ event: "spawn_failed", command: c.index, errno: spawned.errno }, "command could not start");
+      return "stop";
+    }
+    const pid = spawned.pid;
+    c.pid = pid;
+    c.startedUnixMs = Date.now();
+    this.#reaper.track(pid);
+    c.stdout.attach(outR);
+    c.stderr.attach(errR);
+    log.info({ event: "spawned", command: c.index, name: c.spec.name, childPid: pid }, "command started");
+
+    // An unreaped child cannot be reused, so this pidfd needs no identity check. Its
+    // readability (process exit) wakes the loop at once; the timer is only a backup.
+    const pidfd = native.pidfdOpen(pid);
+    const watch = pidfd.ok ? native.watchReadable(pidfd.fd, () => this.#wake.notify()) : undefined;
+    try {
+      for (;;) {
+        this.#reaper.reapAll();
+        if (this.#reaper.exitOf(pid) !== undefined) break;
+        if (this.#stopRequested()) return "stop";
+        const interval = this.#o.reapIntervalMs ?? 20;
+        await this.#wake.wait(Math.min(interval, this.#commandsEnd - this.#now()));
+      }
+    } finally {
+      watch?.close();
+      if (pidfd.ok) native.close(pidfd.fd);
+    }
+    const exit = this.#reaper.exitOf(pid);
+    c.exit = exit?.status;
+    c.endedUnixMs = exit?.reapedUnixMs ?? Date.now();
+    c.finished = true;
+    // Anything still alive in the tree now outlived the direct command. ECHILD right away
+    // proves there is nothing, without a /proc scan.
+    if (!this.#reaper.reapAll().echild) {
+      const all = findDescendants(proc, this.#selfPid);
+      this.#ledger.note(all);
+      c.leftovers = liveOnly(all).length;
+    }
+    log.info(
+      { event: "exited", command: c.index, childPid: pid, status: c.exit, leftovers: c.leftovers },
+      "command exited",
+    );
+    if (c.leftovers > 0) return "stop";
+    return c.exit?.kind === "exited" && c.exit.code === 0 ? "next" : "stop";
+  }
+
+  async #cleanup(): Promise<CleanupResult> {
+    const { native, proc, log, spec } = this.#o;
+    this.#spawnClosed = true;
+    this.#phase = Phase.CLEANING_UP;
+    log.info({ event: "cleanup_started" }, "cleanup started");
+    const result = await runCleanup(
+      {
+        native,
+        proc,
+        reaper: this.#reaper,
+        rootPid: this.#selfPid,
+        ledger: this.#ledger,
+        now: this.#now,
+        sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+      },
+      { budgetEnd: this.#deadline, graceMs: spec.graceMs, killMarginMs: MIN_KILL_MARGIN_MS },
+    );
+    // A direct command stopped by the cleanup was reaped there: record how it ended.
+    for (const c of this.#commands) {
+      if (c.pid === undefined || c.finished) continue;
+      const exit = this.#reaper.exitOf(c.pid);
+      if (exit !== undefined) {
+        c.exit = exit.status;
+        c.endedUnixMs = exit.reapedUnixMs;
+        c.finished = true;
+      }
+    }
+    log.info({ event: "cleanup_finished", ...result }, result.echild ? "ECHILD observed" : "cleanup budget ran out");
+    return result;
+  }
+
+  async #drainStreams(echild: boolean): Promise<void> {
+    const journals = this.#commands.flatMap((c) => [c.stdout, c.stderr]).filter((j) => j !== undefined);
+    // After ECHILD no writer is left, so EOF is imminent; without it a survivor may hold a pipe.
+    await Promise.all(journals.map((j) => j.waitEnded(echild ? 1000 : 0)));
+    for (const j of journals) if (!j.ended) j.abandon();
+  }
+
+  #result(c: CommandState): CommandResult {
+    const empty = create(StreamStatsSchema, {});
+    const exit = c.exit;
+    return create(CommandResultSchema, {
+      name: c.spec.name,
+      argv: c.spec.argv,
+      started: c.pid !== undefined,
+      exitCode: exit?.kind === "exited" ? exit.code : undefined,
+      signal: exit?.kind === "signaled" ? (SIGNAL_NAMES.get(exit.signal) ?? `SIG${exit.signal}`) : undefined,
+      startedUnixMs: BigInt(c.startedUnixMs),
+      endedUnixMs: BigInt(c.endedUnixMs),
+      stdout: c.stdout?.stats() ?? empty,
+      stderr: c.stderr?.stats() ?? empty,
+      leftoverDescendants: c.leftovers,
+    });
+  }
+
+  #buildReceipt(cleanup: CleanupResult | undefined): Receipt {
+    const results = this.#commands.map((c) => this.#result(c));
+    const leftovers = this.#commands.reduce((n, c) => n + c.leftovers, 0);
+    const echild = cleanup?.echild === true;
+    const spawnFailed = this.#commands.find((c) => c.spawnErrno !== undefined);
+    const failed = this.#commands.find((c) => c.exit !== undefined && !(c.exit.kind === "exited" && c.exit.code === 0));
+    let outcome: Outcome;
+    let reason: string;
+    let message: string;
+    if (this.#fatal !== undefined) {
+      outcome = Outcome.UNKNOWN;
+      reason = "supervisor_error";
+      message = `The supervisor hit an internal error (${String((this.#fatal as Error)?.message ?? this.#fatal)}); ${echild ? "cleanup reached ECHILD but the task outcome cannot be proved" : "cleanup could not be proved"}.`;
+    } else if (!echild) {
+      outcome = Outcome.UNKNOWN;
+      reason = "cleanup_unproved";
+      message = "The cleanup budget ran out before waitpid returned ECHILD; processes may remain.";
+    } else if (this.#cancelledBeforeGo) {
+      outcome = Outcome.CANCELLED;
+      reason = "cancelled_before_go";
+      message = `Cancelled before GO (${this.#cancelReason ?? ""}); no command started.`;
+    } else if (this.#cancelEffective) {
+      outcome = Outcome.CANCELLED;
+      reason = "cancelled";
+      message = `Cancelled while running (${this.#cancelReason ?? ""}); the tree was terminated and reaped to ECHILD.`;
+    } else if (this.#deadlineReached) {
+      outcome = Outcome.TIMED_OUT;
+      reason = this.#goUnixMs === 0 ? "deadline_before_go" : "deadline";
+      message = "The wall deadline (minus the cleanup reserve) was reached; the tree was terminated and reaped to ECHILD.";
+    } else if (leftovers > 0) {
+      outcome = Outcome.REJECTED_LEFTOVER_DESCENDANTS;
+      reason = "leftover_descendants";
+      message = `${leftovers} descendant(s) outlived the direct command; they were terminated and reaped, and the execution is rejected.`;
+    } else if (spawnFailed !== undefined) {
+      outcome = Outcome.FAILED;
+      reason = "spawn_failed";
+      message = `Command ${spawnFailed.spec.name} could not start (errno ${spawnFailed.spawnErrno}).`;
+    } else if (failed !== undefined) {
+      outcome = Outcome.FAILED;
+      reason = "command_failed";
+      const how = failed.exit?.kind === "exited" ? `exit code ${failed.exit.code}` : `signal ${failed.exit?.signal}`;
+      message = `Command ${failed.spec.name} ended with ${how}; later commands did not run.`;
+    } else {
+      outcome = Outcome.SUCCEEDED;
+      reason = "succeeded";
+      message = "Every command exited 0, nothing outlived them, and ECHILD was observed.";
+    }
+    const finishedUnixMs = Date.now();
+    const from = this.#goUnixMs > 0 ? this.#goUnixMs : this.#startedUnixMs;
+    const kept = results.reduce((n, r) => n + (r.stdout?.keptBytes ?? 0n) + (r.stderr?.keptBytes ?? 0n), 0n);
+    return create(ReceiptSchema, {
+      outcome,
+      reason,
+      message,
+      commands: results,
+      cleanup: create(CleanupStatsSchema, {
+        descendantsFound: this.#ledger.found,
+        signalledTerm: cleanup?.signalledTerm ?? 0,
+        signalledKill: cleanup?.signalledKill ?? 0,
+        reaped: this.#reaper.reapedOthers + this.#commands.filter((c) => c.pid !== undefined && this.#reaper.exitOf(c.pid) !== undefined).length,
+        identityRefusals: cleanup?.identityRefusals ?? 0,
+        echildObserved: echild,
+        cleanupMs: cleanup?.cleanupMs ?? 0,
+        rounds: cleanup?.rounds ?? 0,
+      }),
+      leftoverDescendants: leftovers,
+      echildObserved: echild,
+      cancelledBeforeGo: this.#cancelledBeforeGo,
+      cancelRequested: this.#cancelReason !== undefined,
+      deadlineReached: this.#deadlineReached,
+      marker: this.#marker,
+      goUnixMs: BigInt(this.#goUnixMs),
+      finishedUnixMs: BigInt(finishedUnixMs),
+      durationMs: Math.max(0, finishedUnixMs - from),
+      outputKeptBytes: kept,
+    });
+  }
+
+  async #linger(): Promise<void> {
+    const until = this.#now() + (this.#o.lingerMs ?? 2000);
+    while (this.#now() < until) {
+      if (this.#receiptDelivered && (this.#server?.openConnections ?? 0) === 0) return;
+      await this.#wake.wait(Math.min(20, until - this.#now()));
+    }
+  }
+}
