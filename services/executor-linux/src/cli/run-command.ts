@@ -1,5 +1,239 @@
-/** Placeholder until implemented: fails loudly rather than pretending. */
-export async function runCommand(_args: readonly string[]): Promise<number> {
-  process.stderr.write("seraph-exec: this command is not implemented yet\n");
-  return 2;
+import { accessSync, constants as fsConstants, mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, isAbsolute, join, resolve } from "node:path";
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import {
+  InvalidSpecError,
+  MIN_KILL_MARGIN_MS,
+  OUTPUT_LIMIT_MAX_BYTES,
+  STREAM_LIMIT_MAX_BYTES,
+  SupervisorLaunchError,
+  receiptToJson,
+  runToReceipt,
+  type OutcomeName,
+  type SupervisorHandle,
+} from "../supervisor-client/index.js";
+
+const USAGE = `usage: seraph-exec run [--json] [--deadline-ms N] [--grace-ms N] [--cleanup-reserve-ms N]
+                       [--cwd DIR] [--keep-run-dir] -- <argv...>
+
+Runs argv under a fresh per-job supervisor (no shell) and prints its receipt: with --json as one
+JSON object on the last line of stdout; otherwise the command's output followed by a summary on
+stderr. argv[0] may be a bare name: it is resolved against PATH here and recorded as an absolute
+path. The command's environment is this process's environment minus NODE_OPTIONS.
+Defaults: --deadline-ms 180000, --grace-ms 2000, --cleanup-reserve-ms grace + 1000 (at least
+grace + ${MIN_KILL_MARGIN_MS}); the reserve is inside the deadline. Exit status: 0 succeeded, 1 failed,
+3 rejected_leftover_descendants, 4 unknown, 124 timed_out, 130 cancelled, 2 usage,
+125 supervisor could not start, 127 command not found.`;
+
+const EXIT_STATUS: Readonly<Record<OutcomeName, number>> = {
+  succeeded: 0,
+  failed: 1,
+  rejected_leftover_descendants: 3,
+  unknown: 4,
+  timed_out: 124,
+  cancelled: 130,
+};
+
+/** Environment variables never passed to the command (they would change how node runs). */
+const DROPPED_ENV = new Set(["NODE_OPTIONS"]);
+
+interface RunArgs {
+  json: boolean;
+  deadlineMs: number;
+  graceMs: number;
+  reserveMs: number | undefined;
+  cwd: string;
+  keepRunDir: boolean;
+  argv: string[];
+}
+
+class UsageError extends Error {}
+
+function parseArgs(args: readonly string[]): RunArgs {
+  const out: RunArgs = {
+    json: false,
+    deadlineMs: 180_000,
+    graceMs: 2000,
+    reserveMs: undefined,
+    cwd: process.cwd(),
+    keepRunDir: false,
+    argv: [],
+  };
+  const int = (name: string, v: string | undefined): number => {
+    if (v === undefined || !/^\d+$/.test(v)) throw new UsageError(`${name} needs a non-negative integer`);
+    return Number(v);
+  };
+  let i = 0;
+  for (; i < args.length; i++) {
+    const a = args[i];
+    if (a === "--") {
+      i++;
+      break;
+    }
+    if (a === undefined || !a.startsWith("--")) break;
+    switch (a) {
+      case "--json":
+        out.json = true;
+        break;
+      case "--keep-run-dir":
+        out.keepRunDir = true;
+        break;
+      case "--deadline-ms":
+        out.deadlineMs = int(a, args[++i]);
+        break;
+      case "--grace-ms":
+        out.graceMs = int(a, args[++i]);
+        break;
+      case "--cleanup-reserve-ms":
+        out.reserveMs = int(a, args[++i]);
+        break;
+      case "--cwd": {
+        const v = args[++i];
+        if (v === undefined) throw new UsageError("--cwd needs a directory");
+        out.cwd = resolve(v);
+        break;
+      }
+      default:
+        throw new UsageError(`unknown option ${a}`);
+    }
+  }
+  out.argv = args.slice(i);
+  if (out.argv.length === 0) throw new UsageError("no command given");
+  return out;
+}
+
+function isExecutableFile(path: string): boolean {
+  try {
+    if (!statSync(path).isFile()) return false;
+    accessSync(path, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Resolves argv[0] explicitly: a name with a slash is taken relative to the command's cwd; a
+ * bare name is searched in PATH (relative PATH entries relative to the cwd). The supervisor
+ * itself only ever executes absolute paths.
+ */
+function resolveExecutable(name: string, cwd: string, path: string | undefined): string | undefined {
+  if (name.includes("/")) {
+    const abs = isAbsolute(name) ? name : resolve(cwd, name);
+    return isExecutableFile(abs) ? abs : undefined;
+  }
+  for (const dir of (path ?? "").split(delimiter)) {
+    const candidate = resolve(cwd, dir === "" ? "." : dir, name);
+    if (isExecutableFile(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+function humanBytes(n: number): string {
+  return n < 1024 ? `${n} B` : n < 1024 * 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/**
+ * `seraph-exec run`: one command under a fresh supervisor; prints the receipt (see USAGE).
+ * Exit status 0 only for succeeded.
+ */
+export async function runCommand(args: readonly string[]): Promise<number> {
+  let parsed: RunArgs;
+  try {
+    parsed = parseArgs(args);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`seraph-exec run: ${err.message}\n${USAGE}\n`);
+    return 2;
+  }
+  const reserveMs = parsed.reserveMs ?? parsed.graceMs + 1000;
+  if (reserveMs < parsed.graceMs + MIN_KILL_MARGIN_MS) {
+    process.stderr.write(`seraph-exec run: --cleanup-reserve-ms must be at least --grace-ms + ${MIN_KILL_MARGIN_MS}\n`);
+    return 2;
+  }
+  if (parsed.deadlineMs <= reserveMs) {
+    process.stderr.write(
+      `seraph-exec run: --deadline-ms (${parsed.deadlineMs}) must exceed the cleanup reserve (${reserveMs} ms = grace + margin)\n`,
+    );
+    return 2;
+  }
+  const [name, ...rest] = parsed.argv as [string, ...string[]];
+  const executable = resolveExecutable(name, parsed.cwd, process.env["PATH"]);
+  if (executable === undefined) {
+    process.stderr.write(`seraph-exec run: ${JSON.stringify(name)}: command not found (PATH searched explicitly)\n`);
+    return 127;
+  }
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v !== undefined && !DROPPED_ENV.has(k)) env[k] = v;
+  }
+
+  const runDir = mkdtempSync(join(tmpdir(), "seraph-exec-"));
+  const spec = create(SupervisorSpecSchema, {
+    jobId: `seraph-exec-${randomUUID()}`,
+    attempt: 1,
+    fence: 1n,
+    commands: [{ name: "command", argv: [executable, ...rest], cwd: parsed.cwd }],
+    env,
+    deadlineUnixMs: BigInt(Date.now() + parsed.deadlineMs),
+    cleanupReserveMs: reserveMs,
+    graceMs: parsed.graceMs,
+    streamLimitBytes: BigInt(STREAM_LIMIT_MAX_BYTES),
+    outputLimitBytes: BigInt(OUTPUT_LIMIT_MAX_BYTES),
+    runDir,
+    startBarrier: true,
+  });
+
+  const abort = new AbortController();
+  const onSignal = (): void => abort.abort();
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  let handle: SupervisorHandle | undefined;
+  try {
+    const receipt = await runToReceipt(spec, {
+      signal: abort.signal,
+      onLaunched: (h) => {
+        handle = h;
+      },
+      ...(parsed.json
+        ? {}
+        : {
+            onOutput: (chunk) => {
+              (chunk.stream === "stdout" ? process.stdout : process.stderr).write(chunk.data);
+            },
+          }),
+    });
+    const json = receiptToJson(receipt);
+    const gone = handle === undefined || (await handle.verify()) !== "alive";
+    const keep = parsed.keepRunDir || !gone;
+    if (!keep) rmSync(runDir, { recursive: true, force: true });
+    if (parsed.json) {
+      const extra = { resolvedExecutable: executable, runDir: keep ? runDir : null };
+      process.stdout.write(`${JSON.stringify({ ...json, ...extra })}\n`);
+    } else {
+      const how = json.exitCode !== null ? `exit code ${json.exitCode}` : json.signal !== null ? `signal ${json.signal}` : "not started";
+      process.stderr.write(
+        `seraph-exec: ${json.outcome} (${json.reason}): ${how}, ${json.durationMs} ms; ` +
+          `leftover descendants ${json.leftoverDescendants}; ECHILD ${json.echildObserved ? "observed" : "NOT observed"}; ` +
+          `cleanup ${json.cleanup.cleanupMs} ms (found ${json.cleanup.descendantsFound}, reaped ${json.cleanup.reaped}); ` +
+          `stdout ${humanBytes(json.stdout.bytes)}${json.stdout.truncated ? " (truncated)" : ""}, ` +
+          `stderr ${humanBytes(json.stderr.bytes)}${json.stderr.truncated ? " (truncated)" : ""}` +
+          `${keep ? `; run dir ${runDir}` : ""}\n` +
+          `seraph-exec: ${json.message}\n`,
+      );
+    }
+    return EXIT_STATUS[json.outcome];
+  } catch (err) {
+    if (err instanceof InvalidSpecError || err instanceof SupervisorLaunchError) {
+      process.stderr.write(`seraph-exec run: ${err.message}\n(run dir kept: ${runDir})\n`);
+      return 125;
+    }
+    throw err;
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
 }
