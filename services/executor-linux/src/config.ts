@@ -33,6 +33,15 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_REPOSITORY_ROOTS: absolutePaths([]),
     SERAPH_EXECUTOR_DATA_DIR: str(),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
+    /**
+     * Where the host's boot id is read. Exists for tests that must prove the "host rebooted"
+     * recovery path without rebooting: point it at a file and change its content. Production
+     * leaves the default.
+     */
+    SERAPH_BOOT_ID_FILE: str("/proc/sys/kernel/random/boot_id"),
+    /** The runner's slow poll of the jobs service (NATS signals only shorten the wait). */
+    SERAPH_EXECUTOR_POLL_MS: int(2000, 50, 60_000),
+    SERAPH_EXECUTOR_HEARTBEAT_MS: int(5000, 100, 60_000),
     NATS_URL: str(),
     SERAPH_INTERNAL_TOKEN: str(),
     LOG_LEVEL: str("info"),

@@ -23,6 +23,10 @@ const executor = await startExecutor({
   dataDir: config.SERAPH_EXECUTOR_DATA_DIR,
   jobsUrl: config.SERAPH_JOBS_URL,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
+  advertiseUrl: config.SERAPH_EXECUTOR_ADVERTISE_URL,
+  bootIdFile: config.SERAPH_BOOT_ID_FILE,
+  pollMs: config.SERAPH_EXECUTOR_POLL_MS,
+  heartbeatMs: config.SERAPH_EXECUTOR_HEARTBEAT_MS,
   signals,
   log,
 });

@@ -5,16 +5,24 @@ import {
   createServiceTransport,
   internalAuthenticator,
   markNotServing,
+  newId,
   type BootedService,
   type Logger,
   type Signals,
 } from "@seraph/kit";
 import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createExecutorRoutes } from "./routes.js";
+import { readBootId, registerNode, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
+import { readFacilityReport } from "./supervisor-client/index.js";
 
 /** Service names the executor reports in health. */
 export const EXECUTOR_SERVICE_NAMES = [ExecutorService.typeName] as const;
+
+/** The default boot-id source. */
+export const DEFAULT_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id";
 
 /** Everything an executor node needs to run. */
 export interface ExecutorRuntime {
@@ -30,24 +38,46 @@ export interface ExecutorRuntime {
   readonly signals: Signals;
   readonly log: Logger;
   readonly signal?: AbortSignal;
+  /** URL other services use to reach this node's gRPC listener; defaults to the bound gRPC URL. */
+  readonly advertiseUrl?: string | undefined;
+  /** Boot-id source (tests point it at a file to simulate a reboot); default /proc/sys/kernel/random/boot_id. */
+  readonly bootIdFile?: string | undefined;
+  /** The runner's slow poll (default 2000 ms). */
+  readonly pollMs?: number | undefined;
+  /** Heartbeat interval (default 5000 ms). */
+  readonly heartbeatMs?: number | undefined;
+  /** Facility report override (tests); default: probe this host in a child process. */
+  readonly facilities?: (() => Promise<FacilityReport>) | undefined;
 }
 
 /** A running executor node. */
 export interface ExecutorHandle extends BootedService {
+  /** The identity this process registered under. */
+  readonly identity: NodeIdentity;
   stop(): Promise<void>;
 }
 
-/** Boots the executor node: listeners, then waits until the jobs service answers SERVING. */
+/**
+ * Boots the executor node: listeners, waits until the jobs service answers SERVING, then
+ * registers the node (boot id, a fresh incarnation id, slots, address, repository roots,
+ * Linux facilities) and heartbeats.
+ */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
-  const jobsHealth = createClient(Health, createServiceTransport(rt.jobsUrl, rt.internalToken));
+  const log = rt.log.child({ nodeId: rt.nodeId });
+  const transport = createServiceTransport(rt.jobsUrl, rt.internalToken);
+  const jobsHealth = createClient(Health, transport);
+  const jobs = createClient(JobsService, transport);
+  const bootIdFile = rt.bootIdFile ?? DEFAULT_BOOT_ID_FILE;
+  const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: await readBootId(bootIdFile), incarnationId: newId() };
+  const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport()))();
   const booted = await bootService({
     name: "executor",
-    log: rt.log.child({ nodeId: rt.nodeId }),
+    log,
     host: rt.host,
     grpcPort: rt.grpcPort,
     httpPort: rt.httpPort,
     serviceNames: EXECUTOR_SERVICE_NAMES,
-    routes: createExecutorRoutes({ nodeId: rt.nodeId, repositoryRoots: rt.repositoryRoots, dataDir: rt.dataDir, log: rt.log }),
+    routes: createExecutorRoutes({ nodeId: rt.nodeId, repositoryRoots: rt.repositoryRoots, dataDir: rt.dataDir, log }),
     authenticate: internalAuthenticator(rt.internalToken),
     signal: rt.signal,
     prepare: async () => {
@@ -56,9 +86,25 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       if (res.status !== HealthCheckResponse_ServingStatus.SERVING) throw new Error("the jobs service is not serving yet");
     },
   });
+  const facilities = await facilitiesPromise;
+  await registerNode(
+    jobs,
+    {
+      ...identity,
+      slotCount: rt.slotCount,
+      address: rt.advertiseUrl ?? booted.server.grpcUrl,
+      repositoryRoots: rt.repositoryRoots,
+      facilities,
+    },
+    log,
+    rt.signal,
+  );
+  const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => undefined);
   return {
     ...booted,
+    identity,
     async stop() {
+      heartbeat.stop();
       markNotServing(booted.health, EXECUTOR_SERVICE_NAMES);
       await booted.server.close();
     },

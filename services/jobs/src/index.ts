@@ -4,3 +4,8 @@ export { loadJobsConfig } from "./config.js";
 export type { JobsConfig } from "./config.js";
 export { migrateJobs, JOBS_MIGRATIONS } from "./db/migrate.js";
 export type { JobsDatabase } from "./db/schema.js";
+export { createJobsCore, createJobsService } from "./jobs-service.js";
+export type { JobsServiceDeps } from "./jobs-service.js";
+export { createSharedTableAuthority } from "./admission/authority.js";
+export type { AuthorityReader } from "./admission/authority.js";
+export { Subjects } from "./events/subjects.js";

@@ -1,9 +1,14 @@
 import { bootService, internalAuthenticator, markNotServing, type BootedService, type Logger, type Signals } from "@seraph/kit";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Kysely } from "kysely";
+import type { AuthorityReader } from "./admission/authority.js";
 import { migrateJobs } from "./db/migrate.js";
 import type { JobsDatabase } from "./db/schema.js";
+import { createEventPublisher } from "./events/publisher.js";
+import { createJobsCore, createJobsService } from "./jobs-service.js";
+import { startOperatorService, type OperatorService } from "./operator/operator-service.js";
 import { createJobsRoutes } from "./routes.js";
+import { startScheduler, type Scheduler } from "./scheduler/scheduler.js";
 
 /** Service names the jobs service reports in health. */
 export const JOBS_SERVICE_NAMES = [JobsService.typeName] as const;
@@ -18,6 +23,10 @@ export interface JobsRuntime {
   readonly log: Logger;
   readonly internalToken: string;
   readonly signal?: AbortSignal;
+  /** The scheduler's slow poll (default 2000 ms): lost signals only delay work by this much. */
+  readonly pollMs?: number;
+  /** Fresh-admission reader; defaults to the read-only view of the API's tables. */
+  readonly authority?: AuthorityReader;
 }
 
 /** A running jobs service. */
@@ -26,8 +35,12 @@ export interface JobsHandle extends BootedService {
   stop(): Promise<void>;
 }
 
-/** Boots the jobs service: listeners, migrations, then SERVING. */
+/** Boots the jobs service: listeners, migrations, then the scheduler and operator services, then SERVING. */
 export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
+  let scheduler: Scheduler | undefined;
+  let operator: OperatorService | undefined;
+  const publisher = createEventPublisher(rt.signals, () => scheduler?.wake());
+  const core = createJobsCore({ db: rt.db, publisher, log: rt.log, authority: rt.authority });
   const booted = await bootService({
     name: "jobs",
     log: rt.log,
@@ -35,15 +48,19 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     grpcPort: rt.grpcPort,
     httpPort: rt.httpPort,
     serviceNames: JOBS_SERVICE_NAMES,
-    routes: createJobsRoutes({ db: rt.db, signals: rt.signals, log: rt.log }),
+    routes: createJobsRoutes(createJobsService(core)),
     authenticate: internalAuthenticator(rt.internalToken),
     signal: rt.signal,
     prepare: () => migrateJobs(rt.db, rt.log),
   });
+  scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000 });
+  if (rt.signals.nats) operator = startOperatorService(rt.signals.nats, core, rt.log.child({ component: "operator" }));
   return {
     ...booted,
     async stop() {
       markNotServing(booted.health, JOBS_SERVICE_NAMES);
+      await operator?.stop();
+      await scheduler?.stop();
       await booted.server.close();
     },
   };

@@ -14,6 +14,7 @@ export interface JobsDatabase {
     repository_roots: ColumnType<string[], string, string>;
     /** protobuf FacilityReport. */
     facilities: Uint8Array | null;
+    facilities_ok: ColumnType<boolean, boolean | undefined, boolean>;
     registered_at: Timestamp;
     heartbeat_at: Timestamp;
   };
@@ -40,6 +41,10 @@ export interface JobsDatabase {
     slot_index: number | null;
     cancel_requested: boolean;
     cancel_requested_at: Timestamp | null;
+    cancel_requested_by: string | null;
+    cancel_reason: ColumnType<string, string | undefined, string>;
+    /** The executor incarnation that claimed or last adopted the job. */
+    incarnation_id: string | null;
     /** When the start token (GO) was permitted; a cancellation before it prevents the start. */
     start_token_at: Timestamp | null;
     /** protobuf ExecutionBundle. */

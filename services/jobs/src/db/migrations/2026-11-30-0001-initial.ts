@@ -13,6 +13,7 @@ export const initial: Migration = {
       .addColumn("slot_count", "integer", (c) => c.notNull())
       .addColumn("repository_roots", "jsonb", (c) => c.notNull())
       .addColumn("facilities", "bytea")
+      .addColumn("facilities_ok", "boolean", (c) => c.notNull().defaultTo(false))
       .addColumn("registered_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
       .addColumn("heartbeat_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
       .execute();
@@ -42,6 +43,9 @@ export const initial: Migration = {
       .addColumn("slot_index", "integer")
       .addColumn("cancel_requested", "boolean", (c) => c.notNull().defaultTo(false))
       .addColumn("cancel_requested_at", "timestamptz")
+      .addColumn("cancel_requested_by", "uuid")
+      .addColumn("cancel_reason", "text", (c) => c.notNull().defaultTo(""))
+      .addColumn("incarnation_id", "text")
       .addColumn("start_token_at", "timestamptz")
       .addColumn("bundle", "bytea", (c) => c.notNull())
       .addColumn("marker", "bytea")
@@ -52,6 +56,9 @@ export const initial: Migration = {
       .addColumn("updated_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
       .execute();
     await db.schema.createIndex("jobs_state").on("jobs").columns(["state", "created_at"]).execute();
+    await db.schema.createIndex("jobs_node").on("jobs").columns(["node_id", "state"]).execute();
+    // One job holds at most one slot, and a slot holds at most one job.
+    await sql`CREATE UNIQUE INDEX physical_slots_job ON physical_slots (job_id) WHERE job_id IS NOT NULL`.execute(db);
     await db.schema
       .createTable("job_attempts")
       .addColumn("job_id", "uuid", (c) => c.notNull().references("jobs.id"))
@@ -75,5 +82,6 @@ export const initial: Migration = {
       .addColumn("readback_verified", "boolean", (c) => c.notNull().defaultTo(false))
       .addColumn("created_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
       .execute();
+    await db.schema.createIndex("artifacts_job").on("artifacts").columns(["job_id", "created_at"]).execute();
   },
 };

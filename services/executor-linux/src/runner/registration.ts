@@ -1,0 +1,108 @@
+import { readFile } from "node:fs/promises";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import type { Logger } from "@seraph/kit";
+import type { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+
+/** The identity this executor process registers under. */
+export interface NodeIdentity {
+  readonly nodeId: string;
+  /** The host's boot id as read from the configured boot-id file. */
+  readonly bootId: string;
+  /** Fresh per process start. */
+  readonly incarnationId: string;
+}
+
+/** Reads the boot id (one line) from `file` (normally /proc/sys/kernel/random/boot_id). */
+export async function readBootId(file: string): Promise<string> {
+  const id = (await readFile(file, "utf8")).trim();
+  if (id === "") throw new Error(`boot id file ${file} is empty`);
+  return id;
+}
+
+/** What the node registers. */
+export interface RegistrationInput extends NodeIdentity {
+  readonly slotCount: number;
+  readonly address: string;
+  readonly repositoryRoots: readonly string[];
+  readonly facilities: FacilityReport;
+}
+
+/**
+ * Registers the node with the jobs service, retrying with backoff until it succeeds or `signal`
+ * aborts (the jobs service may still be migrating).
+ */
+export async function registerNode(jobs: Client<typeof JobsService>, input: RegistrationInput, log: Logger, signal?: AbortSignal): Promise<void> {
+  let delay = 200;
+  for (;;) {
+    try {
+      await jobs.registerNode(
+        {
+          nodeId: input.nodeId,
+          bootId: input.bootId,
+          incarnationId: input.incarnationId,
+          slotCount: input.slotCount,
+          address: input.address,
+          repositoryRoots: [...input.repositoryRoots],
+          facilities: input.facilities,
+        },
+        { timeoutMs: 5000 },
+      );
+      log.info({ incarnationId: input.incarnationId, bootId: input.bootId, slots: input.slotCount, address: input.address, facilitiesOk: input.facilities.ok }, "node registered");
+      return;
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      if (err instanceof ConnectError && err.code === Code.InvalidArgument) throw err;
+      log.warn({ err, retryInMs: delay }, "node registration failed; retrying");
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 5000);
+    }
+  }
+}
+
+/** A running heartbeat. */
+export interface Heartbeat {
+  stop(): void;
+}
+
+/**
+ * Heartbeats every `intervalMs`. When the jobs service answers that this incarnation was
+ * superseded (another process registered the same node id) `onSuperseded` runs once and the
+ * heartbeat stops; other failures are logged and retried on the next tick.
+ */
+export function startHeartbeat(
+  jobs: Client<typeof JobsService>,
+  id: NodeIdentity,
+  intervalMs: number,
+  log: Logger,
+  onSuperseded: () => void,
+): Heartbeat {
+  let stopped = false;
+  let failures = 0;
+  const tick = async () => {
+    try {
+      await jobs.heartbeat({ nodeId: id.nodeId, incarnationId: id.incarnationId }, { timeoutMs: Math.max(1000, intervalMs) });
+      failures = 0;
+    } catch (err) {
+      if (err instanceof ConnectError && err.code === Code.FailedPrecondition) {
+        log.error({ err }, "this executor incarnation was superseded; it stops taking work");
+        stopped = true;
+        clearInterval(timer);
+        onSuperseded();
+        return;
+      }
+      failures += 1;
+      if (failures === 1 || failures % 20 === 0) log.warn({ err, failures }, "heartbeat failed");
+    }
+  };
+  const timer = setInterval(() => {
+    if (!stopped) void tick();
+  }, intervalMs);
+  timer.unref();
+  return {
+    stop() {
+      stopped = true;
+      clearInterval(timer);
+    },
+  };
+}

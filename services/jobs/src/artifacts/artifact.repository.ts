@@ -1,0 +1,38 @@
+import type { Selectable } from "kysely";
+import type { JobsDatabase } from "../db/schema.js";
+import type { Db } from "../store/db.js";
+
+/** An artifact without its content. */
+export type ArtifactMetaRow = Omit<Selectable<JobsDatabase["artifacts"]>, "content">;
+
+const META = ["id", "job_id", "kind", "name", "sha256", "size", "readback_verified", "created_at"] as const;
+
+/** Stores an artifact's bytes. */
+export async function insertArtifact(
+  db: Db,
+  a: { id: string; job_id: string; kind: string; name: string; sha256: string; size: number; content: Uint8Array },
+): Promise<ArtifactMetaRow> {
+  return db.insertInto("artifacts").values({ ...a, readback_verified: false }).returning(META).executeTakeFirstOrThrow();
+}
+
+/** An artifact with its bytes. */
+export async function findArtifact(db: Db, id: string): Promise<Selectable<JobsDatabase["artifacts"]> | undefined> {
+  return db.selectFrom("artifacts").selectAll().where("id", "=", id).executeTakeFirst();
+}
+
+/** The metadata of a job's artifacts, oldest first. */
+export async function listArtifacts(db: Db, jobId: string): Promise<ArtifactMetaRow[]> {
+  return db.selectFrom("artifacts").select(META).where("job_id", "=", jobId).orderBy("created_at").orderBy("id").execute();
+}
+
+/** Marks artifacts of a job whose readback the executor verified; returns the rows marked. */
+export async function markReadbackVerified(db: Db, jobId: string, ids: readonly string[]): Promise<ArtifactMetaRow[]> {
+  if (ids.length === 0) return [];
+  return db
+    .updateTable("artifacts")
+    .set({ readback_verified: true })
+    .where("job_id", "=", jobId)
+    .where("id", "in", [...ids])
+    .returning(META)
+    .execute();
+}

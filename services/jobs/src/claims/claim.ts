@@ -1,0 +1,72 @@
+import { create } from "@bufbuild/protobuf";
+import { ConflictError, FailedPreconditionError } from "@seraph/kit";
+import { ClaimJobResponseSchema, type ClaimJobRequest, type ClaimJobResponse } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import type { JobsCore } from "../core.js";
+import { noChanges } from "../events/publisher.js";
+import { endAttempt, insertAttempt, lockJob, nextFence, updateJobCas } from "../jobs/job.repository.js";
+import { jobView } from "../jobs/job-queries.js";
+import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
+import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
+import { findNode } from "../nodes/node.repository.js";
+import { moveSlot } from "../slots/slot.repository.js";
+import { inTransaction } from "../store/db.js";
+
+/**
+ * Claims a reserved job for one executor incarnation: compare-and-set RESERVED→PREPARING with a
+ * fresh fencing token (nextval('job_fence_seq')) and a job_attempts row, the slot moving from
+ * reserved to held. Of concurrent claims exactly one wins; the others get ABORTED
+ * `already_claimed`. A superseded incarnation gets FAILED_PRECONDITION `stale_incarnation`.
+ *
+ * Fresh admission of the authority happens in the same transaction (approval unexpired and
+ * matching, Goal revision current, settings enabled and unchanged): when it fails the job
+ * becomes REJECTED with the reasons, the slot is released, and the response carries the
+ * rejected job (the executor then does nothing). Drift of execution inputs is checked by the
+ * executor, which alone can re-inspect the repository.
+ */
+export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<ClaimJobResponse> {
+  const changes = noChanges();
+  const result = await inTransaction(core.db, async (trx) => {
+    const node = await findNode(trx, req.nodeId);
+    if (!node || node.incarnation_id !== req.incarnationId) {
+      throw new FailedPreconditionError("stale_incarnation", `incarnation ${req.incarnationId} is not the registered incarnation of node ${req.nodeId}`);
+    }
+    const job = await lockJob(trx, req.jobId);
+    if (job.node_id !== req.nodeId) throw new FailedPreconditionError("wrong_node", `job ${job.id} is bound to node ${job.node_id}`);
+    if (job.state !== "reserved") {
+      // A claim retried by the incarnation that already holds it (its response was lost).
+      if (CLAIMED_STATES.includes(job.state as JobStateName) && job.incarnation_id === req.incarnationId) return job;
+      throw new ConflictError("already_claimed", `job ${job.id} is ${job.state}, not reserved`);
+    }
+    if (job.slot_index === null) throw new Error(`reserved job ${job.id} has no slot`);
+    const fence = await nextFence(trx);
+    await insertAttempt(trx, { job_id: job.id, attempt: job.attempt, fence, node_id: req.nodeId, incarnation_id: req.incarnationId });
+    const blockers = await core.authority.admissionBlockers(trx, readBundle(job), core.now());
+    if (blockers.length > 0) {
+      const report = readReport(job);
+      report.reasons = blockers;
+      const rejected = await updateJobCas(trx, job.id, job.revision, {
+        state: "rejected",
+        fence,
+        incarnation_id: req.incarnationId,
+        outcome: blockers[0]?.code ?? "rejected_admission",
+        outcome_message: blockers.map((b) => b.message).join("; "),
+        report: writeReport(report),
+      });
+      await endAttempt(trx, job.id, job.attempt, fence);
+      const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "free");
+      if (slot) changes.slots.push(slot);
+      changes.jobs.push(rejected);
+      changes.schedule = true;
+      return rejected;
+    }
+    const claimed = await updateJobCas(trx, job.id, job.revision, { state: "preparing", fence, incarnation_id: req.incarnationId });
+    const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "held");
+    if (!slot) throw new Error(`slot of job ${job.id} lost its binding`);
+    changes.jobs.push(claimed);
+    changes.slots.push(slot);
+    return claimed;
+  });
+  core.publisher.publish(changes);
+  core.log.info({ jobId: result.id, attempt: result.attempt, fence: result.fence, state: result.state, nodeId: req.nodeId }, "job claimed");
+  return create(ClaimJobResponseSchema, { job: await jobView(core.db, result), fence: BigInt(result.fence), bundle: readBundle(result) });
+}

@@ -1,0 +1,124 @@
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { FailedPreconditionError, InvalidArgumentError, sha256Hex } from "@seraph/kit";
+import {
+  CompleteJobResponseSchema,
+  type CompleteJobRequest,
+  type CompleteJobResponse,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { OwnerMarkerSchema, Outcome, ReceiptSchema, type OwnerMarker, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { JobsCore } from "../core.js";
+import { findArtifact, listArtifacts, markReadbackVerified } from "../artifacts/artifact.repository.js";
+import { noChanges } from "../events/publisher.js";
+import { requireFence } from "../jobs/fence.js";
+import { endAttempt, lockJob, updateJobCas } from "../jobs/job.repository.js";
+import { jobView } from "../jobs/job-queries.js";
+import { CLAIMED_STATES, jobStateFromProto, type JobStateName } from "../jobs/job-state.js";
+import { readReport, writeReport } from "../jobs/job-view.js";
+import { moveSlot } from "../slots/slot.repository.js";
+import { inTransaction, type Db } from "../store/db.js";
+
+/** True when two markers name the same supervisor process, job, attempt, fence and code. */
+export function sameMarkerIdentity(a: OwnerMarker, b: OwnerMarker): boolean {
+  return (
+    a.supervisor?.pid === b.supervisor?.pid &&
+    a.supervisor?.startTimeTicks === b.supervisor?.startTimeTicks &&
+    a.supervisor?.bootId === b.supervisor?.bootId &&
+    a.jobId === b.jobId &&
+    a.attempt === b.attempt &&
+    a.fence === b.fence &&
+    a.supervisorSourceSha256 === b.supervisorSourceSha256
+  );
+}
+
+/** Artifact kinds a succeeded job must have stored and read back. */
+const REQUIRED_FOR_SUCCESS = ["applied_diff", "receipt"] as const;
+
+async function verifyArtifacts(db: Db, jobId: string, ids: readonly string[]): Promise<void> {
+  for (const id of ids) {
+    const a = await findArtifact(db, id);
+    if (!a || a.job_id !== jobId) throw new InvalidArgumentError("artifact_ids", "artifact_not_found", `artifact ${id} does not belong to job ${jobId}`);
+    if (sha256Hex(a.content) !== a.sha256) throw new FailedPreconditionError("artifact_readback_mismatch", `artifact ${id} no longer matches its sha256`);
+  }
+}
+
+/**
+ * Ends the claimed attempt with the executor's result, under the per-job lock and the fence.
+ * The physical slot is released (compare-and-set, in the same transaction) only when cleanup is
+ * proved: the supervisor's receipt says ECHILD was observed, names this job's recorded owner
+ * marker, and the outcome is not UNKNOWN; or no supervisor was ever recorded for the attempt
+ * (rejected or cancelled before the owner marker). UNKNOWN always keeps the slot held.
+ * SUCCEEDED additionally requires the start token, a succeeded receipt, every step passed, and
+ * the diff, receipt and step outputs stored and read back by sha256. A retried call with the
+ * same result is idempotent.
+ */
+export async function completeJob(core: JobsCore, req: CompleteJobRequest): Promise<CompleteJobResponse> {
+  const target = jobStateFromProto(req.state);
+  if (!target || !["succeeded", "failed", "rejected", "cancelled", "unknown"].includes(target)) {
+    throw new InvalidArgumentError("state", "not_terminal", "state must be SUCCEEDED, FAILED, REJECTED, CANCELLED or UNKNOWN");
+  }
+  const receipt: Receipt | undefined = req.receipt;
+  const changes = noChanges();
+  const row = await inTransaction(core.db, async (trx) => {
+    const job = await lockJob(trx, req.jobId);
+    requireFence(job, req.fence);
+    if (!CLAIMED_STATES.includes(job.state as JobStateName)) {
+      if (job.state === target && job.outcome === req.outcome) return job;
+      throw new FailedPreconditionError("job_not_active", `job ${job.id} is already ${job.state} (${job.outcome})`);
+    }
+    const marker = job.marker ? fromBinary(OwnerMarkerSchema, job.marker) : undefined;
+    if (receipt?.marker && marker && !sameMarkerIdentity(receipt.marker, marker)) {
+      throw new FailedPreconditionError("receipt_marker_mismatch", "the receipt was written by a different supervisor than the recorded owner marker");
+    }
+    if (marker && receipt && !receipt.marker) {
+      throw new FailedPreconditionError("receipt_marker_missing", "the receipt names no owner marker");
+    }
+    const cleanupProved = marker === undefined ? receipt === undefined || receipt.echildObserved : receipt?.echildObserved === true;
+    if (target !== "unknown" && !cleanupProved) {
+      throw new FailedPreconditionError("cleanup_unproven", "without a receipt that observed ECHILD the outcome can only be UNKNOWN");
+    }
+    const started = job.start_token_at !== null;
+    if (target === "succeeded") {
+      if (!started) throw new FailedPreconditionError("no_start_token", "a job that never received its start token cannot succeed");
+      if (receipt?.outcome !== Outcome.SUCCEEDED) throw new FailedPreconditionError("receipt_not_succeeded", "the receipt does not say succeeded");
+      if (req.steps.length === 0 || req.steps.some((s) => !s.started || !s.passed)) {
+        throw new FailedPreconditionError("steps_not_passed", "every step must have started and passed");
+      }
+    }
+    if (req.outcome === "cancelled_before_start" && started && !(receipt?.cancelledBeforeGo ?? false)) {
+      throw new FailedPreconditionError("start_token_committed", "the start token was committed; the command may have started");
+    }
+    await verifyArtifacts(trx, job.id, req.artifactIds);
+    await markReadbackVerified(trx, job.id, req.artifactIds);
+    if (target === "succeeded") {
+      const verified = (await listArtifacts(trx, job.id)).filter((a) => a.readback_verified).map((a) => a.kind);
+      const needed = [...REQUIRED_FOR_SUCCESS, ...req.steps.map((s) => `${s.name}_output`)];
+      const missing = needed.filter((k) => !verified.includes(k));
+      if (missing.length > 0) throw new FailedPreconditionError("artifacts_missing", `artifacts not stored and read back: ${missing.join(", ")}`);
+    }
+    const report = readReport(job);
+    report.steps = req.steps;
+    if (req.reasons.length > 0) report.reasons = req.reasons;
+    report.drift = req.drift;
+    report.noLearning = true;
+    const updated = await updateJobCas(trx, job.id, job.revision, {
+      state: target,
+      outcome: req.outcome,
+      outcome_message: req.outcomeMessage,
+      receipt: receipt ? toBinary(ReceiptSchema, receipt) : job.receipt,
+      report: writeReport(report),
+    });
+    await endAttempt(trx, job.id, job.attempt, job.fence);
+    changes.jobs.push(updated);
+    if (target !== "unknown" && job.slot_index !== null) {
+      const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "free");
+      if (slot) {
+        changes.slots.push(slot);
+        changes.schedule = true;
+      }
+    }
+    return updated;
+  });
+  core.publisher.publish(changes);
+  core.log.child({ jobId: row.id, attempt: row.attempt }).info({ state: row.state, outcome: row.outcome, slotReleased: changes.slots.length > 0 }, "job completed");
+  return create(CompleteJobResponseSchema, { job: await jobView(core.db, row) });
+}

@@ -1,0 +1,67 @@
+import { create, equals, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { FailedPreconditionError, InvalidArgumentError } from "@seraph/kit";
+import {
+  RecordOwnerMarkerResponseSchema,
+  type RecordOwnerMarkerRequest,
+  type RecordOwnerMarkerResponse,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { OwnerMarkerSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { JobsCore } from "../core.js";
+import { noChanges } from "../events/publisher.js";
+import { requireFence } from "../jobs/fence.js";
+import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { jobView } from "../jobs/job-queries.js";
+import { findNode } from "../nodes/node.repository.js";
+import { inTransaction } from "../store/db.js";
+
+/** Checks that a marker names this job, attempt and fence and a complete supervisor identity. */
+export function markerProblems(job: JobRow, fence: bigint, m: OwnerMarker): string[] {
+  const p: string[] = [];
+  if (m.jobId !== job.id) p.push(`marker names job ${m.jobId}`);
+  if (m.attempt !== job.attempt) p.push(`marker names attempt ${m.attempt}, the job is at attempt ${job.attempt}`);
+  if (m.fence !== fence) p.push(`marker carries fence ${m.fence}`);
+  if (!m.supervisor || m.supervisor.pid <= 0) p.push("marker has no supervisor pid");
+  else if (m.supervisor.bootId === "" || m.supervisor.startTimeTicks === 0n) p.push("marker has no boot id or start time");
+  if (!/^[0-9a-f]{64}$/.test(m.supervisorSourceSha256)) p.push("marker has no supervisor source hash");
+  if (m.socketPath === "" || m.runDir === "") p.push("marker has no socket path or run directory");
+  return p;
+}
+
+/**
+ * The start barrier's durable half. Under the per-job row lock (bounded by lock_timeout) it
+ * records the supervisor's owner marker and, unless a cancellation was committed first, the
+ * start token: PREPARING→STARTING, go=true. When the cancellation flag is already set the
+ * marker is still recorded (the supervisor exists and must be cleaned up) but go=false: the
+ * executor must send CANCEL, never GO. A repeat with the identical marker is idempotent.
+ */
+export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRequest): Promise<RecordOwnerMarkerResponse> {
+  const marker = req.marker;
+  if (!marker) throw new InvalidArgumentError("marker", "required", "an owner marker is required");
+  const changes = noChanges();
+  const row = await inTransaction(core.db, async (trx) => {
+    const job = await lockJob(trx, req.jobId);
+    requireFence(job, req.fence);
+    const problems = markerProblems(job, req.fence, marker);
+    if (problems.length > 0) throw new InvalidArgumentError("marker", "marker_mismatch", problems.join("; "));
+    const node = await findNode(trx, job.node_id);
+    if (node && marker.supervisor && node.boot_id !== marker.supervisor.bootId) {
+      throw new FailedPreconditionError("marker_other_boot", `the marker's boot id ${marker.supervisor.bootId} is not node ${job.node_id}'s current boot`);
+    }
+    if (job.state === "starting" || job.state === "running") {
+      if (job.marker && equals(OwnerMarkerSchema, fromBinary(OwnerMarkerSchema, job.marker), marker)) return job;
+      throw new FailedPreconditionError("marker_already_recorded", `job ${job.id} already has a different owner marker`);
+    }
+    if (job.state !== "preparing") throw new FailedPreconditionError("job_not_preparing", `job ${job.id} is ${job.state}`);
+    const updated = await updateJobCas(trx, job.id, job.revision, {
+      state: "starting",
+      marker: toBinary(OwnerMarkerSchema, marker),
+      start_token_at: job.cancel_requested ? null : new Date(core.now()),
+    });
+    changes.jobs.push(updated);
+    return updated;
+  });
+  core.publisher.publish(changes);
+  const go = !row.cancel_requested && row.start_token_at !== null;
+  core.log.child({ jobId: row.id, attempt: row.attempt }).info({ go, pid: marker.supervisor?.pid }, "owner marker recorded");
+  return create(RecordOwnerMarkerResponseSchema, { go, job: await jobView(core.db, row) });
+}

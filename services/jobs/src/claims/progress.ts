@@ -1,0 +1,30 @@
+import { create } from "@bufbuild/protobuf";
+import { FailedPreconditionError } from "@seraph/kit";
+import {
+  JobState,
+  ReportProgressResponseSchema,
+  type ReportProgressRequest,
+  type ReportProgressResponse,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import type { JobsCore } from "../core.js";
+import { noChanges } from "../events/publisher.js";
+import { requireFence } from "../jobs/fence.js";
+import { getJob, updateJobCas } from "../jobs/job.repository.js";
+
+/**
+ * Fenced progress from the executor; answers whether a cancellation is requested (the polling
+ * half of cancellation delivery). RUNNING is accepted only after the start token was committed.
+ */
+export async function reportProgress(core: JobsCore, req: ReportProgressRequest): Promise<ReportProgressResponse> {
+  const job = await getJob(core.db, req.jobId);
+  requireFence(job, req.fence);
+  if (req.state === JobState.RUNNING && job.state === "starting") {
+    if (job.start_token_at === null) throw new FailedPreconditionError("no_start_token", `job ${job.id} has no start token; it may not run`);
+    const updated = await updateJobCas(core.db, job.id, job.revision, { state: "running", outcome_message: req.message });
+    const changes = noChanges();
+    changes.jobs.push(updated);
+    core.publisher.publish(changes);
+    return create(ReportProgressResponseSchema, { cancelRequested: updated.cancel_requested });
+  }
+  return create(ReportProgressResponseSchema, { cancelRequested: job.cancel_requested });
+}

@@ -1,0 +1,76 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "@seraph/kit";
+import {
+  GetJobResponseSchema,
+  HeartbeatResponseSchema,
+  JobsService,
+  ListSlotsResponseSchema,
+  RegisterNodeResponseSchema,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import type { Kysely } from "kysely";
+import { createSharedTableAuthority, type AuthorityReader } from "./admission/authority.js";
+import { readArtifact, storeArtifact } from "./artifacts/artifact-operations.js";
+import { cancelJob } from "./cancellation/cancel.js";
+import { claimJob } from "./claims/claim.js";
+import { completeJob } from "./claims/complete.js";
+import { recordOwnerMarker } from "./claims/marker.js";
+import { reportProgress } from "./claims/progress.js";
+import type { JobsCore } from "./core.js";
+import type { JobsDatabase } from "./db/schema.js";
+import type { EventPublisher } from "./events/publisher.js";
+import { enqueueJob } from "./jobs/enqueue.js";
+import { jobView } from "./jobs/job-queries.js";
+import { toSlotProto } from "./jobs/job-view.js";
+import { heartbeat, listAllNodes, listNodeJobs, registerNode } from "./nodes/node-operations.js";
+import { recoverProcessCleanup } from "./recovery/recover.js";
+import { listSlots } from "./slots/slot.repository.js";
+
+/** Dependencies of the JobsService implementation. */
+export interface JobsServiceDeps {
+  readonly db: Kysely<JobsDatabase>;
+  readonly publisher: EventPublisher;
+  readonly log: Logger;
+  /** Defaults to the read-only view of the API's tables in the shared database. */
+  readonly authority?: AuthorityReader;
+  readonly now?: () => number;
+}
+
+/** Builds the core every jobs operation uses. */
+export function createJobsCore(deps: JobsServiceDeps): JobsCore {
+  return { db: deps.db, publisher: deps.publisher, log: deps.log, authority: deps.authority ?? createSharedTableAuthority(), now: deps.now ?? Date.now };
+}
+
+/**
+ * The internal jobs API: every write one PostgreSQL transaction with a compare-and-set on the
+ * job or slot revision or the attempt's fence; events published after commit.
+ */
+export function createJobsService(core: JobsCore): ServiceImpl<typeof JobsService> {
+  return {
+    enqueueJob: (req) => enqueueJob(core, req),
+    async registerNode(req) {
+      await registerNode(core, req);
+      return create(RegisterNodeResponseSchema, {});
+    },
+    async heartbeat(req) {
+      await heartbeat(core, req);
+      return create(HeartbeatResponseSchema, {});
+    },
+    listNodeJobs: (req) => listNodeJobs(core, req.nodeId),
+    claimJob: (req) => claimJob(core, req),
+    recordOwnerMarker: (req) => recordOwnerMarker(core, req),
+    reportProgress: (req) => reportProgress(core, req),
+    storeArtifact: (req) => storeArtifact(core, req),
+    readArtifact: (req) => readArtifact(core, req.artifactId),
+    completeJob: (req) => completeJob(core, req),
+    async getJob(req) {
+      return create(GetJobResponseSchema, { job: await jobView(core.db, req.jobId) });
+    },
+    cancelJob: (req) => cancelJob(core, req),
+    recoverProcessCleanup: (req) => recoverProcessCleanup(core, req),
+    async listSlots() {
+      return create(ListSlotsResponseSchema, { slots: (await listSlots(core.db)).map(toSlotProto) });
+    },
+    listNodes: () => listAllNodes(core),
+  };
+}

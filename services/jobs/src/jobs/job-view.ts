@@ -1,0 +1,110 @@
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import {
+  ArtifactSchema,
+  ExecutionBundleSchema,
+  JobSchema,
+  NodeSchema,
+  SlotSchema,
+  type Artifact,
+  type ExecutionBundle,
+  type Job,
+  type Node,
+  type Slot,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { FacilityReportSchema, OwnerMarkerSchema, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { ArtifactMetaRow } from "../artifacts/artifact.repository.js";
+import type { NodeRow } from "../nodes/node.repository.js";
+import type { SlotRow } from "../slots/slot.repository.js";
+import type { JobRow } from "./job.repository.js";
+import { jobStateToProto, slotStateToProto } from "./job-state.js";
+
+/** The reported part of a job (steps, reasons, drift, recovery, no_learning) as stored in `jobs.report`. */
+export function readReport(row: JobRow): Job {
+  return row.report ? fromBinary(JobSchema, row.report) : create(JobSchema, {});
+}
+
+/** Encodes the reported part of a job for `jobs.report`. */
+export function writeReport(report: Job): Uint8Array {
+  const only = create(JobSchema, {
+    steps: report.steps,
+    reasons: report.reasons,
+    drift: report.drift,
+    recovery: report.recovery,
+    noLearning: report.noLearning,
+  });
+  return toBinary(JobSchema, only);
+}
+
+/** The execution bundle stored with a job. */
+export function readBundle(row: JobRow): ExecutionBundle {
+  return fromBinary(ExecutionBundleSchema, row.bundle);
+}
+
+/** A job row (plus its slot and artifacts) as the Job message clients see. */
+export function toJobProto(row: JobRow, slot: SlotRow | undefined, artifacts: readonly ArtifactMetaRow[] = []): Job {
+  const report = readReport(row);
+  return create(JobSchema, {
+    id: row.id,
+    repairId: row.repair_id,
+    ownerId: row.owner_id,
+    rootId: row.root_id,
+    approvalId: row.approval_id,
+    state: jobStateToProto(row.state),
+    outcome: row.outcome,
+    outcomeMessage: row.outcome_message,
+    attempt: row.attempt,
+    fence: BigInt(row.fence),
+    nodeId: row.node_id,
+    slotIndex: row.slot_index ?? -1,
+    cancelRequested: row.cancel_requested,
+    marker: row.marker ? fromBinary(OwnerMarkerSchema, row.marker) : undefined,
+    receipt: row.receipt ? fromBinary(ReceiptSchema, row.receipt) : undefined,
+    steps: report.steps,
+    artifacts: artifacts.map(toArtifactProto),
+    revision: BigInt(row.revision),
+    createdUnixMs: BigInt(new Date(row.created_at).getTime()),
+    updatedUnixMs: BigInt(new Date(row.updated_at).getTime()),
+    slotHeld: slot !== undefined && slot.job_id === row.id && slot.state !== "free",
+    recovery: report.recovery,
+    noLearning: report.noLearning,
+    reasons: report.reasons,
+    drift: report.drift,
+  });
+}
+
+/** An artifact's metadata as a message. */
+export function toArtifactProto(a: ArtifactMetaRow): Artifact {
+  return create(ArtifactSchema, {
+    id: a.id,
+    kind: a.kind,
+    name: a.name,
+    sha256: a.sha256,
+    size: BigInt(a.size),
+    readbackVerified: a.readback_verified,
+  });
+}
+
+/** A slot row as a message. */
+export function toSlotProto(s: SlotRow): Slot {
+  return create(SlotSchema, {
+    nodeId: s.node_id,
+    slotIndex: s.slot_index,
+    state: slotStateToProto(s.state),
+    jobId: s.job_id ?? "",
+    revision: BigInt(s.revision),
+  });
+}
+
+/** A node row as a message. */
+export function toNodeProto(n: NodeRow): Node {
+  return create(NodeSchema, {
+    nodeId: n.id,
+    bootId: n.boot_id,
+    incarnationId: n.incarnation_id,
+    address: n.address,
+    slotCount: n.slot_count,
+    repositoryRoots: n.repository_roots,
+    heartbeatUnixMs: BigInt(new Date(n.heartbeat_at).getTime()),
+    facilities: n.facilities ? fromBinary(FacilityReportSchema, n.facilities) : undefined,
+  });
+}

@@ -1,0 +1,97 @@
+import type { Insertable, Selectable, Updateable } from "kysely";
+import { sql } from "kysely";
+import { ConflictError, NotFoundError } from "@seraph/kit";
+import type { JobsDatabase } from "../db/schema.js";
+import type { Db } from "../store/db.js";
+import type { JobStateName } from "./job-state.js";
+
+/** A stored job row. */
+export type JobRow = Selectable<JobsDatabase["jobs"]>;
+
+/** Inserts a job unless its approval already has one; returns the new row or undefined. */
+export async function insertJobOnce(db: Db, row: Insertable<JobsDatabase["jobs"]>): Promise<JobRow | undefined> {
+  return db.insertInto("jobs").values(row).onConflict((oc) => oc.column("approval_id").doNothing()).returningAll().executeTakeFirst();
+}
+
+/** The job of an approval, if any. */
+export async function findJobByApproval(db: Db, approvalId: string): Promise<JobRow | undefined> {
+  return db.selectFrom("jobs").selectAll().where("approval_id", "=", approvalId).executeTakeFirst();
+}
+
+/** A job by id, or undefined. */
+export async function findJob(db: Db, id: string): Promise<JobRow | undefined> {
+  return db.selectFrom("jobs").selectAll().where("id", "=", id).executeTakeFirst();
+}
+
+/** A job by id; NOT_FOUND when absent. */
+export async function getJob(db: Db, id: string): Promise<JobRow> {
+  const row = await findJob(db, id);
+  if (!row) throw new NotFoundError("job", id);
+  return row;
+}
+
+/**
+ * Locks one job row for the rest of the transaction (the per-job lock shared by marker updates,
+ * cancellation, the start barrier, completion and recovery). The wait is bounded by the
+ * transaction's lock_timeout. NOT_FOUND when absent.
+ */
+export async function lockJob(db: Db, id: string): Promise<JobRow> {
+  const row = await db.selectFrom("jobs").selectAll().where("id", "=", id).forUpdate().executeTakeFirst();
+  if (!row) throw new NotFoundError("job", id);
+  return row;
+}
+
+/**
+ * Compare-and-set on the job revision: applies `patch`, bumps the revision and updated_at.
+ * ABORTED `job_revision_conflict` when the revision moved.
+ */
+export async function updateJobCas(db: Db, id: string, revision: string, patch: Updateable<JobsDatabase["jobs"]>): Promise<JobRow> {
+  const row = await db
+    .updateTable("jobs")
+    .set({ ...patch, revision: sql`revision + 1`, updated_at: sql`now()` })
+    .where("id", "=", id)
+    .where("revision", "=", revision)
+    .returningAll()
+    .executeTakeFirst();
+  if (!row) throw new ConflictError("job_revision_conflict", `job ${id} changed concurrently; re-read and retry`);
+  return row;
+}
+
+/** Jobs on a node in the given states, oldest first. */
+export async function listJobsOnNode(db: Db, nodeId: string, states: readonly JobStateName[]): Promise<JobRow[]> {
+  return db.selectFrom("jobs").selectAll().where("node_id", "=", nodeId).where("state", "in", [...states]).orderBy("created_at").execute();
+}
+
+/** Counts of jobs by state. */
+export async function countJobsByState(db: Db): Promise<Map<string, number>> {
+  const rows = await db.selectFrom("jobs").select(["state", (eb) => eb.fn.countAll<string>().as("n")]).groupBy("state").execute();
+  return new Map(rows.map((r) => [r.state, Number(r.n)]));
+}
+
+/** Next fencing token (monotonic across all jobs). */
+export async function nextFence(db: Db): Promise<string> {
+  const r = await sql<{ fence: string }>`SELECT nextval('job_fence_seq')::text AS fence`.execute(db);
+  const fence = r.rows[0]?.fence;
+  if (fence === undefined) throw new Error("job_fence_seq returned nothing");
+  return fence;
+}
+
+/** Records one claimed (or adopted) attempt with its fence. */
+export async function insertAttempt(
+  db: Db,
+  row: { job_id: string; attempt: number; fence: string; node_id: string; incarnation_id: string },
+): Promise<void> {
+  await db.insertInto("job_attempts").values(row).execute();
+}
+
+/** Marks an attempt ended. */
+export async function endAttempt(db: Db, jobId: string, attempt: number, fence: string): Promise<void> {
+  await db
+    .updateTable("job_attempts")
+    .set({ ended_at: sql`now()` })
+    .where("job_id", "=", jobId)
+    .where("attempt", "=", attempt)
+    .where("fence", "=", fence)
+    .where("ended_at", "is", null)
+    .execute();
+}

@@ -1,0 +1,72 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import { FailedPreconditionError, NotFoundError } from "@seraph/kit";
+import {
+  ListNodeJobsResponseSchema,
+  ListNodesResponseSchema,
+  type HeartbeatRequest,
+  type ListNodeJobsResponse,
+  type ListNodesResponse,
+  type RegisterNodeRequest,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { JobsCore } from "../core.js";
+import { noChanges } from "../events/publisher.js";
+import { listJobsOnNode } from "../jobs/job.repository.js";
+import { jobListView } from "../jobs/job-queries.js";
+import { toNodeProto } from "../jobs/job-view.js";
+import { ensureSlots } from "../slots/slot.repository.js";
+import { inTransaction } from "../store/db.js";
+import { findNode, listNodes, touchNode, upsertNode } from "./node.repository.js";
+
+/**
+ * Registers (or re-registers) an executor node: its boot id, a fresh incarnation, slot count,
+ * address, repository roots and facilities; creates its missing slots. A new incarnation
+ * supersedes the previous one (its heartbeats and claims are refused from then on).
+ */
+export async function registerNode(core: JobsCore, req: RegisterNodeRequest): Promise<void> {
+  for (const root of req.repositoryRoots) {
+    if (!root.startsWith("/")) throw new FailedPreconditionError("repository_root_not_absolute", `repository root ${JSON.stringify(root)} is not absolute`, { field: "repository_roots" });
+  }
+  const created = await inTransaction(core.db, async (trx) => {
+    await upsertNode(trx, {
+      id: req.nodeId,
+      boot_id: req.bootId,
+      incarnation_id: req.incarnationId,
+      address: req.address,
+      slot_count: req.slotCount,
+      repository_roots: req.repositoryRoots,
+      facilities: req.facilities ? toBinary(FacilityReportSchema, req.facilities) : null,
+      facilities_ok: req.facilities?.ok ?? false,
+    });
+    return ensureSlots(trx, req.nodeId, req.slotCount);
+  });
+  core.log.info({ nodeId: req.nodeId, incarnationId: req.incarnationId, bootId: req.bootId, slots: req.slotCount }, "node registered");
+  const changes = noChanges();
+  changes.slots.push(...created);
+  changes.schedule = true;
+  core.publisher.publish(changes);
+}
+
+/** Records a heartbeat; FAILED_PRECONDITION `stale_incarnation` when a newer incarnation registered. */
+export async function heartbeat(core: JobsCore, req: HeartbeatRequest): Promise<void> {
+  if (await touchNode(core.db, req.nodeId, req.incarnationId)) return;
+  const node = await findNode(core.db, req.nodeId);
+  if (!node) throw new NotFoundError("node", req.nodeId);
+  throw new FailedPreconditionError("stale_incarnation", `incarnation ${req.incarnationId} of node ${req.nodeId} was superseded; register again`);
+}
+
+/** Every registered node. */
+export async function listAllNodes(core: JobsCore): Promise<ListNodesResponse> {
+  const rows = await listNodes(core.db);
+  return create(ListNodesResponseSchema, { nodes: rows.map(toNodeProto) });
+}
+
+/**
+ * The jobs a node must act on: reserved for it and not claimed, claimed and not finished, and
+ * UNKNOWN jobs that still hold one of its slots (their run directories may hold a receipt).
+ */
+export async function listNodeJobs(core: JobsCore, nodeId: string): Promise<ListNodeJobsResponse> {
+  const rows = await listJobsOnNode(core.db, nodeId, ["reserved", "preparing", "starting", "running", "unknown"]);
+  const jobs = await jobListView(core.db, rows);
+  return create(ListNodeJobsResponseSchema, { jobs: jobs.filter((j) => j.state !== 10 || j.slotHeld) });
+}

@@ -1,0 +1,158 @@
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { NotFoundError, PermissionDeniedError, sha256Hex } from "@seraph/kit";
+import {
+  RecoverProcessCleanupResponseSchema,
+  RecoverySchema,
+  type RecoverProcessCleanupRequest,
+  type RecoverProcessCleanupResponse,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { OwnerMarkerSchema, ReceiptSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { JobsCore } from "../core.js";
+import { findArtifact, listArtifacts } from "../artifacts/artifact.repository.js";
+import { sameMarkerIdentity } from "../claims/complete.js";
+import { noChanges } from "../events/publisher.js";
+import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { jobView } from "../jobs/job-queries.js";
+import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
+import { findNode } from "../nodes/node.repository.js";
+import { findSlotOfJob, moveSlot } from "../slots/slot.repository.js";
+import { inTransaction, type Db } from "../store/db.js";
+
+/** Why recovery keeps the slot held. */
+interface Refusal {
+  readonly code: string;
+  readonly message: string;
+}
+
+/** The proof that releases a slot. */
+interface Proof {
+  readonly kind: "cleanup_receipt" | "host_rebooted";
+  readonly receiptVerified: boolean;
+  readonly readbackSha256: string;
+}
+
+/**
+ * Receipt evidence for a job, read back from PostgreSQL: the receipt CompleteJob stored, then
+ * any `cleanup_receipt` artifact the executor recorded later from the supervisor's run
+ * directory. Each candidate is re-hashed as read; the first whose ECHILD observation and owner
+ * marker identity match the recorded marker is the proof.
+ */
+async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker): Promise<Proof | Refusal> {
+  const candidates: Uint8Array[] = [];
+  if (job.receipt) candidates.push(job.receipt);
+  for (const a of await listArtifacts(db, job.id)) {
+    if (a.kind !== "cleanup_receipt") continue;
+    const full = await findArtifact(db, a.id);
+    if (full && sha256Hex(full.content) === full.sha256) candidates.push(full.content);
+  }
+  let last: Refusal = { code: "no_cleanup_receipt", message: "no supervisor cleanup receipt is recorded for this job, and the host has not rebooted since" };
+  for (const bytes of candidates) {
+    let receipt;
+    try {
+      receipt = fromBinary(ReceiptSchema, bytes);
+    } catch {
+      last = { code: "receipt_unreadable", message: "the recorded receipt cannot be decoded" };
+      continue;
+    }
+    if (!receipt.marker || !sameMarkerIdentity(receipt.marker, marker)) {
+      last = { code: "receipt_marker_mismatch", message: "the receipt does not name the recorded supervisor (pid, start time, boot, job, attempt, fence, source hash)" };
+      continue;
+    }
+    if (!receipt.echildObserved) {
+      last = { code: "echild_not_observed", message: "the receipt does not prove ECHILD: descendants may still run" };
+      continue;
+    }
+    return { kind: "cleanup_receipt", receiptVerified: true, readbackSha256: sha256Hex(bytes) };
+  }
+  return last;
+}
+
+/**
+ * Explicit same-root recovery of a physical slot whose cleanup was not proved. Under the
+ * per-job lock it re-reads the recorded owner marker and revalidates the job, its immutable
+ * bundle (approval and proposal), attempt and fence, and the marker's pid/start/boot identity
+ * and supervisor source hash. It releases the slot (CAS on the job revision) only on a verified
+ * cleanup receipt, or on proof that the host rebooted since the marker was written (the node
+ * re-registered with a different boot id). It records cleanup_receipt_verified,
+ * process_cleanup_readback_sha256 and readback_scope=process_cleanup_only and never changes the
+ * job's state or outcome. Another root gets NOT_FOUND; a root that is no longer live,
+ * PERMISSION_DENIED. Missing proof answers released=false with a refusal code and writes
+ * nothing; a repeated call after release answers released=true again.
+ */
+export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessCleanupRequest): Promise<RecoverProcessCleanupResponse> {
+  const changes = noChanges();
+  const out = await inTransaction(core.db, async (trx) => {
+    const job = await lockJob(trx, req.jobId);
+    if (job.root_id !== req.rootId) throw new NotFoundError("job", req.jobId);
+    if (!(await core.authority.rootIsLive(trx, req.rootId))) {
+      throw new PermissionDeniedError("root_not_live", "the job's operator root has no live credentials; recovery needs the original live root");
+    }
+    const refuse = (code: string, message: string) => ({ job, released: false, refusal: { code, message } });
+    const report = readReport(job);
+    const slot = await findSlotOfJob(trx, job.id);
+    if (!slot || slot.state === "free") {
+      if (report.recovery) return { job, released: true, refusal: undefined };
+      return refuse("slot_not_held", `job ${job.id} holds no physical slot`);
+    }
+    if (job.state !== "unknown") return refuse("job_not_unknown", `job ${job.id} is ${job.state}; only an UNKNOWN job's slot is recovered`);
+    if (!job.marker) return refuse("no_owner_marker", "no owner marker was recorded for this job");
+    const marker = fromBinary(OwnerMarkerSchema, job.marker);
+    const bundle = readBundle(job);
+    const attempt = await trx
+      .selectFrom("job_attempts")
+      .select(["fence", "node_id"])
+      .where("job_id", "=", job.id)
+      .where("attempt", "=", job.attempt)
+      .where("fence", "=", job.fence)
+      .executeTakeFirst();
+    const invalid: string[] = [];
+    if (!attempt) invalid.push("the attempt with the job's fence is not recorded");
+    if (bundle.approvalId !== job.approval_id || bundle.repairId !== job.repair_id) invalid.push("the bundle does not match the job's approval");
+    if (!/^[0-9a-f]{64}$/.test(bundle.proposalSha256)) invalid.push("the bundle has no proposal identity");
+    if (marker.jobId !== job.id || marker.attempt !== job.attempt || marker.fence !== BigInt(job.fence)) invalid.push("the marker does not name this job, attempt and fence");
+    if (!marker.supervisor || marker.supervisor.pid <= 0 || marker.supervisor.startTimeTicks === 0n || marker.supervisor.bootId === "") {
+      invalid.push("the marker has no complete supervisor identity");
+    }
+    if (!/^[0-9a-f]{64}$/.test(marker.supervisorSourceSha256)) invalid.push("the marker has no supervisor source hash");
+    if (slot.node_id !== job.node_id) invalid.push("the held slot is on another node");
+    if (invalid.length > 0) return refuse("binding_mismatch", invalid.join("; "));
+
+    let proof: Proof | Refusal = await receiptProof(trx, job, marker);
+    if (!("kind" in proof)) {
+      const node = await findNode(trx, job.node_id);
+      const markerBoot = marker.supervisor?.bootId ?? "";
+      const writtenMs = Number(marker.writtenUnixMs);
+      if (node && node.boot_id !== markerBoot && new Date(node.registered_at).getTime() > writtenMs) {
+        const evidence = JSON.stringify({ node: node.id, markerBootId: markerBoot, currentBootId: node.boot_id, registeredAt: new Date(node.registered_at).toISOString(), incarnation: node.incarnation_id });
+        proof = { kind: "host_rebooted", receiptVerified: false, readbackSha256: sha256Hex(evidence) };
+      }
+    }
+    if (!("kind" in proof)) return refuse(proof.code, proof.message);
+
+    report.recovery = create(RecoverySchema, {
+      cleanupReceiptVerified: proof.receiptVerified,
+      processCleanupReadbackSha256: proof.readbackSha256,
+      readbackScope: "process_cleanup_only",
+      proof: proof.kind,
+      recoveredBy: req.rootId,
+      recoveredUnixMs: BigInt(core.now()),
+    });
+    const updated = await updateJobCas(trx, job.id, job.revision, { report: writeReport(report) });
+    const freed = await moveSlot(trx, slot.node_id, slot.slot_index, job.id, "free");
+    if (!freed) throw new Error(`slot of job ${job.id} lost its binding during recovery`);
+    changes.jobs.push(updated);
+    changes.slots.push(freed);
+    changes.schedule = true;
+    return { job: updated, released: true, refusal: undefined };
+  });
+  core.publisher.publish(changes);
+  const log = core.log.child({ jobId: out.job.id, attempt: out.job.attempt });
+  if (out.refusal) log.info({ refusal: out.refusal.code }, "process cleanup recovery refused; slot stays held");
+  else log.info("process cleanup recovered; physical slot released, task outcome unchanged");
+  return create(RecoverProcessCleanupResponseSchema, {
+    job: await jobView(core.db, out.job),
+    released: out.released,
+    refusalCode: out.refusal?.code ?? "",
+    refusalMessage: out.refusal?.message ?? "",
+  });
+}

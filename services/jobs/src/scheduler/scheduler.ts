@@ -1,0 +1,81 @@
+import type { Logger, Signals } from "@seraph/kit";
+import type { Kysely } from "kysely";
+import type { JobsDatabase } from "../db/schema.js";
+import { noChanges, type EventPublisher } from "../events/publisher.js";
+import { Subjects } from "../events/subjects.js";
+import { reserveOne } from "./reserve.js";
+
+/** The reservation loop of one jobs-service process. */
+export interface Scheduler {
+  /** Runs a pass soon (a job was queued or a slot freed). */
+  wake(): void;
+  /** Stops the loop and waits for the pass in flight. */
+  stop(): Promise<void>;
+}
+
+/** Options of the scheduler. */
+export interface SchedulerOptions {
+  readonly db: Kysely<JobsDatabase>;
+  readonly signals: Signals;
+  readonly publisher: () => EventPublisher;
+  readonly log: Logger;
+  /** The slow poll that makes lost signals harmless. */
+  readonly pollMs: number;
+}
+
+/**
+ * Starts the loop: each pass reserves slots until none can be reserved, then sleeps until a
+ * wake-up (`seraph.work.queued`, a local wake) or the poll interval. A failed pass (database
+ * down) is logged and retried on the next tick; nothing is decided outside PostgreSQL.
+ */
+export function startScheduler(o: SchedulerOptions): Scheduler {
+  let stopped = false;
+  let woken = false;
+  let wakeUp: (() => void) | undefined;
+  const wake = () => {
+    woken = true;
+    wakeUp?.();
+  };
+  const off = o.signals.subscribe(Subjects.workQueued, () => wake());
+  const loop = (async () => {
+    let failures = 0;
+    while (!stopped) {
+      woken = false;
+      try {
+        for (;;) {
+          if (stopped) break;
+          const r = await reserveOne(o.db);
+          if (!r) break;
+          o.log.info({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "slot reserved");
+          const changes = noChanges();
+          changes.jobs.push(r.job);
+          changes.slots.push(r.slot);
+          changes.work.push({ nodeId: r.slot.node_id, jobId: r.job.id });
+          o.publisher().publish(changes);
+        }
+        failures = 0;
+      } catch (err) {
+        failures += 1;
+        if (failures === 1 || failures % 30 === 0) o.log.warn({ err, failures }, "scheduler pass failed; retrying on the next tick");
+      }
+      if (stopped || woken) continue;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, o.pollMs);
+        wakeUp = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      wakeUp = undefined;
+    }
+  })();
+  return {
+    wake,
+    async stop() {
+      stopped = true;
+      off();
+      wakeUp?.();
+      await loop;
+    },
+  };
+}
