@@ -1,5 +1,105 @@
-/** Placeholder until implemented: fails loudly rather than pretending. */
-export async function repairRunCommand(_args: readonly string[]): Promise<number> {
-  process.stderr.write("seraph-exec: this command is not implemented yet\n");
-  return 2;
+import { parseArgs } from "node:util";
+import type { Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { Receipt, SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { blockReason, limitValues, parseLimitOverrides, ProfileError, runRepair, type RunSteps } from "../profile/index.js";
+import { formatRepairText } from "../profile/report-text.js";
+import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
+
+const USAGE =
+  "usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--keep-job-dir]";
+
+/** Loads the supervisor client's runToReceipt: each call launches a fresh detached supervisor. */
+async function supervisorRunSteps(): Promise<RunSteps> {
+  // A computed specifier: the client is built by another team and may not exist in this build.
+  const specifier = "../supervisor-client/index.js";
+  const client = (await import(specifier)) as { runToReceipt?: (spec: SupervisorSpec) => Promise<Receipt> };
+  if (typeof client.runToReceipt !== "function") throw new Error("supervisor-client/index.js does not export runToReceipt");
+  return client.runToReceipt;
+}
+
+/**
+ * `seraph-exec repair-run`: inspects, stages, applies the patch to the staged copy, runs the
+ * selected steps under a fresh supervisor each within the wall deadline, re-hashes the repository
+ * and prints one JSON object (the last line of stdout) with --json. Exit 0 only for "succeeded";
+ * 1 for any other outcome; 2 on a usage error.
+ */
+export async function repairRunCommand(args: readonly string[]): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...args],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        json: { type: "boolean", default: false },
+        repo: { type: "string" },
+        selection: { type: "string" },
+        patch: { type: "string" },
+        allow: { type: "string", multiple: true },
+        node: { type: "string" },
+        "node-sha256": { type: "string" },
+        source: { type: "string", multiple: true, default: [] },
+        "build-output-dir": { type: "string" },
+        limit: { type: "string", multiple: true, default: [] },
+        "keep-job-dir": { type: "boolean", default: false },
+      },
+    }));
+  } catch (err) {
+    process.stderr.write(`seraph-exec repair-run: ${(err as Error).message}\n${USAGE}\n`);
+    return 2;
+  }
+  if (values.repo === undefined || values.selection === undefined) {
+    process.stderr.write(`seraph-exec repair-run: --repo and --selection are required\n${USAGE}\n`);
+    return 2;
+  }
+  let limits: Limits;
+  try {
+    limits = parseLimitOverrides(values.limit);
+  } catch (err) {
+    if (!(err instanceof ProfileError)) throw err;
+    process.stderr.write(`seraph-exec repair-run: ${err.message}\n`);
+    return 2;
+  }
+  const emit = (report: Parameters<typeof formatRepairText>[0]): void => {
+    if (values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
+    else process.stdout.write(formatRepairText(report));
+  };
+  const blocked = (code: Parameters<typeof blockReason>[0], message: string, subject: string): number => {
+    const r = blockReason(code, message, subject);
+    if (values.json) process.stdout.write(`${JSON.stringify({ outcome: "blocked", admitted: false, reasons: [{ code: r.code, message: r.message, subject: r.subject }], steps: [], repositoryUnchanged: true })}\n`);
+    else process.stdout.write(`outcome: blocked\n  ${r.code}: ${r.message}\n`);
+    return 1;
+  };
+
+  let patchText: string | undefined;
+  if (values.patch !== undefined) {
+    const max = limitValues(limits).patch_bytes;
+    try {
+      patchText = (await readFileBounded(values.patch, max)).bytes.toString("utf8");
+    } catch (err) {
+      if (err instanceof FileTooLargeError) return blocked("patch_too_large", `The patch has ${err.size} bytes or more; the profile allows ${max}.`, values.patch);
+      return blocked("patch_invalid", `The patch file ${values.patch} cannot be read (${(err as Error).message}).`, values.patch);
+    }
+  }
+  let runSteps: RunSteps;
+  try {
+    runSteps = await supervisorRunSteps();
+  } catch (err) {
+    return blocked("supervisor_failed", `The Linux supervisor client is not available, so nothing can run: ${(err as Error).message}`, "supervisor-client");
+  }
+  const report = await runRepair({
+    repositoryPath: values.repo,
+    selection: values.selection,
+    ...(values.node !== undefined ? { nodePath: values.node } : {}),
+    ...(values["node-sha256"] !== undefined ? { runtime: { expectedSha256: values["node-sha256"] } } : {}),
+    ...(values["build-output-dir"] !== undefined ? { buildOutputDir: values["build-output-dir"] } : {}),
+    ...(patchText !== undefined ? { patchText } : {}),
+    ...(values.allow !== undefined ? { allowedPatchPaths: values.allow } : {}),
+    sourcePaths: values.source,
+    limits,
+    keepJobDir: values["keep-job-dir"],
+    runSteps,
+  });
+  emit(report);
+  return report.outcome === "succeeded" ? 0 : 1;
 }

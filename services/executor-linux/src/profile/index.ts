@@ -17,7 +17,7 @@ export {
 } from "./limits.js";
 export type { LimitName } from "./limits.js";
 export { checkRuntime, resolvePinnedNode, sha256File, PINNED_NODE_PACKAGE, PINNED_NODE_VERSION } from "./runtime.js";
-export type { RuntimeCheck, RuntimeExpectation } from "./runtime.js";
+export type { RuntimeCheck, RuntimeDigestCache, RuntimeExpectation } from "./runtime.js";
 export { inspectRepository, inspectSnapshot, DEFAULT_NODE_BUILD_OUTPUT_DIR, PROFILE_NAME, TSCONFIG_NAME } from "./inspect.js";
 export type { InspectOptions, SnapshotInspection } from "./inspect.js";
 export type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";

@@ -228,8 +228,11 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
     if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("not an object");
     manifest = parsed as Record<string, unknown>;
   } catch (err) {
-    const msg = err instanceof FileTooLargeError ? `it has ${formatCount(err.size)} bytes; the profile allows ${formatCount(L.source_file_bytes)}` : (err as Error).message;
-    reasons.push(blockReason("package_json_invalid", `package.json cannot be read as a JSON object (${msg}).`, "package.json"));
+    if (err instanceof FileTooLargeError) {
+      reasons.push(blockReason("source_file_too_large", `package.json has ${formatCount(err.size)} bytes; the profile allows ${formatCount(L.source_file_bytes)} per source file.`, "package.json"));
+    } else {
+      reasons.push(blockReason("package_json_invalid", `package.json cannot be read as a JSON object (${(err as Error).message}).`, "package.json"));
+    }
     return finish(root);
   }
   const rawScripts = manifest.scripts;

@@ -1,5 +1,5 @@
-import { randomUUID } from "node:crypto";
-import { mkdir } from "node:fs/promises";
+import { randomBytes, randomUUID } from "node:crypto";
+import { mkdir, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, toJson, type JsonValue } from "@bufbuild/protobuf";
@@ -53,6 +53,27 @@ export interface StepReport {
   readonly exitCode?: number;
   readonly signal?: string;
   readonly receipt?: JsonValue;
+  /** The last bytes (at most 4 KiB) of the step's kept stdout/stderr journals, when readable. */
+  readonly stdoutTail?: string;
+  readonly stderrTail?: string;
+}
+
+/** How much of each journal's end the report carries. */
+export const TAIL_BYTES = 4096;
+
+/** The supervisor's journal file of command `index` (see supervisor/run-dir.ts journalFileName). */
+function journalFileName(index: number, stream: "stdout" | "stderr"): string {
+  return `cmd-${index}.${stream}`;
+}
+
+async function journalTail(runDir: string, stream: "stdout" | "stderr"): Promise<string | undefined> {
+  try {
+    const bytes = await readFile(join(runDir, journalFileName(0, stream)));
+    const tail = bytes.subarray(Math.max(0, bytes.length - TAIL_BYTES)).toString("utf8");
+    return tail.length > 0 ? tail : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The JSON report of a repair run (one object, printed as the last line by the CLI). */
@@ -189,7 +210,8 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
 
   const jobRoot = options.jobRoot ?? tmpdir();
   await mkdir(jobRoot, { recursive: true });
-  jobDir = join(jobRoot, `seraph-job-${jobId}`);
+  // Short on purpose: the supervisor's socket lives under it and sockaddr_un holds 107 bytes.
+  jobDir = join(jobRoot, `seraph-job-${randomBytes(6).toString("hex")}`);
   const staged = await stageRepository({ inspection, jobDir, runtime: options.runtime });
   if (!staged.ok) {
     reasons.push(...staged.reasons);
@@ -236,6 +258,8 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
     }
     const result = receipt.commands[0];
     const stepOutcome = outcomeOf(receipt);
+    const stdoutTail = await journalTail(spec.runDir, "stdout");
+    const stderrTail = await journalTail(spec.runDir, "stderr");
     steps.push({
       name: step.name,
       argv: step.argv,
@@ -244,6 +268,8 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       ...(result?.exitCode !== undefined ? { exitCode: result.exitCode } : {}),
       ...(result?.signal !== undefined ? { signal: result.signal } : {}),
       receipt: toJson(ReceiptSchema, receipt),
+      ...(stdoutTail !== undefined ? { stdoutTail } : {}),
+      ...(stderrTail !== undefined ? { stderrTail } : {}),
     });
     outputLeft = Math.max(0, outputLeft - Number(receipt.outputKeptBytes));
     if (stepOutcome !== "succeeded") {

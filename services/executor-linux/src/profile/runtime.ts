@@ -21,7 +21,16 @@ export interface RuntimeExpectation {
   readonly expectedSha256?: string;
   /** Bound on `node --version` (default 5 s). */
   readonly timeoutMs?: number;
+  /**
+   * Optional caller-owned cache of executable digests, keyed by real path and validated by
+   * (device, inode, size, mtime, ctime): any write to the file changes ctime, so a hit is the
+   * same bytes. Without it every check re-hashes the ~120 MB executable.
+   */
+  readonly digestCache?: RuntimeDigestCache;
 }
+
+/** A cache of executable digests owned by the caller (never module state). */
+export type RuntimeDigestCache = Map<string, { readonly stamp: string; readonly sha256: string; readonly size: number }>;
 
 /** The result of checking one runtime path; `ok` only when every check passed. */
 export interface RuntimeCheck {
@@ -70,7 +79,8 @@ export async function sha256File(path: string): Promise<{ sha256: string; size: 
   const hash = createHash("sha256");
   let size = 0;
   try {
-    const buffer = Buffer.alloc(1 << 20);
+    const { size: statSize } = await handle.stat();
+    const buffer = Buffer.allocUnsafe(Math.max(1, Math.min(1 << 20, statSize + 1)));
     for (;;) {
       const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
       if (bytesRead === 0) break;
@@ -118,7 +128,10 @@ export async function checkRuntime(nodePath: string, expect: RuntimeExpectation 
   } catch {
     return blocked(blockReason("runtime_not_executable", `The Node runtime ${nodePath} is not executable.`, nodePath), { realPath: real });
   }
-  const { sha256, size } = await sha256File(real);
+  const stamp = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+  const cached = expect.digestCache?.get(real);
+  const { sha256, size } = cached && cached.stamp === stamp ? cached : await sha256File(real);
+  expect.digestCache?.set(real, { stamp, sha256, size });
   const found = { realPath: real, sha256, size };
   if (expect.expectedSha256 !== undefined && expect.expectedSha256.toLowerCase() !== sha256) {
     return blocked(

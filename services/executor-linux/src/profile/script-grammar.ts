@@ -97,7 +97,8 @@ function scanCharacters(body: string): RejectedScript | undefined {
   if (quote) return reject("script_quote", `The script contains a quote (${quote[0]}); paths must be written plainly, without quotes.`, quote[0]);
   const glob = /[*?[\]{}]/.exec(body);
   if (glob) return reject("script_glob", `"${glob[0]}" is a glob or brace pattern; name each file exactly.`, glob[0]);
-  const other = /[^A-Za-z0-9._/@+=\- \t]/.exec(body);
+  // ":" "," "%" "^" mean nothing to the shell; paths refuse them later.
+  const other = /[^A-Za-z0-9._/@+=:,%^\- \t]/.exec(body);
   if (other) return reject("script_shell_metacharacter", `The character "${other[0]}" has a meaning to the shell and is not allowed in a script.`, other[0]);
   return undefined;
 }

@@ -130,6 +130,8 @@ export async function inspectTsconfigChain(start: string, reader: TsconfigReader
   };
   await visit(start, 0, []);
 
+  // An unreadable or unresolved chain has no trustworthy outDir: report only what broke.
+  if (reasons.length > 0) return { files, outDir: undefined, noEmit: noEmit === true, reasons };
   if (noEmit !== true) {
     if (outDir === undefined) {
       reasons.push(blockReason("build_output_undeclared", `${start} declares no compilerOptions.outDir; build output must go to a declared job-local directory.`, start));

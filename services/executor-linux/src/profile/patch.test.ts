@@ -1,0 +1,94 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
+import { ADD_BUGGY, ADD_CORRECT, createTsProject, fixAddPatch, fixturePatch } from "../test-fixtures/projects.js";
+import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import { inspectRepository } from "./inspect.js";
+import { parseLimitOverrides } from "./limits.js";
+import { checkPatchApplies, checkPatchPaths } from "./patch.js";
+import { digestTree } from "./tree-digest.js";
+
+const node = await pinnedNodeForTests();
+const MATH_TS = `export function add(a: number, b: number): number {\n${ADD_BUGGY}\n}\n`;
+
+describe.skipIf(!node)("patch policy and exact application", () => {
+  let repo: FixtureRepo;
+  let inspection: Inspection;
+  beforeAll(async () => {
+    repo = await createTsProject({ failing: true });
+    inspection = await inspectRepository({ repositoryPath: repo.dir, selection: "npm run build test" });
+    expect(inspection.admitted).toBe(true);
+  });
+  afterAll(() => repo.cleanup());
+  const check = (patch: string, allowed: readonly string[] = ["src", "test"]): string[] => checkPatchPaths(patch, inspection, allowed).map((r) => r.code);
+
+  it("accepts a source fix within the allowed paths, and it applies exactly (repository untouched)", async () => {
+    const before = await digestTree(repo.dir);
+    expect(check(fixAddPatch("ts"))).toEqual([]);
+    const { reasons, result } = await checkPatchApplies(fixAddPatch("ts"), inspection, repo.dir);
+    expect(reasons).toEqual([]);
+    expect(result.get("src/math.ts")).toBe(`export function add(a: number, b: number): number {\n${ADD_CORRECT}\n}\n`);
+    expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
+  });
+
+  it("refuses package, lock, config, toolchain and dependency inputs", () => {
+    const pkg = fixturePatch("package.json", '{\n  "name": "x"\n}\n', '{\n  "name": "y"\n}\n');
+    expect(check(pkg, ["."])).toEqual(["patch_touches_immutable_input"]);
+    expect(check(fixturePatch("package-lock.json", "a\n", "b\n"), ["."])).toEqual(["patch_touches_immutable_input"]);
+    expect(check(fixturePatch("tsconfig.json", "a\n", "b\n"), ["."])).toEqual(["patch_touches_immutable_input"]);
+    expect(check(fixturePatch("tsconfig.base.json", "a\n", "b\n"), ["."])).toEqual(["patch_touches_immutable_input"]);
+    expect(check(fixturePatch("src/nested/package.json", "a\n", "b\n"), ["."])).toEqual(["patch_touches_immutable_input"]);
+    expect(check(fixturePatch("node_modules/typescript/bin/tsc", "a\n", "b\n"), ["."])).toEqual(["patch_path_invalid"]);
+    expect(check(fixturePatch(".npmrc", "a\n", "b\n"), ["."])).toEqual(["patch_touches_immutable_input"]);
+    expect(check(fixturePatch("yarn.lock", "a\n", "b\n"), ["."])).toEqual(["patch_touches_immutable_input"]);
+    expect(check(fixturePatch("dist/src/math.js", "a\n", "b\n"), ["."])).toEqual(["patch_touches_output_dir"]);
+    expect(check(fixturePatch(".git/config", "a\n", "b\n"), ["."])).toEqual(["patch_path_invalid"]);
+  });
+
+  it("refuses paths outside the allowed patch paths, traversal, and unknown targets", () => {
+    expect(check(fixAddPatch("ts"), ["test"])).toEqual(["patch_path_not_allowed"]);
+    expect(check(fixAddPatch("ts"), [])).toEqual(["patch_path_not_allowed"]);
+    expect(check(fixturePatch("../outside.js", "a\n", "b\n"), ["."])).toEqual(["path_traversal"]);
+    expect(check("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", ["."])).toEqual(["patch_path_invalid"]);
+    expect(check(fixturePatch("src/absent.ts", "a\n", "b\n"))).toEqual(["patch_target_not_in_snapshot"]);
+    // A new file is fine; creating one that exists is not.
+    expect(check(fixturePatch("src/extra.ts", "", "export const x = 1;\n").replace("--- a/src/extra.ts", "--- /dev/null"))).toEqual([]);
+    expect(check(fixturePatch("src/math.ts", "", "x\n").replace("--- a/src/math.ts", "--- /dev/null"))).toEqual(["patch_target_exists"]);
+  });
+
+  it("refuses oversize, binary, rename, mode-change, empty and malformed patches", () => {
+    const tight = { ...inspection, limits: parseLimitOverrides(["patch_bytes=64"]) } as Inspection;
+    expect(checkPatchPaths(fixAddPatch("ts"), tight, ["src"]).map((r) => r.code)).toEqual(["patch_too_large"]);
+    expect(check("diff --git a/src/a.png b/src/a.png\nGIT binary patch\nliteral 1\n")).toEqual(["patch_binary"]);
+    expect(check("diff --git a/src/math.ts b/src/sum.ts\nsimilarity index 100%\nrename from src/math.ts\nrename to src/sum.ts\n")).toEqual(["patch_rename_not_supported", "patch_rename_not_supported"]);
+    expect(check("diff --git a/src/math.ts b/src/math.ts\nold mode 100644\nnew mode 100755\n")).toEqual(["patch_mode_change", "patch_mode_change"]);
+    expect(check("diff --git a/src/l b/src/l\nnew file mode 120000\n--- /dev/null\n+++ b/src/l\n@@ -0,0 +1 @@\n+/etc/passwd\n")).toEqual(["patch_mode_change"]);
+    expect(check("")).toEqual(["patch_empty"]);
+    expect(check("--- a/src/math.ts\n+++ b/src/math.ts\n@@ -1,2 +1,2 @@\n garbage\n")).toEqual(["patch_invalid"]);
+    expect(check("--- a/src/math.ts\n+++ b/src/other.ts\n@@ -1 +1 @@\n-a\n+b\n")).toEqual(["patch_rename_not_supported"]);
+    expect(check(`${fixAddPatch("ts")}${fixAddPatch("ts")}`)).toEqual(["patch_duplicate_file"]);
+  });
+
+  it("applies hunks only at the exact line, with no fuzz and no offset", async () => {
+    // Context that differs from the file.
+    const fuzzy = fixturePatch("src/math.ts", MATH_TS.replace("a: number, b", "x: number, y"), MATH_TS.replace("a: number, b", "x: number, y").replace(ADD_BUGGY, ADD_CORRECT));
+    expect((await checkPatchApplies(fuzzy, inspection, repo.dir)).reasons.map((r) => r.code)).toEqual(["patch_does_not_apply"]);
+    // The right lines, but the header says they start two lines later (an offset GNU patch would accept).
+    const shifted = fixAddPatch("ts").replace("@@ -1,3 +1,3 @@", "@@ -3,3 +3,3 @@");
+    expect(shifted).not.toBe(fixAddPatch("ts"));
+    expect((await checkPatchApplies(shifted, inspection, repo.dir)).reasons.map((r) => r.code)).toEqual(["patch_does_not_apply"]);
+  });
+
+  it("checks against the inspected snapshot only: a file changed since inspection is drift", async () => {
+    const other = await createTsProject({ failing: true, git: false });
+    try {
+      const i = await inspectRepository({ repositoryPath: other.dir, selection: "npm run build test" });
+      await writeFile(join(other.dir, "src", "math.ts"), `${MATH_TS}// edited\n`);
+      expect((await checkPatchApplies(fixAddPatch("ts"), i, other.dir)).reasons.map((r) => r.code)).toEqual(["drift"]);
+    } finally {
+      await other.cleanup();
+    }
+  });
+});

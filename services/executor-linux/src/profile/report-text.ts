@@ -1,0 +1,42 @@
+import { IdentityKind, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { selectionText } from "./selection.js";
+import type { RepairRunReport } from "./repair-run.js";
+
+/** Human-readable lines describing an inspection (the CLI's output without --json). */
+export function formatInspectionText(inspection: Inspection): string {
+  const lines: string[] = [];
+  lines.push(`${inspection.admitted ? "ADMITTED" : "BLOCKED"}  ${inspection.profile}  ${selectionText(inspection.selection) || "(no selection)"}  ${inspection.repositoryPath}`);
+  for (const r of inspection.reasons) lines.push(`  blocked: ${r.code}: ${r.message}`);
+  if (inspection.nodePath) lines.push(`  runtime: ${inspection.nodePath} ${inspection.nodeVersion || "(version unknown)"}`);
+  if (inspection.typescriptVersion) lines.push(`  typescript: ${inspection.typescriptVersion}`);
+  if (inspection.buildOutputDir) lines.push(`  build output: ${inspection.buildOutputDir}/`);
+  for (const s of inspection.steps) {
+    lines.push(`  step ${s.name}: script "${s.scriptBody}"`);
+    lines.push(`    argv: ${s.argv.join(" ")}`);
+  }
+  for (const h of inspection.suppressedHooks) lines.push(`  suppressed hook ${h.scriptName}: ${h.body}`);
+  lines.push(`  snapshot: ${inspection.sourceFiles} source files, ${inspection.dependencyFiles} dependency files, ${inspection.snapshotBytes} bytes`);
+  if (inspection.limitsChanged.length > 0) lines.push(`  limits changed: ${inspection.limitsChanged.join(", ")}`);
+  for (const i of inspection.identities) lines.push(`  ${i.sha256}  ${(IdentityKind[i.kind] ?? "").toLowerCase().padEnd(21)} ${i.name}`);
+  if (inspection.inspectionSha256) lines.push(`  inspection sha256: ${inspection.inspectionSha256}`);
+  return `${lines.join("\n")}\n`;
+}
+
+/** Human-readable lines describing a repair run. */
+export function formatRepairText(report: RepairRunReport): string {
+  const lines: string[] = [];
+  lines.push(`outcome: ${report.outcome}`);
+  if (report.inspectionSha256) lines.push(`inspection sha256: ${report.inspectionSha256}`);
+  for (const r of report.reasons as { code?: string; message?: string }[]) lines.push(`  ${r.code ?? ""}: ${r.message ?? ""}`);
+  for (const d of report.drift as { name?: string; change?: string }[]) lines.push(`  drift: ${d.name ?? ""} ${d.change ?? "changed"}`);
+  if (report.patch) lines.push(`patch ${report.patch.sha256.slice(0, 12)}… ${report.patch.applied ? `applied to ${report.patch.changed.join(", ")}` : "not applied"}`);
+  for (const s of report.steps) {
+    lines.push(`step ${s.name}: ${s.outcome}${s.exitCode !== undefined ? ` (exit ${s.exitCode})` : ""}${s.signal ? ` (${s.signal})` : ""}`);
+    lines.push(`  argv: ${s.argv.join(" ")}`);
+    if (s.stdoutTail) lines.push(`  stdout (tail):\n${s.stdoutTail.replace(/^/gm, "    ")}`);
+    if (s.stderrTail) lines.push(`  stderr (tail):\n${s.stderrTail.replace(/^/gm, "    ")}`);
+  }
+  lines.push(`repository unchanged: ${report.repositoryUnchanged === null ? "not proved (tree too large)" : String(report.repositoryUnchanged)}`);
+  lines.push(`duration: ${report.durationMs} ms of ${report.wallMs} ms wall`);
+  return `${lines.join("\n")}\n`;
+}
