@@ -1,0 +1,215 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { newId, sha256Hex } from "@seraph/kit";
+import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { OwnerMarkerSchema, Outcome, ReceiptSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startJobsHarness, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+
+let h: JobsHarness;
+const owner = newId();
+const root = newId();
+const node = "node-c";
+let incarnation = "inc-1";
+let boot = "boot-1";
+
+beforeAll(async () => {
+  h = await startJobsHarness();
+  h.liveRoots.add(root);
+  await h.client.registerNode({ nodeId: node, bootId: "boot-1", incarnationId: incarnation, slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+function codeOf(e: unknown): Code | undefined {
+  return e instanceof ConnectError ? e.code : undefined;
+}
+
+async function reservedJob(): Promise<string> {
+  const { job } = await h.client.enqueueJob({ ownerId: owner, rootId: root, bundle: testBundle(node) });
+  const id = job?.id ?? "";
+  await expect.poll(async () => (await h.client.getJob({ jobId: id })).job?.state, { timeout: 10_000 }).toBe(JobState.RESERVED);
+  return id;
+}
+
+function markerFor(jobId: string, fence: bigint, pid = 4242, bootId = boot): OwnerMarker {
+  return create(OwnerMarkerSchema, {
+    supervisor: { pid, startTimeTicks: 777n, bootId },
+    jobId,
+    attempt: 1,
+    fence,
+    supervisorSourceSha256: "d".repeat(64),
+    socketPath: "/run/x/sock",
+    runDir: "/run/x",
+    writtenUnixMs: BigInt(Date.now()),
+    specSha256: "e".repeat(64),
+  });
+}
+
+async function slotState(): Promise<SlotState | undefined> {
+  return (await h.client.listSlots({})).slots.find((s) => s.nodeId === node)?.state;
+}
+
+describe("claims, fencing, barrier, completion, recovery", () => {
+  it("of concurrent claims exactly one wins; a stale incarnation never claims", async () => {
+    const jobId = await reservedJob();
+    const results = await Promise.allSettled(Array.from({ length: 8 }, () => h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation })));
+    // Same incarnation retries are idempotent; a racing *other* executor is what must lose.
+    expect(results.every((r) => r.status === "fulfilled")).toBe(true);
+    const fences = new Set(results.map((r) => (r.status === "fulfilled" ? r.value.fence : 0n)));
+    expect(fences.size).toBe(1);
+    const attempts = await h.db.selectFrom("job_attempts").selectAll().where("job_id", "=", jobId).execute();
+    expect(attempts).toHaveLength(1);
+    const stale = await h.client.claimJob({ jobId, nodeId: node, incarnationId: "inc-old" }).catch((e: unknown) => e);
+    expect(codeOf(stale)).toBe(Code.FailedPrecondition);
+    expect(String(stale)).toContain("stale_incarnation");
+    const fence = [...fences][0] ?? 0n;
+    const wrong = await h.client.reportProgress({ jobId, fence: fence + 1n, state: JobState.PREPARING }).catch((e: unknown) => e);
+    expect(codeOf(wrong)).toBe(Code.FailedPrecondition);
+    expect(String(wrong)).toContain("stale_fence");
+    // Rejected before any supervisor: the slot is released.
+    await h.client.completeJob({ jobId, fence, state: JobState.REJECTED, outcome: "rejected_drift", drift: [{ name: "src/a.js", change: "changed" }] });
+    const done = (await h.client.getJob({ jobId })).job;
+    expect(done?.state).toBe(JobState.REJECTED);
+    expect(done?.drift[0]?.name).toBe("src/a.js");
+    expect(done?.slotHeld).toBe(false);
+  });
+
+  it("two executor incarnations racing for one job: exactly one claim commits", async () => {
+    const jobId = await reservedJob();
+    // Two rows of the same node id cannot both be current, so race two nodes' worth: re-register
+    // with a new incarnation while the old one claims; either the claim wins before the switch
+    // or it is refused; never both.
+    incarnation = "inc-2";
+    const [a, b] = await Promise.allSettled([
+      h.client.claimJob({ jobId, nodeId: node, incarnationId: "inc-1" }),
+      h.client.registerNode({ nodeId: node, bootId: "boot-1", incarnationId: "inc-2", slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] }).then(() =>
+        h.client.claimJob({ jobId, nodeId: node, incarnationId: "inc-2" }),
+      ),
+    ]);
+    const winners = [a, b].filter((r) => r.status === "fulfilled");
+    expect(winners).toHaveLength(1);
+    const loser = [a, b].find((r) => r.status === "rejected") as PromiseRejectedResult;
+    expect([Code.Aborted, Code.FailedPrecondition]).toContain(codeOf(loser.reason));
+    const job = (await h.client.getJob({ jobId })).job;
+    await h.client.completeJob({ jobId, fence: job?.fence ?? 0n, state: JobState.REJECTED, outcome: "rejected_test" });
+  });
+
+  it("start barrier: go only when no cancellation came first; cancel after GO is UNKNOWN and holds the slot until a verified receipt recovers it", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    const otherBoot = await h.client.recordOwnerMarker({ jobId, fence, marker: markerFor(jobId, fence, 1, "boot-other") }).catch((e: unknown) => e);
+    expect(String(otherBoot)).toContain("marker_other_boot");
+    const marker = markerFor(jobId, fence);
+    const rec = await h.client.recordOwnerMarker({ jobId, fence, marker });
+    expect(rec.go).toBe(true);
+    expect((await h.client.recordOwnerMarker({ jobId, fence, marker })).go).toBe(true);
+    await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING });
+    const c = await h.client.cancelJob({ jobId, requestedBy: owner, reason: "test" });
+    expect(c.beforeStart).toBe(false);
+    expect((await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING })).cancelRequested).toBe(true);
+    const noProof = await h.client.completeJob({ jobId, fence, state: JobState.CANCELLED, outcome: "cancelled" }).catch((e: unknown) => e);
+    expect(String(noProof)).toContain("cleanup_unproven");
+    const receipt = create(ReceiptSchema, { outcome: Outcome.CANCELLED, echildObserved: true, cancelRequested: true, marker });
+    await h.client.completeJob({ jobId, fence, state: JobState.UNKNOWN, outcome: "unknown_external_effect", receipt });
+    expect(await slotState()).toBe(SlotState.HELD);
+    // A second job can queue while the slot is held, but not start.
+    const second = await h.client.enqueueJob({ ownerId: owner, rootId: root, bundle: testBundle(node) });
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await h.client.getJob({ jobId: second.job?.id ?? "" })).job?.state).toBe(JobState.QUEUED);
+    // Another root: NOT_FOUND. A root without live credentials: PERMISSION_DENIED.
+    expect(codeOf(await h.client.recoverProcessCleanup({ jobId, rootId: newId() }).catch((e: unknown) => e))).toBe(Code.NotFound);
+    h.liveRoots.delete(root);
+    expect(codeOf(await h.client.recoverProcessCleanup({ jobId, rootId: root }).catch((e: unknown) => e))).toBe(Code.PermissionDenied);
+    h.liveRoots.add(root);
+    const rec1 = await h.client.recoverProcessCleanup({ jobId, rootId: root });
+    expect(rec1.released).toBe(true);
+    expect(rec1.job?.state).toBe(JobState.UNKNOWN);
+    expect(rec1.job?.outcome).toBe("unknown_external_effect");
+    expect(rec1.job?.recovery?.cleanupReceiptVerified).toBe(true);
+    expect(rec1.job?.recovery?.readbackScope).toBe("process_cleanup_only");
+    expect(rec1.job?.recovery?.processCleanupReadbackSha256).toBe(sha256Hex(new Uint8Array((await h.db.selectFrom("jobs").select("receipt").where("id", "=", jobId).executeTakeFirstOrThrow()).receipt ?? [])));
+    expect((await h.client.recoverProcessCleanup({ jobId, rootId: root })).released).toBe(true);
+    await expect.poll(async () => (await h.client.getJob({ jobId: second.job?.id ?? "" })).job?.state, { timeout: 5000 }).toBe(JobState.RESERVED);
+    await h.client.cancelJob({ jobId: second.job?.id ?? "", requestedBy: owner, reason: "cleanup" });
+  });
+
+  it("cancellation committed before the marker: go=false, the receipt of a never-started command releases the slot", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    expect((await h.client.cancelJob({ jobId, requestedBy: root, reason: "stop" })).beforeStart).toBe(true);
+    const stranger = await h.client.cancelJob({ jobId, requestedBy: newId(), reason: "x" }).catch((e: unknown) => e);
+    expect(codeOf(stranger)).toBe(Code.NotFound);
+    const marker = markerFor(jobId, fence);
+    expect((await h.client.recordOwnerMarker({ jobId, fence, marker })).go).toBe(false);
+    const running = await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING }).catch((e: unknown) => e);
+    expect(String(running)).toContain("no_start_token");
+    const receipt = create(ReceiptSchema, { outcome: Outcome.CANCELLED, echildObserved: true, cancelledBeforeGo: true, marker });
+    const done = await h.client.completeJob({ jobId, fence, state: JobState.CANCELLED, outcome: "cancelled_before_start", receipt });
+    expect(done.job?.slotHeld).toBe(false);
+    expect(done.job?.cancelRequested).toBe(true);
+  });
+
+  it("supervisor lost: UNKNOWN without a receipt keeps the slot; recovery refuses until the node re-registers with another boot id", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    await h.client.recordOwnerMarker({ jobId, fence, marker: markerFor(jobId, fence) });
+    await h.client.completeJob({ jobId, fence, state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost" });
+    const refused = await h.client.recoverProcessCleanup({ jobId, rootId: root });
+    expect(refused.released).toBe(false);
+    expect(refused.refusalCode).toBe("no_cleanup_receipt");
+    expect(await slotState()).toBe(SlotState.HELD);
+    await new Promise((r) => setTimeout(r, 20));
+    incarnation = "inc-3";
+    boot = "boot-2";
+    await h.client.registerNode({ nodeId: node, bootId: "boot-2", incarnationId: incarnation, slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });
+    const ok = await h.client.recoverProcessCleanup({ jobId, rootId: root });
+    expect(ok.released).toBe(true);
+    expect(ok.job?.recovery?.proof).toBe("host_rebooted");
+    expect(ok.job?.recovery?.cleanupReceiptVerified).toBe(false);
+    expect(ok.job?.state).toBe(JobState.UNKNOWN);
+  });
+
+  it("fresh admission at claim: a blocked authority rejects the job and releases the slot", async () => {
+    const jobId = await reservedJob();
+    h.blockers = [{ code: "rejected_approval_expired", message: "expired" }];
+    try {
+      const res = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+      expect(res.job?.state).toBe(JobState.REJECTED);
+      expect(res.job?.outcome).toBe("rejected_approval_expired");
+      expect(res.job?.slotHeld).toBe(false);
+    } finally {
+      h.blockers = [];
+    }
+  });
+
+  it("success needs the receipt, passed steps and read-back artifacts", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    const marker = markerFor(jobId, fence);
+    await h.client.recordOwnerMarker({ jobId, fence, marker });
+    await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING });
+    const put = async (kind: string, text: string) => {
+      const content = new TextEncoder().encode(text);
+      return (await h.client.storeArtifact({ jobId, fence, kind, name: kind, content, sha256: sha256Hex(content) })).artifact?.id ?? "";
+    };
+    const bad = await h.client.storeArtifact({ jobId, fence, kind: "x", name: "x", content: new Uint8Array([1]), sha256: "0".repeat(64) }).catch((e: unknown) => e);
+    expect(codeOf(bad)).toBe(Code.InvalidArgument);
+    const ids = [await put("applied_diff", "diff"), await put("receipt", "{}")];
+    const receipt = create(ReceiptSchema, { outcome: Outcome.SUCCEEDED, echildObserved: true, marker });
+    const steps = [{ name: "test", argv: ["/n", "--test"], started: true, passed: true, exitCode: 0 }];
+    const missing = await h.client.completeJob({ jobId, fence, state: JobState.SUCCEEDED, outcome: "succeeded", receipt, steps, artifactIds: ids }).catch((e: unknown) => e);
+    expect(String(missing)).toContain("test_output");
+    ids.push(await put("test_output", "ok"));
+    const back = await h.client.readArtifact({ artifactId: ids[2] ?? "" });
+    expect(sha256Hex(back.content)).toBe(back.artifact?.sha256);
+    const done = await h.client.completeJob({ jobId, fence, state: JobState.SUCCEEDED, outcome: "succeeded", receipt, steps, artifactIds: ids });
+    expect(done.job?.state).toBe(JobState.SUCCEEDED);
+    expect(done.job?.slotHeld).toBe(false);
+    expect(done.job?.artifacts.every((a) => a.readbackVerified)).toBe(true);
+    // Idempotent retry; then the fence is dead for anything else.
+    expect((await h.client.completeJob({ jobId, fence, state: JobState.SUCCEEDED, outcome: "succeeded", receipt, steps, artifactIds: ids })).job?.state).toBe(JobState.SUCCEEDED);
+    expect(String(await h.client.recordOwnerMarker({ jobId, fence, marker }).catch((e: unknown) => e))).toContain("job_not_preparing");
+  });
+});
