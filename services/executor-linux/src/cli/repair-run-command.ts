@@ -1,21 +1,15 @@
 import { parseArgs } from "node:util";
 import type { Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import type { Receipt, SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { blockReason, limitValues, parseLimitOverrides, ProfileError, runRepair, type RunSteps } from "../profile/index.js";
 import { formatRepairText } from "../profile/report-text.js";
+import { runToReceipt } from "../supervisor-client/index.js";
 import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
 
 const USAGE =
   "usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--keep-job-dir]";
 
-/** Loads the supervisor client's runToReceipt: each call launches a fresh detached supervisor. */
-async function supervisorRunSteps(): Promise<RunSteps> {
-  // A computed specifier: the client is built by another team and may not exist in this build.
-  const specifier = "../supervisor-client/index.js";
-  const client = (await import(specifier)) as { runToReceipt?: (spec: SupervisorSpec) => Promise<Receipt> };
-  if (typeof client.runToReceipt !== "function") throw new Error("supervisor-client/index.js does not export runToReceipt");
-  return client.runToReceipt;
-}
+/** Each step under a fresh detached supervisor (the CLI itself never becomes a subreaper). */
+const supervisedRunSteps: RunSteps = (spec) => runToReceipt(spec);
 
 /**
  * `seraph-exec repair-run`: inspects, stages, applies the patch to the staged copy, runs the
@@ -66,7 +60,7 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
   };
   const blocked = (code: Parameters<typeof blockReason>[0], message: string, subject: string): number => {
     const r = blockReason(code, message, subject);
-    if (values.json) process.stdout.write(`${JSON.stringify({ outcome: "blocked", admitted: false, reasons: [{ code: r.code, message: r.message, subject: r.subject }], steps: [], repositoryUnchanged: true })}\n`);
+    if (values.json) process.stdout.write(`${JSON.stringify({ outcome: "blocked", admitted: false, reasons: [{ code: r.code, message: r.message, subject: r.subject }], steps: [], repositoryUnchanged: null })}\n`);
     else process.stdout.write(`outcome: blocked\n  ${r.code}: ${r.message}\n`);
     return 1;
   };
@@ -81,12 +75,6 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
       return blocked("patch_invalid", `The patch file ${values.patch} cannot be read (${(err as Error).message}).`, values.patch);
     }
   }
-  let runSteps: RunSteps;
-  try {
-    runSteps = await supervisorRunSteps();
-  } catch (err) {
-    return blocked("supervisor_failed", `The Linux supervisor client is not available, so nothing can run: ${(err as Error).message}`, "supervisor-client");
-  }
   const report = await runRepair({
     repositoryPath: values.repo,
     selection: values.selection,
@@ -98,7 +86,7 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
     sourcePaths: values.source,
     limits,
     keepJobDir: values["keep-job-dir"],
-    runSteps,
+    runSteps: supervisedRunSteps,
   });
   emit(report);
   return report.outcome === "succeeded" ? 0 : 1;
