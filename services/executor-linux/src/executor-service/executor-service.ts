@@ -24,7 +24,7 @@ import {
   resolvePinnedNode,
   sha256Hex,
 } from "../profile/index.js";
-import { readFacilityReport } from "../supervisor-client/facility.js";
+import { readFacilityReport } from "../supervisor-client/index.js";
 import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
 
 /** What the executor node API depends on. */

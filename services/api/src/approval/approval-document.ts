@@ -1,0 +1,103 @@
+import { clone, create, toBinary } from "@bufbuild/protobuf";
+import { sha256Hex } from "@seraph/kit";
+import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { ExecutionBundleSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+
+/** The approval kind: execution on the executor host with no OS isolation. */
+export const APPROVAL_KIND = "local_host_execution";
+/** Local execution claims no OS isolation. */
+export const ISOLATION_CLAIM = "none";
+/** Only admission and the wall deadline are enforced locally. */
+export const RESOURCE_ENFORCEMENT = "admission_and_wall_timeout_only";
+/** Ceilings that local execution does not enforce. */
+export const UNENFORCED: readonly string[] = ["cpu", "memory", "pids"];
+
+/** Everything an approval document is built from. */
+export interface ApprovalInputs {
+  readonly repairId: string;
+  readonly proposalId: string;
+  readonly proposalSha256: string;
+  readonly inspection: Inspection;
+  readonly goalId: string;
+  readonly goalRevision: number;
+  readonly settingsRevision: bigint;
+  readonly repositoryPath: string;
+  readonly nodeId: string;
+  /** The runtime path as configured in the settings (what the jobs service re-checks at claim). */
+  readonly runtimePath: string;
+  readonly ownerId: string;
+  readonly allowedPatchPaths: readonly string[];
+  readonly issuedUnixMs: number;
+  readonly expiresUnixMs: number;
+}
+
+/**
+ * The SHA-256 a person approves: over the protobuf binary encoding (protobuf-es toBinary) of the
+ * document with document_sha256 empty. The encoding is canonical for this message: fields are
+ * written in field-number order, repeated fields in their order, it has no maps and no unknown
+ * fields, and default values are omitted — so the same document always hashes the same.
+ */
+export function approvalDocumentSha256(doc: ApprovalDocument): string {
+  const body = clone(ApprovalDocumentSchema, doc);
+  body.documentSha256 = "";
+  return sha256Hex(toBinary(ApprovalDocumentSchema, body));
+}
+
+/**
+ * The exact local_host_execution document: proposal and inspection hashes, every identity, the
+ * script bodies with their direct argv, the limits (and which differ from the profile), the
+ * isolation and enforcement claims, the goal, settings, node and runtime it binds, its validity,
+ * no_learning, and the allowed patch paths; with its own hash filled in.
+ */
+export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
+  const doc = create(ApprovalDocumentSchema, {
+    kind: APPROVAL_KIND,
+    repairId: i.repairId,
+    proposalId: i.proposalId,
+    proposalSha256: i.proposalSha256,
+    inspectionSha256: i.inspection.inspectionSha256,
+    identities: i.inspection.identities,
+    steps: i.inspection.steps,
+    limits: i.inspection.limits,
+    limitsChanged: i.inspection.limitsChanged,
+    isolationClaim: ISOLATION_CLAIM,
+    resourceEnforcement: RESOURCE_ENFORCEMENT,
+    unenforced: [...UNENFORCED],
+    goalId: i.goalId,
+    goalRevision: i.goalRevision,
+    settingsRevision: i.settingsRevision,
+    repositoryPath: i.repositoryPath,
+    nodeId: i.nodeId,
+    runtimePath: i.runtimePath,
+    ownerId: i.ownerId,
+    issuedUnixMs: BigInt(i.issuedUnixMs),
+    expiresUnixMs: BigInt(i.expiresUnixMs),
+    noLearning: true,
+    allowedPatchPaths: [...i.allowedPatchPaths],
+  });
+  doc.documentSha256 = approvalDocumentSha256(doc);
+  return doc;
+}
+
+/** The execution bundle of an approved document: what the executor needs and nothing else. */
+export function buildExecutionBundle(input: { doc: ApprovalDocument; approvalId: string; inspection: Inspection; diff: string }): ExecutionBundle {
+  const { doc } = input;
+  return create(ExecutionBundleSchema, {
+    repairId: doc.repairId,
+    approvalId: input.approvalId,
+    approvalDocumentSha256: doc.documentSha256,
+    repositoryPath: doc.repositoryPath,
+    nodeId: doc.nodeId,
+    inspection: input.inspection,
+    diff: input.diff,
+    proposalSha256: doc.proposalSha256,
+    runtimePath: doc.runtimePath,
+    limits: doc.limits,
+    approvalExpiresUnixMs: doc.expiresUnixMs,
+    goalId: doc.goalId,
+    goalRevision: doc.goalRevision,
+    settingsRevision: doc.settingsRevision,
+    allowedPatchPaths: [...doc.allowedPatchPaths],
+  });
+}

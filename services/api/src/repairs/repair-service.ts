@@ -1,0 +1,644 @@
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Client, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import {
+  ConflictError,
+  FailedPreconditionError,
+  InvalidArgumentError,
+  newId,
+  NotFoundError,
+  requirePrincipal,
+  SeraphError,
+  toConnectError,
+  UnavailableError,
+  type AuthenticatedPrincipal,
+  type Logger,
+  type Signals,
+} from "@seraph/kit";
+import {
+  ApprovalDocumentSchema,
+  ConsentSchema,
+  ProposalRoute,
+  ProposalSchema,
+  RepairService,
+  RepairState,
+  type ApprovalDocument,
+  type Repair,
+} from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { SandboxBackend, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { IdentityKind, InspectionSchema, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { Kysely } from "kysely";
+import { isUnder } from "../common.js";
+import type { ApiDatabase } from "../db/schema.js";
+import { findOwnedGoal } from "../goals/goal.repository.js";
+import { requestPatch, type ModelClientDeps } from "../model-route/model-client.js";
+import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../model-route/prompt.js";
+import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "../approval/approval-document.js";
+import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
+import { findOwnedRepository } from "../repositories/repository.repository.js";
+import { loadSettings } from "../settings/settings.repository.js";
+import { jobSubject, publishRepairEvents, repairSubject } from "./repair-events.js";
+import { checkRepairPaths, checkRequestPath, parseSelectionText } from "./repair-input.js";
+import {
+  findApproval,
+  findDocumentByHash,
+  findLiveDocument,
+  findOwnedRepair,
+  findProposal,
+  insertApproval,
+  insertDocument,
+  insertProposal,
+  insertRepair,
+  listOwnedRepairs,
+  listProposals,
+  markRepairsStale,
+  setApprovalJob,
+  updateRepairCas,
+  type ApprovalRow,
+  type RepairRow,
+} from "./repair.repository.js";
+import { repairInspection, repairMessage } from "./repair-view.js";
+
+/** What the repair service depends on. */
+export interface RepairServiceDeps {
+  readonly db: Kysely<ApiDatabase>;
+  readonly signals: Signals;
+  readonly log: Logger;
+  readonly nodes: NodeDirectory;
+  readonly jobs: Client<typeof JobsService>;
+  /** Settings before any save. */
+  readonly defaults: () => SandboxSettings;
+  /** Clock (ms); tests move it to expire documents. */
+  readonly now?: () => number;
+  /** Slow poll of WatchRepair, so a lost signal only delays (default 2 s). */
+  readonly watchPollMs?: number;
+  /** Model route transport overrides (tests). */
+  readonly model?: Pick<ModelClientDeps, "fetch" | "sleep">;
+}
+
+/** Why a repair can no longer be approved, in words. */
+const STALE_MESSAGES: Record<string, string> = {
+  goal_revised: "its Goal was revised after the repair was created",
+  goal_archived: "its Goal was archived",
+  settings_changed: "the repository sandbox settings changed after the repair was inspected",
+  settings_disabled: "the repository sandbox is disabled",
+  inspection_drift: "the repository changed since it was inspected",
+};
+
+const FINAL_JOB_STATES: ReadonlySet<JobState> = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED]);
+
+function staleError(id: string, reason: string): FailedPreconditionError {
+  return new FailedPreconditionError(reason, `Repair ${id} is stale: ${STALE_MESSAGES[reason] ?? reason}. Create a new repair for the current inputs.`);
+}
+
+/** Refuses to move a repair forward unless it is waiting for a person and still current. */
+function requireForward(row: RepairRow): void {
+  if (row.stale_reason) throw staleError(row.id, row.stale_reason);
+  switch (row.state) {
+    case "blocked":
+      throw new FailedPreconditionError("inspection_blocked", `Repair ${row.id} is blocked: the inspection did not admit the repository (see inspection.reasons).`);
+    case "approved":
+    case "finished":
+      throw new FailedPreconditionError("already_approved", `Repair ${row.id} is already approved.`);
+    case "cancelled":
+      throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
+    default:
+  }
+}
+
+function isDrift(err: unknown): boolean {
+  return err instanceof ConnectError && err.code === Code.FailedPrecondition && /\((drift|inspection_drift)\)$/.test(err.rawMessage);
+}
+
+/**
+ * The repair journey up to an approved, queued job: create (validated, inspected by the node that
+ * hosts the repository, stored with its inspection), read the inspected source, consent to one
+ * model route, propose (manual diff or the consented model route; checked by the node against the
+ * inspected snapshot), fetch the exact approval document, approve its hash (one transaction for
+ * the approval and the repair state, then an idempotent EnqueueJob keyed by the approval), watch,
+ * cancel, recover and read artifacts. Another principal's repair is NOT_FOUND.
+ *
+ * WatchRepair sends the current repair, then every change (signals `seraph.repairs.<id>.state`
+ * and `seraph.jobs.<job>.state`, plus a slow poll), and ends after sending a repair that can no
+ * longer change: finished, cancelled, blocked, or stale before approval.
+ */
+export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof RepairService> {
+  const { db, signals, log, nodes, jobs } = deps;
+  const now = deps.now ?? Date.now;
+  const pollMs = deps.watchPollMs ?? 2000;
+
+  async function owned(p: AuthenticatedPrincipal, id: string): Promise<RepairRow> {
+    const row = await findOwnedRepair(db, p.id, id);
+    if (!row) throw new NotFoundError("repair", id);
+    return row;
+  }
+
+  async function fetchJob(jobId: string | null): Promise<Job | undefined> {
+    if (!jobId) return undefined;
+    try {
+      return (await jobs.getJob({ jobId }, { timeoutMs: 10_000 })).job;
+    } catch (err) {
+      log.warn({ err, jobId }, "could not read the job from the jobs service");
+      return undefined;
+    }
+  }
+
+  /** The full Repair; moves an approved repair whose job ended to finished. */
+  async function view(row: RepairRow): Promise<Repair> {
+    let current = row;
+    const job = await fetchJob(current.job_id);
+    if (current.state === "approved" && job && FINAL_JOB_STATES.has(job.state)) {
+      const done = await updateRepairCas(db, current.id, current.revision, { state: "finished" });
+      if (done) {
+        publishRepairEvents(signals, [done]);
+        current = done;
+      } else {
+        current = (await findOwnedRepair(db, current.owner_id, current.id)) ?? current;
+      }
+    }
+    const [proposals, approval] = await Promise.all([listProposals(db, current.id), findApproval(db, current.id)]);
+    return repairMessage(current, proposals, approval, job);
+  }
+
+  /** Marks one repair stale (if it still waits for a person) and publishes the change. */
+  async function markStale(row: RepairRow, reason: string): Promise<void> {
+    const changed = await markRepairsStale(db, { repairId: row.id }, reason);
+    publishRepairEvents(signals, changed);
+  }
+
+  /** Refuses (and marks the repair stale) when its Goal or the settings moved since it was inspected. */
+  async function checkBindings(row: RepairRow): Promise<SandboxSettings> {
+    const goal = await findOwnedGoal(db, row.owner_id, row.goal_id);
+    const { settings, revision } = await loadSettings(db, deps.defaults);
+    let reason: string | undefined;
+    if (!goal || goal.state !== "active") reason = "goal_archived";
+    else if (goal.revision !== row.goal_revision) reason = "goal_revised";
+    else if (revision !== BigInt(row.settings_revision)) reason = "settings_changed";
+    else if (!settings.enabled) reason = "settings_disabled";
+    if (reason) {
+      await markStale(row, reason);
+      throw staleError(row.id, reason);
+    }
+    return settings;
+  }
+
+  /** Calls the node; on drift marks the repair stale before passing the refusal on. */
+  async function onNode<T>(row: RepairRow, what: string, fn: (node: Awaited<ReturnType<NodeDirectory["get"]>>) => Promise<T>): Promise<T> {
+    const node = await nodes.get(row.node_id);
+    try {
+      return await callNode(node, what, () => fn(node));
+    } catch (err) {
+      if (isDrift(err)) await markStale(row, "inspection_drift");
+      throw err;
+    }
+  }
+
+  /** Queues the job of an approval once (EnqueueJob is idempotent per approval id) and records it. */
+  async function ensureJob(p: AuthenticatedPrincipal, row: RepairRow, approval: ApprovalRow): Promise<{ row: RepairRow; job: Job | undefined }> {
+    if (approval.job_id) return { row, job: await fetchJob(approval.job_id) };
+    const doc = fromBinary(ApprovalDocumentSchema, approval.document);
+    const proposal = await findProposal(db, row.id, approval.proposal_id);
+    const inspection = repairInspection(row);
+    if (!proposal || !inspection) throw new FailedPreconditionError("approval_incomplete", "The approved proposal or inspection is missing.");
+    const diff = fromBinary(ProposalSchema, proposal.proposal).diff;
+    const bundle = buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff });
+    let job: Job | undefined;
+    try {
+      job = (await jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs: 15_000 })).job;
+    } catch (err) {
+      const detail = err instanceof ConnectError ? `${Code[err.code]} ${err.rawMessage}` : (err as Error).message;
+      throw new UnavailableError("job_not_queued", `The approval ${approval.id} is recorded, but the job could not be queued yet (${detail}); retry Approve with the same document.`, err);
+    }
+    if (!job) throw new UnavailableError("job_not_queued", "The jobs service returned no job; retry Approve with the same document.");
+    const jobId = job.id;
+    const updated = await db.transaction().execute(async (trx) => {
+      await setApprovalJob(trx, approval.id, jobId);
+      return trx
+        .updateTable("repairs")
+        .set((eb) => ({ job_id: jobId, revision: eb("revision", "+", 1 as never) as never, updated_at: new Date() }))
+        .where("id", "=", row.id)
+        .where("job_id", "is", null)
+        .returningAll()
+        .executeTakeFirst();
+    });
+    if (updated) publishRepairEvents(signals, [updated]);
+    log.info({ repairId: row.id, approvalId: approval.id, jobId }, "job queued");
+    return { row: updated ?? (await findOwnedRepair(db, row.owner_id, row.id)) ?? row, job };
+  }
+
+  async function readConsentedSources(row: RepairRow, inspection: Inspection, signal: AbortSignal): Promise<PromptFile[]> {
+    const sources = inspection.identities.filter((i) => i.kind === IdentityKind.SOURCE_FILE);
+    const total = sources.reduce((n, i) => n + Number(i.size), 0);
+    if (total > MAX_PROMPT_SOURCE_BYTES) {
+      throw new FailedPreconditionError("prompt_too_large", `The consented source is ${total} bytes; a model prompt may carry at most ${MAX_PROMPT_SOURCE_BYTES}. Narrow the source paths.`);
+    }
+    const files: PromptFile[] = [];
+    for (const ident of sources) {
+      const res = await onNode(row, "read the inspected source", (node) =>
+        nodes.executor(node).readSource({ repositoryPath: row.repository_path, path: ident.name, expectedSha256: ident.sha256 }, { timeoutMs: 30_000, signal }),
+      );
+      files.push({ path: ident.name, content: Buffer.from(res.content).toString("utf8") });
+    }
+    return files;
+  }
+
+  return {
+    async createRepair(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const selection = parseSelectionText(req.selection);
+      const paths = checkRepairPaths(req.sourcePaths, req.allowedPatchPaths);
+      const goal = await findOwnedGoal(db, p.id, req.goalId);
+      if (!goal) throw new NotFoundError("goal", req.goalId);
+      if (goal.state !== "active") throw new FailedPreconditionError("goal_archived", `Goal ${goal.id} is archived; repairs need an active Goal.`, { field: "goal_id" });
+      if (goal.revision !== req.goalRevision) {
+        throw new FailedPreconditionError("goal_revision_stale", `Goal ${goal.id} is at revision ${goal.revision}, not ${req.goalRevision}; bind the current revision.`, { field: "goal_revision" });
+      }
+      const repo = await findOwnedRepository(db, p.id, req.repositoryId);
+      if (!repo) throw new NotFoundError("repository", req.repositoryId);
+      const { settings, revision } = await loadSettings(db, deps.defaults);
+      if (!settings.enabled) throw new FailedPreconditionError("settings_disabled", "The repository sandbox is disabled; an operator must enable it in the settings.");
+      if (settings.backend !== SandboxBackend.LOCAL) throw new FailedPreconditionError("backend_unsupported", "Only the local backend can run repo-node24-npm-v1.");
+      if (settings.runtimePath === "") throw new FailedPreconditionError("runtime_path_unset", "No Node runtime path is configured in the settings.");
+      if (settings.repositoryRoots.length > 0 && !settings.repositoryRoots.some((r) => isUnder(repo.path, r))) {
+        throw new FailedPreconditionError("outside_repository_roots", `${repo.path} is no longer under a configured repository root.`, { field: "repository_id" });
+      }
+      const node = await nodes.get(repo.node_id);
+      const res = await callNode(node, "inspect the repository", () =>
+        nodes.executor(node).inspect(
+          { repositoryPath: repo.path, sourcePaths: paths.inspectSourcePaths, selection, runtimePath: settings.runtimePath, limits: settings.limits },
+          { timeoutMs: 120_000, signal: ctx.signal },
+        ),
+      );
+      const inspection = res.inspection;
+      if (!inspection) throw new UnavailableError("node_unavailable", `The executor node ${node.nodeId} returned no inspection.`);
+      const row = await db.transaction().execute(async (trx) => {
+        const g = await findOwnedGoal(trx, p.id, req.goalId);
+        const s = await loadSettings(trx, deps.defaults);
+        if (!g || g.state !== "active" || g.revision !== req.goalRevision || s.revision !== revision) {
+          throw new ConflictError("changed_during_inspection", "The Goal or the settings changed while the repository was inspected; retry.");
+        }
+        return insertRepair(trx, {
+          id: newId(),
+          owner_id: p.id,
+          goal_id: goal.id,
+          goal_revision: goal.revision,
+          repository_id: repo.id,
+          source_paths: JSON.stringify(paths.sourcePaths),
+          allowed_patch_paths: JSON.stringify(paths.allowedPatchPaths),
+          acceptance_criteria: req.acceptanceCriteria,
+          selection,
+          state: inspection.admitted ? "inspected" : "blocked",
+          inspection: toBinary(InspectionSchema, inspection),
+          inspection_sha256: inspection.inspectionSha256 || null,
+          consent: null,
+          job_id: null,
+          stale_reason: null,
+          node_id: node.nodeId,
+          repository_path: repo.path,
+          settings_revision: revision.toString(),
+          approval_id: null,
+          cancel_reason: null,
+          revision: "1",
+        });
+      });
+      publishRepairEvents(signals, [row]);
+      log.info({ repairId: row.id, admitted: inspection.admitted }, "repair created");
+      return { repair: await view(row) };
+    },
+
+    async getRepair(req, ctx) {
+      const p = requirePrincipal(ctx);
+      return { repair: await view(await owned(p, req.repairId)) };
+    },
+
+    async listRepairs(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const rows = await listOwnedRepairs(db, p.id, req.goalId || undefined);
+      const repairs = await Promise.all(rows.map(async (r) => repairMessage(r, await listProposals(db, r.id), await findApproval(db, r.id), undefined)));
+      return { repairs };
+    },
+
+    async *watchRepair(req, ctx) {
+      try {
+        const p = requirePrincipal(ctx);
+        const first = await owned(p, req.repairId);
+        let signalled = false;
+        let wake: (() => void) | undefined;
+        const notify = () => {
+          signalled = true;
+          wake?.();
+        };
+        const offs = [signals.subscribe(repairSubject(first.id), notify)];
+        let jobWatched = "";
+        try {
+          let lastKey = "";
+          for (;;) {
+            signalled = false;
+            const row = await owned(p, first.id);
+            const repair = await view(row);
+            const key = `${repair.revision}|${repair.job?.revision ?? ""}|${repair.job?.state ?? ""}`;
+            if (key !== lastKey) {
+              lastKey = key;
+              yield { repair };
+            }
+            if (repair.job && repair.job.id !== jobWatched) {
+              jobWatched = repair.job.id;
+              offs.push(signals.subscribe(jobSubject(jobWatched), notify));
+            }
+            if (isFinal(repair)) return;
+            if (!signalled) await waitFor(pollMs, ctx, (w) => (wake = w));
+            wake = undefined;
+            if (ctx.signal.aborted) return;
+          }
+        } finally {
+          for (const off of offs) off();
+        }
+      } catch (err) {
+        if (err instanceof SeraphError) throw toConnectError(err);
+        throw err;
+      }
+    },
+
+    async readRepairSource(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      const inspection = repairInspection(row);
+      const path = checkRequestPath(req.path, "path");
+      const ident = inspection?.identities.find((i) => i.kind === IdentityKind.SOURCE_FILE && i.name === path);
+      if (!ident) throw new InvalidArgumentError("path", "path_not_inspected", `${path} is not an inspected source file of repair ${row.id}.`);
+      const res = await onNode(row, "read the inspected source", (node) =>
+        nodes.executor(node).readSource({ repositoryPath: row.repository_path, path, expectedSha256: ident.sha256 }, { timeoutMs: 30_000, signal: ctx.signal }),
+      );
+      return { path, content: res.content, sha256: res.sha256 };
+    },
+
+    async giveConsent(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      requireForward(row);
+      if (req.inspectionSha256 !== row.inspection_sha256) {
+        throw new FailedPreconditionError("inspection_mismatch", `The repair's inspection is ${row.inspection_sha256 ?? "absent"}, not ${req.inspectionSha256}; read it again before consenting.`, { field: "inspection_sha256" });
+      }
+      const { settings } = await loadSettings(db, deps.defaults);
+      if (!settings.modelRoutes.some((r) => r.id === req.modelRouteId)) {
+        throw new FailedPreconditionError("model_route_unknown", `No model route "${req.modelRouteId}" is configured.`, { field: "model_route_id" });
+      }
+      const consent = create(ConsentSchema, { inspectionSha256: req.inspectionSha256, modelRouteId: req.modelRouteId, givenBy: p.id, givenUnixMs: BigInt(now()) });
+      const updated = await updateRepairCas(db, row.id, row.revision, {
+        consent: toBinary(ConsentSchema, consent),
+        ...(row.state === "inspected" ? { state: "consented" as const } : {}),
+      });
+      if (!updated) throw new ConflictError("revision_conflict", "The repair changed concurrently; read it again and retry.");
+      publishRepairEvents(signals, [updated]);
+      return { repair: await view(updated) };
+    },
+
+    async proposePatch(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      requireForward(row);
+      const inspection = repairInspection(row);
+      if (!inspection || !inspection.admitted) throw new FailedPreconditionError("inspection_blocked", "The repair has no admitted inspection.");
+      let diff: string;
+      let route = ProposalRoute.MANUAL;
+      let modelRouteId = "";
+      let model = "";
+      if (req.route.case === "manualDiff") {
+        diff = req.route.value;
+      } else if (req.route.case === "model" && req.route.value) {
+        const consent = row.consent ? fromBinary(ConsentSchema, row.consent) : undefined;
+        if (!consent || consent.inspectionSha256 !== row.inspection_sha256) {
+          throw new FailedPreconditionError("consent_required", "The owner has not consented to sending this inspection's source to a model route; give consent first.", { field: "model" });
+        }
+        const { settings } = await loadSettings(db, deps.defaults);
+        const cfg = settings.modelRoutes.find((r) => r.id === consent.modelRouteId);
+        if (!cfg) throw new FailedPreconditionError("model_route_unknown", `The consented model route "${consent.modelRouteId}" is no longer configured.`, { field: "model" });
+        const files = await readConsentedSources(row, inspection, ctx.signal);
+        const messages = buildRepairPrompt({ acceptanceCriteria: row.acceptance_criteria, allowedPatchPaths: row.allowed_patch_paths, files });
+        const answer = await requestPatch(
+          { id: cfg.id, baseUrl: cfg.baseUrl, model: cfg.model, apiKey: cfg.apiKey, timeoutMs: cfg.timeoutMs || 60_000, maxAttempts: cfg.maxAttempts || 3 },
+          messages,
+          { log, ...deps.model },
+          ctx.signal,
+        );
+        diff = answer.diff;
+        route = ProposalRoute.MODEL;
+        modelRouteId = cfg.id;
+        model = answer.model;
+      } else {
+        throw new InvalidArgumentError("route", "route_required", "Give a manual diff or ask the model route (model=true).");
+      }
+      const check = await onNode(row, "check the proposal", (node) =>
+        nodes.executor(node).checkProposal({ repositoryPath: row.repository_path, inspection, diff, allowedPatchPaths: row.allowed_patch_paths }, { timeoutMs: 60_000, signal: ctx.signal }),
+      );
+      const proposal = create(ProposalSchema, {
+        id: newId(),
+        route,
+        diff,
+        diffSha256: check.diffSha256,
+        changedPaths: check.changedPaths,
+        valid: check.ok,
+        reasons: check.reasons,
+        modelRouteId,
+        model,
+        noLearning: true,
+        createdUnixMs: BigInt(now()),
+        createdBy: p.id,
+      });
+      const updated = await db.transaction().execute(async (trx) => {
+        const u = await updateRepairCas(trx, row.id, row.revision, check.ok ? { state: "proposed" } : {});
+        if (!u) throw new ConflictError("revision_conflict", "The repair changed while the proposal was prepared; read it again and retry.");
+        await insertProposal(trx, { id: proposal.id, repair_id: row.id, proposal: toBinary(ProposalSchema, proposal), diff_sha256: proposal.diffSha256, valid: proposal.valid });
+        return u;
+      });
+      publishRepairEvents(signals, [updated]);
+      log.info({ repairId: row.id, proposalId: proposal.id, valid: proposal.valid, route: ProposalRoute[route] }, "proposal recorded");
+      return { repair: await view(updated), proposal };
+    },
+
+    async getApprovalDocument(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      const approval = await findApproval(db, row.id);
+      if (approval && approval.proposal_id === req.proposalId) return { document: fromBinary(ApprovalDocumentSchema, approval.document) };
+      requireForward(row);
+      const proposalRow = await findProposal(db, row.id, req.proposalId);
+      if (!proposalRow) throw new NotFoundError("proposal", req.proposalId);
+      const proposal = fromBinary(ProposalSchema, proposalRow.proposal);
+      if (!proposal.valid) throw new FailedPreconditionError("proposal_invalid", `Proposal ${proposal.id} is invalid (${proposal.reasons.map((r) => r.code).join(", ")}); nothing can be approved for it.`, { field: "proposal_id" });
+      const settings = await checkBindings(row);
+      const at = new Date(now());
+      const live = await findLiveDocument(db, row.id, proposal.id, at);
+      if (live) return { document: fromBinary(ApprovalDocumentSchema, live.document) };
+      const inspection = repairInspection(row);
+      if (!inspection) throw new FailedPreconditionError("inspection_blocked", "The repair has no inspection.");
+      const doc = buildApprovalDocument({
+        repairId: row.id,
+        proposalId: proposal.id,
+        proposalSha256: proposal.diffSha256,
+        inspection,
+        goalId: row.goal_id,
+        goalRevision: row.goal_revision,
+        settingsRevision: BigInt(row.settings_revision),
+        repositoryPath: row.repository_path,
+        nodeId: row.node_id,
+        runtimePath: settings.runtimePath,
+        ownerId: row.owner_id,
+        allowedPatchPaths: row.allowed_patch_paths,
+        issuedUnixMs: at.getTime(),
+        expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
+      });
+      await insertDocument(db, {
+        id: newId(),
+        repair_id: row.id,
+        proposal_id: proposal.id,
+        document: toBinary(ApprovalDocumentSchema, doc),
+        document_sha256: doc.documentSha256,
+        issued_at: at,
+        expires_at: new Date(Number(doc.expiresUnixMs)),
+      });
+      return { document: doc };
+    },
+
+    async approve(req, ctx) {
+      const p = requirePrincipal(ctx);
+      let row = await owned(p, req.repairId);
+      const existing = await findApproval(db, row.id);
+      if (existing) {
+        if (existing.document_sha256 !== req.documentSha256) {
+          throw new FailedPreconditionError("already_approved", `Repair ${row.id} is already approved with document ${existing.document_sha256}.`, { field: "document_sha256" });
+        }
+        if (row.state === "cancelled") throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
+        const done = await ensureJob(p, row, existing);
+        const repair = await view(done.row);
+        return { repair, approval: repair.approval };
+      }
+      const docRow = await findDocumentByHash(db, row.id, req.documentSha256);
+      if (!docRow) {
+        throw new FailedPreconditionError("document_mismatch", `No approval document with SHA-256 ${req.documentSha256} was issued for repair ${row.id}; fetch the document again and approve the hash it shows.`, { field: "document_sha256" });
+      }
+      const doc: ApprovalDocument = fromBinary(ApprovalDocumentSchema, docRow.document);
+      if (approvalDocumentSha256(doc) !== req.documentSha256) throw new FailedPreconditionError("document_mismatch", "The stored document does not hash to the approved SHA-256.", { field: "document_sha256" });
+      if (docRow.expires_at.getTime() <= now()) {
+        throw new FailedPreconditionError("approval_expired", `The approval document expired at ${docRow.expires_at.toISOString()}; fetch a fresh one.`, { field: "document_sha256" });
+      }
+      requireForward(row);
+      if (row.state !== "proposed") throw new FailedPreconditionError("not_proposed", `Repair ${row.id} has no valid proposal to approve.`);
+      const proposalRow = await findProposal(db, row.id, doc.proposalId);
+      if (!proposalRow || !proposalRow.valid || proposalRow.diff_sha256 !== doc.proposalSha256) {
+        throw new FailedPreconditionError("proposal_invalid", "The document's proposal is not a valid proposal of this repair.", { field: "document_sha256" });
+      }
+      await checkBindings(row);
+      if (doc.goalRevision !== row.goal_revision || doc.settingsRevision !== BigInt(row.settings_revision)) {
+        await markStale(row, "settings_changed");
+        throw staleError(row.id, "settings_changed");
+      }
+      // Fresh read-only inspection: any drift in source, scripts, lockfile, config, compiler or
+      // runtime since the document was issued refuses the approval.
+      const { settings } = await loadSettings(db, deps.defaults);
+      const inspection = repairInspection(row);
+      const fresh = await onNode(row, "re-inspect the repository", (node) =>
+        nodes.executor(node).inspect(
+          { repositoryPath: row.repository_path, sourcePaths: inspection?.sourcePaths ?? [], selection: row.selection, runtimePath: settings.runtimePath, limits: settings.limits },
+          { timeoutMs: 120_000, signal: ctx.signal },
+        ),
+      );
+      if (!fresh.inspection?.admitted || fresh.inspection.inspectionSha256 !== row.inspection_sha256) {
+        await markStale(row, "inspection_drift");
+        throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
+      }
+      const approvalId = newId();
+      let approval: ApprovalRow;
+      try {
+        ({ row, approval } = await db.transaction().execute(async (trx) => {
+          const u = await updateRepairCas(trx, row.id, row.revision, { state: "approved", approval_id: approvalId });
+          if (!u) throw new ConflictError("revision_conflict", "The repair changed while it was being approved; read it again and retry.");
+          const a = await insertApproval(trx, {
+            id: approvalId,
+            repair_id: row.id,
+            proposal_id: doc.proposalId,
+            document: docRow.document,
+            document_sha256: doc.documentSha256,
+            approved_by: p.id,
+            expires_at: docRow.expires_at,
+          });
+          return { row: u, approval: a };
+        }));
+      } catch (err) {
+        if (err instanceof SeraphError) throw err;
+        // A concurrent Approve of the same repair won the unique constraint: answer as it did.
+        const raced = await findApproval(db, row.id);
+        if (raced && raced.document_sha256 === req.documentSha256) {
+          const done = await ensureJob(p, (await owned(p, row.id)), raced);
+          const repair = await view(done.row);
+          return { repair, approval: repair.approval };
+        }
+        throw err;
+      }
+      publishRepairEvents(signals, [row]);
+      log.info({ repairId: row.id, approvalId, documentSha256: doc.documentSha256 }, "approved");
+      const done = await ensureJob(p, row, approval);
+      const repair = await view(done.row);
+      return { repair, approval: repair.approval };
+    },
+
+    async cancelRepair(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      if (row.state === "cancelled") return { repair: await view(row) };
+      if (row.state === "finished") throw new FailedPreconditionError("already_finished", `Repair ${row.id} has finished; there is nothing to cancel.`);
+      if (row.job_id) {
+        try {
+          await jobs.cancelJob({ jobId: row.job_id, requestedBy: p.id, reason: req.reason }, { timeoutMs: 15_000 });
+        } catch (err) {
+          if (err instanceof ConnectError && err.code !== Code.Unavailable && err.code !== Code.Unimplemented) throw err;
+          throw new UnavailableError("jobs_unavailable", "The jobs service did not take the cancellation; retry.", err);
+        }
+        const updated = await updateRepairCas(db, row.id, row.revision, { cancel_reason: req.reason || "cancelled by the owner" });
+        if (updated) publishRepairEvents(signals, [updated]);
+        return { repair: await view(updated ?? row) };
+      }
+      const updated = await updateRepairCas(db, row.id, row.revision, { state: "cancelled", cancel_reason: req.reason || "cancelled by the owner" });
+      if (!updated) throw new ConflictError("revision_conflict", "The repair changed concurrently; read it again and retry.");
+      publishRepairEvents(signals, [updated]);
+      return { repair: await view(updated) };
+    },
+
+    async recoverProcessCleanup(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      if (!row.job_id) throw new FailedPreconditionError("no_job", `Repair ${row.id} has no job; there is no process cleanup to recover.`);
+      const res = await jobs.recoverProcessCleanup({ jobId: row.job_id, rootId: p.rootId }, { timeoutMs: 60_000 });
+      signals.publish(repairSubject(row.id), new Uint8Array());
+      return { repair: await view(row), released: res.released, refusalCode: res.refusalCode, refusalMessage: res.refusalMessage };
+    },
+
+    async readArtifact(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      const job = await fetchJob(row.job_id);
+      if (!job || !job.artifacts.some((a) => a.id === req.artifactId)) throw new NotFoundError("artifact", req.artifactId);
+      const res = await jobs.readArtifact({ artifactId: req.artifactId }, { timeoutMs: 60_000 });
+      return { artifact: res.artifact, content: res.content };
+    },
+  };
+}
+
+/** True when a repair can change no more (WatchRepair ends after sending it). */
+function isFinal(r: Repair): boolean {
+  if (r.state === RepairState.FINISHED || r.state === RepairState.CANCELLED || r.state === RepairState.BLOCKED) return true;
+  return r.staleReason !== "" && r.approval === undefined;
+}
+
+function waitFor(ms: number, ctx: HandlerContext, setWake: (w: () => void) => void): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      ctx.signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    ctx.signal.addEventListener("abort", done, { once: true });
+    setWake(done);
+  });
+}

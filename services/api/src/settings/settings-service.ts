@@ -1,0 +1,173 @@
+import { clone, create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import {
+  ConflictError,
+  FailedPreconditionError,
+  InvalidArgumentError,
+  PermissionDeniedError,
+  requirePrincipal,
+  type AuthenticatedPrincipal,
+  type Logger,
+  type Signals,
+} from "@seraph/kit";
+import { PrerequisiteItemSchema, PrerequisiteReportSchema, type PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { SandboxBackend, SandboxSettingsSchema, SettingsService, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import type { Kysely } from "kysely";
+import { isNormalizedAbsolute } from "../common.js";
+import type { ApiDatabase } from "../db/schema.js";
+import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
+import { publishRepairEvents } from "../repairs/repair-events.js";
+import { markRepairsStale } from "../repairs/repair.repository.js";
+import {
+  APPROVAL_TTL_BOUNDS,
+  DEFAULT_APPROVAL_TTL_SECONDS,
+  DEFAULT_LIMITS,
+  DEFAULT_MODEL_ATTEMPTS,
+  DEFAULT_MODEL_TIMEOUT_MS,
+  LIMIT_FIELDS,
+  limitName,
+  limitNumbers,
+  limitsMessage,
+  PROFILE,
+  profileOptions,
+} from "./defaults.js";
+import { loadSettings, redactSettings, saveSettingsCas } from "./settings.repository.js";
+
+/** What the settings service depends on. */
+export interface SettingsServiceDeps {
+  readonly db: Kysely<ApiDatabase>;
+  readonly signals: Signals;
+  readonly log: Logger;
+  readonly nodes: NodeDirectory;
+  /** Settings before any save (see defaultSettings). */
+  readonly defaults: () => SandboxSettings;
+}
+
+/** Only an operator root may change the sandbox settings (they apply to every principal). */
+function requireOperator(p: AuthenticatedPrincipal): void {
+  if (p.id !== p.rootId) throw new PermissionDeniedError("operator_required", "Only an operator root principal may change the repository sandbox settings.");
+}
+
+/**
+ * Validates settings from a client and returns what to store: defaults filled in, limits at most
+ * the profile's, model route keys write-only (an empty key keeps the stored one when api_key_set is
+ * true, and clears it otherwise).
+ */
+export function normalizeSettings(input: SandboxSettings, previous: SandboxSettings): SandboxSettings {
+  const s = clone(SandboxSettingsSchema, input);
+  if (s.backend === SandboxBackend.UNSPECIFIED) s.backend = SandboxBackend.LOCAL;
+  if (s.backend === SandboxBackend.DOCKER) {
+    throw new FailedPreconditionError("node_docker_unverified", "The Docker backend for Node is blocked until profile-specific proof exists; choose the local backend.", { field: "settings.backend" });
+  }
+  if (s.profile === "") s.profile = PROFILE;
+  if (s.profile !== PROFILE) throw new InvalidArgumentError("settings.profile", "profile_unknown", `The only profile is ${PROFILE}.`);
+  if (s.runtimePath !== "" && !isNormalizedAbsolute(s.runtimePath)) {
+    throw new InvalidArgumentError("settings.runtime_path", "runtime_path_not_absolute", `The runtime path must be an absolute, normalized path; "${s.runtimePath}" is not.`);
+  }
+  if (s.enabled && s.runtimePath === "") throw new InvalidArgumentError("settings.runtime_path", "runtime_path_required", "Enabling the sandbox needs the absolute path of an installed Node 24 runtime.");
+  const roots: string[] = [];
+  for (const [i, r] of s.repositoryRoots.entries()) {
+    if (!isNormalizedAbsolute(r)) throw new InvalidArgumentError(`settings.repository_roots[${i}]`, "root_not_absolute", `Repository root "${r}" must be an absolute, normalized path.`);
+    if (!roots.includes(r)) roots.push(r);
+  }
+  s.repositoryRoots = roots;
+  const given = limitNumbers(s.limits);
+  const values = { ...DEFAULT_LIMITS };
+  for (const f of LIMIT_FIELDS) {
+    if (given[f] === 0) continue;
+    if (given[f] > DEFAULT_LIMITS[f]) {
+      throw new InvalidArgumentError(`settings.limits.${limitName(f)}`, "limit_widened", `${limitName(f)}=${given[f]} is above the profile's ${DEFAULT_LIMITS[f]}; limits may only be narrowed.`);
+    }
+    values[f] = given[f];
+  }
+  s.limits = limitsMessage(values);
+  if (s.approvalTtlSeconds === 0) s.approvalTtlSeconds = DEFAULT_APPROVAL_TTL_SECONDS;
+  if (s.approvalTtlSeconds < APPROVAL_TTL_BOUNDS.min || s.approvalTtlSeconds > APPROVAL_TTL_BOUNDS.max) {
+    throw new InvalidArgumentError("settings.approval_ttl_seconds", "ttl_out_of_range", `The approval validity must be between ${APPROVAL_TTL_BOUNDS.min} and ${APPROVAL_TTL_BOUNDS.max} seconds.`);
+  }
+  const ids = new Set<string>();
+  for (const [i, r] of s.modelRoutes.entries()) {
+    const field = `settings.model_routes[${i}]`;
+    if (r.id === "") throw new InvalidArgumentError(`${field}.id`, "route_id_required", "Every model route needs an id.");
+    if (ids.has(r.id)) throw new InvalidArgumentError(`${field}.id`, "route_id_duplicate", `Model route id "${r.id}" is used twice.`);
+    ids.add(r.id);
+    let url: URL;
+    try {
+      url = new URL(r.baseUrl);
+    } catch {
+      throw new InvalidArgumentError(`${field}.base_url`, "base_url_invalid", `"${r.baseUrl}" is not a URL.`);
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new InvalidArgumentError(`${field}.base_url`, "base_url_invalid", "The base URL must be http or https.");
+    if (r.model === "") throw new InvalidArgumentError(`${field}.model`, "model_required", "Every model route names its model.");
+    if (r.timeoutMs === 0) r.timeoutMs = DEFAULT_MODEL_TIMEOUT_MS;
+    if (r.maxAttempts === 0) r.maxAttempts = DEFAULT_MODEL_ATTEMPTS;
+    if (r.apiKey === "") {
+      const old = previous.modelRoutes.find((o) => o.id === r.id);
+      r.apiKey = r.apiKeySet && old ? old.apiKey : "";
+    }
+    r.apiKeySet = r.apiKey !== "";
+  }
+  s.revision = 0n;
+  s.updatedUnixMs = 0n;
+  return s;
+}
+
+/**
+ * The repository sandbox settings: read by every principal (keys redacted), changed only by an
+ * operator root with a compare-and-set on the revision. Saving starts nothing and grants nothing;
+ * it makes not-yet-approved repairs stale, because their approval binds the settings revision.
+ * CheckPrerequisites asks each executor node to check the configured runtime and its facilities.
+ */
+export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<typeof SettingsService> {
+  const { db, signals, nodes } = deps;
+  return {
+    async getSandboxSettings(_req, ctx) {
+      requirePrincipal(ctx);
+      const { settings } = await loadSettings(db, deps.defaults);
+      const known = await nodes.list().catch(() => []);
+      return { settings: redactSettings(settings), profiles: profileOptions(known, { platform: process.platform, arch: process.arch }) };
+    },
+    async updateSandboxSettings(req, ctx) {
+      const p = requirePrincipal(ctx);
+      requireOperator(p);
+      const input = req.settings;
+      if (input === undefined) throw new InvalidArgumentError("settings", "required", "settings is required.");
+      const { saved, stale } = await db.transaction().execute(async (trx) => {
+        const current = await loadSettings(trx, deps.defaults, true);
+        if (current.revision !== req.expectedRevision) {
+          throw new ConflictError("revision_conflict", `The settings are at revision ${current.revision}, not ${req.expectedRevision}; read them again and retry.`);
+        }
+        const next = normalizeSettings(input, current.settings);
+        const revision = await saveSettingsCas(trx, next, current.revision);
+        if (revision === undefined) throw new ConflictError("revision_conflict", "The settings changed concurrently; read them again and retry.");
+        const stale = await markRepairsStale(trx, {}, "settings_changed");
+        return { saved: (await loadSettings(trx, deps.defaults)).settings, stale };
+      });
+      publishRepairEvents(signals, stale);
+      deps.log.info({ revision: saved.revision.toString(), enabled: saved.enabled, by: p.id }, "sandbox settings saved");
+      return { settings: redactSettings(saved) };
+    },
+    async checkPrerequisites(req, ctx) {
+      requirePrincipal(ctx);
+      const { settings } = await loadSettings(db, deps.defaults);
+      const targets = req.nodeId === "" ? await nodes.list() : [await nodes.get(req.nodeId)];
+      const reports = await Promise.all(
+        targets.map(async (node): Promise<PrerequisiteReport> => {
+          try {
+            const res = await callNode(node, "check prerequisites", () => nodes.executor(node).checkPrerequisites({ runtimePath: settings.runtimePath }, { timeoutMs: 30_000 }));
+            if (res.report) return res.report;
+            throw new Error("empty report");
+          } catch (err) {
+            return create(PrerequisiteReportSchema, {
+              ok: false,
+              nodeId: node.nodeId,
+              runtimePath: settings.runtimePath,
+              items: [create(PrerequisiteItemSchema, { name: "node_reachable", ok: false, code: "node_unavailable", message: (err as Error).message })],
+            });
+          }
+        }),
+      );
+      return { reports };
+    },
+  };
+}
