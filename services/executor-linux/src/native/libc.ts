@@ -35,7 +35,7 @@ const POSIX_SPAWN_SETSIGMASK = 0x08;
 // sizeof(sigset_t) = 128. Allocated with headroom; glibc only ever touches its own size.
 const FILE_ACTIONS_BYTES = 256;
 const SPAWNATTR_BYTES = 512;
-const SIGSET_BYTES = 256;
+const SIGSET_BYTES = 128;
 
 /**
  * Loads libc through koffi and returns the real NativeSystem. Throws NativeCallError
@@ -94,18 +94,16 @@ export function createNativeSystem(): NativeSystem {
   const attrSetPgroup = fn("int posix_spawnattr_setpgroup(void *attr, int pgroup)");
   const attrSetSigDefault = fn("int posix_spawnattr_setsigdefault(void *attr, const void *set)");
   const attrSetSigMask = fn("int posix_spawnattr_setsigmask(void *attr, const void *set)");
-  const sigfillset = fn("int sigfillset(void *set)");
-  const sigemptyset = fn("int sigemptyset(void *set)");
   const posixSpawn = fn(
     "int posix_spawn(_Out_ int *pid, const char *path, void *fa, void *attr, const char **argv, const char **envp)",
   );
 
-  // Signal sets live in native memory for the lifetime of this object (posix_spawnattr
-  // copies them, but stable memory keeps the contract obvious).
-  const allSignals = koffi.alloc("uint8_t", SIGSET_BYTES);
-  const noSignals = koffi.alloc("uint8_t", SIGSET_BYTES);
-  sigfillset(allSignals);
-  sigemptyset(noSignals);
+  // Every bit set, not sigfillset(): glibc's sigfillset leaves out its internal signals 32 and
+  // 33, which posix_spawn then leaves SIG_IGN in the child; with all bits set they go back to
+  // SIG_DFL as well, so the command starts like one started from a login shell.
+  // posix_spawnattr_set* copy the set, so plain buffers are enough.
+  const allSignals = Buffer.alloc(SIGSET_BYTES, 0xff);
+  const noSignals = Buffer.alloc(SIGSET_BYTES, 0);
 
   const errno = (): number => koffi.errno();
 

@@ -383,19 +383,36 @@ export class Supervisor {
     c.exit = exit?.status;
     c.endedUnixMs = exit?.reapedUnixMs ?? Date.now();
     c.finished = true;
-    // Anything still alive in the tree now outlived the direct command. ECHILD right away
-    // proves there is nothing, without a /proc scan.
-    if (!this.#reaper.reapAll().echild) {
-      const all = findDescendants(proc, this.#selfPid);
-      this.#ledger.note(all);
-      c.leftovers = liveOnly(all).length;
-    }
+    c.leftovers = await this.#countLeftovers();
     log.info(
       { event: "exited", command: c.index, childPid: pid, status: c.exit, leftovers: c.leftovers },
       "command exited",
     );
     if (c.leftovers > 0) return "stop";
     return c.exit?.kind === "exited" && c.exit.code === 0 ? "next" : "stop";
+  }
+
+  /**
+   * Live descendants right after a direct command exited: they outlived it. ECHILD at once
+   * proves there are none without a /proc scan. A scan is not atomic — a chain member can
+   * fork and exit between readdir and its stat read, leaving only a zombie in view — so
+   * while children exist but the scan shows nobody alive, reap and rescan (bounded).
+   */
+  async #countLeftovers(): Promise<number> {
+    const until = this.#now() + 200;
+    for (;;) {
+      if (this.#reaper.reapAll().echild) return 0;
+      const all = findDescendants(this.#o.proc, this.#selfPid);
+      this.#ledger.note(all);
+      const live = liveOnly(all).length;
+      if (live > 0) return live;
+      if (this.#now() >= until) {
+        // Children exist that no scan showed alive: report one rather than none.
+        this.#o.log.warn({ event: "leftover_scan_inconclusive" }, "children exist but no scan showed them alive");
+        return 1;
+      }
+      await new Promise((r) => setTimeout(r, 1));
+    }
   }
 
   async #cleanup(): Promise<CleanupResult> {

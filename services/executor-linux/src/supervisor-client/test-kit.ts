@@ -1,0 +1,202 @@
+/**
+ * Helpers for the supervisor's real-process tests (not part of the public API). Scenario
+ * processes are tagged with SERAPH_SCENARIO=<tag> in their environment so that a /proc scan
+ * finds every one of them afterwards, wherever it was reparented.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { SupervisorSpecSchema, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { createProcFs } from "../native/proc-fs.js";
+import { isDeadState } from "../native/proc-fs.js";
+import { readFacilityReport } from "./facility.js";
+import { defaultSupervisorEntry } from "./paths.js";
+
+/** Throws a clear error when the compiled supervisor is missing (tests spawn dist/). */
+export function assertSupervisorBuilt(): void {
+  const entry = defaultSupervisorEntry();
+  if (!existsSync(entry)) {
+    throw new Error(`${entry} is missing: build first with \`npx tsc -b services/executor-linux\` (tests spawn the compiled supervisor)`);
+  }
+}
+
+/**
+ * Resolves to a skip reason when the Linux facilities are missing, or undefined when they are
+ * present. With CI=true a missing facility throws instead: in CI such a test fails, never skips.
+ */
+export async function facilityGate(): Promise<string | undefined> {
+  assertSupervisorBuilt();
+  const report = await readFacilityReport();
+  if (report.ok) return undefined;
+  const missing = report.items.filter((i) => !i.ok).map((i) => `${i.name}: ${i.code}: ${i.message}`).join("; ");
+  if (process.env["CI"] === "true") throw new Error(`Linux supervision facilities missing in CI: ${missing}`);
+  return missing;
+}
+
+/** A fresh tag for one scenario. */
+export function newTag(): string {
+  return `sx${randomBytes(6).toString("hex")}`;
+}
+
+/** Options of scenarioSpec. */
+export interface ScenarioSpecOptions {
+  readonly tag: string;
+  /** Commands: each a /bin/sh script or an exact argv. */
+  readonly commands: ReadonlyArray<{ readonly name?: string; readonly script?: string; readonly argv?: readonly string[] }>;
+  readonly deadlineMs?: number;
+  readonly graceMs?: number;
+  readonly reserveMs?: number;
+  readonly startBarrier?: boolean;
+  readonly env?: Readonly<Record<string, string>>;
+  readonly streamLimitBytes?: number;
+  readonly outputLimitBytes?: number;
+}
+
+/** A spec in a fresh short run dir, every command tagged through the environment. */
+export function scenarioSpec(o: ScenarioSpecOptions): SupervisorSpec {
+  const runDir = mkdtempSync(join(tmpdir(), "sxr-"));
+  const graceMs = o.graceMs ?? 300;
+  return create(SupervisorSpecSchema, {
+    jobId: `test-${o.tag}`,
+    attempt: 1,
+    fence: 7n,
+    commands: o.commands.map((c, i) => ({
+      name: c.name ?? `step${i}`,
+      argv: c.argv !== undefined ? [...c.argv] : ["/bin/sh", "-c", c.script ?? "true", o.tag],
+      cwd: runDir,
+    })),
+    env: { PATH: "/usr/local/bin:/usr/bin:/bin", SERAPH_SCENARIO: o.tag, ...o.env },
+    deadlineUnixMs: BigInt(Date.now() + (o.deadlineMs ?? 30_000)),
+    cleanupReserveMs: o.reserveMs ?? graceMs + 2000,
+    graceMs,
+    streamLimitBytes: BigInt(o.streamLimitBytes ?? 0),
+    outputLimitBytes: BigInt(o.outputLimitBytes ?? 0),
+    runDir,
+    startBarrier: o.startBarrier ?? true,
+  });
+}
+
+/** A process found by tag. */
+export interface TaggedProcess {
+  readonly pid: number;
+  readonly state: string;
+  readonly comm: string;
+}
+
+/**
+ * Every process on the host whose environment or argv carries `tag` (zombies have neither,
+ * but a zombie of the tree would be the supervisor's child, which ECHILD already excludes).
+ */
+export function processesTagged(tag: string): TaggedProcess[] {
+  const proc = createProcFs();
+  const found: TaggedProcess[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    if (pid === process.pid) continue;
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${pid}/environ`, "latin1") + readFileSync(`/proc/${pid}/cmdline`, "latin1");
+    } catch {
+      continue;
+    }
+    if (!text.includes(tag)) continue;
+    const stat = proc.readStat(pid);
+    if (stat === undefined) continue;
+    found.push({ pid, state: stat.state, comm: stat.comm });
+  }
+  return found;
+}
+
+/** Tagged processes that have not exited (zombies excluded). */
+export function liveTagged(tag: string): TaggedProcess[] {
+  return processesTagged(tag).filter((p) => !isDeadState(p.state));
+}
+
+/** A process the test started outside every supervisor tree; it must survive. */
+export interface Bystander {
+  readonly child: ChildProcess;
+  readonly pid: number;
+  readonly startTimeTicks: bigint;
+  /** Still the same live process? */
+  alive(): boolean;
+  /** Stops it (the test's own child, by its ChildProcess handle) and waits for its exit. */
+  stop(): Promise<void>;
+}
+
+/** Starts `sleep 120` tagged with `tag` as a direct child of the test process. */
+export async function startBystander(tag: string): Promise<Bystander> {
+  const child = spawn("/bin/sleep", ["120"], { stdio: "ignore", env: { BYSTANDER: tag } });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const pid = child.pid;
+  if (pid === undefined) throw new Error("bystander did not start");
+  const proc = createProcFs();
+  let stat = proc.readStat(pid);
+  for (let i = 0; stat === undefined && i < 100; i++) {
+    await new Promise((r) => setTimeout(r, 5));
+    stat = proc.readStat(pid);
+  }
+  if (stat === undefined) throw new Error("bystander has no /proc entry");
+  const startTimeTicks = stat.startTimeTicks;
+  return {
+    child,
+    pid,
+    startTimeTicks,
+    alive() {
+      const s = proc.readStat(pid);
+      return s !== undefined && s.startTimeTicks === startTimeTicks && !isDeadState(s.state);
+    },
+    async stop() {
+      child.kill("SIGKILL");
+      await exited;
+    },
+  };
+}
+
+/**
+ * Writes a small node helper into `dir` that uses koffi (from this package's dependencies)
+ * to (a) move itself to a new process group (`pgrp`), or (b) become a child subreaper and
+ * adopt an orphan (`subreaper`), then idle until killed.
+ */
+export function writeNativeHelper(dir: string): string {
+  const koffiMain = createRequire(import.meta.url).resolve("koffi");
+  const path = join(dir, "native-helper.mjs");
+  writeFileSync(
+    path,
+    `import { createRequire } from "node:module";
+import { spawn } from "node:child_process";
+const koffi = createRequire(import.meta.url)(${JSON.stringify(koffiMain)});
+const lib = koffi.load("libc.so.6");
+const mode = process.argv[2];
+if (mode === "pgrp") {
+  if (lib.func("int setpgid(int, int)")(0, 0) !== 0) process.exit(90);
+} else if (mode === "subreaper") {
+  const prctl = lib.func("int prctl(int, ...)");
+  if (prctl(36, "unsigned long", 1, "unsigned long", 0, "unsigned long", 0, "unsigned long", 0) !== 0) process.exit(91);
+  // The sh exits at once; its sleep is orphaned and reparents to THIS process, not the supervisor.
+  spawn("/bin/sh", ["-c", "sleep 120 & exit 0"], { stdio: "ignore" });
+}
+setInterval(() => {}, 1 << 30);
+`,
+  );
+  return path;
+}
+
+/** Resolves after `ms`. */
+export function delay(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `predicate` every 10 ms until true or `timeoutMs` passes; returns the last value. */
+export async function waitFor(predicate: () => boolean | Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    if (await predicate()) return true;
+    if (Date.now() >= until) return false;
+    await delay(10);
+  }
+}
