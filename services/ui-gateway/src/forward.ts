@@ -2,6 +2,18 @@ import type { DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Transport } from "@connectrpc/connect";
 
 /**
+ * The upstream error as this hop's own: code, message and details only. The upstream's metadata
+ * (gRPC content-type, grpc-status, grpc-encoding…) must not travel, or connect-node would send
+ * it as this response's headers and a Connect client could no longer read the error body.
+ */
+export function forwardedError(err: unknown): ConnectError {
+  const upstream = ConnectError.from(err);
+  const own = new ConnectError(upstream.rawMessage, upstream.code, undefined, undefined, upstream);
+  own.details.push(...upstream.details);
+  return own;
+}
+
+/**
  * Registers `service` on `router` so that every method is forwarded to the API over
  * `transport` with the caller's own Authorization header: the API stays the only place that
  * authenticates and authorizes. Unary and server-streaming methods are supported.
@@ -17,10 +29,20 @@ export function forwardService(router: ConnectRouter, service: DescService, tran
       signal: ctx.signal,
     });
     if (method.methodKind === "unary") {
-      impl[method.localName] = (req: unknown, ctx: HandlerContext) => call(req, options(ctx));
+      impl[method.localName] = async (req: unknown, ctx: HandlerContext) => {
+        try {
+          return await call(req, options(ctx));
+        } catch (err) {
+          throw forwardedError(err);
+        }
+      };
     } else if (method.methodKind === "server_streaming") {
       impl[method.localName] = async function* (req: unknown, ctx: HandlerContext) {
-        yield* call(req, options(ctx)) as AsyncIterable<unknown>;
+        try {
+          yield* call(req, options(ctx)) as AsyncIterable<unknown>;
+        } catch (err) {
+          throw forwardedError(err);
+        }
       };
     } else {
       impl[method.localName] = () => {

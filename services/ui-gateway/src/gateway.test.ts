@@ -1,0 +1,128 @@
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { bootService, createRootLogger, type BootedService } from "@seraph/kit";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startGateway, type GatewayHandle } from "./start.js";
+import { CONTENT_SECURITY_POLICY, createStaticHandler } from "./static-files.js";
+
+const TOKEN = "sk_gateway-test-token-0123456789";
+const REPAIR = "8f14e45f-ceea-4e7a-9f4b-7a1f1c3b9c2d";
+
+// The gateway in front of a fake API: errors cross it as the API's code and message (whatever
+// the browser's protocol), streams are forwarded, and the caller's token is what the API sees.
+describe("gateway forwarding", () => {
+  let api: BootedService;
+  let gateway: GatewayHandle;
+  const log = createRootLogger({ name: "gateway-test", level: "silent" });
+
+  beforeAll(async () => {
+    api = await bootService({
+      name: "fake-api",
+      log,
+      host: "127.0.0.1",
+      grpcPort: 0,
+      httpPort: undefined,
+      serviceNames: [GoalService.typeName, RepairService.typeName],
+      routes: (router) => {
+        router.service(GoalService, {}); // every method UNIMPLEMENTED
+        router.service(RepairService, {
+          async *watchRepair(req) {
+            yield { repair: { id: req.repairId, revision: 1n } };
+            throw new ConnectError("the repair moved on", Code.FailedPrecondition);
+          },
+        });
+      },
+      authenticate: async (token) => (token === TOKEN ? { id: "p", name: "operator", rootId: "p", tokenId: "t" } : undefined),
+      prepare: async () => {},
+    });
+    gateway = await startGateway({ host: "127.0.0.1", grpcPort: 0, httpPort: 0, apiUrl: api.server.grpcUrl, log });
+  });
+
+  afterAll(async () => {
+    await gateway?.stop();
+    await api?.server.close();
+  });
+
+  const headers = { authorization: `Bearer ${TOKEN}` };
+  const transports = () => ({
+    "connect+proto": createConnectTransport({ baseUrl: gateway.server.httpUrl ?? "", httpVersion: "1.1", useBinaryFormat: true }),
+    "connect+json": createConnectTransport({ baseUrl: gateway.server.httpUrl ?? "", httpVersion: "1.1" }),
+    "grpc-web": createGrpcWebTransport({ baseUrl: gateway.server.httpUrl ?? "", httpVersion: "1.1" }),
+  });
+
+  it("passes UNIMPLEMENTED and INVALID_ARGUMENT through with the API's own message, in every browser protocol", async () => {
+    for (const [name, transport] of Object.entries(transports())) {
+      const goals = createClient(GoalService, transport);
+      const unimplemented = await goals.createGoal({ title: "x" }, { headers }).catch((e: unknown) => ConnectError.from(e));
+      expect(unimplemented, name).toBeInstanceOf(ConnectError);
+      expect((unimplemented as ConnectError).code, name).toBe(Code.Unimplemented);
+      expect((unimplemented as ConnectError).rawMessage, name).toBe("seraph.api.v1.GoalService.CreateGoal is not implemented");
+      const invalid = await goals.createGoal({ title: "" }, { headers }).catch((e: unknown) => ConnectError.from(e));
+      expect((invalid as ConnectError).code, name).toBe(Code.InvalidArgument);
+      expect((invalid as ConnectError).rawMessage, name).toMatch(/^title: /);
+    }
+  });
+
+  it("forwards the caller's token: a wrong one is the API's UNAUTHENTICATED", async () => {
+    const goals = createClient(GoalService, transports()["connect+proto"]);
+    const err = await goals.listGoals({}, { headers: { authorization: "Bearer sk_wrong-token-000000000000" } }).catch((e: unknown) => ConnectError.from(e));
+    expect((err as ConnectError).code).toBe(Code.Unauthenticated);
+  });
+
+  it("forwards a server stream and then its error", async () => {
+    const repairs = createClient(RepairService, transports()["connect+proto"]);
+    const seen: string[] = [];
+    const err = await (async () => {
+      for await (const res of repairs.watchRepair({ repairId: REPAIR }, { headers })) seen.push(res.repair?.id ?? "");
+    })().catch((e: unknown) => ConnectError.from(e));
+    expect(seen).toEqual([REPAIR]);
+    expect((err as ConnectError).code).toBe(Code.FailedPrecondition);
+    expect((err as ConnectError).rawMessage).toBe("the repair moved on");
+  });
+});
+
+describe("static files", () => {
+  let dir: string;
+  let server: Server;
+  let base: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), "gateway-static-"));
+    await writeFile(join(dir, "index.html"), "<!doctype html><title>x</title>");
+    await writeFile(join(dir, "app.js"), "export {};");
+    const handler = createStaticHandler(dir);
+    server = createServer((req, res) => {
+      if (!handler(req, res)) res.writeHead(404).end();
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const addr = server.address();
+    base = `http://127.0.0.1:${typeof addr === "object" && addr ? addr.port : 0}`;
+  });
+
+  afterAll(async () => {
+    await new Promise((r) => server.close(r));
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("serves files with a strict CSP (no inline script) and nosniff", async () => {
+    const res = await fetch(`${base}/`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-security-policy")).toBe(CONTENT_SECURITY_POLICY);
+    expect(CONTENT_SECURITY_POLICY).toMatch(/default-src 'self'/);
+    expect(CONTENT_SECURITY_POLICY).not.toMatch(/unsafe-inline|unsafe-eval/);
+    expect(res.headers.get("x-content-type-options")).toBe("nosniff");
+    expect((await fetch(`${base}/app.js`)).headers.get("content-type")).toBe("text/javascript; charset=utf-8");
+  });
+
+  it("never serves outside its root or malformed paths", async () => {
+    expect((await fetch(`${base}/..%2f..%2fetc%2fpasswd`)).status).toBe(404);
+    expect((await fetch(`${base}/%E0%A4%A`)).status).toBe(404);
+    expect((await fetch(`${base}/missing.js`)).status).toBe(404);
+  });
+});
