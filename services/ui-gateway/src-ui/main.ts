@@ -1,0 +1,106 @@
+// The Seraph browser UI: Sign in, Work → Repository repair (with the repair Inspector) and
+// Settings → Repository sandbox. Hash routes keep every screen on index.html, so the gateway
+// serves static files only; nothing secret is ever put in the URL.
+import type { Principal } from "@seraph/proto/seraph/api/v1/principals_pb.js";
+import { h, replace } from "./dom.js";
+import { createApi, errorCode, errorText, Code, type Api } from "./rpc.js";
+import { clearToken, loadToken, saveToken } from "./session.js";
+import { button, status } from "./ui-kit.js";
+import type { ViewContext } from "./view.js";
+import { renderInspector } from "./views/inspector.js";
+import { renderSettings } from "./views/settings.js";
+import { renderSignIn } from "./views/sign-in.js";
+import { renderWork } from "./views/work.js";
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+interface Session {
+  readonly api: Api;
+  readonly principal: Principal;
+}
+
+const app = document.getElementById("app") ?? document.body;
+let session: Session | undefined;
+let current: AbortController | undefined;
+
+function signOut(): void {
+  current?.abort();
+  clearToken();
+  session = undefined;
+  showSignIn();
+}
+
+function showSignIn(message?: HTMLElement): void {
+  current?.abort();
+  current = new AbortController();
+  document.title = "Sign in — Seraph";
+  renderSignIn(app, {
+    message,
+    onSignedIn: (api, principal, token) => {
+      saveToken(token);
+      session = { api, principal };
+      if (!window.location.hash || window.location.hash === "#/" || window.location.hash === "#/sign-in") window.location.hash = "#/work";
+      else route();
+    },
+  });
+}
+
+function shell(s: Session, active: "work" | "settings"): HTMLElement {
+  const main = h("main", { id: "main", tabindex: -1 });
+  const nav = h(
+    "nav",
+    { "aria-label": "Main" },
+    h("ul", null, h("li", null, h("a", { href: "#/work", "aria-current": active === "work" ? "page" : null }, "Work → Repository repair")), h("li", null, h("a", { href: "#/settings", "aria-current": active === "settings" ? "page" : null }, "Settings → Repository sandbox"))),
+  );
+  const who = h("p", { class: "who" }, "Signed in as ", h("strong", { "data-testid": "principal-name" }, s.principal.name), ` (principal ${s.principal.id}, root ${s.principal.rootId})`, " ", button("Sign out", signOut));
+  replace(app, h("header", { class: "masthead" }, h("p", { class: "brand" }, "Seraph"), nav, who), main);
+  return main;
+}
+
+function route(): void {
+  if (!session) return showSignIn();
+  current?.abort();
+  current = new AbortController();
+  const hash = window.location.hash.replace(/^#/, "") || "/work";
+  const ctx: ViewContext = {
+    api: session.api,
+    principal: session.principal,
+    signal: current.signal,
+    navigate: (to) => {
+      window.location.hash = to;
+    },
+  };
+  const repair = /^\/repair\/(.+)$/.exec(hash);
+  if (repair && UUID.test(repair[1] ?? "")) {
+    document.title = "Repair inspector — Seraph";
+    renderInspector(shell(session, "work"), ctx, repair[1] ?? "");
+  } else if (hash === "/settings") {
+    document.title = "Settings → Repository sandbox — Seraph";
+    renderSettings(shell(session, "settings"), ctx);
+  } else {
+    document.title = "Work → Repository repair — Seraph";
+    renderWork(shell(session, "work"), ctx);
+  }
+  document.querySelector<HTMLElement>("main h1")?.focus();
+}
+
+async function boot(): Promise<void> {
+  const token = loadToken();
+  if (!token) return showSignIn();
+  const api = createApi(token);
+  const st = status();
+  replace(app, h("main", null, h("h1", null, "Seraph"), st.el));
+  st.busy("Checking the stored session (WhoAmI)…");
+  try {
+    const res = await api.principals.whoAmI({});
+    if (!res.principal) throw new Error("WhoAmI returned no principal");
+    session = { api, principal: res.principal };
+    route();
+  } catch (err) {
+    if (errorCode(err) === Code.Unauthenticated) clearToken();
+    showSignIn(h("p", { class: "error", role: "alert" }, "The stored session could not be used — ", h("code", null, errorText(err))));
+  }
+}
+
+window.addEventListener("hashchange", route);
+void boot();

@@ -1,0 +1,665 @@
+import { ProposalRoute, RepairState, type ApprovalDocument, type Proposal, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import type { ModelRoute } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState, type Artifact, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { IdentityKind } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { Outcome } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { field, h, replace } from "../dom.js";
+import { errorText, isAccessLost, isUncertain } from "../rpc.js";
+import { act, argvList, button, bytes, enumName, hash, kv, pre, section, status, table, time, yesNo } from "../ui-kit.js";
+import type { ViewContext } from "../view.js";
+import { driftTable, identitiesTable, limitsTable, reasonsTable, selectionName, stepView } from "./profile-render.js";
+
+const TERMINAL_REPAIR = new Set([RepairState.FINISHED, RepairState.CANCELLED]);
+const MAX_SHOWN = 1024 * 1024;
+
+/** Decodes bytes as UTF-8 for display (invalid sequences shown as U+FFFD), first 1 MiB only. */
+function showText(content: Uint8Array, label: string): HTMLElement[] {
+  const shown = content.subarray(0, MAX_SHOWN);
+  const out: HTMLElement[] = [pre(new TextDecoder("utf-8", { fatal: false }).decode(shown), label)];
+  if (content.length > MAX_SHOWN) out.push(h("p", { class: "hint" }, `Showing the first ${bytes(MAX_SHOWN)} of ${bytes(content.length)}.`));
+  return out;
+}
+
+/** SHA-256 of `content` computed in this browser, or a sentence saying why it cannot be. */
+async function browserSha256(content: Uint8Array): Promise<string | undefined> {
+  if (!globalThis.crypto?.subtle) return undefined;
+  const copy = new Uint8Array(content); // a plain ArrayBuffer-backed copy for digest()
+  const digest = await crypto.subtle.digest("SHA-256", copy);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function until(unixMs: bigint): string {
+  const left = Number(unixMs) - Date.now();
+  if (!Number(unixMs)) return "—";
+  if (left <= 0) return `${time(unixMs)} — EXPIRED`;
+  const min = Math.floor(left / 60000);
+  const sec = Math.floor((left % 60000) / 1000);
+  return `${time(unixMs)} (in ${min} min ${sec} s)`;
+}
+
+/**
+ * The Inspector of one repair: request, inspection (script bodies, direct argv, identities,
+ * limits), source files, consent, proposals, the exact approval document, the live job
+ * (WatchRepair), results with artifacts, and the explicit "Recover process cleanup" action.
+ * Opening or reloading it only reads: nothing is submitted without a button press.
+ */
+export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: string): void {
+  let repair: Repair | undefined;
+  let modelRoutes: ModelRoute[] = [];
+  let shownDocument: ApprovalDocument | undefined;
+
+  const loadStatus = status();
+  const summaryBody = h("div");
+  const inspectionBody = h("div", { "data-testid": "inspection" });
+  const sourcesBody = h("div");
+  const sourceView = h("div", { "data-testid": "source-view" });
+  const sourceStatus = status();
+  const consentBody = h("div", { "data-testid": "consent" });
+  const consentStatus = status();
+  const routeSelect = h("select", { name: "model_route" });
+  const consentButton = h("button", { type: "button" }, "Give consent");
+  const proposalsBody = h("div", { "data-testid": "proposals" });
+  const manualDiff = h("textarea", { name: "manual_diff", rows: 10, spellcheck: "false" });
+  const manualButton = h("button", { type: "button" }, "Submit manual patch");
+  const modelButton = h("button", { type: "button" }, "Ask the model for a patch");
+  const proposeStatus = status();
+  const approvalRecord = h("div");
+  const documentBody = h("div", { "data-testid": "approval-document" });
+  const approvalStatus = status();
+  const liveLog = h("ol", { class: "live-log", "aria-label": "State changes", "data-testid": "live-log" });
+  const watchStatus = status();
+  const watchAgain = h("button", { type: "button", hidden: true }, "Watch again");
+  const jobBody = h("div", { "data-testid": "job" });
+  const cancelReason = h("input", { type: "text", name: "cancel_reason", maxlength: 1000 });
+  const cancelButton = h("button", { type: "button" }, "Cancel this repair");
+  const cancelStatus = status();
+  const resultsBody = h("div", { "data-testid": "results" });
+  const artifactView = h("div", { "data-testid": "artifact-view" });
+  const artifactStatus = status();
+  const recoverySection = h("section", { class: "panel level-2 recovery", hidden: true, "aria-labelledby": "recovery-title" });
+  const recoveryBody = h("div", { "data-testid": "recovery" });
+  const recoverButton = h("button", { type: "button", class: "danger" }, "Recover process cleanup");
+  const recoverResult = h("div", { "data-testid": "recovery-result", "aria-live": "polite" });
+  const recoverStatus = status();
+
+  // ---- state changes (live job) ----
+  let last: { repair: string; job: string; outcome: string; slot: string; recovery: string; stale: string } | undefined;
+  const logChange = (r: Repair, via: string) => {
+    const job = r.job;
+    const now = {
+      repair: enumName(RepairState, r.state),
+      job: job ? enumName(JobState, job.state) : "",
+      outcome: job?.outcome ?? "",
+      slot: job ? (job.slotHeld ? "held" : "not held") : "",
+      recovery: job?.recovery ? (job.recovery.cleanupReceiptVerified ? "physical capacity released" : "recorded, unverified") : "",
+      stale: r.staleReason,
+    };
+    const changes: string[] = [];
+    const note = (what: string, before: string | undefined, after: string) => {
+      if (after === "" && (before === undefined || before === "")) return;
+      if (before === after) return;
+      changes.push(before ? `${what}: ${before} → ${after || "—"}` : `${what}: ${after}`);
+    };
+    note("repair", last?.repair, now.repair);
+    note("job", last?.job, now.job);
+    note("job outcome", last?.outcome, now.outcome);
+    note("physical slot", last?.slot, now.slot);
+    note("recovery", last?.recovery, now.recovery);
+    note("stale", last?.stale, now.stale);
+    last = now;
+    for (const c of changes) liveLog.append(h("li", null, h("span", { class: "when" }, time(Date.now())), ` ${c} `, h("span", { class: "via" }, `(${via})`)));
+  };
+
+  // ---- applying a fresh Repair from any source ----
+  const apply = (r: Repair, via: string) => {
+    // Answers can cross (a watch update and an action's response): never go backwards.
+    if (repair && r.revision < repair.revision) return;
+    repair = r;
+    logChange(r, via);
+    renderAll();
+  };
+
+  /** Access was lost (signed out, not the owner, gone): drop every private detail on screen. */
+  const clearPrivate = (err: unknown) => {
+    repair = undefined;
+    shownDocument = undefined;
+    replace(
+      root,
+      h("h1", { tabindex: -1 }, "Repository repair inspector"),
+      h("p", { class: "error", role: "alert" }, "This repair is not available to you: ", h("code", null, errorText(err)), ". Its details were cleared from this page."),
+      h("p", null, h("a", { href: "#/work" }, "Back to Work → Repository repair")),
+    );
+  };
+
+  const refresh = async (btn: HTMLButtonElement | null, why: string) => {
+    try {
+      if (btn) btn.disabled = true;
+      loadStatus.busy(`${why} (GetRepair)…`);
+      const res = await ctx.api.repairs.getRepair({ repairId }, { signal: ctx.signal });
+      loadStatus.clear();
+      if (res.repair) apply(res.repair, "GetRepair");
+      return true;
+    } catch (err) {
+      if (ctx.signal.aborted) return false;
+      if (isAccessLost(err)) clearPrivate(err);
+      else loadStatus.error(err, "GetRepair");
+      return false;
+    } finally {
+      if (btn) btn.disabled = false;
+    }
+  };
+
+  const watch = async () => {
+    watchAgain.hidden = true;
+    watchStatus.busy("Connecting to the live stream (WatchRepair)…");
+    try {
+      let first = true;
+      for await (const res of ctx.api.repairs.watchRepair({ repairId }, { signal: ctx.signal })) {
+        if (first) watchStatus.ok("Live: every change of this repair and its job is shown below as it happens.");
+        first = false;
+        if (res.repair) apply(res.repair, "WatchRepair");
+      }
+      watchStatus.ok("The server ended the live stream.");
+      watchAgain.hidden = false;
+    } catch (err) {
+      if (ctx.signal.aborted) return;
+      if (isAccessLost(err)) return clearPrivate(err);
+      watchStatus.error(err, "WatchRepair (live updates stopped)");
+      watchAgain.hidden = false;
+    }
+  };
+  watchAgain.addEventListener("click", () => void watch());
+
+  // ---- rendering ----
+  const renderSummary = (r: Repair) => {
+    replace(
+      summaryBody,
+      r.staleReason ? h("p", { class: "error", role: "alert" }, "Stale: ", r.staleReason, ". A fresh repair and approval are needed.") : null,
+      kv([
+        ["Repair", h("code", { "data-testid": "repair-id" }, r.id)],
+        ["State", h("strong", { "data-testid": "repair-state" }, enumName(RepairState, r.state))],
+        ["Goal (revision)", [h("code", null, r.goalId), ` (revision ${r.goalRevision})`]],
+        ["Repository", h("code", null, r.repositoryId)],
+        ["Selection", selectionName(r.selection)],
+        ["Source paths", r.sourcePaths.length ? h("ul", null, r.sourcePaths.map((p) => h("li", null, h("code", null, p)))) : "—"],
+        ["Allowed patch paths", r.allowedPatchPaths.length ? h("ul", null, r.allowedPatchPaths.map((p) => h("li", null, h("code", null, p)))) : "—"],
+        ["Acceptance criteria", h("span", { class: "prewrap" }, r.acceptanceCriteria || "—")],
+        ["no_learning", yesNo(r.noLearning)],
+        ["Revision", String(r.revision)],
+        ["Created / updated", `${time(r.createdUnixMs)} / ${time(r.updatedUnixMs)}`],
+      ]),
+    );
+  };
+
+  const renderInspection = (r: Repair) => {
+    const i = r.inspection;
+    if (!i) {
+      replace(inspectionBody, h("p", { class: "empty" }, r.state === RepairState.INSPECTING ? "Inspection requested from the executor node; waiting for its answer." : "No inspection recorded."));
+      replace(sourcesBody, h("p", { class: "empty" }, "Source files are readable once inspected."));
+      return;
+    }
+    replace(
+      inspectionBody,
+      h("p", { class: i.admitted ? "ok" : "error", role: i.admitted ? null : "alert", "data-testid": "admitted" }, i.admitted ? "Admitted: the selection resolves to the direct argv below." : "Not admitted: see the reasons below."),
+      i.reasons.length ? reasonsTable("Admission reasons", i.reasons) : null,
+      kv([
+        ["Profile", h("code", null, i.profile)],
+        ["Inspection SHA-256", hash(i.inspectionSha256)],
+        ["Selection", selectionName(i.selection)],
+        ["Repository path", h("code", null, i.repositoryPath)],
+        ["Pinned Node", [h("code", null, i.nodePath || "—"), i.nodeVersion ? ` (${i.nodeVersion})` : ""]],
+        ["TypeScript", i.typescriptVersion || "—"],
+        ["Source files", String(i.sourceFiles)],
+        ["Dependency files", String(i.dependencyFiles)],
+        ["Snapshot", bytes(i.snapshotBytes)],
+        ["Build output directory", i.buildOutputDir ? h("code", null, i.buildOutputDir) : "—"],
+        ["Inspected", time(i.inspectedUnixMs)],
+      ]),
+      h("h3", null, "Script bodies and direct argv"),
+      i.steps.length ? i.steps.map((s) => stepView(s, "h4")) : h("p", { class: "empty" }, "No steps resolved."),
+      h("h3", null, "Suppressed hooks"),
+      h("p", { class: "hint" }, "Lifecycle hooks are never run; these were found and suppressed."),
+      table("Suppressed hooks", ["Script", "Body"], i.suppressedHooks.map((s) => [h("code", null, s.scriptName), h("code", { class: "prewrap" }, s.body)])),
+      h("h3", null, "Execution-input identities"),
+      identitiesTable("Identities (SHA-256 over each execution input)", i.identities),
+      h("h3", null, "Limits"),
+      limitsTable("Limits", i.limits, i.limitsChanged),
+    );
+    const expected = new Map(i.identities.filter((x) => x.kind === IdentityKind.SOURCE_FILE).map((x) => [x.name, x.sha256]));
+    const paths = i.sourcePaths.length ? i.sourcePaths : r.sourcePaths;
+    replace(
+      sourcesBody,
+      h("p", { class: "hint" }, "Read the inspected private source before consenting to send it to a model route (ReadRepairSource)."),
+      h(
+        "ul",
+        { class: "files" },
+        paths.map((p) =>
+          h(
+            "li",
+            null,
+            button(`View ${p}`, (ev) => {
+              const btn = ev.currentTarget as HTMLButtonElement;
+              void act(btn, sourceStatus, `Reading ${p} (ReadRepairSource)…`, () => ctx.api.repairs.readRepairSource({ repairId, path: p }, { signal: ctx.signal })).then((res) => {
+                if (!res) return;
+                const want = expected.get(res.path || p);
+                replace(
+                  sourceView,
+                  h("h3", null, res.path || p),
+                  kv([
+                    ["SHA-256 (server)", hash(res.sha256)],
+                    ["SHA-256 (inspection identity)", want ? hash(want) : "not among the identities"],
+                    ["Matches the inspection", want ? yesNo(want === res.sha256) : "—"],
+                    ["Size", bytes(res.content.length)],
+                  ]),
+                  showText(res.content, `Contents of ${res.path || p}`),
+                );
+              });
+            }),
+          ),
+        ),
+      ),
+    );
+  };
+
+  const renderConsent = (r: Repair) => {
+    const c = r.consent;
+    const sha = r.inspection?.inspectionSha256 ?? "";
+    replace(
+      consentBody,
+      c
+        ? [
+            h("p", { class: "ok" }, "Consent given."),
+            kv([
+              ["Inspection SHA-256", hash(c.inspectionSha256)],
+              ["Matches the current inspection", yesNo(c.inspectionSha256 === sha)],
+              ["Model route", h("code", null, c.modelRouteId)],
+              ["Given by", h("code", null, c.givenBy)],
+              ["Given", time(c.givenUnixMs)],
+            ]),
+          ]
+        : h("p", { class: "empty" }, "No consent yet."),
+      h("p", null, "Consent sends the inspected source bound to inspection SHA-256 ", hash(sha), " to the model route chosen below. The model proposes a bounded patch; it does not execute code. Nothing sent or received trains anything (no_learning)."),
+    );
+    consentButton.textContent = sha ? `Give consent for inspection ${sha.slice(0, 12)}… and this route` : "Give consent";
+    consentButton.disabled = !sha || !r.inspection?.admitted || routeSelect.value === "" || TERMINAL_REPAIR.has(r.state);
+    modelButton.disabled = !c || TERMINAL_REPAIR.has(r.state);
+    manualButton.disabled = !r.inspection?.admitted || TERMINAL_REPAIR.has(r.state);
+  };
+
+  const proposalView = (p: Proposal): HTMLElement => {
+    const docButton: HTMLButtonElement = button("Show the approval document", () => void showDocument(p, docButton));
+    docButton.disabled = !p.valid;
+    return h(
+      "article",
+      { class: `proposal ${p.valid ? "ok" : "blocked"}`, "data-testid": "proposal" },
+      h("h3", null, `Proposal ${p.id.slice(0, 8)} — ${enumName(ProposalRoute, p.route)} — ${p.valid ? "valid" : "invalid"}`),
+      kv([
+        ["Proposal", h("code", null, p.id)],
+        ["Route", enumName(ProposalRoute, p.route)],
+        ["Valid", h("strong", { class: p.valid ? "ok" : "blocked" }, yesNo(p.valid))],
+        ["Diff SHA-256", hash(p.diffSha256)],
+        ["Changed paths", p.changedPaths.length ? h("ul", null, p.changedPaths.map((x) => h("li", null, h("code", null, x)))) : "—"],
+        ["Model route / model", p.route === ProposalRoute.MODEL ? `${p.modelRouteId} / ${p.model}` : null],
+        ["no_learning", yesNo(p.noLearning)],
+        ["Created", `${time(p.createdUnixMs)} by ${p.createdBy}`],
+      ]),
+      p.reasons.length ? reasonsTable("Why it is not valid", p.reasons) : null,
+      h("details", null, h("summary", null, `Diff (${bytes(new TextEncoder().encode(p.diff).length)})`), pre(p.diff, `Diff of proposal ${p.id}`)),
+      h("div", { class: "actions" }, docButton),
+    );
+  };
+
+  const renderProposals = (r: Repair) => {
+    replace(proposalsBody, r.proposals.length ? [...r.proposals].reverse().map(proposalView) : h("p", { class: "empty" }, "No proposals yet."));
+  };
+
+  const renderDocument = (d: ApprovalDocument) => {
+    const expired = Number(d.expiresUnixMs) > 0 && Number(d.expiresUnixMs) <= Date.now();
+    const approve = h("button", { type: "button", class: "primary", disabled: expired || !d.documentSha256 }, `Approve exactly this document (SHA-256 ${d.documentSha256.slice(0, 12)}…)`);
+    approve.addEventListener("click", () => {
+      void act(approve, approvalStatus, "Approving (Approve)…", () => ctx.api.repairs.approve({ repairId, documentSha256: d.documentSha256 }, { signal: ctx.signal })).then((res) => {
+        if (!res) return;
+        approvalStatus.ok(`Approved: approval ${res.approval?.id ?? "?"}, job ${res.approval?.jobId || "(queued)"}.`);
+        if (res.repair) apply(res.repair, "Approve");
+      });
+    });
+    replace(
+      documentBody,
+      h("h3", null, `Approval document: ${d.kind}`),
+      h(
+        "div",
+        { class: "claims", role: "note" },
+        h("p", null, h("strong", null, "isolation_claim = "), h("code", { "data-testid": "isolation-claim" }, d.isolationClaim)),
+        h("p", null, h("strong", null, "resource_enforcement = "), h("code", { "data-testid": "resource-enforcement" }, d.resourceEnforcement)),
+        h("p", null, h("strong", null, "unenforced ceilings: "), d.unenforced.length ? d.unenforced.map((u, i) => [i ? ", " : "", h("code", null, u)]) : "none listed"),
+        d.isolationClaim === "none"
+          ? h("p", null, "Local execution has no OS isolation guarantee: the code runs as the Seraph host user and can access host files and network. The wall deadline covers preparation, commands, cleanup and readback, with no extension after cleanup begins.")
+          : null,
+      ),
+      kv([
+        ["Document SHA-256", hash(d.documentSha256)],
+        ["Kind", h("code", null, d.kind)],
+        ["Repair", h("code", null, d.repairId)],
+        ["Proposal", [h("code", null, d.proposalId), " — SHA-256 ", hash(d.proposalSha256)]],
+        ["Inspection SHA-256", hash(d.inspectionSha256)],
+        ["Goal (revision)", [h("code", null, d.goalId), ` (revision ${d.goalRevision})`]],
+        ["Settings revision", String(d.settingsRevision)],
+        ["Repository path", h("code", null, d.repositoryPath)],
+        ["Executor node", h("code", null, d.nodeId)],
+        ["Runtime path", h("code", null, d.runtimePath)],
+        ["Owner", h("code", null, d.ownerId)],
+        ["Allowed patch paths", d.allowedPatchPaths.length ? h("ul", null, d.allowedPatchPaths.map((x) => h("li", null, h("code", null, x)))) : "—"],
+        ["Issued", time(d.issuedUnixMs)],
+        ["Expires", h("span", { class: expired ? "blocked" : "", "data-testid": "expires" }, until(d.expiresUnixMs))],
+        ["no_learning", yesNo(d.noLearning)],
+        ["Limits changed from defaults", d.limitsChanged.length ? d.limitsChanged.join(", ") : "none"],
+      ]),
+      h("h4", null, "Steps: exact script bodies and direct argv"),
+      d.steps.map((s) => stepView(s, "h4")),
+      identitiesTable("Execution-input identities bound by this approval", d.identities),
+      limitsTable("Limits bound by this approval", d.limits, d.limitsChanged),
+      h("div", { class: "actions" }, approve),
+      expired ? h("p", { class: "error", role: "alert" }, "This document has expired; fetch a fresh one.") : null,
+    );
+  };
+
+  const showDocument = async (p: Proposal, btn: HTMLButtonElement) => {
+    const res = await act(btn, approvalStatus, "Fetching the approval document (GetApprovalDocument)…", () => ctx.api.repairs.getApprovalDocument({ repairId, proposalId: p.id }, { signal: ctx.signal }));
+    if (!res) return;
+    if (!res.document) return approvalStatus.ok("GetApprovalDocument answered without a document.");
+    shownDocument = res.document;
+    renderDocument(res.document);
+    documentBody.scrollIntoView({ block: "start" });
+  };
+
+  const renderApprovalRecord = (r: Repair) => {
+    const a = r.approval;
+    replace(
+      approvalRecord,
+      a
+        ? [
+            h("p", { class: "ok" }, "Approved."),
+            kv([
+              ["Approval", h("code", null, a.id)],
+              ["Document SHA-256", hash(a.documentSha256)],
+              ["Approved by", h("code", null, a.approvedBy)],
+              ["Approved", time(a.approvedUnixMs)],
+              ["Expires", until(a.expiresUnixMs)],
+              ["Job", a.jobId ? h("code", null, a.jobId) : "—"],
+            ]),
+          ]
+        : h("p", { class: "empty" }, "Not approved. Choose “Show the approval document” on a valid proposal, read it, then approve exactly that document."),
+    );
+    if (!shownDocument) replace(documentBody);
+  };
+
+  const renderJob = (job: Job | undefined, r: Repair) => {
+    cancelButton.disabled = TERMINAL_REPAIR.has(r.state) || (job?.cancelRequested ?? false);
+    if (!job) {
+      replace(jobBody, h("p", { class: "empty" }, "No job: a job exists only after an exact approval."));
+      return;
+    }
+    const rc = job.receipt;
+    const m = job.marker;
+    replace(
+      jobBody,
+      kv([
+        ["Job", h("code", null, job.id)],
+        ["State", h("strong", { "data-testid": "job-state" }, enumName(JobState, job.state))],
+        ["Outcome", job.outcome ? h("code", null, job.outcome) : "—"],
+        ["Outcome message", job.outcomeMessage || "—"],
+        ["Attempt / fence", `${job.attempt} / ${job.fence}`],
+        ["Node / slot", `${job.nodeId || "—"} / ${job.slotIndex}`],
+        ["Physical slot held", yesNo(job.slotHeld)],
+        ["Cancellation requested", yesNo(job.cancelRequested)],
+        ["Approval", job.approvalId ? h("code", null, job.approvalId) : "—"],
+        ["no_learning", yesNo(job.noLearning)],
+        ["Created / updated", `${time(job.createdUnixMs)} / ${time(job.updatedUnixMs)}`],
+      ]),
+      job.reasons.length ? reasonsTable("Reasons", job.reasons) : null,
+      job.drift.length ? driftTable("Drift (inputs changed since inspection)", job.drift) : null,
+      m
+        ? [
+            h("h3", null, "Owner marker"),
+            kv([
+              ["Supervisor pid / start ticks / boot id", m.supervisor ? `${m.supervisor.pid} / ${m.supervisor.startTimeTicks} / ${m.supervisor.bootId}` : "—"],
+              ["Job / attempt / fence", `${m.jobId} / ${m.attempt} / ${m.fence}`],
+              ["Supervisor source SHA-256", hash(m.supervisorSourceSha256)],
+              ["Written", time(m.writtenUnixMs)],
+            ]),
+          ]
+        : null,
+      rc
+        ? [
+            h("h3", null, "Supervisor receipt"),
+            kv([
+              ["Outcome", enumName(Outcome, rc.outcome)],
+              ["Reason", rc.reason ? h("code", null, rc.reason) : "—"],
+              ["Message", rc.message || "—"],
+              ["ECHILD observed (cleanup proof)", yesNo(rc.echildObserved)],
+              ["Leftover descendants", String(rc.leftoverDescendants)],
+              ["Cancelled before start", yesNo(rc.cancelledBeforeGo)],
+              ["Deadline reached", yesNo(rc.deadlineReached)],
+              ["Duration", `${rc.durationMs} ms`],
+              ["Output kept", bytes(rc.outputKeptBytes)],
+              [
+                "Cleanup",
+                rc.cleanup
+                  ? `found ${rc.cleanup.descendantsFound}, SIGTERM ${rc.cleanup.signalledTerm}, SIGKILL ${rc.cleanup.signalledKill}, reaped ${rc.cleanup.reaped}, identity refusals ${rc.cleanup.identityRefusals}, ${rc.cleanup.cleanupMs} ms`
+                  : "—",
+              ],
+            ]),
+          ]
+        : null,
+    );
+  };
+
+  const artifactRow = (a: Artifact) => {
+    const read: HTMLButtonElement = button(`Read ${a.name || a.kind}`, () => {
+      void act(read, artifactStatus, `Reading artifact ${a.name} (ReadArtifact)…`, () => ctx.api.repairs.readArtifact({ repairId, artifactId: a.id }, { signal: ctx.signal })).then(async (res) => {
+        if (!res) return;
+        const art = res.artifact ?? a;
+        const local = await browserSha256(res.content);
+        replace(
+          artifactView,
+          h("h3", null, `Artifact ${art.name || art.kind}`),
+          kv([
+            ["Kind", art.kind],
+            ["SHA-256 (server)", hash(art.sha256)],
+            ["readback_verified", yesNo(art.readbackVerified)],
+            ["SHA-256 of the bytes this browser received", local ? hash(local) : "not computed (Web Crypto needs a secure context: https or localhost)"],
+            ["Matches", local ? yesNo(local === art.sha256) : "—"],
+            ["Size", bytes(res.content.length)],
+          ]),
+          showText(res.content, `Contents of artifact ${art.name}`),
+        );
+      });
+    });
+    return [a.kind, h("code", null, a.name), hash(a.sha256), bytes(a.size), h("span", { class: a.readbackVerified ? "ok" : "blocked" }, yesNo(a.readbackVerified)), read];
+  };
+
+  const renderResults = (job: Job | undefined, r: Repair) => {
+    if (!job || (job.steps.length === 0 && job.artifacts.length === 0)) {
+      replace(resultsBody, h("p", { class: "empty" }, "No results yet."));
+      return;
+    }
+    replace(
+      resultsBody,
+      table(
+        "Steps",
+        ["Step", "Argv", "Started", "Exit code", "Signal", "Passed", "Duration"],
+        job.steps.map((s) => [s.name, argvList(s.argv, `Argv of ${s.name}`), yesNo(s.started), s.exitCode === undefined ? "—" : h("strong", null, String(s.exitCode)), s.signal ?? "—", h("span", { class: s.passed ? "ok" : "blocked" }, yesNo(s.passed)), `${s.durationMs} ms`]),
+      ),
+      table("Artifacts", ["Kind", "Name", "SHA-256", "Size", "readback_verified", ""], job.artifacts.map(artifactRow)),
+      h("p", null, "no_learning: ", h("strong", null, yesNo(r.noLearning && job.noLearning))),
+    );
+  };
+
+  const renderRecovery = (job: Job | undefined) => {
+    const relevant = job !== undefined && (job.state === JobState.UNKNOWN || job.recovery !== undefined);
+    recoverySection.hidden = !relevant;
+    if (!job || !relevant) return;
+    const rec = job.recovery;
+    const released = rec !== undefined && rec.cleanupReceiptVerified && !job.slotHeld;
+    recoverButton.disabled = !job.slotHeld;
+    replace(
+      recoveryBody,
+      h(
+        "div",
+        { class: "outcome-box", "data-testid": "task-outcome" },
+        h("h3", null, `Task outcome: ${enumName(JobState, job.state) === "unknown" ? "Unknown" : enumName(JobState, job.state)}`),
+        h("p", null, job.outcome ? [h("code", null, job.outcome), job.outcomeMessage ? ` — ${job.outcomeMessage}` : ""] : "—"),
+        h("p", null, "Recovery never resolves this: the task outcome, any external effect and any cost liability stay unknown. A fresh job needs its own current Goal bindings, consent and approval."),
+      ),
+      h(
+        "div",
+        { class: `capacity-box ${released ? "ok" : "blocked"}`, "data-testid": "physical-capacity" },
+        released && rec
+          ? [
+              h("h3", null, "Physical capacity released"),
+              kv([
+                ["cleanup_receipt_verified", yesNo(rec.cleanupReceiptVerified)],
+                ["process_cleanup_readback_sha256", hash(rec.processCleanupReadbackSha256)],
+                ["readback_scope", h("code", null, rec.readbackScope)],
+                ["Proof", rec.proof ? h("code", null, rec.proof) : "—"],
+                ["Recovered by", h("code", null, rec.recoveredBy)],
+                ["Recovered", time(rec.recoveredUnixMs)],
+              ]),
+            ]
+          : [
+              h("h3", null, job.slotHeld ? "Physical capacity held" : "Physical capacity: cleanup not verified"),
+              h("p", null, job.slotHeld ? `Slot ${job.slotIndex} on node ${job.nodeId || "?"} stays held: other accepted jobs may queue and be approved but cannot start there until cleanup is proved.` : "No verified cleanup receipt is recorded."),
+              rec ? kv([["cleanup_receipt_verified", yesNo(rec.cleanupReceiptVerified)], ["readback_scope", rec.readbackScope || "—"]]) : null,
+            ],
+      ),
+      h("p", { class: "hint" }, "Do not treat a cleared page or an absent PID as proof. “Recover process cleanup” asks the server to verify a cleanup receipt (or a host reboot) under the original live operator root; it releases only the physical slot. Opening or reloading this page never submits it."),
+    );
+  };
+
+  const renderAll = () => {
+    const r = repair;
+    if (!r) return;
+    renderSummary(r);
+    renderInspection(r);
+    renderConsent(r);
+    renderProposals(r);
+    renderApprovalRecord(r);
+    renderJob(r.job, r);
+    renderResults(r.job, r);
+    renderRecovery(r.job);
+  };
+
+  // ---- actions ----
+  const fillRoutes = () => {
+    const prev = routeSelect.value;
+    replace(
+      routeSelect,
+      modelRoutes.length === 0 ? h("option", { value: "", disabled: true, selected: true }, "No model route configured (Settings → Repository sandbox)") : null,
+      modelRoutes.map((m) => h("option", { value: m.id }, `${m.id} — ${m.model} at ${m.baseUrl}`)),
+    );
+    if (modelRoutes.some((m) => m.id === prev)) routeSelect.value = prev;
+    if (repair) renderConsent(repair);
+  };
+  routeSelect.addEventListener("change", () => repair && renderConsent(repair));
+  consentButton.addEventListener("click", () => {
+    const r = repair;
+    const sha = r?.inspection?.inspectionSha256;
+    if (!r || !sha) return;
+    void act(consentButton, consentStatus, "Recording consent (GiveConsent)…", () => ctx.api.repairs.giveConsent({ repairId, inspectionSha256: sha, modelRouteId: routeSelect.value }, { signal: ctx.signal })).then((res) => {
+      if (res?.repair) apply(res.repair, "GiveConsent");
+    });
+  });
+  const afterPropose = (res: { repair?: Repair | undefined; proposal?: Proposal | undefined } | undefined) => {
+    if (!res) return;
+    if (res.repair) apply(res.repair, "ProposePatch");
+    const p = res.proposal;
+    if (p) proposeStatus.ok(`Proposal ${p.id.slice(0, 8)} recorded: ${p.valid ? "valid" : `invalid (${p.reasons.map((x) => x.code).join(", ") || "no reason given"})`}.`);
+  };
+  manualButton.addEventListener("click", () => {
+    void act(manualButton, proposeStatus, "Checking the manual patch (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "manualDiff", value: manualDiff.value } }, { signal: ctx.signal })).then(afterPropose);
+  });
+  modelButton.addEventListener("click", () => {
+    void act(modelButton, proposeStatus, "Asking the consented model route (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "model", value: true } }, { signal: ctx.signal })).then(afterPropose);
+  });
+  cancelButton.addEventListener("click", () => {
+    void act(cancelButton, cancelStatus, "Requesting cancellation (CancelRepair)…", () => ctx.api.repairs.cancelRepair({ repairId, reason: cancelReason.value }, { signal: ctx.signal })).then((res) => {
+      if (res?.repair) apply(res.repair, "CancelRepair");
+    });
+  });
+  recoverButton.addEventListener("click", () => {
+    recoverButton.disabled = true;
+    recoverStatus.busy("Asking the server to verify cleanup and release the physical slot (RecoverProcessCleanup)…");
+    void ctx.api.repairs
+      .recoverProcessCleanup({ repairId }, { signal: ctx.signal })
+      .then(async (res) => {
+        recoverStatus.clear();
+        replace(
+          recoverResult,
+          res.released
+            ? h("p", { class: "ok" }, "Released: the server verified process cleanup and released the physical slot. The task outcome is unchanged.")
+            : h("p", { class: "error", role: "alert" }, "Not released: ", h("code", null, res.refusalCode || "(no code)"), " — ", res.refusalMessage || "(no message)", ". The slot stays held."),
+        );
+        if (res.repair) apply(res.repair, "RecoverProcessCleanup");
+        // The durable state is what counts: read it again rather than trust the action's answer.
+        await refresh(null, "Reading the recorded status again");
+      })
+      .catch(async (err: unknown) => {
+        if (ctx.signal.aborted) return;
+        recoverStatus.error(err, "RecoverProcessCleanup");
+        if (isUncertain(err)) {
+          replace(recoverResult, h("p", { class: "error" }, "The answer was lost, so the result is uncertain. Only the status is read again below; nothing is retried. Press the button again to make another explicit attempt."));
+          await refresh(null, "Reading the recorded status after an uncertain answer");
+        }
+      })
+      .finally(() => {
+        if (repair) renderRecovery(repair.job);
+      });
+  });
+
+  const refreshButton: HTMLButtonElement = button("Refresh", () => void refresh(refreshButton, "Reading the repair"));
+  replace(
+    recoverySection,
+    h("h2", { id: "recovery-title" }, "Recovery"),
+    recoveryBody,
+    h("div", { class: "actions" }, recoverButton),
+    recoverStatus.el,
+    recoverResult,
+  );
+  replace(
+    root,
+    h("p", null, h("a", { href: "#/work" }, "← Work → Repository repair")),
+    h("h1", { tabindex: -1 }, "Repository repair inspector"),
+    h("div", { class: "actions" }, refreshButton),
+    loadStatus.el,
+    section("Live job", 2, watchStatus.el, h("div", { class: "actions" }, watchAgain), liveLog),
+    section("Request", 2, summaryBody),
+    section("Inspection", 2, inspectionBody),
+    section("Source files", 2, sourcesBody, sourceStatus.el, sourceView),
+    section("Consent", 2, consentBody, field("Model route", routeSelect), h("div", { class: "actions" }, consentButton), consentStatus.el),
+    section(
+      "Proposal",
+      2,
+      field("Manual patch (unified diff, at most 1 MiB; allowed patch paths only)", manualDiff),
+      h("div", { class: "actions" }, manualButton, " ", modelButton),
+      proposeStatus.el,
+      proposalsBody,
+    ),
+    section("Approval", 2, approvalRecord, documentBody, approvalStatus.el),
+    section("Job", 2, jobBody, field("Cancellation reason", cancelReason), h("div", { class: "actions" }, cancelButton), cancelStatus.el),
+    section("Results", 2, resultsBody, artifactStatus.el, artifactView),
+    recoverySection,
+  );
+
+  // Read-only loads: the repair, then the live stream; the model routes for consent.
+  void refresh(null, "Loading the repair").then((ok) => {
+    if (ok) void watch();
+  });
+  const routesStatus = status();
+  consentBody.after(routesStatus.el);
+  void act(null, routesStatus, "Loading model routes (GetSandboxSettings)…", () => ctx.api.settings.getSandboxSettings({}, { signal: ctx.signal })).then((res) => {
+    if (!res) return;
+    modelRoutes = res.settings?.modelRoutes ?? [];
+    fillRoutes();
+  });
+  fillRoutes();
+}

@@ -1,0 +1,222 @@
+import { GoalState, type Goal } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import type { Repository } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { field, h, replace } from "../dom.js";
+import { act, button, enumName, lines, section, status, table, time } from "../ui-kit.js";
+import type { ViewContext } from "../view.js";
+import { matchSelection, selectionName, SELECTIONS } from "./profile-render.js";
+
+/**
+ * Work → Repository repair: the caller's repairs, the "New repair" request form, and the Goals
+ * and repositories it binds (with forms to create a goal and register a repository).
+ */
+export function renderWork(root: HTMLElement, ctx: ViewContext): void {
+  let goals: Goal[] = [];
+  let repos: Repository[] = [];
+
+  // Repairs
+  const repairsStatus = status();
+  const repairsBody = h("div", { "data-testid": "repairs" });
+  const loadRepairs = async (btn: HTMLButtonElement | null = null) => {
+    const res = await act(btn, repairsStatus, "Loading repairs (ListRepairs)…", () => ctx.api.repairs.listRepairs({ goalId: "" }, { signal: ctx.signal }));
+    if (res) renderRepairs(res.repairs);
+  };
+  const renderRepairs = (list: readonly Repair[]) => {
+    const goalTitle = (id: string) => goals.find((g) => g.id === id)?.title ?? id;
+    const repoName = (id: string) => {
+      const r = repos.find((x) => x.id === id);
+      return r ? `${r.name || r.path} (${r.path})` : id;
+    };
+    replace(
+      repairsBody,
+      table(
+        "Repairs",
+        ["Repair", "State", "Goal (revision)", "Repository", "Selection", "Updated"],
+        list.map((r) => [
+          h("a", { href: `#/repair/${r.id}` }, `Open inspector ${r.id.slice(0, 8)}`),
+          h("span", { class: `state state-${enumName(RepairState, r.state)}` }, enumName(RepairState, r.state), r.staleReason ? ` (stale: ${r.staleReason})` : ""),
+          `${goalTitle(r.goalId)} (r${r.goalRevision})`,
+          repoName(r.repositoryId),
+          selectionName(r.selection),
+          time(r.updatedUnixMs),
+        ]),
+      ),
+    );
+  };
+  const refreshRepairs: HTMLButtonElement = button("Refresh repairs", () => void loadRepairs(refreshRepairs));
+
+  // New repair
+  const goalSelect = h("select", { name: "goal", required: true });
+  const revisionInput = h("input", { type: "number", name: "goal_revision", min: 1, step: 1, required: true });
+  const repoSelect = h("select", { name: "repository", required: true });
+  const sourcePaths = h("textarea", { name: "source_paths", rows: 4, spellcheck: "false", required: true });
+  const patchPaths = h("textarea", { name: "allowed_patch_paths", rows: 3, spellcheck: "false", required: true });
+  const criteria = h("textarea", { name: "acceptance_criteria", rows: 3, required: true });
+  const selection = h("textarea", { name: "selection", rows: 4, spellcheck: "false", required: true });
+  const selectionPreview = h("p", { class: "hint", "aria-live": "polite" });
+  const updateSelectionPreview = () => {
+    const tokens = lines(selection.value);
+    const m = matchSelection(tokens);
+    selectionPreview.textContent =
+      tokens.length === 0 ? "No tokens yet." : m ? `Recognised: ${m.title} — ${m.execution}.` : `Tokens [${tokens.join(", ")}] are not one of the three selections; the server will refuse them.`;
+  };
+  selection.addEventListener("input", updateSelectionPreview);
+  updateSelectionPreview();
+  const fillGoalOptions = () => {
+    const active = goals.filter((g) => g.state === GoalState.ACTIVE);
+    const previous = goalSelect.value;
+    replace(
+      goalSelect,
+      active.length === 0 ? h("option", { value: "", disabled: true, selected: true }, "No active goal: create one under Goals") : null,
+      active.map((g) => h("option", { value: g.id }, `${g.title} — revision ${g.revision}`)),
+    );
+    if (active.some((g) => g.id === previous)) goalSelect.value = previous;
+    syncRevision();
+  };
+  const syncRevision = () => {
+    const g = goals.find((x) => x.id === goalSelect.value);
+    revisionInput.value = g ? String(g.revision) : "";
+  };
+  goalSelect.addEventListener("change", syncRevision);
+  const fillRepoOptions = () => {
+    const previous = repoSelect.value;
+    replace(
+      repoSelect,
+      repos.length === 0 ? h("option", { value: "", disabled: true, selected: true }, "No repository: register one under Repositories") : null,
+      repos.map((r) => h("option", { value: r.id }, `${r.name || r.path} — ${r.path} on ${r.nodeId}`)),
+    );
+    if (repos.some((r) => r.id === previous)) repoSelect.value = previous;
+  };
+  const createStatus = status();
+  const createButton = h("button", { type: "submit" }, "Create repair");
+  const newRepairForm = h(
+    "form",
+    { class: "stack", "aria-label": "New repair" },
+    field("Goal (owned, active)", goalSelect),
+    field("Goal revision", revisionInput, "Must be the goal's current revision; a revised goal needs a fresh repair."),
+    field("Repository", repoSelect),
+    field("Source paths", sourcePaths, "Repository-relative, one per line. Package, lock, config and dependency inputs are immutable: repairs change approved source files."),
+    field("Allowed patch paths", patchPaths, "Repository-relative, one per line: the only files a proposal may touch."),
+    field("Acceptance criteria", criteria),
+    field("Selection (one token per line)", selection, "Exactly one of the three selections below. Seraph never executes npm, npx or a shell: the words name a server-owned selection."),
+    selectionPreview,
+    table(
+      "Selections",
+      ["Selection", "Tokens in the form", "Execution"],
+      SELECTIONS.map((s) => [s.title, h("code", null, s.tokens.join(", ")), s.execution]),
+    ),
+    h("div", { class: "actions" }, createButton),
+    createStatus.el,
+  );
+  newRepairForm.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    void act(createButton, createStatus, "Creating the repair and requesting inspection (CreateRepair)…", () =>
+      ctx.api.repairs.createRepair(
+        {
+          goalId: goalSelect.value,
+          goalRevision: Number(revisionInput.value) || 0,
+          repositoryId: repoSelect.value,
+          sourcePaths: lines(sourcePaths.value),
+          allowedPatchPaths: lines(patchPaths.value),
+          acceptanceCriteria: criteria.value.trim(),
+          selection: lines(selection.value).join("\n"),
+        },
+        { signal: ctx.signal },
+      ),
+    ).then((res) => {
+      if (!res) return;
+      if (!res.repair) return createStatus.ok("CreateRepair answered without a repair.");
+      ctx.navigate(`#/repair/${res.repair.id}`);
+    });
+  });
+
+  // Goals
+  const goalsStatus = status();
+  const goalsBody = h("div", { "data-testid": "goals" });
+  const loadGoals = async (btn: HTMLButtonElement | null = null) => {
+    const res = await act(btn, goalsStatus, "Loading goals (ListGoals)…", () => ctx.api.goals.listGoals({ includeArchived: false }, { signal: ctx.signal }));
+    if (!res) return;
+    goals = res.goals;
+    replace(
+      goalsBody,
+      table(
+        "Goals",
+        ["Title", "State", "Revision", "Objective", "Updated", "Id"],
+        goals.map((g) => [g.title, enumName(GoalState, g.state), String(g.revision), g.objective || "—", time(g.updatedUnixMs), h("code", null, g.id)]),
+      ),
+    );
+    fillGoalOptions();
+  };
+  const refreshGoals: HTMLButtonElement = button("Refresh goals", () => void loadGoals(refreshGoals));
+  const goalTitle = h("input", { type: "text", name: "title", maxlength: 200, required: true });
+  const goalObjective = h("textarea", { name: "objective", rows: 3 });
+  const goalCreateStatus = status();
+  const goalCreate = h("button", { type: "submit" }, "Create goal");
+  const goalForm = h("form", { class: "stack", "aria-label": "Create goal" }, field("Title", goalTitle), field("Objective", goalObjective), h("div", { class: "actions" }, goalCreate), goalCreateStatus.el);
+  goalForm.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    void act(goalCreate, goalCreateStatus, "Creating the goal (CreateGoal)…", () => ctx.api.goals.createGoal({ title: goalTitle.value, objective: goalObjective.value }, { signal: ctx.signal })).then(async (res) => {
+      if (!res) return;
+      goalCreateStatus.ok(`Created goal “${res.goal?.title ?? ""}” (revision ${res.goal?.revision ?? "?"}).`);
+      goalTitle.value = "";
+      goalObjective.value = "";
+      await loadGoals();
+      if (res.goal && goals.some((g) => g.id === res.goal?.id)) {
+        goalSelect.value = res.goal.id;
+        syncRevision();
+      }
+    });
+  });
+
+  // Repositories
+  const reposStatus = status();
+  const reposBody = h("div", { "data-testid": "repositories" });
+  const loadRepos = async (btn: HTMLButtonElement | null = null) => {
+    const res = await act(btn, reposStatus, "Loading repositories (ListRepositories)…", () => ctx.api.repositories.listRepositories({}, { signal: ctx.signal }));
+    if (!res) return;
+    repos = res.repositories;
+    replace(reposBody, table("Repositories", ["Name", "Path", "Node", "Registered", "Id"], repos.map((r) => [r.name || "—", h("code", null, r.path), r.nodeId, time(r.createdUnixMs), h("code", null, r.id)])));
+    fillRepoOptions();
+  };
+  const refreshRepos: HTMLButtonElement = button("Refresh repositories", () => void loadRepos(refreshRepos));
+  const repoPath = h("input", { type: "text", name: "path", spellcheck: "false", required: true, size: 60 });
+  const repoName = h("input", { type: "text", name: "name", maxlength: 200 });
+  const repoNode = h("input", { type: "text", name: "node_id", spellcheck: "false" });
+  const repoStatus = status();
+  const repoRegister = h("button", { type: "submit" }, "Register repository");
+  const repoForm = h(
+    "form",
+    { class: "stack", "aria-label": "Register repository" },
+    field("Absolute path on the executor node", repoPath, "Must be under a repository root configured in Settings → Repository sandbox. Seraph never modifies it."),
+    field("Name", repoName),
+    field("Executor node id (optional)", repoNode, "Empty means the only node."),
+    h("div", { class: "actions" }, repoRegister),
+    repoStatus.el,
+  );
+  repoForm.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    void act(repoRegister, repoStatus, "Registering (RegisterRepository)…", () =>
+      ctx.api.repositories.registerRepository({ path: repoPath.value.trim(), name: repoName.value.trim(), nodeId: repoNode.value.trim() }, { signal: ctx.signal }),
+    ).then(async (res) => {
+      if (!res) return;
+      repoStatus.ok(`Registered ${res.repository?.path ?? ""}.`);
+      repoPath.value = "";
+      repoName.value = "";
+      await loadRepos();
+      if (res.repository) repoSelect.value = res.repository.id;
+    });
+  });
+
+  replace(
+    root,
+    h("h1", { tabindex: -1 }, "Work → Repository repair"),
+    section("Repairs", 2, h("div", { class: "actions" }, refreshRepairs), repairsStatus.el, repairsBody),
+    section("New repair", 2, newRepairForm),
+    section("Goals", 2, h("div", { class: "actions" }, refreshGoals), goalsStatus.el, goalsBody, h("h3", null, "Create goal"), goalForm),
+    section("Repositories", 2, h("div", { class: "actions" }, refreshRepos), reposStatus.el, reposBody, h("h3", null, "Register repository"), repoForm),
+  );
+  fillGoalOptions();
+  fillRepoOptions();
+  // Goals and repositories first, so the repair list can name them.
+  void Promise.all([loadGoals(), loadRepos()]).then(() => loadRepairs());
+}
