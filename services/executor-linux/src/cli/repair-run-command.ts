@@ -6,7 +6,7 @@ import { runToReceipt } from "../supervisor-client/index.js";
 import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
 
 const USAGE =
-  "usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--keep-job-dir]";
+  "usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]";
 
 /** Each step under a fresh detached supervisor (the CLI itself never becomes a subreaper). */
 const supervisedRunSteps: RunSteps = (spec) => runToReceipt(spec);
@@ -36,6 +36,7 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
         "build-output-dir": { type: "string" },
         limit: { type: "string", multiple: true, default: [] },
         "keep-job-dir": { type: "boolean", default: false },
+        "expect-inspection-sha256": { type: "string" },
       },
     }));
   } catch (err) {
@@ -86,6 +87,7 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
     sourcePaths: values.source,
     limits,
     keepJobDir: values["keep-job-dir"],
+    ...(values["expect-inspection-sha256"] !== undefined ? { expectedInspectionSha256: values["expect-inspection-sha256"] } : {}),
     runSteps: supervisedRunSteps,
   });
   emit(report);

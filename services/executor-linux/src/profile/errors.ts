@@ -21,8 +21,3 @@ export class SelectionError extends ProfileError {
 export class LimitOverrideError extends ProfileError {
   override readonly name = "LimitOverrideError";
 }
-
-/** Staging could not produce a verified private copy for a reason other than drift or admission. */
-export class StagingError extends ProfileError {
-  override readonly name = "StagingError";
-}

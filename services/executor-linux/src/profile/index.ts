@@ -37,5 +37,5 @@ export { deadlineBudget, runRepair, stepSpec } from "./repair-run.js";
 export type { RepairOutcome, RepairRunOptions, RepairRunReport, RunSteps, StepReport } from "./repair-run.js";
 export { blockReason, formatCount, REASON_CODES } from "./reasons.js";
 export type { ReasonCode } from "./reasons.js";
-export { LimitOverrideError, ProfileError, SelectionError, StagingError } from "./errors.js";
+export { LimitOverrideError, ProfileError, SelectionError } from "./errors.js";
 export { sha256Hex } from "./digest.js";

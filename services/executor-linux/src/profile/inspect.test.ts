@@ -207,7 +207,9 @@ describe.skipIf(!node)("inspectRepository", () => {
   });
 
   it("snapshots named source paths plus everything the steps need", async () => {
-    const repo = await track(createJsTestProject({ extraFiles: { "docs/readme.md": "# x\n" } }));
+    const repo = await track(createJsTestProject({ extraFiles: { "docs/readme.md": "# x\n", "vendor/sub/.git": "gitdir: ../../.git/modules/sub\n" } }));
+    const all = await inspectUnchanged({ repositoryPath: repo.dir, selection: "npm test" });
+    expect(named(all, IdentityKind.SOURCE_FILE)).toEqual([".gitignore", "docs/readme.md", "src/math.js", "test/math.test.js"]);
     const i = await inspectUnchanged({ repositoryPath: repo.dir, selection: "npm test", sourcePaths: ["./src"] });
     expect(codes(i)).toEqual([]);
     expect(i.sourcePaths).toEqual(["./src"]);

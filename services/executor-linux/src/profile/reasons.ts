@@ -128,6 +128,7 @@ export const REASON_CODES = [
   // execution
   "wall_deadline_exhausted",
   "supervisor_failed",
+  "supervisor_spec_invalid",
 ] as const;
 
 /** One stable reason code. */

@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { mkdtemp, rm, stat } from "node:fs/promises";
+import { appendFile, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
@@ -8,6 +8,7 @@ import { createDirectRunSteps, type DirectRunOutput } from "../test-fixtures/dir
 import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
 import { createJsBuildThenTestProject, createJsTestProject, createTsProject, fixAddPatch, fixturePatch } from "../test-fixtures/projects.js";
 import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import { inspectRepository } from "./inspect.js";
 import { buildJobEnv } from "./job-env.js";
 import { parseLimitOverrides } from "./limits.js";
 import { runRepair, type RepairRunOptions, type RepairRunReport } from "./repair-run.js";
@@ -130,5 +131,44 @@ describe.skipIf(!node)("runRepair (direct runner)", () => {
     });
     expect(lost.outcome).toBe("unknown");
     expect(lost.reasons).toEqual([expect.objectContaining({ code: "supervisor_failed" })]);
+  });
+
+  it("executes an approved inspection only if staging reproduces it (drift between inspection and run)", async () => {
+    const repo = await fixture(createJsTestProject());
+    const approved = await inspectRepository({ repositoryPath: repo.dir, selection: "npm test", runtime: { digestCache } });
+    await appendFile(join(repo.dir, "src", "math.js"), "// changed after approval\n");
+    let ran = 0;
+    const r = await runRepair({
+      repositoryPath: repo.dir,
+      selection: "npm test",
+      approvedInspection: approved,
+      jobRoot,
+      runSteps: async () => {
+        ran++;
+        throw new Error("must not run");
+      },
+    });
+    expect(r.outcome).toBe("blocked");
+    expect(r.drift).toEqual([expect.objectContaining({ kind: "IDENTITY_KIND_SOURCE_FILE", name: "src/math.js", change: "changed" })]);
+    expect(ran).toBe(0);
+    expect(existsSync(r.jobDir)).toBe(false);
+    const byHash = await runRepair({ repositoryPath: repo.dir, selection: "npm test", expectedInspectionSha256: approved.inspectionSha256, jobRoot, runSteps: createDirectRunSteps() });
+    expect(byHash.outcome).toBe("blocked");
+    expect(byHash.reasons).toEqual([expect.objectContaining({ code: "drift", subject: "inspection_sha256" })]);
+  });
+
+  it("blocks (nothing started) when the supervisor refuses the spec", async () => {
+    const repo = await fixture(createJsTestProject());
+    const r = await run({
+      repositoryPath: repo.dir,
+      selection: "npm test",
+      runSteps: async () => {
+        const err = new Error("stream_limit_bytes exceeds 1048576");
+        err.name = "InvalidSpecError";
+        throw err;
+      },
+    });
+    expect(r.outcome).toBe("blocked");
+    expect(r.reasons).toEqual([expect.objectContaining({ code: "supervisor_spec_invalid" })]);
   });
 });

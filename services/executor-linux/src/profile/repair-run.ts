@@ -42,6 +42,13 @@ export interface RepairRunOptions extends InspectOptions {
   readonly keepJobDir?: boolean;
   /** Job id; default a random UUID. */
   readonly jobId?: string;
+  /**
+   * A previously approved inspection to execute. Default: inspect now. When given, nothing is
+   * re-decided: staging re-inspects and any difference from this inspection blocks as drift.
+   */
+  readonly approvedInspection?: Inspection;
+  /** The approved inspection hash: a fresh inspection with another hash blocks as drift. */
+  readonly expectedInspectionSha256?: string;
 }
 
 /** One step's record in the report. */
@@ -172,7 +179,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
   let outcome: RepairOutcome = "blocked";
 
   const before: TreeDigest | undefined = options.repositoryPath.startsWith("/") ? await digestTree(options.repositoryPath).catch(() => undefined) : undefined;
-  const inspection: Inspection = await inspectRepository(options);
+  const inspection: Inspection = options.approvedInspection ?? (await inspectRepository(options));
   const report = async (): Promise<RepairRunReport> => {
     if (jobDir !== "" && !options.keepJobDir) await removeJobDir(jobDir);
     const after = before ? await digestTree(options.repositoryPath).catch(() => undefined) : undefined;
@@ -197,6 +204,16 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
 
   if (!inspection.admitted) {
     reasons.push(...inspection.reasons);
+    return report();
+  }
+  if (options.expectedInspectionSha256 !== undefined && inspection.inspectionSha256 !== options.expectedInspectionSha256.toLowerCase()) {
+    reasons.push(
+      blockReason(
+        "drift",
+        `The repository inspects to ${inspection.inspectionSha256}, not the approved ${options.expectedInspectionSha256.toLowerCase()}: an execution input, script, hook, limit or the runtime changed.`,
+        "inspection_sha256",
+      ),
+    );
     return report();
   }
   const allowed = options.allowedPatchPaths ?? (inspection.sourcePaths.length > 0 ? inspection.sourcePaths : ["."]);
@@ -251,6 +268,12 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
     try {
       receipt = await options.runSteps(spec);
     } catch (err) {
+      // A spec the supervisor refuses before launch (e.g. limits above its seed caps): nothing ran.
+      if ((err as Error).name === "InvalidSpecError") {
+        reasons.push(blockReason("supervisor_spec_invalid", `The supervisor refused the ${step.name} step before starting anything: ${(err as Error).message}`, step.name));
+        outcome = "blocked";
+        return report();
+      }
       reasons.push(blockReason("supervisor_failed", `The supervisor of the ${step.name} step gave no receipt: ${(err as Error).message}`, step.name));
       steps.push({ name: step.name, argv: step.argv, displayArgv: step.displayArgv, outcome: "unknown" });
       outcome = "unknown";
@@ -286,5 +309,14 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
     }
   }
   outcome = "succeeded";
-  return report();
+  const final = await report();
+  // The wall covers preparation, commands, cleanup and readback: a success past it is not one.
+  if (final.durationMs > wallMs) {
+    return {
+      ...final,
+      outcome: "timed_out",
+      reasons: [...final.reasons, reasonJson(blockReason("wall_deadline_exhausted", `The run took ${final.durationMs} ms including readback; the wall deadline is ${wallMs} ms.`, "wall_ms"))],
+    };
+  }
+  return final;
 }

@@ -61,6 +61,8 @@ export async function listSourceSet(root: string, rootReal: string, named: reado
         return;
       }
       const rel = relDir === "" ? name : `${relDir}/${name}`;
+      // A .git file (worktree or submodule pointer) is Git metadata too, never source.
+      if (name === ".git") continue;
       const st = await lstat(join(root, rel));
       if (st.isDirectory()) {
         if (SKIPPED_DIRS.has(name) || (outputDir !== undefined && rel === outputDir)) continue;

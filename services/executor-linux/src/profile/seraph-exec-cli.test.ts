@@ -1,0 +1,88 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { facilityGate } from "../supervisor-client/test-kit.js";
+import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
+import { createJsTestProject, createTsProject, fixAddPatch } from "../test-fixtures/projects.js";
+import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import { digestTree } from "./tree-digest.js";
+
+// The seraph-exec inspect / repair-run commands through the compiled bin (tests spawn dist/).
+const BIN = fileURLToPath(new URL("../../bin/seraph-exec.js", import.meta.url));
+const node = await pinnedNodeForTests();
+const facilitiesMissing = await facilityGate();
+const scratch = await mkdtemp(join(tmpdir(), "seraph-cli-"));
+const repos: FixtureRepo[] = [];
+afterAll(async () => {
+  await Promise.all(repos.map((r) => r.cleanup()));
+  await rm(scratch, { recursive: true, force: true });
+});
+
+function cli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { maxBuffer: 32 * 1024 * 1024, timeout: 120_000 }, (err, stdout, stderr) => {
+      const code = err ? ((err as { code?: number }).code ?? 1) : 0;
+      resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
+    });
+  });
+}
+const lastJson = (stdout: string): Record<string, unknown> => JSON.parse(stdout.trim().split("\n").at(-1) ?? "{}") as Record<string, unknown>;
+
+describe.skipIf(!node)("seraph-exec inspect", () => {
+  it("prints one JSON inspection with every field; exit 0 admitted, 1 blocked, 2 usage", async () => {
+    const repo = await createJsTestProject();
+    repos.push(repo);
+    const ok = await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm test"]);
+    expect(ok.code).toBe(0);
+    const i = lastJson(ok.stdout);
+    expect(i).toMatchObject({ admitted: true, reasons: [], profile: "repo-node24-npm-v1", nodeVersion: "v24.15.0", limitsChanged: [] });
+    expect(i.inspectionSha256).toMatch(/^[0-9a-f]{64}$/);
+    expect((i.steps as { argv: string[] }[])[0]?.argv).toEqual([node, "--test", "test/math.test.js"]);
+    expect(i.suppressedHooks).toEqual([{ scriptName: "pretest", body: expect.any(String) }]);
+    const blocked = await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm run build test", "--limit", "source_files=2"]);
+    expect(blocked.code).toBe(1);
+    const b = lastJson(blocked.stdout);
+    expect(b.admitted).toBe(false);
+    expect((b.reasons as { code: string }[]).map((r) => r.code)).toEqual(["script_missing", "too_many_source_files"]);
+    expect(b.limitsChanged).toEqual(["source_files"]);
+    expect((await cli(["inspect", "--json", "--repo", repo.dir])).code).toBe(2);
+    expect((await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm test", "--limit", "nope=1"])).code).toBe(2);
+    const text = await cli(["inspect", "--repo", repo.dir, "--selection", "npm test"]);
+    expect(text.stdout).toMatch(/^ADMITTED {2}repo-node24-npm-v1 {2}npm test/);
+  });
+});
+
+describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-run", () => {
+  it("runs a failing JS test (exit 1), then the fixing patch (exit 0), repository unchanged", async () => {
+    const repo = await createJsTestProject({ failing: true });
+    repos.push(repo);
+    const before = await digestTree(repo.dir);
+    const failed = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test"]);
+    expect(failed.code).toBe(1);
+    expect(lastJson(failed.stdout)).toMatchObject({ outcome: "failed", repositoryUnchanged: true });
+    const patch = join(scratch, "fix.patch");
+    await writeFile(patch, fixAddPatch("js"));
+    const fixed = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--patch", patch, "--allow", "src"]);
+    expect(fixed.code).toBe(0);
+    const r = lastJson(fixed.stdout);
+    expect(r).toMatchObject({ outcome: "succeeded", repositoryUnchanged: true, patch: { applied: true, changed: ["src/math.js"] } });
+    expect((r.steps as { receipt: { echildObserved: boolean } }[])[0]?.receipt.echildObserved).toBe(true);
+    expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
+  });
+
+  it("builds then tests a TypeScript project, and refuses a stale approved hash", async () => {
+    const repo = await createTsProject();
+    repos.push(repo);
+    const ok = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm run build test"]);
+    expect(ok.code).toBe(0);
+    const r = lastJson(ok.stdout);
+    expect(r).toMatchObject({ outcome: "succeeded", repositoryUnchanged: true });
+    expect((r.steps as { name: string; outcome: string }[]).map((s) => [s.name, s.outcome])).toEqual([["build", "succeeded"], ["test", "succeeded"]]);
+    const stale = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm run build test", "--expect-inspection-sha256", "0".repeat(64)]);
+    expect(stale.code).toBe(1);
+    expect(lastJson(stale.stdout)).toMatchObject({ outcome: "blocked", reasons: [expect.objectContaining({ code: "drift" })] });
+  });
+});
