@@ -1,4 +1,4 @@
-import type { ConnectRouter } from "@connectrpc/connect";
+import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { createExecutorService } from "./executor-service/executor-service.js";
@@ -9,11 +9,13 @@ export interface ExecutorDeps {
   readonly repositoryRoots: readonly string[];
   readonly dataDir: string;
   readonly log: Logger;
+  /** ExecutorService.CancelJob, provided by the job runner. */
+  readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
 }
 
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob }));
   };
 }

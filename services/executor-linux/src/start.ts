@@ -6,6 +6,7 @@ import {
   internalAuthenticator,
   markNotServing,
   newId,
+  UnavailableError,
   type BootedService,
   type Logger,
   type Signals,
@@ -16,6 +17,7 @@ import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createExecutorRoutes } from "./routes.js";
 import { readBootId, registerNode, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
+import { startRunner, type Runner } from "./runner/runner.js";
 import { readFacilityReport } from "./supervisor-client/index.js";
 
 /** Service names the executor reports in health. */
@@ -60,7 +62,7 @@ export interface ExecutorHandle extends BootedService {
 /**
  * Boots the executor node: listeners, waits until the jobs service answers SERVING, then
  * registers the node (boot id, a fresh incarnation id, slots, address, repository roots,
- * Linux facilities) and heartbeats.
+ * Linux facilities), heartbeats, and starts the job runner (claims, re-adoption, cancellation).
  */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
   const log = rt.log.child({ nodeId: rt.nodeId });
@@ -70,6 +72,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const bootIdFile = rt.bootIdFile ?? DEFAULT_BOOT_ID_FILE;
   const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: await readBootId(bootIdFile), incarnationId: newId() };
   const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport()))();
+  let runner: Runner | undefined;
   const booted = await bootService({
     name: "executor",
     log,
@@ -77,7 +80,16 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     grpcPort: rt.grpcPort,
     httpPort: rt.httpPort,
     serviceNames: EXECUTOR_SERVICE_NAMES,
-    routes: createExecutorRoutes({ nodeId: rt.nodeId, repositoryRoots: rt.repositoryRoots, dataDir: rt.dataDir, log }),
+    routes: createExecutorRoutes({
+      nodeId: rt.nodeId,
+      repositoryRoots: rt.repositoryRoots,
+      dataDir: rt.dataDir,
+      log,
+      cancelJob: async (req, ctx) => {
+        if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
+        return runner.cancelJob(req, ctx);
+      },
+    }),
     authenticate: internalAuthenticator(rt.internalToken),
     signal: rt.signal,
     prepare: async () => {
@@ -99,12 +111,22 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     log,
     rt.signal,
   );
-  const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => undefined);
+  runner = startRunner({
+    jobs,
+    signals: rt.signals,
+    identity,
+    dataDir: rt.dataDir,
+    log,
+    pollMs: rt.pollMs ?? 2000,
+    facilitiesOk: () => facilities.ok,
+  });
+  const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
   return {
     ...booted,
     identity,
     async stop() {
       heartbeat.stop();
+      await runner?.stop();
       markNotServing(booted.health, EXECUTOR_SERVICE_NAMES);
       await booted.server.close();
     },

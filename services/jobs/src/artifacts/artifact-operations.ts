@@ -11,13 +11,13 @@ import type { JobsCore } from "../core.js";
 import { requireFence } from "../jobs/fence.js";
 import { getJob } from "../jobs/job.repository.js";
 import { toArtifactProto } from "../jobs/job-view.js";
-import { findArtifact, insertArtifact } from "./artifact.repository.js";
+import { findArtifact, insertArtifactOnce } from "./artifact.repository.js";
 
 const KIND = /^[a-z][a-z0-9_]{0,31}$/;
 
 /**
  * Stores one artifact of the current attempt (fenced). The declared sha256 must match the
- * bytes; the stored copy is marked readback-verified only when CompleteJob lists it after the
+ * bytes; names are unique per job, so a retried store returns the first copy; the stored copy is marked readback-verified only when CompleteJob lists it after the
  * executor read it back. Writes are allowed while the attempt is active, and for an UNKNOWN job
  * (a cleanup receipt found later by the executor is evidence for recovery).
  */
@@ -30,7 +30,7 @@ export async function storeArtifact(core: JobsCore, req: StoreArtifactRequest): 
   if (!["preparing", "starting", "running", "unknown"].includes(job.state)) {
     throw new FailedPreconditionError("job_not_active", `job ${job.id} is ${job.state}`);
   }
-  const row = await insertArtifact(core.db, {
+  const row = await insertArtifactOnce(core.db, {
     id: newId(),
     job_id: job.id,
     kind: req.kind,
@@ -39,6 +39,9 @@ export async function storeArtifact(core: JobsCore, req: StoreArtifactRequest): 
     size: req.content.byteLength,
     content: req.content,
   });
+  if (row.sha256 !== actual || row.kind !== req.kind) {
+    throw new FailedPreconditionError("artifact_name_conflict", `job ${job.id} already has a different artifact named ${req.name}`);
+  }
   core.log.child({ jobId: job.id, attempt: job.attempt }).debug({ artifactId: row.id, kind: row.kind, size: row.size }, "artifact stored");
   return create(StoreArtifactResponseSchema, { artifact: toArtifactProto(row) });
 }

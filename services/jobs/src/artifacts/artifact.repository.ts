@@ -7,12 +7,24 @@ export type ArtifactMetaRow = Omit<Selectable<JobsDatabase["artifacts"]>, "conte
 
 const META = ["id", "job_id", "kind", "name", "sha256", "size", "readback_verified", "created_at"] as const;
 
-/** Stores an artifact's bytes. */
-export async function insertArtifact(
+/** Stores an artifact's bytes unless the job already has one of that name; returns the stored row. */
+export async function insertArtifactOnce(
   db: Db,
   a: { id: string; job_id: string; kind: string; name: string; sha256: string; size: number; content: Uint8Array },
 ): Promise<ArtifactMetaRow> {
-  return db.insertInto("artifacts").values({ ...a, readback_verified: false }).returning(META).executeTakeFirstOrThrow();
+  const row = await db
+    .insertInto("artifacts")
+    .values({ ...a, readback_verified: false })
+    .onConflict((oc) => oc.columns(["job_id", "name"]).doNothing())
+    .returning(META)
+    .executeTakeFirst();
+  if (row) return row;
+  return db.selectFrom("artifacts").select(META).where("job_id", "=", a.job_id).where("name", "=", a.name).executeTakeFirstOrThrow();
+}
+
+/** The artifacts of a job of one kind, with their bytes. */
+export async function listArtifactsWithContent(db: Db, jobId: string, kind: string): Promise<Selectable<JobsDatabase["artifacts"]>[]> {
+  return db.selectFrom("artifacts").selectAll().where("job_id", "=", jobId).where("kind", "=", kind).orderBy("created_at").execute();
 }
 
 /** An artifact with its bytes. */

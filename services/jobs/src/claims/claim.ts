@@ -22,6 +22,9 @@ import { inTransaction } from "../store/db.js";
  * becomes REJECTED with the reasons, the slot is released, and the response carries the
  * rejected job (the executor then does nothing). Drift of execution inputs is checked by the
  * executor, which alone can re-inspect the repository.
+ *
+ * For a job already claimed on this node, the node's current incarnation gets the attempt back
+ * with its existing fence (idempotent retry, or re-adoption after an executor restart).
  */
 export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<ClaimJobResponse> {
   const changes = noChanges();
@@ -33,9 +36,15 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
     const job = await lockJob(trx, req.jobId);
     if (job.node_id !== req.nodeId) throw new FailedPreconditionError("wrong_node", `job ${job.id} is bound to node ${job.node_id}`);
     if (job.state !== "reserved") {
-      // A claim retried by the incarnation that already holds it (its response was lost).
-      if (CLAIMED_STATES.includes(job.state as JobStateName) && job.incarnation_id === req.incarnationId) return job;
-      throw new ConflictError("already_claimed", `job ${job.id} is ${job.state}, not reserved`);
+      if (!CLAIMED_STATES.includes(job.state as JobStateName)) throw new ConflictError("already_claimed", `job ${job.id} is ${job.state}, not reserved`);
+      // A claim retried by the incarnation that holds it (its response was lost): same answer.
+      if (job.incarnation_id === req.incarnationId) return job;
+      // Re-adoption after an executor restart: the node's current incarnation takes over the
+      // attempt with the same fence (its supervisor is bound to that fence). The superseded
+      // incarnation can no longer heartbeat or claim.
+      const adopted = await updateJobCas(trx, job.id, job.revision, { incarnation_id: req.incarnationId });
+      changes.jobs.push(adopted);
+      return adopted;
     }
     if (job.slot_index === null) throw new Error(`reserved job ${job.id} has no slot`);
     const fence = await nextFence(trx);

@@ -76,24 +76,25 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     expect(done?.slotHeld).toBe(false);
   });
 
-  it("two executor incarnations racing for one job: exactly one claim commits", async () => {
+  it("a current and a superseded executor racing for one job: exactly one attempt, the stale one refused", async () => {
     const jobId = await reservedJob();
-    // Two rows of the same node id cannot both be current, so race two nodes' worth: re-register
-    // with a new incarnation while the old one claims; either the claim wins before the switch
-    // or it is refused; never both.
+    const results = await Promise.allSettled(
+      Array.from({ length: 6 }, (_, i) => h.client.claimJob({ jobId, nodeId: node, incarnationId: i % 2 === 0 ? incarnation : "inc-superseded" })),
+    );
+    const ok = results.filter((r) => r.status === "fulfilled");
+    const refused = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
+    expect(ok).toHaveLength(3);
+    expect(refused).toHaveLength(3);
+    for (const r of refused) expect(String(r.reason)).toContain("stale_incarnation");
+    expect(await h.db.selectFrom("job_attempts").selectAll().where("job_id", "=", jobId).execute()).toHaveLength(1);
+    // After a restart the node's new incarnation re-adopts the attempt with the same fence.
+    const before = (await h.client.getJob({ jobId })).job;
     incarnation = "inc-2";
-    const [a, b] = await Promise.allSettled([
-      h.client.claimJob({ jobId, nodeId: node, incarnationId: "inc-1" }),
-      h.client.registerNode({ nodeId: node, bootId: "boot-1", incarnationId: "inc-2", slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] }).then(() =>
-        h.client.claimJob({ jobId, nodeId: node, incarnationId: "inc-2" }),
-      ),
-    ]);
-    const winners = [a, b].filter((r) => r.status === "fulfilled");
-    expect(winners).toHaveLength(1);
-    const loser = [a, b].find((r) => r.status === "rejected") as PromiseRejectedResult;
-    expect([Code.Aborted, Code.FailedPrecondition]).toContain(codeOf(loser.reason));
-    const job = (await h.client.getJob({ jobId })).job;
-    await h.client.completeJob({ jobId, fence: job?.fence ?? 0n, state: JobState.REJECTED, outcome: "rejected_test" });
+    await h.client.registerNode({ nodeId: node, bootId: boot, incarnationId: incarnation, slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });
+    const adopted = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    expect(adopted.fence).toBe(before?.fence);
+    expect(adopted.bundle?.approvalId).toBeTruthy();
+    await h.client.completeJob({ jobId, fence: adopted.fence, state: JobState.REJECTED, outcome: "rejected_test" });
   });
 
   it("start barrier: go only when no cancellation came first; cancel after GO is UNKNOWN and holds the slot until a verified receipt recovers it", async () => {

@@ -1,18 +1,33 @@
 import { create, equals, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { FailedPreconditionError, InvalidArgumentError } from "@seraph/kit";
+import { FailedPreconditionError, InvalidArgumentError, sha256Hex } from "@seraph/kit";
 import {
   RecordOwnerMarkerResponseSchema,
   type RecordOwnerMarkerRequest,
   type RecordOwnerMarkerResponse,
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { OwnerMarkerSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { OwnerMarkerSchema, ReceiptSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { listArtifactsWithContent } from "../artifacts/artifact.repository.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
 import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
 import { findNode } from "../nodes/node.repository.js";
-import { inTransaction } from "../store/db.js";
+import { inTransaction, type Db } from "../store/db.js";
+import { sameMarkerIdentity } from "./complete.js";
+
+async function previousStepProved(db: Db, jobId: string, current: OwnerMarker): Promise<boolean> {
+  for (const a of await listArtifactsWithContent(db, jobId, "step_receipt")) {
+    if (sha256Hex(a.content) !== a.sha256) continue;
+    try {
+      const r = fromBinary(ReceiptSchema, a.content);
+      if (r.echildObserved && r.marker && sameMarkerIdentity(r.marker, current)) return true;
+    } catch {
+      // not a receipt: ignore
+    }
+  }
+  return false;
+}
 
 /** Checks that a marker names this job, attempt and fence and a complete supervisor identity. */
 export function markerProblems(job: JobRow, fence: bigint, m: OwnerMarker): string[] {
@@ -32,7 +47,9 @@ export function markerProblems(job: JobRow, fence: bigint, m: OwnerMarker): stri
  * records the supervisor's owner marker and, unless a cancellation was committed first, the
  * start token: PREPARING→STARTING, go=true. When the cancellation flag is already set the
  * marker is still recorded (the supervisor exists and must be cleaned up) but go=false: the
- * executor must send CANCEL, never GO. A repeat with the identical marker is idempotent.
+ * executor must send CANCEL, never GO. A repeat with the identical marker is idempotent. A job
+ * with several steps runs one supervisor per step; a later step's marker replaces the previous
+ * one only after that supervisor's ECHILD receipt was stored (`step_receipt` artifact).
  */
 export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRequest): Promise<RecordOwnerMarkerResponse> {
   const marker = req.marker;
@@ -48,8 +65,16 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
       throw new FailedPreconditionError("marker_other_boot", `the marker's boot id ${marker.supervisor.bootId} is not node ${job.node_id}'s current boot`);
     }
     if (job.state === "starting" || job.state === "running") {
-      if (job.marker && equals(OwnerMarkerSchema, fromBinary(OwnerMarkerSchema, job.marker), marker)) return job;
-      throw new FailedPreconditionError("marker_already_recorded", `job ${job.id} already has a different owner marker`);
+      const current = job.marker ? fromBinary(OwnerMarkerSchema, job.marker) : undefined;
+      if (current && equals(OwnerMarkerSchema, current, marker)) return job;
+      // The supervisor of a later step (build, then test): allowed only once the previous
+      // supervisor's receipt, stored as a `step_receipt` artifact, proved its cleanup.
+      if (!current || job.start_token_at === null || !(await previousStepProved(trx, job.id, current))) {
+        throw new FailedPreconditionError("marker_already_recorded", `job ${job.id} has a different owner marker whose cleanup is not proved`);
+      }
+      const updated = await updateJobCas(trx, job.id, job.revision, { state: "running", marker: toBinary(OwnerMarkerSchema, marker) });
+      changes.jobs.push(updated);
+      return updated;
     }
     if (job.state !== "preparing") throw new FailedPreconditionError("job_not_preparing", `job ${job.id} is ${job.state}`);
     const updated = await updateJobCas(trx, job.id, job.revision, {

@@ -33,15 +33,15 @@ interface Proof {
 
 /**
  * Receipt evidence for a job, read back from PostgreSQL: the receipt CompleteJob stored, then
- * any `cleanup_receipt` artifact the executor recorded later from the supervisor's run
- * directory. Each candidate is re-hashed as read; the first whose ECHILD observation and owner
+ * any `step_receipt` / `cleanup_receipt` artifact the executor stored from the supervisor's run
+ * directory (a late receipt is recorded when the supervisor finished after contact was lost). Each candidate is re-hashed as read; the first whose ECHILD observation and owner
  * marker identity match the recorded marker is the proof.
  */
 async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker): Promise<Proof | Refusal> {
   const candidates: Uint8Array[] = [];
   if (job.receipt) candidates.push(job.receipt);
   for (const a of await listArtifacts(db, job.id)) {
-    if (a.kind !== "cleanup_receipt") continue;
+    if (a.kind !== "cleanup_receipt" && a.kind !== "step_receipt") continue;
     const full = await findArtifact(db, a.id);
     if (full && sha256Hex(full.content) === full.sha256) candidates.push(full.content);
   }

@@ -83,5 +83,7 @@ export const initial: Migration = {
       .addColumn("created_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
       .execute();
     await db.schema.createIndex("artifacts_job").on("artifacts").columns(["job_id", "created_at"]).execute();
+    // A retried StoreArtifact (lost response) finds its first copy instead of duplicating it.
+    await db.schema.createIndex("artifacts_job_name").on("artifacts").columns(["job_id", "name"]).unique().execute();
   },
 };

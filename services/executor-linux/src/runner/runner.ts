@@ -1,0 +1,193 @@
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Client, type ServiceImpl } from "@connectrpc/connect";
+import type { Logger, Signals } from "@seraph/kit";
+import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
+import { CancelJobResponseSchema, type ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { JobState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { Phase } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
+import type { NodeIdentity } from "./registration.js";
+import { reasonOf } from "./retry.js";
+
+/** Dependencies of the node's job runner. */
+export interface RunnerDeps {
+  readonly jobs: Client<typeof JobsService>;
+  readonly signals: Signals;
+  readonly identity: NodeIdentity;
+  readonly dataDir: string;
+  readonly log: Logger;
+  /** The slow poll of ListNodeJobs (NATS work/cancel signals only make it sooner). */
+  readonly pollMs: number;
+  readonly facilitiesOk: () => boolean;
+  readonly supervisorEntry?: string | undefined;
+}
+
+/** The running job runner of one executor process. */
+export interface Runner {
+  /** ExecutorService.CancelJob: asks the exact supervisor of a job running here to terminate and reap. */
+  readonly cancelJob: ServiceImpl<typeof ExecutorService>["cancelJob"];
+  /** Runs a poll now. */
+  wake(): void;
+  /** Stops taking work; jobs in flight keep their supervisors (a restart re-adopts them). */
+  stop(): Promise<void>;
+}
+
+/**
+ * The executor side of durable execution. It polls ListNodeJobs (slowly, and at once on
+ * `seraph.nodes.<node>.work`), claims what is reserved for this node, re-adopts attempts this
+ * node claimed before a restart, delivers cancellations (`seraph.nodes.<node>.cancel`, polling,
+ * ExecutorService.CancelJob) to the exact supervisor, and records late receipts of UNKNOWN jobs
+ * for recovery. It never signals a process itself: only supervisors do, through pidfds.
+ */
+export function startRunner(deps: RunnerDeps): Runner {
+  const log = deps.log.child({ component: "runner" });
+  const exec: ExecutionDeps = {
+    jobs: deps.jobs,
+    identity: deps.identity,
+    dataDir: deps.dataDir,
+    log: deps.log,
+    pollMs: deps.pollMs,
+    facilitiesOk: deps.facilitiesOk,
+    supervisorEntry: deps.supervisorEntry,
+  };
+  const active = new Map<string, ActiveJob>();
+  const tasks = new Set<Promise<void>>();
+  const lateChecked = new Set<string>();
+  let stopped = false;
+  let wakeUp: (() => void) | undefined;
+  let woken = false;
+  const wake = () => {
+    woken = true;
+    wakeUp?.();
+  };
+
+  const offWork = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.work`, () => wake());
+  const offCancel = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.cancel`, (m) => {
+    try {
+      const sig = fromBinary(WorkSignalSchema, m.data);
+      active.get(sig.jobId)?.cancel.trigger("cancellation requested");
+    } catch {
+      // A malformed signal is ignored: polling delivers the cancellation anyway.
+    }
+    wake();
+  });
+
+  const track = (jobId: string, work: (a: ActiveJob) => Promise<void>, a: ActiveJob) => {
+    active.set(jobId, a);
+    const p = work(a)
+      .catch((err: unknown) => log.error({ err, jobId }, "job execution failed; the next poll re-examines it"))
+      .finally(() => {
+        active.delete(jobId);
+        tasks.delete(p);
+        wake();
+      });
+    tasks.add(p);
+  };
+
+  const claim = (job: Job) => {
+    const a: ActiveJob = { jobId: job.id, attempt: job.attempt, fence: 0n, cancel: new CancelLatch(), connection: undefined };
+    track(
+      job.id,
+      async (act) => {
+        const claimedAt = Date.now();
+        let res;
+        try {
+          res = await deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId });
+        } catch (err) {
+          if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) {
+            log.info({ jobId: job.id, reason: reasonOf(err) }, "claim lost");
+            return;
+          }
+          throw err;
+        }
+        if (res.job?.state !== JobState.PREPARING || !res.bundle) {
+          log.info({ jobId: job.id, state: res.job ? JobState[res.job.state] : "?", outcome: res.job?.outcome }, "claimed job was not admitted");
+          return;
+        }
+        const claimed: ActiveJob = { ...act, fence: res.fence };
+        active.set(job.id, claimed);
+        if (res.job.cancelRequested) claimed.cancel.trigger("cancellation requested");
+        await executeClaimed(exec, claimed, res.bundle, claimedAt);
+      },
+      a,
+    );
+  };
+
+  const adopt = (job: Job) => {
+    const a: ActiveJob = { jobId: job.id, attempt: job.attempt, fence: job.fence, cancel: new CancelLatch(), connection: undefined };
+    if (job.cancelRequested) a.cancel.trigger("cancellation requested");
+    track(
+      job.id,
+      async (act) => {
+        // ClaimJob by this node's current incarnation re-adopts the attempt with its fence and
+        // returns the bundle; a superseded incarnation is refused.
+        const res = await deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId });
+        if (!res.job || !res.bundle || res.fence !== job.fence) return;
+        await adoptClaimed(exec, act, res.job, res.bundle);
+      },
+      a,
+    );
+  };
+
+  const poll = async () => {
+    const { jobs } = await deps.jobs.listNodeJobs({ nodeId: deps.identity.nodeId }, { timeoutMs: 5000 });
+    for (const job of jobs) {
+      const mine = active.get(job.id);
+      if (mine) {
+        if (job.cancelRequested) mine.cancel.trigger("cancellation requested");
+        continue;
+      }
+      if (stopped) return;
+      if (job.state === JobState.RESERVED) claim(job);
+      else if (job.state === JobState.PREPARING || job.state === JobState.STARTING || job.state === JobState.RUNNING) adopt(job);
+      else if (job.state === JobState.UNKNOWN && !lateChecked.has(job.id)) {
+        lateChecked.add(job.id);
+        await recordLateReceipt(exec, job).catch((err: unknown) => log.warn({ err, jobId: job.id }, "late receipt not recorded"));
+      }
+    }
+  };
+
+  const loop = (async () => {
+    let failures = 0;
+    while (!stopped) {
+      woken = false;
+      try {
+        await poll();
+        failures = 0;
+      } catch (err) {
+        failures += 1;
+        if (failures === 1 || failures % 20 === 0) log.warn({ err, failures }, "polling the jobs service failed");
+      }
+      if (stopped || woken) continue;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, deps.pollMs);
+        wakeUp = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      wakeUp = undefined;
+    }
+  })();
+
+  return {
+    wake,
+    async cancelJob(req) {
+      const a = active.get(req.jobId);
+      if (!a || (req.fence !== 0n && a.fence !== req.fence)) {
+        return create(CancelJobResponseSchema, { delivered: false, phase: Phase.UNSPECIFIED });
+      }
+      a.cancel.trigger(req.reason || "cancellation requested");
+      const status = await a.connection?.status().catch(() => undefined);
+      return create(CancelJobResponseSchema, { delivered: true, phase: status?.phase ?? Phase.UNSPECIFIED });
+    },
+    async stop() {
+      stopped = true;
+      offWork();
+      offCancel();
+      wakeUp?.();
+      await loop;
+      // In-flight jobs are not waited for: their supervisors run on and a restart re-adopts them.
+    },
+  };
+}
