@@ -1,0 +1,104 @@
+import { create, fromBinary, toBinary, type DescMessage, type DescMethodServerStreaming, type DescMethodUnary, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
+
+// The same journey driven by a stock @grpc/grpc-js client (no Connect on the client side),
+// serializing with protobuf-es: a third-party gRPC program can take a repair to a queued job.
+describe("the journey with a stock @grpc/grpc-js client", () => {
+  let stack: JourneyStack;
+  let client: grpc.Client;
+  let metadata: grpc.Metadata;
+
+  beforeAll(async () => {
+    stack = await startJourneyStack();
+    client = new grpc.Client(`127.0.0.1:${stack.api.server.grpcPort}`, grpc.credentials.createInsecure());
+    metadata = new grpc.Metadata();
+    metadata.set("authorization", `Bearer ${stack.operatorToken}`);
+  });
+  afterAll(async () => {
+    client?.close();
+    await stack?.stop();
+  });
+
+  function unary<I extends DescMessage, O extends DescMessage>(method: DescMethodUnary<I, O>, init: MessageInitShape<I>): Promise<MessageShape<O>> {
+    return new Promise((resolve, reject) => {
+      client.makeUnaryRequest(
+        `/${method.parent.typeName}/${method.name}`,
+        (m: MessageShape<I>) => Buffer.from(toBinary(method.input, m)),
+        (b: Buffer) => fromBinary(method.output, b),
+        create(method.input, init),
+        metadata,
+        { deadline: Date.now() + 60_000 },
+        (err, res) => (err ? reject(err) : resolve(res as MessageShape<O>)),
+      );
+    });
+  }
+
+  function stream<I extends DescMessage, O extends DescMessage>(method: DescMethodServerStreaming<I, O>, init: MessageInitShape<I>): grpc.ClientReadableStream<MessageShape<O>> {
+    return client.makeServerStreamRequest(
+      `/${method.parent.typeName}/${method.name}`,
+      (m: MessageShape<I>) => Buffer.from(toBinary(method.input, m)),
+      (b: Buffer) => fromBinary(method.output, b),
+      create(method.input, init),
+      metadata,
+    );
+  }
+
+  it("creates, watches, proposes, approves and gets the queued job; refusals carry gRPC status codes", async () => {
+    await unary(SettingsService.method.updateSandboxSettings, {
+      expectedRevision: 0n,
+      settings: { backend: SandboxBackend.LOCAL, runtimePath: stack.node, enabled: true },
+    });
+    const repo = await createJsTestProject({ parent: stack.root, failing: true });
+    const { repository } = await unary(RepositoryService.method.registerRepository, { path: repo.dir });
+    const { goal } = await unary(GoalService.method.createGoal, { title: "grpc-js" });
+    const { repair } = await unary(RepairService.method.createRepair, {
+      goalId: goal!.id,
+      goalRevision: goal!.revision,
+      repositoryId: repository!.id,
+      sourcePaths: ["src", "test"],
+      allowedPatchPaths: ["src"],
+      acceptanceCriteria: "add adds",
+      selection: "npm\ntest",
+    });
+    expect(repair?.state).toBe(RepairState.INSPECTED);
+
+    const seen: Repair[] = [];
+    const call = stream(RepairService.method.watchRepair, { repairId: repair!.id });
+    const watched = new Promise<void>((resolve, reject) => {
+      call.on("data", (m: { repair?: Repair }) => {
+        seen.push(m.repair!);
+        if (m.repair?.job) {
+          call.cancel();
+          resolve();
+        }
+      });
+      call.on("error", (err: grpc.ServiceError) => (err.code === grpc.status.CANCELLED ? resolve() : reject(err)));
+    });
+
+    const refused = await unary(RepairService.method.proposePatch, { repairId: repair!.id, route: { case: "model", value: true } }).catch((e: grpc.ServiceError) => e);
+    expect((refused as grpc.ServiceError).code).toBe(grpc.status.FAILED_PRECONDITION);
+    expect(decodeURIComponent((refused as grpc.ServiceError).details)).toContain("(consent_required)");
+
+    const { proposal } = await unary(RepairService.method.proposePatch, { repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+    expect(proposal?.valid).toBe(true);
+    const { document } = await unary(RepairService.method.getApprovalDocument, { repairId: repair!.id, proposalId: proposal!.id });
+    const mismatch = await unary(RepairService.method.approve, { repairId: repair!.id, documentSha256: "a".repeat(64) }).catch((e: grpc.ServiceError) => e);
+    expect((mismatch as grpc.ServiceError).code).toBe(grpc.status.FAILED_PRECONDITION);
+    const approved = await unary(RepairService.method.approve, { repairId: repair!.id, documentSha256: document!.documentSha256 });
+    expect(approved.repair?.state).toBe(RepairState.APPROVED);
+    expect(approved.repair?.job?.approvalId).toBe(approved.approval?.id);
+
+    await watched;
+    expect(seen.map((r) => RepairState[r.state])).toEqual(expect.arrayContaining(["INSPECTED", "PROPOSED", "APPROVED"]));
+    expect(seen.at(-1)?.job?.id).toBe(approved.repair?.job?.id);
+
+    const notFound = await unary(RepairService.method.getRepair, { repairId: "00000000-0000-4000-8000-000000000000" }).catch((e: grpc.ServiceError) => e);
+    expect((notFound as grpc.ServiceError).code).toBe(grpc.status.NOT_FOUND);
+  });
+});
