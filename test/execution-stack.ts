@@ -1,0 +1,251 @@
+import { mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
+import { readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { createClient, type Client } from "@connectrpc/connect";
+import { startJobs, type AuthorityReader, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
+import { createNatsSignals, createRootLogger, createServiceTransport, newId, openDatabase, type Signals } from "@seraph/kit";
+import { createTestDatabase } from "@seraph/kit/testing";
+import { ExecutionBundleSchema, JobState, JobsService, type ExecutionBundle, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { Kysely } from "kysely";
+import { inspectRepository } from "../services/executor-linux/src/profile/index.js";
+import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+import { spawnService, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
+import { freePort } from "./harness/ports.js";
+
+/**
+ * The durable-execution test stack: the jobs service in this process (real PostgreSQL, real
+ * NATS, a controllable authority reader standing in for the API's tables), and executor nodes
+ * as separate processes (`services/executor-linux/dist/main.js`) that a test can SIGKILL and
+ * restart by pid. Supervisors are real processes started by those executors.
+ */
+export interface ExecutionStack {
+  readonly dir: string;
+  readonly db: Kysely<JobsDatabase>;
+  readonly databaseName: string;
+  readonly jobs: JobsHandle;
+  readonly client: Client<typeof JobsService>;
+  readonly signals: Signals;
+  readonly internalToken: string;
+  readonly natsUrl: string;
+  readonly node: string;
+  /** Pinned Node v24.15.0. */
+  readonly runtime: string;
+  /** Parent of fixture repositories (the executors' repository root). */
+  readonly repoRoot: string;
+  /** Boot-id file of the executors (initially a copy of the real boot id). */
+  readonly bootIdFile: string;
+  /** Extra admission blockers the stand-in authority returns at claim time. */
+  blockers: { code: string; message: string }[];
+  readonly liveRoots: Set<string>;
+  readonly executors: Map<string, ServiceProcess>;
+  startExecutor(nodeId?: string, env?: Record<string, string>): Promise<ServiceProcess>;
+  killExecutor(nodeId?: string, signal?: NodeJS.Signals): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Options of the stack. */
+export interface ExecutionStackOptions {
+  readonly natsUrl: string;
+  readonly nodeId?: string;
+  /** Start the first executor at once (default true). */
+  readonly executor?: boolean;
+}
+
+/** Starts the stack; fails (never skips) without PostgreSQL, NATS or the pinned runtime. */
+export async function startExecutionStack(o: ExecutionStackOptions): Promise<ExecutionStack> {
+  const runtime = await pinnedNodeForTests({ ...process.env, CI: "true" });
+  if (!runtime) throw new Error("the pinned runtime is required");
+  const dir = await realpath(await mkdtemp(join(tmpdir(), "sx-")));
+  const repoRoot = join(dir, "repos");
+  await import("node:fs/promises").then((fs) => fs.mkdir(repoRoot));
+  const bootIdFile = join(dir, "boot_id");
+  await writeFile(bootIdFile, await readFile("/proc/sys/kernel/random/boot_id", "utf8"));
+  const database = await createTestDatabase();
+  const db = await openDatabase<JobsDatabase>({ url: database.url });
+  const log = createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" });
+  const signals = await createNatsSignals(o.natsUrl, "seraph-jobs-test", log);
+  const internalToken = newId().replaceAll("-", "");
+  const state = { blockers: [] as { code: string; message: string }[], liveRoots: new Set<string>() };
+  // Stand-in for the API tables (the shared-table reader is tested in execution-authority.test.ts):
+  // expiry from the bundle, plus whatever a test sets.
+  const authority: AuthorityReader = {
+    async admissionBlockers(_db, bundle, nowMs) {
+      const out = state.blockers.map((b) => create(BlockReasonSchema, { ...b, subject: "" }));
+      if (Number(bundle.approvalExpiresUnixMs) <= nowMs) out.push(create(BlockReasonSchema, { code: "rejected_approval_expired", message: "the approval expired", subject: "approval" }));
+      return out;
+    },
+    async rootIsLive(_db, rootId) {
+      return state.liveRoots.has(rootId);
+    },
+  };
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken, authority, pollMs: 500 });
+  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, internalToken));
+  const node = o.nodeId ?? "node-a";
+  const executors = new Map<string, ServiceProcess>();
+  const dataDirs = new Map<string, string>();
+
+  const stack: ExecutionStack = Object.assign(state, {
+    dir,
+    db,
+    databaseName: database.name,
+    jobs,
+    client,
+    signals,
+    internalToken,
+    natsUrl: o.natsUrl,
+    node,
+    runtime,
+    repoRoot,
+    bootIdFile,
+    executors,
+    async startExecutor(nodeId = node, env: Record<string, string> = {}) {
+      const [g, h] = [await freePort(), await freePort()];
+      const dataDir = dataDirs.get(nodeId) ?? join(dir, `x-${nodeId}`);
+      dataDirs.set(nodeId, dataDir);
+      const p = spawnService(
+        `executor-${nodeId}-${Date.now()}`,
+        "executor-linux",
+        {
+          SERAPH_EXECUTOR_GRPC_PORT: `${g}`,
+          SERAPH_EXECUTOR_HTTP_PORT: `${h}`,
+          SERAPH_JOBS_URL: jobs.server.grpcUrl,
+          SERAPH_NODE_ID: nodeId,
+          SERAPH_REPOSITORY_ROOTS: repoRoot,
+          SERAPH_EXECUTOR_DATA_DIR: dataDir,
+          SERAPH_BOOT_ID_FILE: bootIdFile,
+          SERAPH_EXECUTOR_POLL_MS: "200",
+          SERAPH_EXECUTOR_HEARTBEAT_MS: "500",
+          NATS_URL: o.natsUrl,
+          SERAPH_INTERNAL_TOKEN: internalToken,
+          LOG_LEVEL: "debug",
+          ...env,
+        },
+        dir,
+        g,
+        h,
+      );
+      executors.set(nodeId, p);
+      await waitServing(p);
+      // Registered once the node (with this process's incarnation) is listed with a fresh heartbeat.
+      await pollUntil(async () => (await client.listNodes({})).nodes.some((n) => n.nodeId === nodeId && Number(n.heartbeatUnixMs) > Date.now() - 2000), 20_000, `node ${nodeId} registered`);
+      return p;
+    },
+    async killExecutor(nodeId = node, signal: NodeJS.Signals = "SIGKILL") {
+      const p = executors.get(nodeId);
+      if (!p) return;
+      executors.delete(nodeId);
+      if (signal === "SIGKILL") {
+        const exited = new Promise<void>((r) => (p.child.exitCode !== null || p.child.signalCode !== null ? r() : p.child.once("exit", () => r())));
+        p.child.kill("SIGKILL");
+        await exited;
+      } else {
+        await stopProcess(p.child);
+      }
+    },
+    async close() {
+      for (const id of [...executors.keys()]) await stack.killExecutor(id, "SIGTERM");
+      await jobs.stop();
+      await signals.close();
+      await db.destroy();
+      await database.drop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  });
+  if (o.executor !== false) await stack.startExecutor();
+  return stack;
+}
+
+/** An approval bundle for a fixture repository on `nodeId` (inspected now, as the API would). */
+export async function bundleFor(
+  stack: ExecutionStack,
+  repositoryPath: string,
+  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[] } = {},
+): Promise<ExecutionBundle> {
+  const inspection = await inspectRepository({ repositoryPath, selection: Selection.TEST, nodePath: stack.runtime });
+  if (!inspection.admitted) throw new Error(`fixture not admitted: ${inspection.reasons.map((r) => r.message).join("; ")}`);
+  return create(ExecutionBundleSchema, {
+    repairId: newId(),
+    approvalId: newId(),
+    approvalDocumentSha256: "a".repeat(64),
+    repositoryPath,
+    nodeId: opts.nodeId ?? stack.node,
+    inspection,
+    diff: opts.diff ?? "",
+    proposalSha256: "b".repeat(64),
+    runtimePath: stack.runtime,
+    limits: inspection.limits,
+    approvalExpiresUnixMs: BigInt(Date.now() + (opts.expiresInMs ?? 600_000)),
+    goalId: newId(),
+    goalRevision: 1,
+    settingsRevision: 1n,
+    allowedPatchPaths: opts.allowed ?? ["src/math.js"],
+  });
+}
+
+/** Polls `check` every 100 ms until it is true; throws naming `what` after `timeoutMs`. */
+export async function pollUntil(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await check().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** Waits until the job reaches one of `states`; returns it. */
+export async function waitForState(stack: ExecutionStack, jobId: string, states: JobState[], timeoutMs = 30_000): Promise<Job> {
+  const until = Date.now() + timeoutMs;
+  let last: Job | undefined;
+  while (Date.now() < until) {
+    last = (await stack.client.getJob({ jobId })).job;
+    if (last && states.includes(last.state)) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`job ${jobId} did not reach ${states.map((s) => JobState[s]).join("|")} (last: ${last ? `${JobState[last.state]} ${last.outcome} ${last.outcomeMessage}` : "none"})`);
+}
+
+/** Pids of every live descendant of `pid` (via /proc/<pid>/task/<tid>/children). */
+export function descendantsOf(pid: number): number[] {
+  const out: number[] = [];
+  const walk = (p: number) => {
+    let tasks: string[] = [];
+    try {
+      tasks = readdirSync(`/proc/${p}/task`);
+    } catch {
+      return;
+    }
+    for (const t of tasks) {
+      let kids = "";
+      try {
+        kids = readFileSync(`/proc/${p}/task/${t}/children`, "utf8");
+      } catch {
+        continue;
+      }
+      for (const k of kids.split(" ").filter((x) => x !== "")) {
+        out.push(Number(k));
+        walk(Number(k));
+      }
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+/** True while `pid` exists and is not a zombie. */
+export function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** Replaces the executors' boot id (simulates a reboot for the recovery proof). */
+export async function simulateReboot(stack: ExecutionStack): Promise<void> {
+  const current = (await readFile(stack.bootIdFile, "utf8")).trim();
+  await writeFile(stack.bootIdFile, `${current.slice(0, -4)}beef\n`);
+}

@@ -1,0 +1,163 @@
+import { fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { newId, sha256Hex } from "@seraph/kit";
+import { requireNats } from "@seraph/kit/testing";
+import { JobEventSchema, SlotEventSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
+import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { digestTree } from "../services/executor-linux/src/profile/index.js";
+import { ADD_BUGGY, createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { alive, bundleFor, descendantsOf, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+
+let stack: ExecutionStack;
+const repos: FixtureRepo[] = [];
+const owner = newId();
+const root = newId();
+const jobEvents: JobEvent[] = [];
+const slotEvents: SlotEvent[] = [];
+
+beforeAll(async () => {
+  stack = await startExecutionStack({ natsUrl: await requireNats() });
+  stack.liveRoots.add(root);
+  stack.signals.subscribe("seraph.jobs.*.state", (m) => jobEvents.push(fromBinary(JobEventSchema, m.data)));
+  stack.signals.subscribe("seraph.slots.>", (m) => slotEvents.push(fromBinary(SlotEventSchema, m.data)));
+}, 120_000);
+
+afterAll(async () => {
+  await stack?.close();
+  for (const r of repos) await r.cleanup();
+});
+
+async function repo(opts: { failing?: boolean; slowMs?: number } = {}): Promise<FixtureRepo> {
+  const extra = opts.slowMs
+    ? {
+        extraFiles: {
+          "test/slow.test.js": [
+            'import test from "node:test";',
+            'import assert from "node:assert/strict";',
+            'import { add } from "../src/math.js";',
+            `test("slow add", async () => { await new Promise((r) => setTimeout(r, ${opts.slowMs})); assert.equal(add(2, 3), 5); });`,
+            "",
+          ].join("\n"),
+        },
+        scripts: { test: "node --test test/slow.test.js" },
+      }
+    : {};
+  const r = await createJsTestProject({ failing: opts.failing ?? true, parent: stack.repoRoot, ...extra });
+  repos.push(r);
+  return r;
+}
+
+async function slotOf(nodeId = stack.node): Promise<SlotState | undefined> {
+  return (await stack.client.listSlots({})).slots.find((s) => s.nodeId === nodeId && s.slotIndex === 0)?.state;
+}
+
+describe("durable execution (real PostgreSQL, NATS, executor and supervisor processes)", () => {
+  it("runs the approved patch: SUCCEEDED with stored, read-back artifacts, ECHILD receipt, no_learning, repository unchanged, events", async () => {
+    const r = await repo();
+    const before = await digestTree(r.dir);
+    const bundle = await bundleFor(stack, r.dir, { diff: fixAddPatch() });
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN, JobState.CANCELLED]);
+    expect([JobState[done.state], done.outcome, done.outcomeMessage]).toEqual(["SUCCEEDED", "succeeded", expect.any(String)]);
+    expect(done.noLearning).toBe(true);
+    expect(done.slotHeld).toBe(false);
+    expect(done.receipt?.echildObserved).toBe(true);
+    expect(done.receipt?.marker?.jobId).toBe(done.id);
+    expect(done.receipt?.marker?.fence).toBe(done.fence);
+    expect(done.steps.map((s) => [s.name, s.started, s.passed, s.exitCode])).toEqual([["test", true, true, 0]]);
+    expect(done.steps[0]?.argv[0]).toBe(stack.runtime);
+    const kinds = done.artifacts.map((a) => a.kind).sort();
+    expect(kinds).toEqual(["applied_diff", "receipt", "step_receipt", "test_output", "test_output"]);
+    expect(done.artifacts.every((a) => a.readbackVerified)).toBe(true);
+    for (const a of done.artifacts) {
+      const back = await stack.client.readArtifact({ artifactId: a.id });
+      expect(sha256Hex(back.content)).toBe(a.sha256);
+    }
+    const diff = done.artifacts.find((a) => a.kind === "applied_diff");
+    expect(Buffer.from((await stack.client.readArtifact({ artifactId: diff!.id })).content).toString()).toBe(fixAddPatch());
+    const stdout = done.artifacts.find((a) => a.name === "test.stdout");
+    expect(Buffer.from((await stack.client.readArtifact({ artifactId: stdout!.id })).content).toString()).toMatch(/pass 1/);
+    const after = await digestTree(r.dir);
+    expect(after.sha256).toBe(before.sha256);
+    expect(await slotOf()).toBe(SlotState.FREE);
+    const states = jobEvents.filter((e) => e.jobId === done.id).map((e) => JobState[e.state]);
+    expect(states).toEqual(expect.arrayContaining(["QUEUED", "RESERVED", "PREPARING", "STARTING", "RUNNING", "SUCCEEDED"]));
+    expect(slotEvents.some((e) => e.jobId === done.id && e.state === SlotState.HELD)).toBe(true);
+    const attempts = await stack.db.selectFrom("job_attempts").selectAll().where("job_id", "=", done.id).execute();
+    expect(attempts).toHaveLength(1);
+  });
+
+  it("a patch that does not fix the bug: FAILED with its output stored and the slot released", async () => {
+    const r = await repo();
+    const patch = fixturePatch("src/math.js", `export function add(a, b) {\n${ADD_BUGGY}\n}\n`, "export function add(a, b) {\n  return a * b;\n}\n");
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { diff: patch }) });
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN]);
+    expect([JobState[done.state], done.outcome]).toEqual(["FAILED", "failed"]);
+    expect(done.steps[0]?.passed).toBe(false);
+    expect(done.steps[0]?.exitCode).not.toBe(0);
+    expect(done.receipt?.echildObserved).toBe(true);
+    expect(done.artifacts.filter((a) => a.kind === "test_output").every((a) => a.readbackVerified)).toBe(true);
+    expect(done.slotHeld).toBe(false);
+  });
+
+  it("drift after approval blocks the job: REJECTED rejected_drift naming the changed input; nothing ran", async () => {
+    const r = await repo();
+    const bundle = await bundleFor(stack, r.dir, { diff: fixAddPatch() });
+    await writeFile(join(r.dir, "test/math.test.js"), 'import test from "node:test";\ntest("changed", () => {});\n');
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN]);
+    expect([JobState[done.state], done.outcome]).toEqual(["REJECTED", "rejected_drift"]);
+    expect(done.drift.map((d) => [d.name, d.change])).toContainEqual(["test/math.test.js", "changed"]);
+    expect(done.steps).toHaveLength(0);
+    expect(done.marker).toBeUndefined();
+    expect(done.slotHeld).toBe(false);
+  });
+
+  it("an expired approval is rejected at claim time; nothing is staged", async () => {
+    const r = await repo();
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { diff: fixAddPatch(), expiresInMs: -1 }) });
+    const done = await waitForState(stack, job!.id, [JobState.REJECTED, JobState.SUCCEEDED, JobState.FAILED]);
+    expect([JobState[done.state], done.outcome]).toEqual(["REJECTED", "rejected_approval_expired"]);
+    expect(done.reasons.map((x) => x.code)).toContain("rejected_approval_expired");
+    expect(done.slotHeld).toBe(false);
+  });
+
+  it("cancel before start never starts the command; cancel during the run reaps everything, stays UNKNOWN with the slot held until same-root recovery verifies the receipt", async () => {
+    const slow = await repo({ failing: false, slowMs: 60_000 });
+    const running = (await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, slow.dir) })).job!;
+    const run = await waitForState(stack, running.id, [JobState.RUNNING]);
+    // A second job queues (and is approved) while the slot is held, but cannot start.
+    const queued = (await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, (await repo()).dir, { diff: fixAddPatch() }) })).job!;
+    await new Promise((r) => setTimeout(r, 700));
+    expect((await stack.client.getJob({ jobId: queued.id })).job?.state).toBe(JobState.QUEUED);
+    const c1 = await stack.client.cancelJob({ jobId: queued.id, requestedBy: owner, reason: "not needed" });
+    expect(c1.beforeStart).toBe(true);
+    expect([JobState[c1.job!.state], c1.job!.outcome]).toEqual(["CANCELLED", "cancelled_before_start"]);
+
+    const supervisorPid = run.marker!.supervisor!.pid;
+    const tree = descendantsOf(supervisorPid);
+    expect(tree.length).toBeGreaterThan(0);
+    const c2 = await stack.client.cancelJob({ jobId: running.id, requestedBy: owner, reason: "stop it" });
+    expect(c2.beforeStart).toBe(false);
+    const done = await waitForState(stack, running.id, [JobState.UNKNOWN, JobState.CANCELLED, JobState.FAILED, JobState.SUCCEEDED]);
+    expect([JobState[done.state], done.outcome]).toEqual(["UNKNOWN", "unknown_external_effect"]);
+    expect(done.receipt?.echildObserved).toBe(true);
+    expect(done.receipt?.cancelRequested).toBe(true);
+    expect(done.slotHeld).toBe(true);
+    for (const pid of tree) expect(alive(pid)).toBe(false);
+    expect(await slotOf()).toBe(SlotState.HELD);
+
+    const stranger = await stack.client.recoverProcessCleanup({ jobId: running.id, rootId: newId() }).catch((e: unknown) => e);
+    expect((stranger as ConnectError).code).toBe(Code.NotFound);
+    const rec = await stack.client.recoverProcessCleanup({ jobId: running.id, rootId: root });
+    expect(rec.released).toBe(true);
+    expect(rec.job?.state).toBe(JobState.UNKNOWN);
+    expect(rec.job?.recovery).toMatchObject({ cleanupReceiptVerified: true, readbackScope: "process_cleanup_only", proof: "cleanup_receipt" });
+    expect(rec.job?.recovery?.processCleanupReadbackSha256).toMatch(/^[0-9a-f]{64}$/);
+    expect((await stack.client.recoverProcessCleanup({ jobId: running.id, rootId: root })).released).toBe(true);
+    expect(await slotOf()).toBe(SlotState.FREE);
+  });
+});
