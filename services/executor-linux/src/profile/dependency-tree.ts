@@ -123,6 +123,11 @@ export async function listDependencyTree(root: string, rootReal: string): Promis
         continue;
       }
       if (st.isSymbolicLink()) {
+        if (name === ".bin") {
+          // A linked .bin directory would hide its entries from the alias checks.
+          reasons.push(blockReason("bin_alias_unknown", `${rel} is a link, not a directory of aliases; its entries cannot be verified.`, rel));
+          continue;
+        }
         if (isPackageDirRel(rel)) {
           let where = "";
           try {

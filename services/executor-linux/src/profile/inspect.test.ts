@@ -161,6 +161,8 @@ describe.skipIf(!node)("inspectRepository", () => {
     const binGood = await track(createJsTestProject({ extraFiles: { ...pkg, "node_modules/.bin/dep": { link: "../dep/cli.js" } }, lockPackages: lock }));
     const good = await inspectUnchanged({ repositoryPath: binGood.dir, selection: "npm test" });
     expect(codes(good)).toEqual([]);
+    const binDir = await track(createJsTestProject({ extraFiles: { ...pkg, "node_modules/.bin": { link: "dep" } }, lockPackages: lock }));
+    expect(codes(await inspectUnchanged({ repositoryPath: binDir.dir, selection: "npm test" }))).toEqual(["bin_alias_unknown"]);
     const foreign = await track(createJsTestProject({ extraFiles: { "node_modules/linked": { link: foreignDir } }, lockPackages: { "node_modules/linked": { resolved: foreignDir, link: true } } }));
     expect(codes(await inspectUnchanged({ repositoryPath: foreign.dir, selection: "npm test" }))).toEqual(["foreign_package_root"]);
     const escapeLink = await track(createJsTestProject({ extraFiles: { ...pkg, "node_modules/dep/data": { link: scratch } }, lockPackages: lock }));

@@ -91,4 +91,17 @@ describe.skipIf(!node)("patch policy and exact application", () => {
       await other.cleanup();
     }
   });
+
+  it("refuses to patch a file that is not UTF-8 text", async () => {
+    const other = await createTsProject({ git: false });
+    try {
+      // "// é" in Latin-1, then "x": not valid UTF-8.
+      await writeFile(join(other.dir, "src", "latin1.ts"), Buffer.from([0x2f, 0x2f, 0x20, 0xe9, 0x0a, 0x78, 0x0a]));
+      const i = await inspectRepository({ repositoryPath: other.dir, selection: "npm run build" });
+      const p = "--- a/src/latin1.ts\n+++ b/src/latin1.ts\n@@ -2 +2 @@\n-x\n+y\n";
+      expect((await checkPatchApplies(p, i, other.dir)).reasons.map((r) => r.code)).toEqual(["patch_does_not_apply"]);
+    } finally {
+      await other.cleanup();
+    }
+  });
 });

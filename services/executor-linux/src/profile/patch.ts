@@ -210,6 +210,10 @@ export async function checkPatchApplies(
         continue;
       }
       source = actual.bytes.toString("utf8");
+      if (!Buffer.from(source, "utf8").equals(actual.bytes)) {
+        reasons.push(blockReason("patch_does_not_apply", `${f.path} is not UTF-8 text; patching it would rewrite bytes outside the hunks.`, f.path));
+        continue;
+      }
     }
     if (!hunksMatchExactly(source, f.patch)) {
       reasons.push(blockReason("patch_does_not_apply", `The patch does not apply exactly to ${f.path}: a hunk's context or removed lines differ from the file at the line its header names.`, f.path));

@@ -1,4 +1,4 @@
-import { appendFile, chmod, copyFile, mkdir, mkdtemp, readFile, rm, stat, symlink, unlink, writeFile } from "node:fs/promises";
+import { appendFile, chmod, copyFile, cp, mkdir, mkdtemp, readFile, rm, stat, symlink, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { IdentityKind, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -93,7 +93,6 @@ describe.skipIf(!node)("stageRepository", () => {
     for (const [label, mutate, expected] of cases) {
       const snapshot = await mkdtemp(join(scratch, "orig-"));
       await rm(snapshot, { recursive: true });
-      const { cp } = await import("node:fs/promises");
       await cp(repo.dir, snapshot, { recursive: true, verbatimSymlinks: true });
       const inspection = await inspect({ repositoryPath: repo.dir, selection: "npm test" });
       expect(inspection.admitted, label).toBe(true);
