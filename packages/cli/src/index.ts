@@ -1,1 +1,3 @@
-export {};
+export { main } from "./main.js";
+export type { CliIo } from "./io.js";
+export { UsageError } from "./io.js";

@@ -1,0 +1,84 @@
+import { toJson, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import { connectApi, type Api } from "./client.js";
+import { readLogin, resolveApiUrl, resolveToken } from "./config.js";
+import { UsageError, type CliIo } from "./io.js";
+
+/** What every command gets: I/O, output mode, and a lazily connected API. */
+export interface CommandContext {
+  readonly io: CliIo;
+  readonly json: boolean;
+  /** The --api flag, if given. */
+  readonly apiFlag: string | undefined;
+  /** The API with the configured token; fails with a hint when there is no token. */
+  api(): Promise<Api>;
+  /** Prints a line of human output (suppressed under --json). */
+  say(text: string): void;
+  /** Prints a message as JSON (proto3 JSON mapping, every field). */
+  json1<D extends DescMessage>(schema: D, message: MessageShape<D>): void;
+}
+
+/** Creates the command context. */
+export function createContext(io: CliIo, json: boolean, apiFlag: string | undefined): CommandContext {
+  let api: Api | undefined;
+  return {
+    io,
+    json,
+    apiFlag,
+    async api() {
+      if (api) return api;
+      const stored = await readLogin(io);
+      const token = resolveToken(io, stored);
+      if (!token) throw new UsageError("not logged in: run `seraph login` or set SERAPH_TOKEN");
+      api = connectApi(resolveApiUrl(io, apiFlag, stored), token);
+      return api;
+    },
+    say(text) {
+      if (!json) io.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
+    },
+    json1(schema, message) {
+      io.stdout.write(`${JSON.stringify(toJson(schema, message, { alwaysEmitImplicit: true }))}\n`);
+    },
+  };
+}
+
+/** parseArgs with strict options; errors become UsageError. */
+export function parse<T extends ParseArgsConfig["options"]>(args: readonly string[], options: T, positionals: { min: number; max: number; names: string }) {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: [...args], options: options ?? {}, strict: true, allowPositionals: true });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (parsed.positionals.length < positionals.min || parsed.positionals.length > positionals.max) {
+    throw new UsageError(positionals.names === "" ? "this command takes no arguments" : `expected ${positionals.names}`);
+  }
+  return parsed as { values: Record<string, string | boolean | string[] | boolean[] | undefined>; positionals: string[] };
+}
+
+/** A string flag's value. */
+export function str(values: Record<string, unknown>, name: string): string | undefined {
+  const v = values[name];
+  return typeof v === "string" ? v : undefined;
+}
+
+/** A repeated string flag's values. */
+export function strs(values: Record<string, unknown>, name: string): string[] {
+  const v = values[name];
+  return Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : [];
+}
+
+/** A required string flag. */
+export function need(values: Record<string, unknown>, name: string): string {
+  const v = str(values, name);
+  if (v === undefined || v === "") throw new UsageError(`--${name} is required`);
+  return v;
+}
+
+/** A non-negative integer flag. */
+export function intFlag(values: Record<string, unknown>, name: string): number | undefined {
+  const v = str(values, name);
+  if (v === undefined) return undefined;
+  if (!/^\d+$/.test(v)) throw new UsageError(`--${name} must be a whole number, got ${JSON.stringify(v)}`);
+  return Number(v);
+}

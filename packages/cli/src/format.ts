@@ -1,0 +1,159 @@
+import type { Goal } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import type { ApiToken } from "@seraph/proto/seraph/api/v1/principals_pb.js";
+import { ProposalRoute, RepairState, type ApprovalDocument, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { SandboxBackend, type ProfileOption, type Repository, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import type { PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { IdentityKind, Selection, type BlockReason, type Identity, type Limits, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+
+function time(ms: bigint): string {
+  return ms === 0n ? "-" : new Date(Number(ms)).toISOString();
+}
+
+/** "FAILED_PRECONDITION"-style name of an enum value. */
+export function enumName(e: Record<number, string>, v: number): string {
+  return (e[v] ?? String(v)).replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+}
+
+/** One line per goal. */
+export function goalLine(g: Goal): string {
+  return `${g.id}  rev ${g.revision}  ${g.state === 2 ? "archived" : "active  "}  ${g.title}`;
+}
+
+/** One line per repository. */
+export function repositoryLine(r: Repository): string {
+  return `${r.id}  ${r.nodeId}  ${r.path}  (${r.name})`;
+}
+
+/** One line per token. */
+export function tokenLine(t: ApiToken): string {
+  return `${t.id}  ${t.prefix}…  ${t.name}  created ${time(t.createdUnixMs)}${t.revokedUnixMs !== 0n ? `  REVOKED ${time(t.revokedUnixMs)}` : ""}`;
+}
+
+function reasons(rs: readonly BlockReason[], indent = "    "): string[] {
+  return rs.map((r) => `${indent}- ${r.code}${r.subject ? ` [${r.subject}]` : ""}: ${r.message}`);
+}
+
+function steps(ss: readonly Step[], indent = "    "): string[] {
+  return ss.flatMap((s) => [`${indent}${s.name}: "${s.scriptBody}" (script ${s.scriptName})`, `${indent}  argv: ${s.argv.join(" ")}`]);
+}
+
+function identities(is: readonly Identity[], indent = "    "): string[] {
+  return is.map((i) => `${indent}${(IdentityKind[i.kind] ?? "?").toLowerCase().padEnd(22)} ${i.sha256.slice(0, 16)}…  ${i.name} (${i.size} B)`);
+}
+
+function limits(l: Limits | undefined, changed: readonly string[], indent = "    "): string[] {
+  if (!l) return [`${indent}(profile defaults)`];
+  const entries = Object.entries(l).filter(([k]) => !k.startsWith("$"));
+  return [`${indent}${entries.map(([k, v]) => `${k}=${String(v)}`).join(" ")}`, `${indent}changed from the profile: ${changed.length === 0 ? "none" : changed.join(", ")}`];
+}
+
+/** A short job summary. */
+export function jobLine(j: Job): string {
+  const out = j.outcome ? ` outcome ${j.outcome}${j.outcomeMessage ? ` (${j.outcomeMessage})` : ""}` : "";
+  return `job ${j.id} ${enumName(JobState, j.state)} attempt ${j.attempt}${j.nodeId ? ` on ${j.nodeId}` : ""}${j.slotHeld ? " slot held" : ""}${j.cancelRequested ? " cancel requested" : ""}${out}`;
+}
+
+/** A one-line repair summary (watch progress, lists). */
+export function repairLine(r: Repair): string {
+  const stale = r.staleReason ? ` STALE(${r.staleReason})` : "";
+  const job = r.job ? `  ${jobLine(r.job)}` : "";
+  return `${r.id}  ${enumName(RepairState, r.state)}${stale}  rev ${r.revision}${job}`;
+}
+
+/** The full human view of a repair (the inspector). */
+export function repairText(r: Repair): string {
+  const i = r.inspection;
+  const lines = [
+    `repair ${r.id}`,
+    `  state        ${enumName(RepairState, r.state)}${r.staleReason ? `   stale: ${r.staleReason}` : ""}`,
+    `  goal         ${r.goalId} @ revision ${r.goalRevision}`,
+    `  repository   ${r.repositoryId}`,
+    `  selection    ${enumName(Selection, r.selection)}`,
+    `  sources      ${r.sourcePaths.join(", ")}`,
+    `  may patch    ${r.allowedPatchPaths.join(", ")}`,
+    `  criteria     ${r.acceptanceCriteria.split("\n").join("\n               ")}`,
+    `  no_learning  ${r.noLearning}`,
+  ];
+  if (i) {
+    lines.push(`  inspection   ${i.admitted ? "admitted" : "BLOCKED"}  ${i.inspectionSha256 || "(no hash: blocked)"}`);
+    lines.push(`    node ${i.nodePath} ${i.nodeVersion}${i.typescriptVersion ? `, typescript ${i.typescriptVersion}` : ""}; ${i.sourceFiles} source files, ${i.dependencyFiles} dependency files, ${i.snapshotBytes} bytes`);
+    if (i.reasons.length > 0) lines.push("    reasons:", ...reasons(i.reasons, "      "));
+    if (i.steps.length > 0) lines.push("    steps (script body → direct argv; npm, npx and shells are never run):", ...steps(i.steps, "      "));
+    if (i.suppressedHooks.length > 0) lines.push("    suppressed hooks (never run):", ...i.suppressedHooks.map((h) => `      ${h.scriptName}: "${h.body}"`));
+    lines.push(`    identities (${i.identities.length}):`, ...identities(i.identities, "      "));
+  }
+  if (r.consent) lines.push(`  consent      route ${r.consent.modelRouteId} for inspection ${r.consent.inspectionSha256.slice(0, 16)}… by ${r.consent.givenBy} at ${time(r.consent.givenUnixMs)}`);
+  for (const p of r.proposals) {
+    lines.push(`  proposal     ${p.id}  ${p.route === ProposalRoute.MODEL ? `model ${p.modelRouteId}/${p.model}` : "manual"}  ${p.valid ? "valid" : "INVALID"}  sha256 ${p.diffSha256.slice(0, 16)}…  changes ${p.changedPaths.join(", ") || "-"}`);
+    if (!p.valid) lines.push(...reasons(p.reasons, "      "));
+  }
+  if (r.approval) lines.push(`  approval     ${r.approval.id}  document ${r.approval.documentSha256}  by ${r.approval.approvedBy} at ${time(r.approval.approvedUnixMs)}, valid until ${time(r.approval.expiresUnixMs)}`);
+  if (r.job) lines.push(`  ${jobLine(r.job)}`);
+  return `${lines.join("\n")}\n`;
+}
+
+/** The exact approval document, every field a person approves. */
+export function documentText(d: ApprovalDocument): string {
+  return [
+    `APPROVAL DOCUMENT (${d.kind})`,
+    `  document sha256     ${d.documentSha256}`,
+    `  repair / proposal   ${d.repairId} / ${d.proposalId}`,
+    `  proposal sha256     ${d.proposalSha256}`,
+    `  inspection sha256   ${d.inspectionSha256}`,
+    `  goal                ${d.goalId} @ revision ${d.goalRevision}`,
+    `  settings revision   ${d.settingsRevision}`,
+    `  owner               ${d.ownerId}`,
+    `  node / repository   ${d.nodeId} ${d.repositoryPath}`,
+    `  runtime             ${d.runtimePath}`,
+    `  allowed patch paths ${d.allowedPatchPaths.join(", ")}`,
+    `  isolation_claim     ${d.isolationClaim}   (code runs as the Seraph host user, with host file and network access)`,
+    `  resource_enforcement ${d.resourceEnforcement}`,
+    `  unenforced          ${d.unenforced.join(", ")}`,
+    `  no_learning         ${d.noLearning}`,
+    `  issued / expires    ${time(d.issuedUnixMs)} / ${time(d.expiresUnixMs)}`,
+    "  steps:",
+    ...steps(d.steps),
+    "  limits:",
+    ...limits(d.limits, d.limitsChanged),
+    `  identities (${d.identities.length}):`,
+    ...identities(d.identities),
+    "",
+  ].join("\n");
+}
+
+/** Settings (keys are never shown; only whether one is set). */
+export function settingsText(s: SandboxSettings, profiles: readonly ProfileOption[]): string {
+  const lines = [
+    `settings revision ${s.revision}${s.updatedUnixMs ? ` (saved ${time(s.updatedUnixMs)})` : " (defaults; never saved)"}`,
+    `  backend        ${enumName(SandboxBackend, s.backend)}`,
+    `  profile        ${s.profile}`,
+    `  runtime        ${s.runtimePath || "(none)"}`,
+    `  enabled        ${s.enabled}`,
+    `  roots          ${s.repositoryRoots.join(", ") || "(any root the executor node offers)"}`,
+    `  approval ttl   ${s.approvalTtlSeconds}s`,
+    "  limits:",
+    ...limits(s.limits, []).slice(0, 1),
+    `  model routes (${s.modelRoutes.length}):`,
+    ...s.modelRoutes.map((r) => `    ${r.id}: ${r.baseUrl} model ${r.model}, key ${r.apiKeySet ? "set" : "not set"}, timeout ${r.timeoutMs} ms, ${r.maxAttempts} attempts`),
+  ];
+  if (profiles.length > 0) {
+    lines.push("  profiles:");
+    for (const p of profiles) lines.push(`    ${p.available ? "available" : "BLOCKED  "} ${p.title}${p.available ? "" : ` — ${p.blockedCode}: ${p.blockedMessage}`}`);
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+/** A prerequisite report per node, one line per item. */
+export function prerequisitesText(reports: readonly PrerequisiteReport[]): string {
+  if (reports.length === 0) return "no executor node is registered\n";
+  return reports
+    .map((r) =>
+      [
+        `node ${r.nodeId}: ${r.ok ? "ready" : "BLOCKED"}  runtime ${r.runtimePath || "-"} ${r.runtimeVersion} ${r.runtimeSha256 ? `sha256 ${r.runtimeSha256}` : ""}`,
+        ...r.items.map((i) => `  ${i.ok ? "ok  " : "FAIL"} ${i.name.padEnd(14)} ${i.ok ? "" : `${i.code}: `}${i.message}`),
+      ].join("\n"),
+    )
+    .join("\n")
+    .concat("\n");
+}
