@@ -68,9 +68,14 @@ export function createNativeSystem(): NativeSystem {
   const getuid = fn("unsigned int getuid(void)");
   const getsid = fn("int getsid(int pid)");
   const setsid = fn("int setsid(void)");
-  // Both variadic in glibc: every extra argument is passed with its exact C type.
+  // prctl is variadic in glibc: every extra argument is passed with its exact C type.
   const prctl = fn("int prctl(int option, ...)");
-  const syscall = fn("long syscall(long number, ...)");
+  // syscall(2) is variadic too, but glibc's x86_64 syscall() is an assembly stub that moves
+  // the integer argument registers into the kernel's and never reads %al, so exact fixed
+  // prototypes per syscall are ABI-identical and skip koffi's per-call variadic type parsing
+  // (this is the hot path of cleanup: three calls per signalled process).
+  const sysPidfdOpen = fn("long syscall(long number, int pid, unsigned int flags)");
+  const sysPidfdSendSignal = fn("long syscall(long number, int pidfd, int sig, void *info, unsigned int flags)");
   const close = fn("int close(int fd)");
   const waitpid = fn("int waitpid(int pid, _Out_ int *status, int options)");
   const pipe2 = fn("int pipe2(_Out_ int *fds, int flags)");
@@ -127,11 +132,11 @@ export function createNativeSystem(): NativeSystem {
       return out[0] !== 0;
     },
     pidfdOpen(pid): FdResult {
-      const fd = Number(syscall(SYS_PIDFD_OPEN, "int", pid, "unsigned int", 0));
+      const fd = Number(sysPidfdOpen(SYS_PIDFD_OPEN, pid, 0));
       return fd >= 0 ? { ok: true, fd } : { ok: false, errno: errno() };
     },
     pidfdSendSignal(pidfd, signal): CallResult {
-      const rc = Number(syscall(SYS_PIDFD_SEND_SIGNAL, "int", pidfd, "int", signal, "void *", null, "unsigned int", 0));
+      const rc = Number(sysPidfdSendSignal(SYS_PIDFD_SEND_SIGNAL, pidfd, signal, null, 0));
       return rc === 0 ? { ok: true } : { ok: false, errno: errno() };
     },
     close(fd) {

@@ -25,6 +25,7 @@ import {
   liveTagged,
   newTag,
   processesTagged,
+  removeScenarioRunDirs,
   scenarioSpec,
   startBystander,
   waitFor,
@@ -66,6 +67,7 @@ describe.skipIf(skipReason !== undefined)("supervisor control socket", () => {
     expect(bystander.alive()).toBe(true);
     await bystander.stop();
     expect(liveTagged(bystanderTag)).toEqual([]);
+    removeScenarioRunDirs();
   });
 
   test.concurrent("cancel before GO: the command never starts and the receipt says so", async () => {

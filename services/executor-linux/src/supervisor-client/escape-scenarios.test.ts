@@ -12,6 +12,7 @@ import {
   liveTagged,
   newTag,
   processesTagged,
+  removeScenarioRunDirs,
   scenarioSpec,
   startBystander,
   writeNativeHelper,
@@ -47,6 +48,7 @@ describe.skipIf(skipReason !== undefined)("supervisor: escaping descendants", ()
     expect(bystander.alive()).toBe(true);
     await bystander.stop();
     expect(liveTagged(bystanderTag)).toEqual([]);
+    removeScenarioRunDirs();
   });
 
   test.concurrent("a setsid child that closes its pipes never gets to write its file", async () => {

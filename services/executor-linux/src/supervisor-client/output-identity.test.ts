@@ -5,7 +5,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { describe, expect, test } from "vitest";
+import { afterAll, describe, expect, test } from "vitest";
 import { OutcomeSchema, Outcome, OwnerMarkerSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createNativeSystem } from "../native/libc.js";
 import { Signal } from "../native/native-system.js";
@@ -14,7 +14,7 @@ import { journalFileName } from "../supervisor/run-dir.js";
 import { signalVerified } from "../supervisor/signaller.js";
 import { verifySupervisorIdentity } from "./identity.js";
 import { launchSupervisor } from "./launch.js";
-import { facilityGate, newTag, processesTagged, scenarioSpec, waitFor } from "./test-kit.js";
+import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, waitFor } from "./test-kit.js";
 
 const skipReason = await facilityGate();
 const MiB = 1024 * 1024;
@@ -25,6 +25,8 @@ function vmHwmKiB(pid: number): number {
 }
 
 describe.skipIf(skipReason !== undefined)("supervisor output and identity", () => {
+  afterAll(() => removeScenarioRunDirs());
+
   test.concurrent("a 256 MB flood: counted exactly, 1 MiB kept per stream, memory flat, control stays responsive", async () => {
     const tag = newTag();
     const spec = scenarioSpec({

@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -56,9 +56,23 @@ export interface ScenarioSpecOptions {
   readonly outputLimitBytes?: number;
 }
 
+/** Run dirs made by scenarioSpec in this test process (removed by removeScenarioRunDirs). */
+const createdRunDirs = new Set<string>();
+
+/**
+ * Removes every run dir scenarioSpec created in this process (call from afterAll, after every
+ * supervisor is gone). Kept when SERAPH_KEEP_RUN_DIRS=1, for debugging.
+ */
+export function removeScenarioRunDirs(): void {
+  if (process.env["SERAPH_KEEP_RUN_DIRS"] === "1") return;
+  for (const dir of createdRunDirs) rmSync(dir, { recursive: true, force: true });
+  createdRunDirs.clear();
+}
+
 /** A spec in a fresh short run dir, every command tagged through the environment. */
 export function scenarioSpec(o: ScenarioSpecOptions): SupervisorSpec {
   const runDir = mkdtempSync(join(tmpdir(), "sxr-"));
+  createdRunDirs.add(runDir);
   const graceMs = o.graceMs ?? 300;
   return create(SupervisorSpecSchema, {
     jobId: `test-${o.tag}`,

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { open, rename, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 
 /**
@@ -32,5 +33,31 @@ export function writeFileAtomic(path: string, data: Uint8Array | string, mode = 
     fsyncSync(dfd);
   } finally {
     closeSync(dfd);
+  }
+}
+
+/**
+ * writeFileAtomic without blocking the event loop (the fsyncs can take tens of ms on a busy
+ * disk): same temporary file, fsync, rename and directory fsync, through fs/promises.
+ */
+export async function writeFileAtomicAsync(path: string, data: Uint8Array | string, mode = 0o600): Promise<void> {
+  const dir = dirname(path);
+  const tmp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
+  const fh = await open(tmp, "wx", mode);
+  try {
+    await fh.writeFile(typeof data === "string" ? Buffer.from(data, "utf8") : data);
+    await fh.sync();
+  } catch (err) {
+    await fh.close();
+    await unlink(tmp).catch(() => undefined);
+    throw err;
+  }
+  await fh.close();
+  await rename(tmp, path);
+  const dh = await open(dir, "r");
+  try {
+    await dh.sync();
+  } finally {
+    await dh.close();
   }
 }

@@ -26,8 +26,17 @@ export interface CleanupOptions {
   readonly graceMs: number;
   /** Part of the budget the SIGTERM grace may not eat: kept for SIGKILL rounds and reaping. */
   readonly killMarginMs: number;
-  /** How often the tree is rescanned during the grace (new processes get SIGTERM too). */
+  /**
+   * Least time between two full scans (default 25 ms). Scans of a big tree are expensive (one
+   * /proc/<pid>/stat read per process on the host), so the actual spacing also grows to twice
+   * the last scan's duration; in between, only waitpid polls run (cheap, and they see ECHILD).
+   */
   readonly rescanMs?: number;
+  /**
+   * A scan taken just before (the leftover check after a direct command exited) to use as the
+   * first round instead of scanning again. Anything forked since is caught by later rounds.
+   */
+  readonly initialScan?: readonly ProcStat[];
 }
 
 /** What one cleanup did. `echild` is the only proof that nothing is left. */
@@ -38,6 +47,10 @@ export interface CleanupResult {
   readonly identityRefusals: number;
   readonly rounds: number;
   readonly cleanupMs: number;
+  /** Diagnostics (logged, not in the receipt): full scans, and time spent scanning and signalling. */
+  readonly scans: number;
+  readonly scanMs: number;
+  readonly signalMs: number;
 }
 
 const key = (p: ProcStat): string => `${p.pid}:${p.startTimeTicks}`;
@@ -54,11 +67,16 @@ const key = (p: ProcStat): string => `${p.pid}:${p.startTimeTicks}`;
 export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Promise<CleanupResult> {
   const { native, proc, reaper, now, sleep } = deps;
   const start = now();
-  const rescanMs = options.rescanMs ?? 25;
+  const minRescanMs = options.rescanMs ?? 25;
+  let lastScanMs = 0;
+  let initial = options.initialScan;
   const termed = new Set<string>();
   const killed = new Set<string>();
   const refused = new Set<string>();
   let rounds = 0;
+  let scans = 0;
+  let scanMs = 0;
+  let signalMs = 0;
   let termUntil: number | undefined;
 
   const finish = (echild: boolean): CleanupResult => ({
@@ -68,6 +86,9 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
     identityRefusals: refused.size,
     rounds,
     cleanupMs: Math.round(now() - start),
+    scans,
+    scanMs: Math.round(scanMs),
+    signalMs: Math.round(signalMs),
   });
 
   // Reap-only polling between scans: cheap (one syscall), while a scan reads every /proc/<pid>/stat.
@@ -84,8 +105,19 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
     if (reaper.reapAll().echild) return finish(true);
     const t = now();
     if (t >= options.budgetEnd) return finish(false);
-    const all = findDescendants(proc, deps.rootPid);
-    deps.ledger.note(all);
+    let all: readonly ProcStat[];
+    if (initial !== undefined) {
+      all = initial;
+      initial = undefined;
+    } else {
+      const scanStart = now();
+      all = findDescendants(proc, deps.rootPid);
+      lastScanMs = now() - scanStart;
+      scans++;
+      scanMs += lastScanMs;
+      deps.ledger.note(all);
+    }
+    const rescanMs = Math.max(minRescanMs, 2 * lastScanMs);
     const live = liveOnly(all);
     if (live.length === 0) {
       // Only zombies (all children of the root by now) or processes exiting this instant.
@@ -97,21 +129,25 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
       termUntil = options.graceMs > 0 ? Math.min(t + options.graceMs, options.budgetEnd - options.killMarginMs) : t;
     }
     if (t < termUntil) {
+      const signalStart = now();
       for (const p of live) {
         if (termed.has(key(p))) continue;
         const r = signalVerified(native, proc, p, [Signal.SIGTERM, Signal.SIGCONT]);
         if (r.kind === "signalled") termed.add(key(p));
         else if (r.kind === "refused") refused.add(key(p));
       }
+      signalMs += now() - signalStart;
       if (await reapFor(Math.max(1, Math.min(rescanMs, termUntil - now())))) return finish(true);
       continue;
     }
     rounds++;
+    const signalStart = now();
     for (const p of live) {
       const r = signalVerified(native, proc, p, [Signal.SIGKILL]);
       if (r.kind === "signalled") killed.add(key(p));
       else if (r.kind === "refused") refused.add(key(p));
     }
-    if (await reapFor(10)) return finish(true);
+    signalMs += now() - signalStart;
+    if (await reapFor(Math.max(10, 2 * lastScanMs))) return finish(true);
   }
 }

@@ -1,7 +1,7 @@
 // The control server with a fake native layer (peer credentials are injected), over a real
 // Unix socket in a private temp dir.
 import { connect } from "node:net";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -98,6 +98,7 @@ async function withServer(peerUid: number, fn: (path: string, calls: string[]) =
     await fn(path, calls);
   } finally {
     await server.close();
+    rmSync(dir, { recursive: true, force: true });
   }
   return lines.join("");
 }

@@ -1,11 +1,19 @@
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, test } from "vitest";
+import { afterAll, describe, expect, test } from "vitest";
 import { OutputBudget, StreamJournal } from "./journal.js";
 
-const dir = (): string => mkdtempSync(join(tmpdir(), "sxj-"));
+const dirs: string[] = [];
+const dir = (): string => {
+  const d = mkdtempSync(join(tmpdir(), "sxj-"));
+  dirs.push(d);
+  return d;
+};
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
 
 describe("StreamJournal", () => {
   test("keeps a prefix up to the stream limit, counts everything, hashes what it kept", async () => {

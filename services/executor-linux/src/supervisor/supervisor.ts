@@ -31,8 +31,8 @@ import {
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Logger } from "pino";
 import type { ExitStatus, NativeSystem } from "../native/native-system.js";
-import type { ProcFs } from "../native/proc-fs.js";
-import { writeFileAtomic } from "./atomic-file.js";
+import { signalDisposition, type ProcFs, type ProcStat } from "../native/proc-fs.js";
+import { writeFileAtomic, writeFileAtomicAsync } from "./atomic-file.js";
 import { runCleanup, type CleanupResult } from "./cleanup.js";
 import { ControlServer } from "./control-server.js";
 import { DescendantLedger, findDescendants, liveOnly } from "./process-tree.js";
@@ -81,6 +81,8 @@ interface CommandState {
   finished: boolean;
 }
 
+const SIGCHLD = 17;
+
 const SIGNAL_NAMES: ReadonlyMap<number, string> = new Map(
   Object.entries(osConstants.signals).map(([name, num]) => [num, name] as const),
 );
@@ -115,6 +117,7 @@ export class Supervisor {
   #spawnClosed = false;
   #current = -1;
   #fatal: unknown;
+  #leftoverScan: ProcStat[] | undefined;
   #receipt: Receipt | undefined;
   #receiptDelivered = false;
   readonly #receiptWaiters: Array<(r: Receipt) => void> = [];
@@ -220,11 +223,14 @@ export class Supervisor {
     }
     await this.#drainStreams(cleanup?.echild === true);
     const receipt = this.#buildReceipt(cleanup);
-    writeFileAtomic(join(runDir, RunDirFiles.receiptJson), `${JSON.stringify(receiptToJson(receipt), null, 2)}\n`);
-    writeFileAtomic(join(runDir, RunDirFiles.receipt), toBinary(ReceiptSchema, receipt));
+    // Served first: the fsyncs below can take tens of ms on a busy disk, and a controller acts
+    // on the socket copy. The supervisor never exits before the file is durable, and the phase
+    // turns FINISHED only once it is (so FINISHED means receipt.binpb exists).
     this.#receipt = receipt;
-    this.#phase = Phase.FINISHED;
     for (const w of this.#receiptWaiters.splice(0)) w(receipt);
+    await writeFileAtomicAsync(join(runDir, RunDirFiles.receipt), toBinary(ReceiptSchema, receipt));
+    await writeFileAtomicAsync(join(runDir, RunDirFiles.receiptJson), `${JSON.stringify(receiptToJson(receipt), null, 2)}\n`);
+    this.#phase = Phase.FINISHED;
     log.info(
       { event: "receipt_written", outcome: outcomeName(receipt.outcome), reason: receipt.reason, echild: receipt.echildObserved },
       receipt.message,
@@ -285,7 +291,7 @@ export class Supervisor {
     const base = { stream: request.stream, command: request.command, offset: request.offset };
     if (journal === undefined) {
       // Not started (yet): at the end it never will, so the stream is an empty, closed one.
-      return create(ReadOutputResponseSchema, { ...base, keptBytes: 0n, eof: this.#phase === Phase.FINISHED });
+      return create(ReadOutputResponseSchema, { ...base, keptBytes: 0n, eof: this.#receipt !== undefined });
     }
     const r = await journal.read(Number(request.offset), request.maxBytes);
     return create(ReadOutputResponseSchema, { ...base, data: r.data, keptBytes: BigInt(r.keptBytes), eof: r.eof });
@@ -328,6 +334,11 @@ export class Supervisor {
   async #runCommand(c: CommandState): Promise<"next" | "stop"> {
     const { native, proc, log, spec } = this.#o;
     if (this.#spawnClosed) throw new Error("invariant: spawn requested after cleanup began");
+    // Re-checked before every spawn (cheap): if anything in this process had installed a
+    // SIGCHLD handler (e.g. node's child_process), something else could reap our children.
+    if (signalDisposition(proc.readSelfStatus(), SIGCHLD) !== "default") {
+      throw new Error("SIGCHLD is no longer at its default disposition in the supervisor");
+    }
     this.#current = c.index;
     c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#streamLimit, this.#budget);
     c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#streamLimit, this.#budget);
@@ -405,7 +416,11 @@ export class Supervisor {
       const all = findDescendants(this.#o.proc, this.#selfPid);
       this.#ledger.note(all);
       const live = liveOnly(all).length;
-      if (live > 0) return live;
+      if (live > 0) {
+        // Cleanup starts right after this: its first round can use this scan.
+        this.#leftoverScan = all;
+        return live;
+      }
       if (this.#now() >= until) {
         // Children exist that no scan showed alive: report one rather than none.
         this.#o.log.warn({ event: "leftover_scan_inconclusive" }, "children exist but no scan showed them alive");
@@ -430,7 +445,12 @@ export class Supervisor {
         now: this.#now,
         sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
       },
-      { budgetEnd: this.#deadline, graceMs: spec.graceMs, killMarginMs: MIN_KILL_MARGIN_MS },
+      {
+        budgetEnd: this.#deadline,
+        graceMs: spec.graceMs,
+        killMarginMs: MIN_KILL_MARGIN_MS,
+        ...(this.#leftoverScan !== undefined ? { initialScan: this.#leftoverScan } : {}),
+      },
     );
     // A direct command stopped by the cleanup was reaped there: record how it ended.
     for (const c of this.#commands) {
