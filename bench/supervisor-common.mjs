@@ -1,0 +1,66 @@
+// Shared helpers for the supervisor benchmarks (plain node scripts; run `npx tsc -b` first).
+import { existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { cpus, release, tmpdir, totalmem } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+export const dist = join(root, "services/executor-linux/dist");
+
+/** Imports a compiled module of executor-linux, failing clearly when it was not built. */
+export async function importDist(rel) {
+  const path = join(dist, rel);
+  if (!existsSync(path)) {
+    process.stderr.write(`${path} is missing: run \`npx tsc -b\` first\n`);
+    process.exit(2);
+  }
+  return import(path);
+}
+
+export function machine() {
+  const c = cpus();
+  return `${c.length} × ${c[0]?.model ?? "unknown cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Linux ${release()}, node ${process.version}`;
+}
+
+export function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+export function percentile(xs, p) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+}
+
+export const fmt = (n, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : String(n));
+
+export function runDir(prefix = "sxb-") {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+/** Live (non-zombie) processes whose environment carries `tag`, with their pgid and start time. */
+export function tagged(tag) {
+  const out = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (!readFileSync(`/proc/${name}/environ`, "latin1").includes(tag)) continue;
+      const stat = readFileSync(`/proc/${name}/stat`, "latin1");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (f[0] === "Z" || f[0] === "X") continue;
+      out.push({ pid: Number(name), state: f[0], pgrp: Number(f[2]), startTimeTicks: BigInt(f[19]) });
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export const argFlag = (name) => process.argv.includes(name);
+export function argNum(name, dflt) {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
+}
