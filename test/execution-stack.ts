@@ -128,7 +128,12 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
         h,
       );
       executors.set(nodeId, p);
-      await waitServing(p);
+      try {
+        await waitServing(p);
+      } catch (err) {
+        await stack.killExecutor(nodeId);
+        throw err;
+      }
       // Registered once the node (with this process's incarnation) is listed with a fresh heartbeat.
       await pollUntil(async () => (await client.listNodes({})).nodes.some((n) => n.nodeId === nodeId && Number(n.heartbeatUnixMs) > Date.now() - 2000), 20_000, `node ${nodeId} registered`);
       return p;
@@ -151,10 +156,17 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
       await signals.close();
       await db.destroy();
       await database.drop();
-      await rm(dir, { recursive: true, force: true });
+      if (process.env["SERAPH_TEST_KEEP"] === undefined) await rm(dir, { recursive: true, force: true });
     },
   });
-  if (o.executor !== false) await stack.startExecutor();
+  if (o.executor !== false) {
+    try {
+      await stack.startExecutor();
+    } catch (err) {
+      await stack.close().catch(() => undefined);
+      throw err;
+    }
+  }
   return stack;
 }
 
@@ -231,6 +243,20 @@ export function descendantsOf(pid: number): number[] {
     }
   };
   walk(pid);
+  return out;
+}
+
+/** Pids of live processes whose command line mentions `dir` (this stack's private temp dir). */
+export function processesUnder(dir: string): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${name}/cmdline`, "utf8").includes(dir) && alive(Number(name))) out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
   return out;
 }
 

@@ -305,6 +305,8 @@ async function superviseUntilReceipt(ctx: Ctx, conn: SupervisorConnection): Prom
 /** Result of one supervised step. */
 interface StepRun {
   readonly receipt: Receipt | undefined;
+  /** False when PostgreSQL refused (or never got) the owner marker: the start barrier stayed closed. */
+  readonly markerRecorded: boolean;
   readonly marker: OwnerMarker;
   readonly runDir: string;
 }
@@ -312,11 +314,23 @@ interface StepRun {
 /** Runs (or, after a restart, resumes) one supervised step from its start barrier to its receipt. */
 async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMarker, runDir: string, waitingForGo: boolean): Promise<StepRun> {
   ctx.active.connection = conn;
+  let markerRecorded = true;
   try {
     if (waitingForGo) {
       // The start barrier: GO only after PostgreSQL has the marker and said go (no earlier cancellation).
-      const rec = await retrying(ctx.log, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker }), ctx.deadlineMs);
-      if (rec.go && ctx.active.cancel.reason === undefined) {
+      let go = false;
+      markerRecorded = false;
+      try {
+        const rec = await retrying(ctx.log, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker }), ctx.deadlineMs);
+        go = rec.go;
+        markerRecorded = true;
+      } catch (err) {
+        // Not durable (refused, or the deadline passed while PostgreSQL was unreachable): the
+        // start barrier is never released; the supervisor is cancelled and proves its cleanup.
+        ctx.log.error({ err }, "owner marker not recorded; cancelling the supervisor before its start");
+        ctx.active.cancel.trigger("the owner marker could not be recorded");
+      }
+      if (go && ctx.active.cancel.reason === undefined) {
         const ack = await conn.go();
         ctx.log.info({ started: ack.started, pid: marker.supervisor?.pid }, "start barrier released");
         await retrying(ctx.log, "ReportProgress", () => ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING }), ctx.deadlineMs).catch(
@@ -327,7 +341,7 @@ async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMark
       }
     }
     const receipt = (await superviseUntilReceipt(ctx, conn)) ?? (await readReceiptFile(runDir, marker))?.receipt;
-    return { receipt, marker, runDir };
+    return { receipt, marker, runDir, markerRecorded };
   } finally {
     ctx.active.connection = undefined;
     await conn.close().catch(() => undefined);
@@ -455,6 +469,15 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     }
     const conn = await handle.connect(deps.identity.incarnationId);
     const run = await driveStep(ctx, conn, handle.marker, spec.runDir, true);
+    if (!run.markerRecorded && i === 0) {
+      await complete(ctx, {
+        state: run.receipt?.echildObserved ? JobState.REJECTED : JobState.UNKNOWN,
+        outcome: run.receipt?.echildObserved ? "rejected_owner_marker" : "unknown_supervisor_lost",
+        message: "the owner marker could not be recorded, so the start barrier was never released",
+        receipt: run.receipt,
+      });
+      return;
+    }
     if (!run.receipt) {
       await complete(ctx, { state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", message: "the supervisor ended without a receipt", steps });
       return;
@@ -518,7 +541,7 @@ export async function adoptClaimed(deps: ExecutionDeps, active: ActiveJob, job: 
   }
   if (!run?.receipt && verdict !== "reused" && verdict !== "other_boot") {
     const file = await readReceiptFile(marker.runDir, marker);
-    if (file) run = { receipt: file.receipt, marker, runDir: marker.runDir };
+    if (file) run = { receipt: file.receipt, marker, runDir: marker.runDir, markerRecorded: true };
   }
   if (!run?.receipt || index < 0) {
     await complete(ctx, {
