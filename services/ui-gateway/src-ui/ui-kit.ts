@@ -32,9 +32,10 @@ export function status(): Status {
 
 /**
  * Runs one RPC-backed action: disables `button`, shows `busyText`, reports any error in
- * `where` (never swallowed), restores the button. Resolves to the result, or undefined on error.
+ * `where` (never swallowed) and passes it to `onError`, restores the button. Resolves to the
+ * result, or undefined on error.
  */
-export async function act<T>(button: HTMLButtonElement | null, where: Status, busyText: string, fn: () => Promise<T>): Promise<T | undefined> {
+export async function act<T>(button: HTMLButtonElement | null, where: Status, busyText: string, fn: () => Promise<T>, onError?: (err: unknown) => void): Promise<T | undefined> {
   const wasDisabled = button?.disabled ?? false;
   if (button) button.disabled = true;
   where.busy(busyText);
@@ -44,6 +45,7 @@ export async function act<T>(button: HTMLButtonElement | null, where: Status, bu
     return result;
   } catch (err) {
     where.error(err);
+    onError?.(err);
     return undefined;
   } finally {
     if (button) button.disabled = wasDisabled;

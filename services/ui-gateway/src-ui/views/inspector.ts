@@ -4,7 +4,7 @@ import { JobState, type Artifact, type Job } from "@seraph/proto/seraph/jobs/v1/
 import { IdentityKind } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { Outcome } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { field, h, replace } from "../dom.js";
-import { errorText, isAccessLost, isUncertain } from "../rpc.js";
+import { Code, errorCode, errorText, isAccessLost, isUncertain } from "../rpc.js";
 import { act, argvList, button, bytes, enumName, hash, kv, pre, section, status, table, time, yesNo } from "../ui-kit.js";
 import type { ViewContext } from "../view.js";
 import { driftTable, identitiesTable, limitsTable, reasonsTable, selectionName, stepView } from "./profile-render.js";
@@ -47,6 +47,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   let repair: Repair | undefined;
   let modelRoutes: ModelRoute[] = [];
   let shownDocument: ApprovalDocument | undefined;
+  let approveButton: HTMLButtonElement | undefined;
 
   const loadStatus = status();
   const summaryBody = h("div");
@@ -129,6 +130,12 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       h("p", { class: "error", role: "alert" }, "This repair is not available to you: ", h("code", null, errorText(err)), ". Its details were cleared from this page."),
       h("p", null, h("a", { href: "#/work" }, "Back to Work → Repository repair")),
     );
+  };
+
+  /** For actions: a signed-out or foreign caller loses the page (NotFound may be about the input). */
+  const guard = (err: unknown) => {
+    const code = errorCode(err);
+    if (code === Code.Unauthenticated || code === Code.PermissionDenied) clearPrivate(err);
   };
 
   const refresh = async (btn: HTMLButtonElement | null, why: string) => {
@@ -219,14 +226,15 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       i.steps.length ? i.steps.map((s) => stepView(s, "h4")) : h("p", { class: "empty" }, "No steps resolved."),
       h("h3", null, "Suppressed hooks"),
       h("p", { class: "hint" }, "Lifecycle hooks are never run; these were found and suppressed."),
-      table("Suppressed hooks", ["Script", "Body"], i.suppressedHooks.map((s) => [h("code", null, s.scriptName), h("code", { class: "prewrap" }, s.body)])),
+      table("Hooks found in package.json (never run)", ["Script", "Body"], i.suppressedHooks.map((s) => [h("code", null, s.scriptName), h("code", { class: "prewrap" }, s.body)])),
       h("h3", null, "Execution-input identities"),
       identitiesTable("Identities (SHA-256 over each execution input)", i.identities),
       h("h3", null, "Limits"),
-      limitsTable("Limits", i.limits, i.limitsChanged),
+      limitsTable("Profile limits of this inspection", i.limits, i.limitsChanged),
     );
     const expected = new Map(i.identities.filter((x) => x.kind === IdentityKind.SOURCE_FILE).map((x) => [x.name, x.sha256]));
-    const paths = i.sourcePaths.length ? i.sourcePaths : r.sourcePaths;
+    // The inspected files themselves (a requested source path may be a directory).
+    const paths = expected.size > 0 ? [...expected.keys()] : r.sourcePaths;
     replace(
       sourcesBody,
       h("p", { class: "hint" }, "Read the inspected private source before consenting to send it to a model route (ReadRepairSource)."),
@@ -239,7 +247,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
             null,
             button(`View ${p}`, (ev) => {
               const btn = ev.currentTarget as HTMLButtonElement;
-              void act(btn, sourceStatus, `Reading ${p} (ReadRepairSource)…`, () => ctx.api.repairs.readRepairSource({ repairId, path: p }, { signal: ctx.signal })).then((res) => {
+              void act(btn, sourceStatus, `Reading ${p} (ReadRepairSource)…`, () => ctx.api.repairs.readRepairSource({ repairId, path: p }, { signal: ctx.signal }), guard).then((res) => {
                 if (!res) return;
                 const want = expected.get(res.path || p);
                 replace(
@@ -291,7 +299,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     docButton.disabled = !p.valid;
     return h(
       "article",
-      { class: `proposal ${p.valid ? "ok" : "blocked"}`, "data-testid": "proposal" },
+      { class: `proposal ${p.valid ? "is-valid" : "is-invalid"}`, "data-testid": "proposal" },
       h("h3", null, `Proposal ${p.id.slice(0, 8)} — ${enumName(ProposalRoute, p.route)} — ${p.valid ? "valid" : "invalid"}`),
       kv([
         ["Proposal", h("code", null, p.id)],
@@ -315,9 +323,10 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
 
   const renderDocument = (d: ApprovalDocument) => {
     const expired = Number(d.expiresUnixMs) > 0 && Number(d.expiresUnixMs) <= Date.now();
-    const approve = h("button", { type: "button", class: "primary", disabled: expired || !d.documentSha256 }, `Approve exactly this document (SHA-256 ${d.documentSha256.slice(0, 12)}…)`);
+    const approve = h("button", { type: "button", class: "primary", disabled: expired || !d.documentSha256 || repair?.approval !== undefined }, `Approve exactly this document (SHA-256 ${d.documentSha256.slice(0, 12)}…)`);
+    approveButton = approve;
     approve.addEventListener("click", () => {
-      void act(approve, approvalStatus, "Approving (Approve)…", () => ctx.api.repairs.approve({ repairId, documentSha256: d.documentSha256 }, { signal: ctx.signal })).then((res) => {
+      void act(approve, approvalStatus, "Approving (Approve)…", () => ctx.api.repairs.approve({ repairId, documentSha256: d.documentSha256 }, { signal: ctx.signal }), guard).then((res) => {
         if (!res) return;
         approvalStatus.ok(`Approved: approval ${res.approval?.id ?? "?"}, job ${res.approval?.jobId || "(queued)"}.`);
         if (res.repair) apply(res.repair, "Approve");
@@ -364,7 +373,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   };
 
   const showDocument = async (p: Proposal, btn: HTMLButtonElement) => {
-    const res = await act(btn, approvalStatus, "Fetching the approval document (GetApprovalDocument)…", () => ctx.api.repairs.getApprovalDocument({ repairId, proposalId: p.id }, { signal: ctx.signal }));
+    const res = await act(btn, approvalStatus, "Fetching the approval document (GetApprovalDocument)…", () => ctx.api.repairs.getApprovalDocument({ repairId, proposalId: p.id }, { signal: ctx.signal }), guard);
     if (!res) return;
     if (!res.document) return approvalStatus.ok("GetApprovalDocument answered without a document.");
     shownDocument = res.document;
@@ -391,6 +400,8 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         : h("p", { class: "empty" }, "Not approved. Choose “Show the approval document” on a valid proposal, read it, then approve exactly that document."),
     );
     if (!shownDocument) replace(documentBody);
+    // One approval per repair: once given, the shown document cannot be approved again.
+    if (approveButton && a) approveButton.disabled = true;
   };
 
   const renderJob = (job: Job | undefined, r: Repair) => {
@@ -456,7 +467,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
 
   const artifactRow = (a: Artifact) => {
     const read: HTMLButtonElement = button(`Read ${a.name || a.kind}`, () => {
-      void act(read, artifactStatus, `Reading artifact ${a.name} (ReadArtifact)…`, () => ctx.api.repairs.readArtifact({ repairId, artifactId: a.id }, { signal: ctx.signal })).then(async (res) => {
+      void act(read, artifactStatus, `Reading artifact ${a.name} (ReadArtifact)…`, () => ctx.api.repairs.readArtifact({ repairId, artifactId: a.id }, { signal: ctx.signal }), guard).then(async (res) => {
         if (!res) return;
         const art = res.artifact ?? a;
         const local = await browserSha256(res.content);
@@ -513,7 +524,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       ),
       h(
         "div",
-        { class: `capacity-box ${released ? "ok" : "blocked"}`, "data-testid": "physical-capacity" },
+        { class: `capacity-box ${released ? "is-released" : "is-held"}`, "data-testid": "physical-capacity" },
         released && rec
           ? [
               h("h3", null, "Physical capacity released"),
@@ -565,7 +576,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     const r = repair;
     const sha = r?.inspection?.inspectionSha256;
     if (!r || !sha) return;
-    void act(consentButton, consentStatus, "Recording consent (GiveConsent)…", () => ctx.api.repairs.giveConsent({ repairId, inspectionSha256: sha, modelRouteId: routeSelect.value }, { signal: ctx.signal })).then((res) => {
+    void act(consentButton, consentStatus, "Recording consent (GiveConsent)…", () => ctx.api.repairs.giveConsent({ repairId, inspectionSha256: sha, modelRouteId: routeSelect.value }, { signal: ctx.signal }), guard).then((res) => {
       if (res?.repair) apply(res.repair, "GiveConsent");
     });
   });
@@ -576,13 +587,13 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     if (p) proposeStatus.ok(`Proposal ${p.id.slice(0, 8)} recorded: ${p.valid ? "valid" : `invalid (${p.reasons.map((x) => x.code).join(", ") || "no reason given"})`}.`);
   };
   manualButton.addEventListener("click", () => {
-    void act(manualButton, proposeStatus, "Checking the manual patch (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "manualDiff", value: manualDiff.value } }, { signal: ctx.signal })).then(afterPropose);
+    void act(manualButton, proposeStatus, "Checking the manual patch (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "manualDiff", value: manualDiff.value } }, { signal: ctx.signal }), guard).then(afterPropose);
   });
   modelButton.addEventListener("click", () => {
-    void act(modelButton, proposeStatus, "Asking the consented model route (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "model", value: true } }, { signal: ctx.signal })).then(afterPropose);
+    void act(modelButton, proposeStatus, "Asking the consented model route (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "model", value: true } }, { signal: ctx.signal }), guard).then(afterPropose);
   });
   cancelButton.addEventListener("click", () => {
-    void act(cancelButton, cancelStatus, "Requesting cancellation (CancelRepair)…", () => ctx.api.repairs.cancelRepair({ repairId, reason: cancelReason.value }, { signal: ctx.signal })).then((res) => {
+    void act(cancelButton, cancelStatus, "Requesting cancellation (CancelRepair)…", () => ctx.api.repairs.cancelRepair({ repairId, reason: cancelReason.value }, { signal: ctx.signal }), guard).then((res) => {
       if (res?.repair) apply(res.repair, "CancelRepair");
     });
   });
@@ -606,6 +617,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       .catch(async (err: unknown) => {
         if (ctx.signal.aborted) return;
         recoverStatus.error(err, "RecoverProcessCleanup");
+        if (isAccessLost(err)) return clearPrivate(err);
         if (isUncertain(err)) {
           replace(recoverResult, h("p", { class: "error" }, "The answer was lost, so the result is uncertain. Only the status is read again below; nothing is retried. Press the button again to make another explicit attempt."));
           await refresh(null, "Reading the recorded status after an uncertain answer");

@@ -1,7 +1,7 @@
 import { SandboxBackend, type GetSandboxSettingsResponse, type ModelRoute, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { field, h, replace, uid } from "../dom.js";
-import { act, button, enumName, hash, kv, lines, section, status, table, time, yesNo } from "../ui-kit.js";
+import { act, button, enumName, hash, kv, lines, section, status, table, time } from "../ui-kit.js";
 import type { ViewContext } from "../view.js";
 import { limitsTable } from "./profile-render.js";
 
@@ -50,8 +50,8 @@ function routeRow(r: Partial<ModelRoute>, onRemove: (row: RouteRow) => void): Ro
 export function prerequisiteReport(r: PrerequisiteReport): HTMLElement {
   return h(
     "article",
-    { class: `report ${r.ok ? "ok" : "blocked"}`, "data-testid": "prerequisite-report" },
-    h("h3", null, `Node ${r.nodeId || "(unnamed)"}: ${r.ok ? "ready" : "blocked"}`),
+    { class: `report ${r.ok ? "is-ready" : "is-blocked"}`, "data-testid": "prerequisite-report" },
+    h("h3", null, `Node ${r.nodeId || "(unnamed)"}: `, h("span", { class: r.ok ? "ok" : "blocked" }, r.ok ? "ready" : "blocked")),
     kv([
       ["Runtime path", r.runtimePath ? h("code", null, r.runtimePath) : "—"],
       ["Runtime version", r.runtimeVersion || "—"],
@@ -65,10 +65,15 @@ export function prerequisiteReport(r: PrerequisiteReport): HTMLElement {
       r.items.map((i) => [h("code", null, i.name), h("span", { class: i.ok ? "ok" : "blocked" }, i.ok ? "ok" : "blocked"), i.code ? h("code", null, i.code) : "—", i.message || "—"]),
     ),
     r.facilities && r.facilities.items.length > 0
-      ? table(
+      ? h(
+          "details",
+          null,
+          h("summary", null, `Linux process facilities (${r.facilities.ok ? "all ok" : "some blocked"})`),
+          table(
           "Linux process facilities",
           ["Facility", "Result", "Code", "Message"],
           r.facilities.items.map((i) => [h("code", null, i.name), h("span", { class: i.ok ? "ok" : "blocked" }, i.ok ? "ok" : "blocked"), i.code ? h("code", null, i.code) : "—", i.message || "—"]),
+          ),
         )
       : null,
   );

