@@ -126,7 +126,7 @@ class FakeKernel {
   }
 }
 
-function run(k: FakeKernel, options: { graceMs: number; budgetMs: number; killMarginMs?: number }) {
+function run(k: FakeKernel, options: { graceMs: number; budgetMs: number; killMarginMs?: number; initialScan?: ProcStat[] }) {
   const native = k.native();
   return runCleanup(
     {
@@ -141,7 +141,12 @@ function run(k: FakeKernel, options: { graceMs: number; budgetMs: number; killMa
         k.tick();
       },
     },
-    { budgetEnd: options.budgetMs, graceMs: options.graceMs, killMarginMs: options.killMarginMs ?? 50 },
+    {
+      budgetEnd: options.budgetMs,
+      graceMs: options.graceMs,
+      killMarginMs: options.killMarginMs ?? 50,
+      ...(options.initialScan !== undefined ? { initialScan: options.initialScan } : {}),
+    },
   );
 }
 
@@ -166,10 +171,11 @@ describe("runCleanup (simulated kernel)", () => {
     expect(k.procs.has(bystander.pid) && k.procs.has(sibling.pid)).toBe(true);
   });
 
-  test("a pid reused between scan and pidfd_open is refused and never signalled", async () => {
+  test("a pid reused between an earlier scan and pidfd_open is refused and never signalled", async () => {
     const k = new FakeKernel();
     const direct = k.add(ROOT);
     const victim = k.add(direct.pid);
+    const earlierScan = [k.proc().readStat(direct.pid), k.proc().readStat(victim.pid)].filter((s): s is ProcStat => s !== undefined);
     let reused: FakeProc | undefined;
     k.onPidfdOpen = (pid) => {
       if (pid !== victim.pid || reused !== undefined) return;
@@ -177,12 +183,29 @@ describe("runCleanup (simulated kernel)", () => {
       k.procs.delete(victim.pid);
       reused = k.add(1, { pid: victim.pid });
     };
-    const r = await run(k, { graceMs: 50, budgetMs: 1000 });
+    const r = await run(k, { graceMs: 50, budgetMs: 1000, initialScan: earlierScan });
     expect(r.echild).toBe(true);
     expect(r.identityRefusals).toBe(1);
     expect(reused).toBeDefined();
     expect(k.delivered.some((d) => d.pid === victim.pid && d.start === reused?.start)).toBe(false);
     expect(k.procs.get(victim.pid)?.state).toBe("S");
+  });
+
+  test("a pid reused during a pidfd scan names a process outside the tree: never signalled", async () => {
+    const k = new FakeKernel();
+    const direct = k.add(ROOT);
+    const victim = k.add(direct.pid);
+    let reused: FakeProc | undefined;
+    k.onPidfdOpen = (pid) => {
+      if (pid !== victim.pid || reused !== undefined) return;
+      k.procs.delete(victim.pid);
+      reused = k.add(1, { pid: victim.pid });
+    };
+    const r = await run(k, { graceMs: 50, budgetMs: 1000 });
+    expect(r.echild).toBe(true);
+    expect(k.delivered.some((d) => d.pid === victim.pid)).toBe(false);
+    expect(k.procs.get(victim.pid)?.state).toBe("S");
+    expect(k.fds.size).toBe(0); // every pidfd of every round was closed
   });
 
   test("a forker that ignores SIGTERM is brought down by repeated SIGKILL rounds", async () => {

@@ -1,9 +1,11 @@
 import type { NativeSystem } from "../native/native-system.js";
 import { Signal } from "../native/native-system.js";
 import type { ProcFs, ProcStat } from "../native/proc-fs.js";
-import { findDescendants, liveOnly, type DescendantLedger } from "./process-tree.js";
+import { isDeadState } from "../native/proc-fs.js";
+import { scanTreeWithPidfds, type OpenedDescendant, type PidfdScan } from "./pidfd-scan.js";
+import type { DescendantLedger } from "./process-tree.js";
 import type { Reaper } from "./reaper.js";
-import { signalVerified } from "./signaller.js";
+import { signalOpenedPidfd, signalVerified, type SignalOutcome } from "./signaller.js";
 
 /** What the cleanup needs; every piece is injectable for unit tests. */
 export interface CleanupDeps {
@@ -57,7 +59,8 @@ const key = (p: ProcStat): string => `${p.pid}:${p.startTimeTicks}`;
 
 /**
  * Brings the whole tree under `rootPid` down and proves it: each round scans all of /proc,
- * walks the ppid tree, and signals every live descendant through an identity-checked pidfd —
+ * walks the ppid tree, and signals every live descendant through an identity-checked pidfd
+ * (opened before its stat was read, see scanTreeWithPidfds, or signalVerified) —
  * SIGTERM followed by SIGCONT (a stopped process would otherwise keep SIGTERM pending) during
  * the grace, then SIGKILL rounds — reaping in between, until `waitpid(-1, WNOHANG|__WALL)`
  * returns ECHILD. Processes that keep forking are caught by later rounds (their orphans
@@ -105,21 +108,28 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
     if (reaper.reapAll().echild) return finish(true);
     const t = now();
     if (t >= options.budgetEnd) return finish(false);
-    let all: readonly ProcStat[];
+    let entries: readonly OpenedDescendant[];
+    let scan: PidfdScan | undefined;
     if (initial !== undefined) {
-      all = initial;
+      // A plain scan taken earlier: these get signalVerified (open, then re-check).
+      entries = initial.map((stat) => ({ stat, pidfd: undefined }));
       initial = undefined;
     } else {
       const scanStart = now();
-      all = findDescendants(proc, deps.rootPid);
+      scan = scanTreeWithPidfds(native, proc, deps.rootPid);
+      entries = scan.descendants;
       lastScanMs = now() - scanStart;
       scans++;
       scanMs += lastScanMs;
-      deps.ledger.note(all);
+      deps.ledger.note(entries.map((e) => e.stat));
     }
     const rescanMs = Math.max(minRescanMs, 2 * lastScanMs);
-    const live = liveOnly(all);
+    const live = entries.filter((e) => !isDeadState(e.stat.state));
+    // Every pidfd of this round is closed before any await: fds never pile up across rounds.
+    const send = (e: OpenedDescendant, signals: readonly number[]): SignalOutcome =>
+      e.pidfd !== undefined ? signalOpenedPidfd(native, e.pidfd, signals) : signalVerified(native, proc, e.stat, signals);
     if (live.length === 0) {
+      scan?.close();
       // Only zombies (all children of the root by now) or processes exiting this instant.
       if (await reapFor(5)) return finish(true);
       continue;
@@ -130,23 +140,25 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
     }
     if (t < termUntil) {
       const signalStart = now();
-      for (const p of live) {
-        if (termed.has(key(p))) continue;
-        const r = signalVerified(native, proc, p, [Signal.SIGTERM, Signal.SIGCONT]);
-        if (r.kind === "signalled") termed.add(key(p));
-        else if (r.kind === "refused") refused.add(key(p));
+      for (const e of live) {
+        if (termed.has(key(e.stat))) continue;
+        const r = send(e, [Signal.SIGTERM, Signal.SIGCONT]);
+        if (r.kind === "signalled") termed.add(key(e.stat));
+        else if (r.kind === "refused") refused.add(key(e.stat));
       }
+      scan?.close();
       signalMs += now() - signalStart;
       if (await reapFor(Math.max(1, Math.min(rescanMs, termUntil - now())))) return finish(true);
       continue;
     }
     rounds++;
     const signalStart = now();
-    for (const p of live) {
-      const r = signalVerified(native, proc, p, [Signal.SIGKILL]);
-      if (r.kind === "signalled") killed.add(key(p));
-      else if (r.kind === "refused") refused.add(key(p));
+    for (const e of live) {
+      const r = send(e, [Signal.SIGKILL]);
+      if (r.kind === "signalled") killed.add(key(e.stat));
+      else if (r.kind === "refused") refused.add(key(e.stat));
     }
+    scan?.close();
     signalMs += now() - signalStart;
     if (await reapFor(Math.max(10, 2 * lastScanMs))) return finish(true);
   }

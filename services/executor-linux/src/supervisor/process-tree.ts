@@ -2,17 +2,15 @@ import type { ProcFs, ProcStat } from "../native/proc-fs.js";
 import { isDeadState } from "../native/proc-fs.js";
 
 /**
- * Every descendant of `rootPid`, by a full /proc scan and a walk of the ppid tree. This finds
- * processes that called setsid, changed process group, closed their pipes, stopped
+ * Every descendant of `rootPid` among `stats` (one /proc scan), by a walk of the ppid tree.
+ * This finds processes that called setsid, changed process group, closed their pipes, stopped
  * themselves or became subreapers (their orphans reparent to them, still inside the tree);
- * orphans of everything else reparent to the root, which is a subreaper. Zombies are
- * included (check `isDeadState`). The root itself is not.
+ * orphans of everything else reparent to the root, which is a subreaper. Zombies are included
+ * (check `isDeadState`). The root itself is not.
  */
-export function findDescendants(proc: ProcFs, rootPid: number): ProcStat[] {
+export function descendantsOf(stats: readonly ProcStat[], rootPid: number): ProcStat[] {
   const children = new Map<number, ProcStat[]>();
-  for (const pid of proc.listPids()) {
-    const stat = proc.readStat(pid);
-    if (stat === undefined) continue;
+  for (const stat of stats) {
     const siblings = children.get(stat.ppid);
     if (siblings === undefined) children.set(stat.ppid, [stat]);
     else siblings.push(stat);
@@ -30,6 +28,16 @@ export function findDescendants(proc: ProcFs, rootPid: number): ProcStat[] {
     }
   }
   return found;
+}
+
+/** Reads every /proc/<pid>/stat (a full scan) and returns the descendants of `rootPid`. */
+export function findDescendants(proc: ProcFs, rootPid: number): ProcStat[] {
+  const stats: ProcStat[] = [];
+  for (const pid of proc.listPids()) {
+    const stat = proc.readStat(pid);
+    if (stat !== undefined) stats.push(stat);
+  }
+  return descendantsOf(stats, rootPid);
 }
 
 /** The descendants that have not exited (not zombies). */

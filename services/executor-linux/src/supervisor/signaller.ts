@@ -49,3 +49,17 @@ export function signalVerified(
     native.close(opened.fd);
   }
 }
+
+/**
+ * Sends `signals` through a pidfd that was opened BEFORE the identity (the /proc stat that put
+ * the process in the tree) was read: the stat then describes the pidfd's own process, or that
+ * process was already reaped and the pidfd can reach no one (ESRCH → gone). The pidfd is not
+ * closed here.
+ */
+export function signalOpenedPidfd(native: NativeSystem, pidfd: number, signals: readonly number[]): SignalOutcome {
+  for (const signal of signals) {
+    const sent = native.pidfdSendSignal(pidfd, signal);
+    if (!sent.ok) return sent.errno === Errno.ESRCH ? { kind: "gone" } : { kind: "failed", errno: sent.errno };
+  }
+  return { kind: "signalled" };
+}
