@@ -5,11 +5,12 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { createClient, type Client } from "@connectrpc/connect";
 import { startJobs, type AuthorityReader, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
-import { createNatsSignals, createRootLogger, createServiceTransport, newId, openDatabase, type Signals } from "@seraph/kit";
+import { createNatsSignals, createRootLogger, createServiceTransport, newId, type Signals } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobState, JobsService, type ExecutionBundle, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import type { Kysely } from "kysely";
+import { Kysely, PostgresDialect } from "kysely";
+import pg from "pg";
 import { inspectRepository } from "../services/executor-linux/src/profile/index.js";
 import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
 import { spawnService, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
@@ -64,7 +65,13 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
   const bootIdFile = join(dir, "boot_id");
   await writeFile(bootIdFile, await readFile("/proc/sys/kernel/random/boot_id", "utf8"));
   const database = await createTestDatabase();
-  const db = await openDatabase<JobsDatabase>({ url: database.url });
+  // Same pool settings as @seraph/kit openDatabase, plus an error listener on every client: a
+  // checked-out client whose backend is terminated (the PostgreSQL fault test) emits 'error',
+  // which without a listener would crash the process. (Reported for kit's openDatabase.)
+  const pool = new pg.Pool({ connectionString: database.url, max: 10 });
+  pool.on("error", () => undefined);
+  pool.on("connect", (client) => client.on("error", () => undefined));
+  const db = new Kysely<JobsDatabase>({ dialect: new PostgresDialect({ pool }) });
   const log = createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" });
   const signals = await createNatsSignals(o.natsUrl, "seraph-jobs-test", log);
   const internalToken = newId().replaceAll("-", "");
