@@ -105,7 +105,7 @@ describe("ExecutorService", () => {
       "limit_widened",
     );
     const { report } = await client.checkPrerequisites({ runtimePath: node });
-    expect(report?.items.map((i) => i.name)).toEqual(["pidfd", "node_runtime", "node_version", "node_hash"]);
+    expect(report?.items.map((i) => i.name)).toEqual(["pidfd", "supervisor", "node_runtime", "node_version", "node_hash"]);
     expect(report?.ok).toBe(true);
     expect(report?.runtimeVersion).toBe("v24.15.0");
     const missing = await client.checkPrerequisites({ runtimePath: "/nonexistent/node" });

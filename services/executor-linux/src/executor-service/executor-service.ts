@@ -22,9 +22,10 @@ import {
   limitsFromValues,
   parseBoundedPatch,
   resolvePinnedNode,
+  sha256File,
   sha256Hex,
 } from "../profile/index.js";
-import { readFacilityReport } from "../supervisor-client/index.js";
+import { defaultSupervisorEntry, readFacilityReport } from "../supervisor-client/index.js";
 import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
 
 /** What the executor node API depends on. */
@@ -35,6 +36,8 @@ export interface ExecutorServiceDeps {
   readonly log: Logger;
   /** The Linux facility report; default: probe in a short-lived child (never in this process). */
   readonly readFacilities?: () => Promise<FacilityReport>;
+  /** The compiled supervisor entry checked as a trusted helper (default: this package's dist/supervisor/main.js). */
+  readonly supervisorEntry?: string;
   /** CancelJob belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
 }
@@ -104,6 +107,11 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       const facilities = await readFacilities();
       for (const f of facilities.items) items.push(item(f.name, f.ok, f.code, f.message));
       if (facilities.items.length === 0) items.push(item("facilities", false, "probe_failed", "The facility probe returned no items."));
+      // The trusted helper every job runs under: the compiled per-job supervisor.
+      const entry = deps.supervisorEntry ?? defaultSupervisorEntry();
+      const helper = await sha256File(entry).catch(() => undefined);
+      items.push(item("supervisor", helper !== undefined, "supervisor_missing",
+        helper ? `The per-job supervisor ${entry} is installed (SHA-256 ${helper.sha256}).` : `The per-job supervisor ${entry} is missing; build the executor (npx tsc -b).`));
       let version = "";
       let sha256 = "";
       let realPath = "";
