@@ -57,7 +57,7 @@ export function createSharedTableAuthority(): AuthorityReader {
         out.push(reason("rejected_goal_changed", `the Goal is at revision ${goal.revision}; the approval bound revision ${bundle.goalRevision}`, "goal"));
       }
       const settingsRow = (await sql<{ settings: Uint8Array; revision: string }>`
-        SELECT settings, revision::text AS revision FROM sandbox_settings ORDER BY id LIMIT 1`.execute(db)).rows[0];
+        SELECT settings, revision::text AS revision FROM sandbox_settings WHERE id = 1`.execute(db)).rows[0];
       if (!settingsRow) {
         out.push(reason("rejected_settings_missing", "no repository sandbox settings are saved", "settings"));
       } else {
