@@ -1,0 +1,55 @@
+import { clone, create, toBinary } from "@bufbuild/protobuf";
+import { sha256Hex } from "@seraph/kit";
+import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { IdentityKind, InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { describe, expect, it } from "vitest";
+import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "./approval-document.js";
+
+const inspection = create(InspectionSchema, {
+  admitted: true,
+  inspectionSha256: "a".repeat(64),
+  identities: [{ kind: IdentityKind.SOURCE_FILE, name: "src/x.js", sha256: "b".repeat(64), size: 3n }],
+  steps: [{ name: "test", scriptName: "test", scriptBody: "node --test t.test.js", argv: ["/n", "--test", "t.test.js"] }],
+  limits: { wallMs: 1000 },
+  limitsChanged: ["wall_ms"],
+  nodePath: "/real/node",
+});
+const inputs = {
+  repairId: "r",
+  proposalId: "p",
+  proposalSha256: "c".repeat(64),
+  inspection,
+  goalId: "g",
+  goalRevision: 2,
+  settingsRevision: 3n,
+  repositoryPath: "/repo",
+  nodeId: "n",
+  runtimePath: "/configured/node",
+  ownerId: "o",
+  allowedPatchPaths: ["src"],
+  issuedUnixMs: 1000,
+  expiresUnixMs: 2000,
+};
+
+describe("approval document", () => {
+  it("states the claims and hashes the canonical binary with document_sha256 empty", () => {
+    const doc = buildApprovalDocument(inputs);
+    expect(doc).toMatchObject({ kind: "local_host_execution", isolationClaim: "none", resourceEnforcement: "admission_and_wall_timeout_only", unenforced: ["cpu", "memory", "pids"], noLearning: true, runtimePath: "/configured/node", limitsChanged: ["wall_ms"] });
+    const body = clone(ApprovalDocumentSchema, doc);
+    body.documentSha256 = "";
+    expect(doc.documentSha256).toBe(sha256Hex(toBinary(ApprovalDocumentSchema, body)));
+    expect(approvalDocumentSha256(doc)).toBe(doc.documentSha256);
+  });
+  it("is deterministic for the same inputs and changes with any bound input", () => {
+    const a = buildApprovalDocument(inputs).documentSha256;
+    expect(buildApprovalDocument(inputs).documentSha256).toBe(a);
+    for (const change of [{ goalRevision: 3 }, { settingsRevision: 4n }, { proposalSha256: "d".repeat(64) }, { expiresUnixMs: 2001 }, { allowedPatchPaths: ["src", "lib"] }]) {
+      expect(buildApprovalDocument({ ...inputs, ...change }).documentSha256).not.toBe(a);
+    }
+  });
+  it("builds the execution bundle from the approved document", () => {
+    const doc = buildApprovalDocument(inputs);
+    const bundle = buildExecutionBundle({ doc, approvalId: "ap", inspection, diff: "d" });
+    expect(bundle).toMatchObject({ approvalId: "ap", approvalDocumentSha256: doc.documentSha256, runtimePath: "/configured/node", goalRevision: 2, settingsRevision: 3n, approvalExpiresUnixMs: 2000n, diff: "d", nodeId: "n" });
+  });
+});
