@@ -11,6 +11,7 @@ import { createTestDatabase } from "@seraph/kit/testing";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
 
 // The browser UI end to end: the embedded composition in this process (on real PostgreSQL),
 // Debian's Chromium driven by playwright-core, the operator signing in and working the whole
@@ -66,6 +67,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
   let baseUrl: string;
   let token: string;
   let node: string | undefined;
+  let model: FakeModelServer | undefined;
   const fixtures: FixtureRepo[] = [];
 
   beforeAll(async () => {
@@ -74,6 +76,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     if (built.status !== 0) throw new Error(`build-ui failed: ${built.stderr}${built.stdout}`);
     node = await pinnedNodeForTests();
     db = await createTestDatabase();
+    model = await startFakeModelServer();
     dataDir = await mkdtemp(join(tmpdir(), "seraph-ui-data-"));
     reposDir = await mkdtemp(join(tmpdir(), "seraph-ui-repos-"));
     userDataDir = await mkdtemp(join(tmpdir(), "seraph-ui-chromium-"));
@@ -104,6 +107,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await context?.close();
     await embedded?.stop();
     await db?.drop();
+    await model?.close();
     for (const f of fixtures) await f.cleanup();
     for (const d of [dataDir, reposDir, userDataDir]) if (d) await rm(d, { recursive: true, force: true });
   });
@@ -158,8 +162,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.getByLabel(/^Repository roots/).fill(reposDir);
     await page.getByRole("button", { name: "Add model route" }).click();
     await page.getByLabel("Route id").fill("default");
-    await page.getByLabel("Base URL (OpenAI-compatible)").fill("http://127.0.0.1:9/v1");
-    await page.getByLabel("Model", { exact: true }).fill("test-model");
+    await page.getByLabel("Base URL (OpenAI-compatible)").fill(model?.baseUrl ?? "");
+    await page.getByLabel("Model", { exact: true }).fill("fake-model-1");
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText(/^Saved: settings revision \d+\.$/).waitFor({ timeout: 10_000 });
     await page.getByTestId("prerequisite-report").getByRole("heading", { name: /: ready$/ }).waitFor();
@@ -195,12 +199,22 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
   }
 
   /** Inspector: consent, the fixing manual patch, the approval document, Approve. */
-  async function consentPatchApprove(): Promise<void> {
+  async function consentPatchApprove(askModel = false): Promise<void> {
     await page.getByRole("button", { name: /^Give consent for inspection [0-9a-f]{12}… and this route$/ }).click();
     await page.getByTestId("consent").getByText("Consent given.").waitFor({ timeout: 10_000 });
+    if (askModel) {
+      // The model route (a local fake at the HTTP boundary) proposes; it executes nothing.
+      model?.behave(answer(`Change the minus to a plus:\n\`\`\`diff\n${fixAddPatch("js")}\`\`\`\n`));
+      await page.getByRole("button", { name: "Ask the model for a patch" }).click();
+      const proposed = page.getByTestId("proposal").filter({ hasText: "— model —" });
+      await proposed.waitFor({ timeout: 15_000 });
+      expect(await proposed.getByRole("heading").innerText()).toMatch(/ — model — valid$/);
+      expect(await proposed.innerText()).toMatch(/Model route \/ model\s+default \/ fake-model-1/);
+      expect(model?.requests.at(-1)?.body.messages?.map((m) => m.content).join("\n")).toContain("return a - b;");
+    }
     await page.getByLabel(/^Manual patch/).fill(fixAddPatch("js"));
     await page.getByRole("button", { name: "Submit manual patch" }).click();
-    const proposal = page.getByTestId("proposal").first();
+    const proposal = page.getByTestId("proposal").filter({ hasText: "— manual —" }).first();
     await proposal.waitFor({ timeout: 15_000 });
     expect(await proposal.getByRole("heading").innerText()).toMatch(/ — manual — valid$/);
     await proposal.getByRole("button", { name: "Show the approval document" }).click();
@@ -227,7 +241,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await expect.poll(() => page.getByTestId("source-view").locator("pre").innerText()).toContain("return a - b;");
     expect(await page.getByTestId("source-view").innerText()).toMatch(/Matches the inspection\s+yes/);
 
-    await consentPatchApprove();
+    await consentPatchApprove(true);
     expect(await page.getByTestId("isolation-claim").innerText()).toBe("none");
     expect(await page.getByTestId("resource-enforcement").innerText()).toBe("admission_and_wall_timeout_only");
     expect(await page.getByTestId("expires").innerText()).toMatch(/\(in \d+ min/);

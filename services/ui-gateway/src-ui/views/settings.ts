@@ -19,6 +19,7 @@ function routeRow(r: Partial<ModelRoute>, onRemove: (row: RouteRow) => void): Ro
   const apiKey = h("input", { type: "password", value: "", autocomplete: "off", placeholder: r.apiKeySet ? "stored (leave blank to keep)" : "none" });
   const timeout = h("input", { type: "number", value: String(r.timeoutMs ?? 0), min: 0, max: 600000, step: 1 });
   const attempts = h("input", { type: "number", value: String(r.maxAttempts ?? 0), min: 0, max: 5, step: 1 });
+  const forget = h("input", { type: "checkbox", id: uid("forget") });
   const legend = h("legend", null, r.id ? `Model route “${r.id}”` : "New model route");
   const row: RouteRow = {
     el: h(
@@ -29,6 +30,7 @@ function routeRow(r: Partial<ModelRoute>, onRemove: (row: RouteRow) => void): Ro
       field("Base URL (OpenAI-compatible)", baseUrl),
       field("Model", model),
       field("API key (write-only)", apiKey, r.apiKeySet ? "A key is stored; it is never shown. Type a new one to replace it." : "Optional."),
+      r.apiKeySet ? h("div", { class: "field checkbox" }, forget, " ", h("label", { for: forget.id }, "Remove the stored API key")) : null,
       field("Timeout (ms, 0 = default)", timeout),
       field("Max attempts (0 = default)", attempts),
       button("Remove this route", () => onRemove(row)),
@@ -38,7 +40,8 @@ function routeRow(r: Partial<ModelRoute>, onRemove: (row: RouteRow) => void): Ro
       baseUrl: baseUrl.value.trim(),
       model: model.value.trim(),
       apiKey: apiKey.value,
-      apiKeySet: r.apiKeySet ?? false,
+      // The server keeps the stored key when apiKey is empty and apiKeySet is true.
+      apiKeySet: (r.apiKeySet ?? false) && !forget.checked,
       timeoutMs: Number(timeout.value) || 0,
       maxAttempts: Number(attempts.value) || 0,
     }),
