@@ -1,9 +1,20 @@
-import { fromBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { newId, sha256Hex } from "@seraph/kit";
 import { requireNats } from "@seraph/kit/testing";
-import { JobEventSchema, SlotEventSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
-import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import {
+  JobEventSchema,
+  OperatorCancelRequestSchema,
+  OperatorCancelResponseSchema,
+  OperatorRecoverRequestSchema,
+  OperatorRecoverResponseSchema,
+  OperatorStatusRequestSchema,
+  OperatorStatusResponseSchema,
+  SlotEventSchema,
+  type JobEvent,
+  type SlotEvent,
+} from "@seraph/proto/seraph/events/v1/events_pb.js";
+import { JobState, ListSlotsResponseSchema, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -160,4 +171,30 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     expect((await stack.client.recoverProcessCleanup({ jobId: running.id, rootId: root })).released).toBe(true);
     expect(await slotOf()).toBe(SlotState.FREE);
   });
+
+  it("answers operator requests over NATS (status, slots, cancel, recover) with protobuf payloads", async () => {
+    const nc = stack.signals.nats!;
+    const status = fromBinary(OperatorStatusResponseSchema, (await nc.request("seraph.operator.status", toBinary(OperatorStatusRequestSchema, create(OperatorStatusRequestSchema, {})), { timeout: 5000 })).data);
+    expect(status.slots.some((s) => s.nodeId === stack.node)).toBe(true);
+    expect(status.unknown).toBeGreaterThanOrEqual(1);
+    const slots = fromBinary(ListSlotsResponseSchema, (await nc.request("seraph.operator.slots", new Uint8Array(), { timeout: 5000 })).data);
+    expect(slots.slots.length).toBeGreaterThanOrEqual(1);
+    const bad = fromBinary(
+      OperatorCancelResponseSchema,
+      (await nc.request("seraph.operator.cancel", toBinary(OperatorCancelRequestSchema, create(OperatorCancelRequestSchema, { jobId: newId(), requestedBy: owner })), { timeout: 5000 })).data,
+    );
+    expect(bad.error).toMatch(/not_found/);
+    const unknownJob = (await stack.db.selectFrom("jobs").select("id").where("state", "=", "unknown").executeTakeFirstOrThrow()).id;
+    const other = fromBinary(
+      OperatorRecoverResponseSchema,
+      (await nc.request("seraph.operator.recover", toBinary(OperatorRecoverRequestSchema, create(OperatorRecoverRequestSchema, { jobId: unknownJob, rootId: newId() })), { timeout: 5000 })).data,
+    );
+    expect(other.error).toMatch(/not_found/);
+    const mine = fromBinary(
+      OperatorRecoverResponseSchema,
+      (await nc.request("seraph.operator.recover", toBinary(OperatorRecoverRequestSchema, create(OperatorRecoverRequestSchema, { jobId: unknownJob, rootId: root })), { timeout: 5000 })).data,
+    );
+    expect(mine.result?.released).toBe(true);
+  });
 });
+
