@@ -181,9 +181,9 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
 export async function bundleFor(
   stack: ExecutionStack,
   repositoryPath: string,
-  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[] } = {},
+  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[]; selection?: Selection } = {},
 ): Promise<ExecutionBundle> {
-  const inspection = await inspectRepository({ repositoryPath, selection: Selection.TEST, nodePath: stack.runtime });
+  const inspection = await inspectRepository({ repositoryPath, selection: opts.selection ?? Selection.TEST, nodePath: stack.runtime });
   if (!inspection.admitted) throw new Error(`fixture not admitted: ${inspection.reasons.map((r) => r.message).join("; ")}`);
   return create(ExecutionBundleSchema, {
     repairId: newId(),

@@ -15,11 +15,12 @@ import {
   type SlotEvent,
 } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { JobState, ListSlotsResponseSchema, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { digestTree } from "../services/executor-linux/src/profile/index.js";
-import { ADD_BUGGY, createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { ADD_BUGGY, createJsBuildThenTestProject, createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
 import { alive, bundleFor, descendantsOf, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
 
 let stack: ExecutionStack;
@@ -99,6 +100,31 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     expect(slotEvents.some((e) => e.jobId === done.id && e.state === SlotState.HELD)).toBe(true);
     const attempts = await stack.db.selectFrom("job_attempts").selectAll().where("job_id", "=", done.id).execute();
     expect(attempts).toHaveLength(1);
+  });
+
+  it("build then test: one supervisor per step, each behind its own start barrier; both results and outputs recorded", async () => {
+    const r = await createJsBuildThenTestProject({ failing: true, parent: stack.repoRoot });
+    repos.push(r);
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { diff: fixAddPatch(), selection: Selection.BUILD_THEN_TEST }) });
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN]);
+    expect([JobState[done.state], done.outcome, done.outcomeMessage]).toEqual(["SUCCEEDED", "succeeded", expect.any(String)]);
+    expect(done.steps.map((s) => [s.name, s.passed])).toEqual([
+      ["build", true],
+      ["test", true],
+    ]);
+    expect(done.artifacts.map((a) => a.name).sort()).toEqual([
+      "applied.diff",
+      "build.receipt.binpb",
+      "build.receipt.json",
+      "build.stderr",
+      "build.stdout",
+      "test.receipt.binpb",
+      "test.receipt.json",
+      "test.stderr",
+      "test.stdout",
+    ]);
+    expect(done.marker?.runDir.endsWith("/run-test")).toBe(true);
+    expect(done.receipt?.marker?.supervisor?.pid).toBe(done.marker?.supervisor?.pid);
   });
 
   it("a patch that does not fix the bug: FAILED with its output stored and the slot released", async () => {
