@@ -321,8 +321,24 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     replace(proposalsBody, r.proposals.length ? [...r.proposals].reverse().map(proposalView) : h("p", { class: "empty" }, "No proposals yet."));
   };
 
+  let expiryTimer: ReturnType<typeof setInterval> | undefined;
+  ctx.signal.addEventListener("abort", () => clearInterval(expiryTimer));
+
   const renderDocument = (d: ApprovalDocument) => {
     const expired = Number(d.expiresUnixMs) > 0 && Number(d.expiresUnixMs) <= Date.now();
+    const expiresEl = h("span", { class: expired ? "blocked" : "", "data-testid": "expires" }, until(d.expiresUnixMs));
+    const expiredNote = h("p", { class: "error", role: "alert", hidden: !expired }, "This document has expired; fetch a fresh one.");
+    // The countdown stays true while the page is open; at expiry the Approve button goes.
+    clearInterval(expiryTimer);
+    expiryTimer = setInterval(() => {
+      expiresEl.textContent = until(d.expiresUnixMs);
+      if (Number(d.expiresUnixMs) > 0 && Number(d.expiresUnixMs) <= Date.now()) {
+        clearInterval(expiryTimer);
+        expiresEl.className = "blocked";
+        approve.disabled = true;
+        expiredNote.hidden = false;
+      }
+    }, 1000);
     const approve = h("button", { type: "button", class: "primary", disabled: expired || !d.documentSha256 || repair?.approval !== undefined }, `Approve exactly this document (SHA-256 ${d.documentSha256.slice(0, 12)}…)`);
     approveButton = approve;
     approve.addEventListener("click", () => {
@@ -359,7 +375,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         ["Owner", h("code", null, d.ownerId)],
         ["Allowed patch paths", d.allowedPatchPaths.length ? h("ul", null, d.allowedPatchPaths.map((x) => h("li", null, h("code", null, x)))) : "—"],
         ["Issued", time(d.issuedUnixMs)],
-        ["Expires", h("span", { class: expired ? "blocked" : "", "data-testid": "expires" }, until(d.expiresUnixMs))],
+        ["Expires", expiresEl],
         ["no_learning", yesNo(d.noLearning)],
         ["Limits changed from defaults", d.limitsChanged.length ? d.limitsChanged.join(", ") : "none"],
       ]),
@@ -368,7 +384,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       identitiesTable("Execution-input identities bound by this approval", d.identities),
       limitsTable("Limits bound by this approval", d.limits, d.limitsChanged),
       h("div", { class: "actions" }, approve),
-      expired ? h("p", { class: "error", role: "alert" }, "This document has expired; fetch a fresh one.") : null,
+      expiredNote,
     );
   };
 
