@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { pino, type Logger } from "pino";
 
 /**
@@ -7,5 +8,13 @@ import { pino, type Logger } from "pino";
  */
 export function createSupervisorLogger(path: string, bindings: Record<string, unknown>): Logger {
   const destination = pino.destination({ dest: path, sync: true, mode: 0o600, append: true });
-  return pino({ base: { pid: process.pid, ...bindings }, timestamp: pino.stdTimeFunctions.isoTime }, destination);
+  return pino(
+    {
+      base: { pid: process.pid, ...bindings },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      // Monotonic ms since the process started, 0.1 ms resolution: phase timings at a glance.
+      mixin: () => ({ mono: Math.round(performance.now() * 10) / 10 }),
+    },
+    destination,
+  );
 }

@@ -79,6 +79,8 @@ interface CommandState {
   spawnErrno: number | undefined;
   leftovers: number;
   finished: boolean;
+  /** Pipe write ends made by #prepare and not yet handed to a spawn. */
+  writeFds: readonly [number, number] | undefined;
 }
 
 const SIGCHLD = 17;
@@ -106,6 +108,7 @@ export class Supervisor {
   readonly #commandsEnd: number;
   readonly #selfPid: number;
   readonly #startedUnixMs = Date.now();
+  readonly #envp: readonly string[];
   #phase: Phase;
   #marker: OwnerMarker | undefined;
   #server: ControlServer | undefined;
@@ -147,7 +150,9 @@ export class Supervisor {
       spawnErrno: undefined,
       leftovers: 0,
       finished: false,
+      writeFds: undefined,
     }));
+    this.#envp = Object.entries(options.spec.env).map(([k, v]) => `${k}=${v}`);
   }
 
   /** The current phase. */
@@ -205,6 +210,8 @@ export class Supervisor {
 
     let cleanup: CleanupResult | undefined;
     try {
+      const first = this.#commands[0];
+      if (first !== undefined) this.#prepare(first);
       if (await this.#waitForGo()) {
         for (const command of this.#commands) {
           if (this.#stopRequested()) break;
@@ -223,6 +230,7 @@ export class Supervisor {
     }
     await this.#drainStreams(cleanup?.echild === true);
     const receipt = this.#buildReceipt(cleanup);
+    log.info({ event: "receipt_built" }, "receipt built; serving it");
     // Served first: the fsyncs below can take tens of ms on a busy disk, and a controller acts
     // on the socket copy. The supervisor never exits before the file is durable, and the phase
     // turns FINISHED only once it is (so FINISHED means receipt.binpb exists).
@@ -340,27 +348,18 @@ export class Supervisor {
       throw new Error("SIGCHLD is no longer at its default disposition in the supervisor");
     }
     this.#current = c.index;
-    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#streamLimit, this.#budget);
-    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#streamLimit, this.#budget);
-    const [outR, outW] = native.pipe();
-    const [errR, errW] = native.pipe();
-    const envp = Object.entries(spec.env).map(([k, v]) => `${k}=${v}`);
+    const [outW, errW] = this.#prepare(c);
     const spawned = native.spawn({
       path: c.spec.argv[0] ?? "",
       argv: c.spec.argv,
-      envp,
+      envp: this.#envp,
       cwd: c.spec.cwd,
       stdoutFd: outW,
       stderrFd: errW,
     });
     // Our copies of the write ends must go, or EOF would never come.
-    native.close(outW);
-    native.close(errW);
+    this.#closeWriteEnds(c);
     if (!spawned.ok) {
-      native.close(outR);
-      native.close(errR);
-      c.stdout.endWithoutPipe();
-      c.stderr.endWithoutPipe();
       c.spawnErrno = spawned.errno;
       c.finished = true;
       log.warn({ event: "spawn_failed", command: c.index, errno: spawned.errno }, "command could not start");
@@ -370,8 +369,6 @@ export class Supervisor {
     c.pid = pid;
     c.startedUnixMs = Date.now();
     this.#reaper.track(pid);
-    c.stdout.attach(outR);
-    c.stderr.attach(errR);
     log.info({ event: "spawned", command: c.index, name: c.spec.name, childPid: pid }, "command started");
 
     // An unreaped child cannot be reused, so this pidfd needs no identity check. Its
@@ -401,6 +398,31 @@ export class Supervisor {
     );
     if (c.leftovers > 0) return "stop";
     return c.exit?.kind === "exited" && c.exit.code === 0 ? "next" : "stop";
+  }
+
+  /**
+   * Journals and pipes of a command, made ahead of its spawn (command 0 while waiting for GO)
+   * so that GO → spawn is only the spawn. The read ends are already being drained; returns
+   * the write ends (closed by #closeWriteEnds right after the spawn, or at cleanup).
+   */
+  #prepare(c: CommandState): readonly [number, number] {
+    if (c.writeFds !== undefined) return c.writeFds;
+    const { native, spec } = this.#o;
+    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#streamLimit, this.#budget);
+    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#streamLimit, this.#budget);
+    const [outR, outW] = native.pipe();
+    const [errR, errW] = native.pipe();
+    c.stdout.attach(outR);
+    c.stderr.attach(errR);
+    c.writeFds = [outW, errW];
+    return c.writeFds;
+  }
+
+  #closeWriteEnds(c: CommandState): void {
+    if (c.writeFds === undefined) return;
+    this.#o.native.close(c.writeFds[0]);
+    this.#o.native.close(c.writeFds[1]);
+    c.writeFds = undefined;
   }
 
   /**
@@ -434,6 +456,8 @@ export class Supervisor {
     const { native, proc, log, spec } = this.#o;
     this.#spawnClosed = true;
     this.#phase = Phase.CLEANING_UP;
+    // A prepared command that never started: its journals see EOF once our write ends go.
+    for (const c of this.#commands) this.#closeWriteEnds(c);
     log.info({ event: "cleanup_started" }, "cleanup started");
     const result = await runCleanup(
       {
@@ -467,6 +491,7 @@ export class Supervisor {
   }
 
   async #drainStreams(echild: boolean): Promise<void> {
+    this.#o.log.debug({ event: "drain_started" }, "waiting for EOF on the pipes");
     const journals = this.#commands.flatMap((c) => [c.stdout, c.stderr]).filter((j) => j !== undefined);
     // After ECHILD no writer is left, so EOF is imminent; without it a survivor may hold a pipe.
     await Promise.all(journals.map((j) => j.waitEnded(echild ? 1000 : 0)));
