@@ -113,12 +113,19 @@ export async function startJourneyStack(options: { watchPollMs?: number } = {}):
       return Number(r.n);
     },
     async stop() {
+      const t0 = Date.now();
+      const lap = (what: string) => process.env["SERAPH_TEST_STOP_TIMING"] && process.stderr.write(`stop ${what} +${Date.now() - t0}ms\n`);
       await executor.stop();
+      lap("executor");
       await api.stop();
+      lap("api");
       await jobs.stop();
+      lap("jobs");
       await signals.close();
       await db.destroy();
+      lap("db");
       await database.drop();
+      lap("drop");
       await rm(root, { recursive: true, force: true });
       await rm(dataDir, { recursive: true, force: true });
     },

@@ -1,5 +1,5 @@
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
@@ -13,6 +13,8 @@ export interface Api {
   readonly settings: Client<typeof SettingsService>;
   readonly repositories: Client<typeof RepositoryService>;
   readonly repairs: Client<typeof RepairService>;
+  /** Closes the HTTP/2 connection (the CLI is done). */
+  close(): void;
 }
 
 /** Connects to the API at `url` (gRPC, connect-node) sending `token` as a bearer token. */
@@ -21,9 +23,11 @@ export function connectApi(url: string, token: string | undefined): Api {
     if (token) req.header.set("authorization", `Bearer ${token}`);
     return next(req);
   };
-  const transport = createGrpcTransport({ baseUrl: url, interceptors: [bearer] });
+  const sessionManager = new Http2SessionManager(url);
+  const transport = createGrpcTransport({ baseUrl: url, interceptors: [bearer], sessionManager });
   return {
     url,
+    close: () => sessionManager.abort(),
     principals: createClient(PrincipalService, transport),
     goals: createClient(GoalService, transport),
     settings: createClient(SettingsService, transport),

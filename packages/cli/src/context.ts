@@ -12,6 +12,10 @@ export interface CommandContext {
   readonly apiFlag: string | undefined;
   /** The API with the configured token; fails with a hint when there is no token. */
   api(): Promise<Api>;
+  /** Registers an API connection made outside api() (login) so close() closes it. */
+  track(a: Api): Api;
+  /** Closes every connection this command opened. */
+  close(): void;
   /** Prints a line of human output (suppressed under --json). */
   say(text: string): void;
   /** Prints a message as JSON (proto3 JSON mapping, every field). */
@@ -21,7 +25,11 @@ export interface CommandContext {
 /** Creates the command context. */
 export function createContext(io: CliIo, json: boolean, apiFlag: string | undefined): CommandContext {
   let api: Api | undefined;
+  const opened: Api[] = [];
   return {
+    close() {
+      for (const a of opened) a.close();
+    },
     io,
     json,
     apiFlag,
@@ -31,7 +39,12 @@ export function createContext(io: CliIo, json: boolean, apiFlag: string | undefi
       const token = resolveToken(io, stored);
       if (!token) throw new UsageError("not logged in: run `seraph login` or set SERAPH_TOKEN");
       api = connectApi(resolveApiUrl(io, apiFlag, stored), token);
+      opened.push(api);
       return api;
+    },
+    track(a) {
+      opened.push(a);
+      return a;
     },
     say(text) {
       if (!json) io.stdout.write(text.endsWith("\n") ? text : `${text}\n`);

@@ -64,8 +64,9 @@ export async function main(args: readonly string[], io: CliIo = processIo()): Pr
     io.stderr.write(`seraph: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
     return 2;
   }
+  const ctx = createContext(io, json, api);
   try {
-    return await run(createContext(io, json, api), commandArgs);
+    return await run(ctx, commandArgs);
   } catch (err) {
     if (err instanceof UsageError) {
       io.stderr.write(`seraph ${command}: ${err.message}\n`);
@@ -80,5 +81,7 @@ export async function main(args: readonly string[], io: CliIo = processIo()): Pr
     const e = err as NodeJS.ErrnoException;
     io.stderr.write(`error: ${e.code ? `${e.code}: ` : ""}${e.message}\n`);
     return 1;
+  } finally {
+    ctx.close();
   }
 }

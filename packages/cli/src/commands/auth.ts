@@ -13,7 +13,7 @@ export async function login(ctx: CommandContext, args: readonly string[]): Promi
   let token = str(values, "token") || ctx.io.env["SERAPH_TOKEN"] || "";
   if (token === "") token = await ctx.io.readLine("API token: ");
   if (token === "") throw new UsageError("no token given (--token, SERAPH_TOKEN or stdin)");
-  const res = await connectApi(url, token).principals.whoAmI({});
+  const res = await ctx.track(connectApi(url, token)).principals.whoAmI({});
   const file = await writeLogin(ctx.io, { api: url, token });
   if (ctx.json) ctx.json1(WhoAmIResponseSchema, res);
   ctx.say(`logged in to ${url} as ${res.principal?.name} (${res.principal?.id}); token stored in ${file}`);
