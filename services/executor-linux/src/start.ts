@@ -119,6 +119,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     log,
     pollMs: rt.pollMs ?? 2000,
     facilitiesOk: () => facilities.ok,
+    repositoryRoots: rt.repositoryRoots,
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
   return {

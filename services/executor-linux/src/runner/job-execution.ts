@@ -36,7 +36,7 @@ import {
 } from "../supervisor-client/index.js";
 import { readVerifiedJournal } from "./journals.js";
 import type { NodeIdentity } from "./registration.js";
-import { isTransient, retrying } from "./retry.js";
+import { DetachedError, isTransient, retrying } from "./retry.js";
 
 /** What executing a job needs from the runner. */
 export interface ExecutionDeps {
@@ -49,6 +49,10 @@ export interface ExecutionDeps {
   readonly facilitiesOk: () => boolean;
   /** Compiled supervisor entry (default: this package's dist/supervisor/main.js). */
   readonly supervisorEntry?: string | undefined;
+  /** The node's repository roots: a bundle naming a path outside them is rejected. */
+  readonly repositoryRoots: readonly string[];
+  /** Aborted when the runner stops: work in flight detaches (supervisors keep running). */
+  readonly signal: AbortSignal;
 }
 
 /** A one-way cancellation latch for a job running in this process. */
@@ -155,9 +159,14 @@ function stepResultOf(name: string, receipt: Receipt): StepResult {
   });
 }
 
+/** retrying() bound to the job: deadline (when given) and the runner's stop signal. */
+function call<T>(ctx: Ctx, what: string, fn: () => Promise<T>, untilMs = Number.POSITIVE_INFINITY): Promise<T> {
+  return retrying(ctx.log, what, fn, untilMs, ctx.deps.signal);
+}
+
 async function store(ctx: Ctx, kind: string, name: string, content: Uint8Array): Promise<void> {
   const { jobs } = ctx.deps;
-  await retrying(ctx.log, "StoreArtifact", () =>
+  await call(ctx, "StoreArtifact", () =>
     jobs.storeArtifact({ jobId: ctx.active.jobId, fence: ctx.active.fence, kind, name, content, sha256: sha256Hex(content) }),
   );
 }
@@ -168,7 +177,7 @@ async function complete(
 ): Promise<Job | undefined> {
   let artifactIds: string[] = [];
   if (r.state !== JobState.UNKNOWN || r.receipt) artifactIds = await readBackArtifacts(ctx);
-  const res = await retrying(ctx.log, "CompleteJob", () =>
+  const res = await call(ctx, "CompleteJob", () =>
     ctx.deps.jobs.completeJob({
       jobId: ctx.active.jobId,
       fence: ctx.active.fence,
@@ -190,10 +199,10 @@ async function complete(
 /** Reads every stored artifact of the job back and verifies its sha256; returns the verified ids. */
 async function readBackArtifacts(ctx: Ctx): Promise<string[]> {
   const { jobs } = ctx.deps;
-  const job = (await retrying(ctx.log, "GetJob", () => jobs.getJob({ jobId: ctx.active.jobId }))).job;
+  const job = (await call(ctx, "GetJob", () => jobs.getJob({ jobId: ctx.active.jobId }))).job;
   const ids: string[] = [];
   for (const a of job?.artifacts ?? []) {
-    const back = await retrying(ctx.log, "ReadArtifact", () => jobs.readArtifact({ artifactId: a.id }));
+    const back = await call(ctx, "ReadArtifact", () => jobs.readArtifact({ artifactId: a.id }));
     if (sha256Hex(back.content) === a.sha256 && back.artifact?.sha256 === a.sha256) ids.push(a.id);
     else ctx.log.error({ artifactId: a.id, kind: a.kind }, "artifact readback does not match its sha256");
   }
@@ -274,18 +283,24 @@ async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, receipt
  * the connection was lost without a receipt.
  */
 async function superviseUntilReceipt(ctx: Ctx, conn: SupervisorConnection): Promise<Receipt | undefined> {
-  type Ev = { kind: "receipt"; receipt: Receipt | undefined } | { kind: "lost" } | { kind: "tick" } | { kind: "cancel" };
+  type Ev = { kind: "receipt"; receipt: Receipt | undefined } | { kind: "lost" } | { kind: "tick" } | { kind: "cancel" } | { kind: "detach" };
   const receiptP: Promise<Ev> = conn.receipt(true).then(
     (receipt) => ({ kind: "receipt", receipt }),
     () => ({ kind: "lost" }),
   );
   let cancelSent = false;
+  const signal = ctx.deps.signal;
+  const detached = new Promise<Ev>((r) => {
+    if (signal.aborted) r({ kind: "detach" });
+    else signal.addEventListener("abort", () => r({ kind: "detach" }), { once: true });
+  });
   for (;;) {
-    const waits: Promise<Ev>[] = [receiptP, new Promise<Ev>((r) => setTimeout(() => r({ kind: "tick" }), ctx.deps.pollMs))];
+    const waits: Promise<Ev>[] = [receiptP, detached, new Promise<Ev>((r) => setTimeout(() => r({ kind: "tick" }), ctx.deps.pollMs))];
     if (!cancelSent) waits.push(ctx.active.cancel.requested.then((): Ev => ({ kind: "cancel" })));
     const ev = await Promise.race(waits);
     if (ev.kind === "receipt") return ev.receipt;
     if (ev.kind === "lost") return undefined;
+    if (ev.kind === "detach") throw new DetachedError("supervision");
     if (ev.kind === "cancel" && !cancelSent) {
       cancelSent = true;
       ctx.log.info({ reason: ctx.active.cancel.reason }, "cancellation: asking the supervisor to terminate and reap");
@@ -321,10 +336,11 @@ async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMark
       let go = false;
       markerRecorded = false;
       try {
-        const rec = await retrying(ctx.log, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker }), ctx.deadlineMs);
+        const rec = await call(ctx, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker }), ctx.deadlineMs);
         go = rec.go;
         markerRecorded = true;
       } catch (err) {
+        if (err instanceof DetachedError) throw err;
         // Not durable (refused, or the deadline passed while PostgreSQL was unreachable): the
         // start barrier is never released; the supervisor is cancelled and proves its cleanup.
         ctx.log.error({ err }, "owner marker not recorded; cancelling the supervisor before its start");
@@ -333,7 +349,7 @@ async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMark
       if (go && ctx.active.cancel.reason === undefined) {
         const ack = await conn.go();
         ctx.log.info({ started: ack.started, pid: marker.supervisor?.pid }, "start barrier released");
-        await retrying(ctx.log, "ReportProgress", () => ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING }), ctx.deadlineMs).catch(
+        await call(ctx, "ReportProgress", () => ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING }), ctx.deadlineMs).catch(
           (err: unknown) => ctx.log.warn({ err }, "RUNNING not recorded"),
         );
       } else {
@@ -345,19 +361,19 @@ async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMark
   } finally {
     ctx.active.connection = undefined;
     await conn.close().catch(() => undefined);
-    await waitSupervisorGone(marker, 3000).catch(() => false);
+    if (!ctx.deps.signal.aborted) await waitSupervisorGone(marker, 3000).catch(() => false);
   }
 }
 
 /** Loads earlier steps' results from their stored step receipts (adoption). */
 async function storedStepResults(ctx: Ctx, names: readonly string[]): Promise<Map<string, Receipt>> {
-  const job = (await retrying(ctx.log, "GetJob", () => ctx.deps.jobs.getJob({ jobId: ctx.active.jobId }))).job;
+  const job = (await call(ctx, "GetJob", () => ctx.deps.jobs.getJob({ jobId: ctx.active.jobId }))).job;
   const out = new Map<string, Receipt>();
   for (const a of job?.artifacts ?? []) {
     if (a.kind !== "step_receipt") continue;
     const name = a.name.replace(/\.receipt\.binpb$/, "");
     if (!names.includes(name)) continue;
-    const back = await retrying(ctx.log, "ReadArtifact", () => ctx.deps.jobs.readArtifact({ artifactId: a.id }));
+    const back = await call(ctx, "ReadArtifact", () => ctx.deps.jobs.readArtifact({ artifactId: a.id }));
     if (sha256Hex(back.content) === a.sha256) out.set(name, fromBinary(ReceiptSchema, back.content));
   }
   return out;
@@ -415,6 +431,10 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     await reject("rejected_facilities", "this node's Linux supervision facilities are not available", [reason("facilities_blocked", "The facility report is not ok.", deps.identity.nodeId)]);
     return;
   }
+  if (!deps.repositoryRoots.some((root) => bundle.repositoryPath === root || bundle.repositoryPath.startsWith(root.endsWith("/") ? root : `${root}/`))) {
+    await reject("rejected_repository_root", "the repository is not under one of this node's repository roots", [reason("repository_outside_roots", "The repository path is outside the node's repository roots.", bundle.repositoryPath)]);
+    return;
+  }
   if (!inspection || !inspection.admitted) {
     await reject("rejected_not_admitted", "the approved inspection was not admitted");
     return;
@@ -451,7 +471,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     if (!step) break;
     if (i === 0) {
       // A cancellation committed before any supervisor exists: nothing to launch.
-      const p = await retrying(log, "ReportProgress", () => deps.jobs.reportProgress({ jobId: active.jobId, fence: active.fence, state: JobState.PREPARING }), ctx.deadlineMs);
+      const p = await call(ctx, "ReportProgress", () => deps.jobs.reportProgress({ jobId: active.jobId, fence: active.fence, state: JobState.PREPARING }), ctx.deadlineMs);
       if (p.cancelRequested || active.cancel.reason !== undefined) {
         await complete(ctx, { state: JobState.CANCELLED, outcome: "cancelled_before_start", message: "cancelled before the command started" });
         return;

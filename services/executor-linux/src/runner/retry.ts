@@ -4,6 +4,17 @@ import type { Logger } from "@seraph/kit";
 /** Codes after which a jobs-service call may be repeated (every call the runner makes is idempotent). */
 const TRANSIENT = new Set<Code>([Code.Unavailable, Code.Internal, Code.Unknown, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted]);
 
+/**
+ * The runner is stopping: the job is left to its supervisor and re-adopted by the next
+ * incarnation. Thrown instead of finishing work that needs the jobs service.
+ */
+export class DetachedError extends Error {
+  override readonly name = "DetachedError";
+  constructor(what: string) {
+    super(`the runner stopped during ${what}; the job is left for re-adoption`);
+  }
+}
+
 /** True when `err` may be retried. */
 export function isTransient(err: unknown): boolean {
   if (err instanceof ConnectError) return TRANSIENT.has(err.code);
@@ -22,10 +33,11 @@ export function reasonOf(err: unknown): string | undefined {
  * clock) passes; every runner call is idempotent (claims per incarnation, markers, progress,
  * artifacts by name, completion), so a retry after a lost response changes nothing.
  */
-export async function retrying<T>(log: Logger, what: string, fn: () => Promise<T>, untilMs = Number.POSITIVE_INFINITY): Promise<T> {
+export async function retrying<T>(log: Logger, what: string, fn: () => Promise<T>, untilMs = Number.POSITIVE_INFINITY, signal?: AbortSignal): Promise<T> {
   let delay = 100;
   let attempts = 0;
   for (;;) {
+    if (signal?.aborted) throw new DetachedError(what);
     try {
       return await fn();
     } catch (err) {

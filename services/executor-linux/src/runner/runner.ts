@@ -7,7 +7,7 @@ import { JobState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/
 import { Phase } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
 import type { NodeIdentity } from "./registration.js";
-import { reasonOf } from "./retry.js";
+import { DetachedError, reasonOf } from "./retry.js";
 
 /** Dependencies of the node's job runner. */
 export interface RunnerDeps {
@@ -20,6 +20,7 @@ export interface RunnerDeps {
   readonly pollMs: number;
   readonly facilitiesOk: () => boolean;
   readonly supervisorEntry?: string | undefined;
+  readonly repositoryRoots: readonly string[];
 }
 
 /** The running job runner of one executor process. */
@@ -41,7 +42,10 @@ export interface Runner {
  */
 export function startRunner(deps: RunnerDeps): Runner {
   const log = deps.log.child({ component: "runner" });
+  const stopping = new AbortController();
   const exec: ExecutionDeps = {
+    repositoryRoots: deps.repositoryRoots,
+    signal: stopping.signal,
     jobs: deps.jobs,
     identity: deps.identity,
     dataDir: deps.dataDir,
@@ -75,7 +79,10 @@ export function startRunner(deps: RunnerDeps): Runner {
   const track = (jobId: string, work: (a: ActiveJob) => Promise<void>, a: ActiveJob) => {
     active.set(jobId, a);
     const p = work(a)
-      .catch((err: unknown) => log.error({ err, jobId }, "job execution failed; the next poll re-examines it"))
+      .catch((err: unknown) => {
+        if (err instanceof DetachedError) log.info({ jobId }, "runner stopping: job left to its supervisor for re-adoption");
+        else log.error({ err, jobId }, "job execution failed; the next poll re-examines it");
+      })
       .finally(() => {
         active.delete(jobId);
         tasks.delete(p);
@@ -187,7 +194,10 @@ export function startRunner(deps: RunnerDeps): Runner {
       offCancel();
       wakeUp?.();
       await loop;
-      // In-flight jobs are not waited for: their supervisors run on and a restart re-adopts them.
+      // In-flight jobs detach (their supervisors run on; the next incarnation re-adopts them);
+      // waiting only for them to let go of their connections, bounded.
+      stopping.abort();
+      await Promise.race([Promise.allSettled([...tasks]), new Promise((r) => setTimeout(r, 5000).unref())]);
     },
   };
 }
