@@ -24,6 +24,7 @@ class FakeKernel {
   readonly delivered: Array<{ pid: number; start: bigint; signal: number }> = [];
   readonly fds = new Map<number, { pid: number; start: bigint }>();
   onPidfdOpen: ((pid: number) => void) | undefined;
+  fdLimit = Number.POSITIVE_INFINITY;
   #nextPid = 1000;
   #nextFd = 10;
   #clock = 1n;
@@ -81,6 +82,7 @@ class FakeKernel {
         this.onPidfdOpen?.(pid);
         const p = this.procs.get(pid);
         if (p === undefined) return { ok: false, errno: Errno.ESRCH };
+        if (this.fds.size >= this.fdLimit) return { ok: false, errno: Errno.EMFILE };
         const fd = this.#nextFd++;
         this.fds.set(fd, { pid, start: p.start });
         return { ok: true, fd };
@@ -206,6 +208,18 @@ describe("runCleanup (simulated kernel)", () => {
     expect(k.delivered.some((d) => d.pid === victim.pid)).toBe(false);
     expect(k.procs.get(victim.pid)?.state).toBe("S");
     expect(k.fds.size).toBe(0); // every pidfd of every round was closed
+  });
+
+  test("a tree bigger than the fd limit is still signalled (the rest one pidfd at a time)", async () => {
+    const k = new FakeKernel();
+    k.fdLimit = 3;
+    const direct = k.add(ROOT);
+    for (let i = 0; i < 10; i++) k.add(direct.pid, { ignoresTerm: i % 2 === 0 });
+    const r = await run(k, { graceMs: 100, budgetMs: 2000 });
+    expect(r.echild).toBe(true);
+    expect(r.signalledTerm).toBe(11);
+    expect(r.signalledKill).toBe(5);
+    expect(k.fds.size).toBe(0);
   });
 
   test("a forker that ignores SIGTERM is brought down by repeated SIGKILL rounds", async () => {

@@ -138,27 +138,37 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
       rounds++;
       termUntil = options.graceMs > 0 ? Math.min(t + options.graceMs, options.budgetEnd - options.killMarginMs) : t;
     }
-    if (t < termUntil) {
-      const signalStart = now();
+    // Through the scan's pidfds first, then close them all, then the rest through
+    // signalVerified (which needs an fd of its own per process): a tree bigger than the fd
+    // limit is still signalled, over more calls.
+    const signalAll = (signals: readonly number[], skip: (e: OpenedDescendant) => boolean, done: Set<string>): void => {
+      const later: OpenedDescendant[] = [];
       for (const e of live) {
-        if (termed.has(key(e.stat))) continue;
-        const r = send(e, [Signal.SIGTERM, Signal.SIGCONT]);
-        if (r.kind === "signalled") termed.add(key(e.stat));
-        else if (r.kind === "refused") refused.add(key(e.stat));
+        if (skip(e)) continue;
+        if (e.pidfd === undefined) {
+          later.push(e);
+          continue;
+        }
+        const r = send(e, signals);
+        if (r.kind === "signalled") done.add(key(e.stat));
       }
       scan?.close();
+      for (const e of later) {
+        const r = send(e, signals);
+        if (r.kind === "signalled") done.add(key(e.stat));
+        else if (r.kind === "refused") refused.add(key(e.stat));
+      }
+    };
+    if (t < termUntil) {
+      const signalStart = now();
+      signalAll([Signal.SIGTERM, Signal.SIGCONT], (e) => termed.has(key(e.stat)), termed);
       signalMs += now() - signalStart;
       if (await reapFor(Math.max(1, Math.min(rescanMs, termUntil - now())))) return finish(true);
       continue;
     }
     rounds++;
     const signalStart = now();
-    for (const e of live) {
-      const r = send(e, [Signal.SIGKILL]);
-      if (r.kind === "signalled") killed.add(key(e.stat));
-      else if (r.kind === "refused") refused.add(key(e.stat));
-    }
-    scan?.close();
+    signalAll([Signal.SIGKILL], () => false, killed);
     signalMs += now() - signalStart;
     if (await reapFor(Math.max(10, 2 * lastScanMs))) return finish(true);
   }

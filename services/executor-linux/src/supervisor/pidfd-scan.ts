@@ -1,6 +1,8 @@
-import type { NativeSystem } from "../native/native-system.js";
+import { Errno, type NativeSystem } from "../native/native-system.js";
 import type { ProcFs, ProcStat } from "../native/proc-fs.js";
 import { descendantsOf } from "./process-tree.js";
+
+const ENFILE = 23;
 
 /** A descendant found by a pidfd scan; `pidfd` is undefined when it could not be opened first. */
 export interface OpenedDescendant {
@@ -31,6 +33,8 @@ export function scanTreeWithPidfds(native: NativeSystem, proc: ProcFs, rootPid: 
       if (pid === rootPid) continue;
       const opened = native.pidfdOpen(pid);
       if (opened.ok) fds.set(pid, opened.fd);
+      // Out of fds: the remaining pids go without (signalVerified after this scan's are closed).
+      else if (opened.errno === Errno.EMFILE || opened.errno === ENFILE) break;
     }
     const stats: ProcStat[] = [];
     for (const pid of pids) {
