@@ -1,5 +1,5 @@
 // Shared helpers for the supervisor benchmarks (plain node scripts; run `npx tsc -b` first).
-import { existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { cpus, release, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -35,8 +35,17 @@ export function percentile(xs, p) {
 
 export const fmt = (n, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : String(n));
 
+const madeDirs = [];
+process.on("exit", () => {
+  if (process.env.SERAPH_KEEP_RUN_DIRS === "1") return;
+  for (const d of madeDirs) rmSync(d, { recursive: true, force: true });
+});
+
+/** A fresh private temp dir (removed when the script exits unless SERAPH_KEEP_RUN_DIRS=1). */
 export function runDir(prefix = "sxb-") {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  madeDirs.push(d);
+  return d;
 }
 
 /** Live (non-zombie) processes whose environment carries `tag`, with their pgid and start time. */
