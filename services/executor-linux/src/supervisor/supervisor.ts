@@ -236,8 +236,15 @@ export class Supervisor {
     // turns FINISHED only once it is (so FINISHED means receipt.binpb exists).
     this.#receipt = receipt;
     for (const w of this.#receiptWaiters.splice(0)) w(receipt);
-    await writeFileAtomicAsync(join(runDir, RunDirFiles.receipt), toBinary(ReceiptSchema, receipt));
-    await writeFileAtomicAsync(join(runDir, RunDirFiles.receiptJson), `${JSON.stringify(receiptToJson(receipt), null, 2)}\n`);
+    try {
+      await writeFileAtomicAsync(join(runDir, RunDirFiles.receipt), toBinary(ReceiptSchema, receipt));
+      await writeFileAtomicAsync(join(runDir, RunDirFiles.receiptJson), `${JSON.stringify(receiptToJson(receipt), null, 2)}\n`);
+    } catch (err) {
+      // Served but not durable: the process exits non-zero (main.ts) and the log says why.
+      log.error({ event: "receipt_write_failed", err }, "the receipt could not be written");
+      await this.#server.close();
+      throw err;
+    }
     this.#phase = Phase.FINISHED;
     log.info(
       { event: "receipt_written", outcome: outcomeName(receipt.outcome), reason: receipt.reason, echild: receipt.echildObserved },
