@@ -14,6 +14,8 @@ export function loadApiConfig(env: Readonly<Record<string, string | undefined>>)
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
     SERAPH_INTERNAL_TOKEN: str(),
     SERAPH_OPERATOR_TOKEN_FILE: optionalStr(),
+    /** WatchRepair's slow poll; signals (NATS) deliver changes sooner, the poll covers lost ones. */
+    SERAPH_WATCH_POLL_MS: int(2000, 100, 600_000),
     LOG_LEVEL: str("info"),
   });
 }

@@ -26,6 +26,7 @@ const api = await startApi({
   log,
   jobsUrl: config.SERAPH_JOBS_URL,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
+  watchPollMs: config.SERAPH_WATCH_POLL_MS,
   onOperatorCreated: async (secret) => {
     if (tokenFile) {
       await writeFile(tokenFile, `${secret}\n`, { mode: 0o600, flag: "wx" });

