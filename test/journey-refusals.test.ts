@@ -1,7 +1,7 @@
 import { appendFile } from "node:fs/promises";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { Code } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { LimitsSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
@@ -17,8 +17,20 @@ describe("journey refusals and ownership", () => {
   let repoDir: string;
   let repositoryId: string;
 
+  let failEnqueue = 0;
+
   beforeAll(async () => {
-    stack = await startJourneyStack();
+    stack = await startJourneyStack({
+      wrapJobs: (real) => ({
+        async enqueueJob(req) {
+          if (failEnqueue > 0) {
+            failEnqueue -= 1;
+            throw new ConnectError("the jobs service is restarting", Code.Unavailable);
+          }
+          return real.enqueueJob(req);
+        },
+      }),
+    });
     c = stack.operator;
     await c.settings.updateSandboxSettings({
       expectedRevision: 0n,
@@ -223,5 +235,28 @@ describe("journey refusals and ownership", () => {
     expect(cancelled.repair?.state).toBe(RepairState.CANCELLED);
     await expectRefused(c.repairs.approve({ repairId: g.repair.id, documentSha256: g.document.documentSha256 }), Code.FailedPrecondition, "repair_cancelled");
     await expectRefused(c.repairs.proposePatch({ repairId: g.repair.id, route: { case: "manualDiff", value: fixAddPatch("js") } }), Code.FailedPrecondition, "repair_cancelled");
+  });
+
+  it("repairs a failure between the approval transaction and EnqueueJob when Approve is retried", async () => {
+    const repo4 = await createJsTestProject({ parent: stack.root, failing: true, name: "fourth" });
+    const id4 = (await c.repositories.registerRepository({ path: repo4.dir })).repository!.id;
+    const h = await proposedRepair(c, id4);
+    failEnqueue = 1;
+    await expectRefused(c.repairs.approve({ repairId: h.repair.id, documentSha256: h.document.documentSha256 }), Code.Unavailable, "job_not_queued");
+    // The approval and the repair state were committed together; no job yet.
+    const between = (await c.repairs.getRepair({ repairId: h.repair.id })).repair!;
+    expect(between.state).toBe(RepairState.APPROVED);
+    expect(between.approval?.jobId).toBe("");
+    expect(between.job).toBeUndefined();
+    // Retrying Approve with the same document queues the job exactly once.
+    const retried = await c.repairs.approve({ repairId: h.repair.id, documentSha256: h.document.documentSha256 });
+    expect(retried.approval?.id).toBe(between.approval?.id);
+    expect(retried.repair?.job?.approvalId).toBe(between.approval?.id);
+    const again = await c.repairs.approve({ repairId: h.repair.id, documentSha256: h.document.documentSha256 });
+    expect(again.repair?.job?.id).toBe(retried.repair?.job?.id);
+    const jobs = await stack.db.selectFrom("jobs").select("id").where("repair_id", "=", h.repair.id).execute();
+    expect(jobs).toHaveLength(1);
+    // Another document for an approved repair is refused.
+    await expectRefused(c.repairs.approve({ repairId: h.repair.id, documentSha256: "e".repeat(64) }), Code.FailedPrecondition, "already_approved");
   });
 });

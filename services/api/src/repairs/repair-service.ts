@@ -85,6 +85,8 @@ const STALE_MESSAGES: Record<string, string> = {
   inspection_drift: "the repository changed since it was inspected",
 };
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 const FINAL_JOB_STATES: ReadonlySet<JobState> = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED]);
 
 function staleError(id: string, reason: string): FailedPreconditionError {
@@ -313,6 +315,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
 
     async listRepairs(req, ctx) {
       const p = requirePrincipal(ctx);
+      if (req.goalId !== "" && !UUID.test(req.goalId)) throw new InvalidArgumentError("goal_id", "invalid_uuid", "goal_id must be a UUID (or empty for every goal).");
       const rows = await listOwnedRepairs(db, p.id, req.goalId || undefined);
       const repairs = await Promise.all(rows.map(async (r) => repairMessage(r, await listProposals(db, r.id), await findApproval(db, r.id), undefined)));
       return { repairs };
