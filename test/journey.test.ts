@@ -18,6 +18,7 @@ describe("repair journey up to an approved, queued job", () => {
   let stack: JourneyStack;
   let model: FakeModelServer;
   let repo: FixtureRepo;
+  let finishedRepairId = "";
 
   beforeAll(async () => {
     stack = await startJourneyStack();
@@ -180,7 +181,25 @@ describe("repair journey up to an approved, queued job", () => {
     expect(shown.repair?.approval?.documentSha256).toBe(doc.documentSha256);
     expect(shown.repair?.proposals).toHaveLength(1);
     expect(shown.repair?.noLearning).toBe(true);
+    finishedRepairId = repairId;
   });
+
+  it("follows the job to its end: the watch ends at FINISHED and artifacts read back by hash through the API", async () => {
+    // Beyond this scope (the executor's runner is another team's), but it proves the
+    // API's side of the end: the repair finishes with its job, and ReadArtifact checks ownership.
+    let last: Repair | undefined;
+    for await (const m of stack.operator.repairs.watchRepair({ repairId: finishedRepairId })) last = m.repair;
+    expect(last?.state).toBe(RepairState.FINISHED);
+    const job = last!.job!;
+    expect(job.state).toBe(JobState.SUCCEEDED);
+    expect(job.artifacts.length).toBeGreaterThan(0);
+    for (const a of job.artifacts) {
+      const read = await stack.operator.repairs.readArtifact({ repairId: finishedRepairId, artifactId: a.id });
+      expect(sha256Hex(read.content)).toBe(a.sha256);
+    }
+    const other = await stack.operator.principals.createPrincipal({ name: "eve", newRoot: true });
+    await expectRefused(stack.clients(other.secret).repairs.readArtifact({ repairId: finishedRepairId, artifactId: job.artifacts[0]!.id }), Code.NotFound);
+  }, 120_000);
 
   it("accepts a manual patch without consent and rejects an invalid one with reasons, storing it as invalid", async () => {
     const c = stack.operator;
