@@ -225,6 +225,10 @@ describe("journey refusals and ownership", () => {
     expect(stored.token_sha256).not.toContain(created.secret);
     await c.principals.revokeToken({ tokenId: created.token!.id });
     await expectRefused(t.principals.whoAmI({}), Code.Unauthenticated);
+    const own = (await c.principals.listTokens({})).tokens.filter((x) => x.revokedUnixMs === 0n);
+    expect(own).toHaveLength(1);
+    await expectRefused(c.principals.revokeToken({ tokenId: own[0]!.id }), Code.FailedPrecondition, "last_token");
+    await expectRefused(t.principals.revokeToken({ tokenId: own[0]!.id }), Code.Unauthenticated);
   });
 
   it("cancels a pending repair; a cancelled repair can neither be proposed nor approved", async () => {

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { NotFoundError, requirePrincipal } from "@seraph/kit";
+import { FailedPreconditionError, NotFoundError, requirePrincipal } from "@seraph/kit";
 import { ApiTokenSchema, PrincipalSchema, PrincipalService, type ApiToken } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import type { Kysely } from "kysely";
 import type { ApiDatabase } from "../db/schema.js";
@@ -26,7 +26,10 @@ function tokenMessage(row: TokenRow): ApiToken {
   });
 }
 
-/** Principals and tokens: a caller manages only its own tokens; secrets are returned once. */
+/**
+ * Principals and tokens: a caller manages only its own tokens (another's is NOT_FOUND); secrets
+ * are returned once and stored as SHA-256; a principal's last live token cannot be revoked.
+ */
 export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): ServiceImpl<typeof PrincipalService> {
   const { db } = deps;
   return {
@@ -47,14 +50,22 @@ export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): Servi
     },
     async revokeToken(req, ctx) {
       const p = requirePrincipal(ctx);
-      const row = await db
-        .updateTable("api_tokens")
-        .set({ revoked_at: new Date() })
-        .where("id", "=", req.tokenId)
-        .where("principal_id", "=", p.id)
-        .returningAll()
-        .executeTakeFirst();
-      if (!row) throw new NotFoundError("token", req.tokenId);
+      const row = await db.transaction().execute(async (trx) => {
+        // Lock the principal's tokens so two revocations cannot both see "another one is left".
+        const live = await trx.selectFrom("api_tokens").select(["id", "revoked_at"]).where("principal_id", "=", p.id).forUpdate().execute();
+        const target = live.find((t) => t.id === req.tokenId);
+        if (!target) throw new NotFoundError("token", req.tokenId);
+        if (target.revoked_at === null && live.filter((t) => t.revoked_at === null).length === 1) {
+          // An operator root without a live token could never recover its jobs' slots again.
+          throw new FailedPreconditionError("last_token", "This is your last unrevoked token; create another one before revoking it.", { field: "token_id" });
+        }
+        return trx
+          .updateTable("api_tokens")
+          .set((eb) => ({ revoked_at: eb.fn.coalesce("revoked_at", eb.val(new Date())) }))
+          .where("id", "=", req.tokenId)
+          .returningAll()
+          .executeTakeFirstOrThrow();
+      });
       return { token: tokenMessage(row) };
     },
     async createPrincipal(req, ctx) {
