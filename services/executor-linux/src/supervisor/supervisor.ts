@@ -212,6 +212,9 @@ export class Supervisor {
     try {
       const first = this.#commands[0];
       if (first !== undefined) this.#prepare(first);
+      // Run the receipt path once on the current (empty) state and throw the result away:
+      // V8 compiles it now rather than between the last exit and the receipt.
+      toBinary(ReceiptSchema, this.#buildReceipt(undefined));
       if (await this.#waitForGo()) {
         for (const command of this.#commands) {
           if (this.#stopRequested()) break;
@@ -347,13 +350,8 @@ export class Supervisor {
   }
 
   async #runCommand(c: CommandState): Promise<"next" | "stop"> {
-    const { native, proc, log, spec } = this.#o;
+    const { native, log } = this.#o;
     if (this.#spawnClosed) throw new Error("invariant: spawn requested after cleanup began");
-    // Re-checked before every spawn (cheap): if anything in this process had installed a
-    // SIGCHLD handler (e.g. node's child_process), something else could reap our children.
-    if (signalDisposition(proc.readSelfStatus(), SIGCHLD) !== "default") {
-      throw new Error("SIGCHLD is no longer at its default disposition in the supervisor");
-    }
     this.#current = c.index;
     const [outW, errW] = this.#prepare(c);
     const spawned = native.spawn({
@@ -414,7 +412,13 @@ export class Supervisor {
    */
   #prepare(c: CommandState): readonly [number, number] {
     if (c.writeFds !== undefined) return c.writeFds;
-    const { native, spec } = this.#o;
+    const { native, proc, spec } = this.#o;
+    // Re-checked before every command (cheap, and off the GO → spawn path for the first): if
+    // anything in this process had installed a SIGCHLD handler (e.g. node's child_process),
+    // something else could reap our children.
+    if (signalDisposition(proc.readSelfStatus(), SIGCHLD) !== "default") {
+      throw new Error("SIGCHLD is no longer at its default disposition in the supervisor");
+    }
     c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#streamLimit, this.#budget);
     c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#streamLimit, this.#budget);
     const [outR, outW] = native.pipe();
