@@ -23,7 +23,16 @@ import {
   type Receipt,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { deadlineBudget, limitValues, applyPatchToStage, stageRepository, validateBuildOutput, digestTree, type StagedRepository } from "../profile/index.js";
+import {
+  applyPatchToStage,
+  deadlineBudget,
+  digestTree,
+  limitValues,
+  stageRepository,
+  validateBuildOutput,
+  type RuntimeDigestCache,
+  type StagedRepository,
+} from "../profile/index.js";
 import {
   connectSupervisor,
   launchSupervisor,
@@ -53,6 +62,11 @@ export interface ExecutionDeps {
   readonly repositoryRoots: readonly string[];
   /** Aborted when the runner stops: work in flight detaches (supervisors keep running). */
   readonly signal: AbortSignal;
+  /**
+   * The runtime's SHA-256 keyed by its stat stamp (device, inode, size, mtime, ctime): any write
+   * to the binary changes the stamp and forces a re-hash; otherwise staging skips re-reading it.
+   */
+  readonly runtimeDigests: RuntimeDigestCache;
 }
 
 /** A one-way cancellation latch for a job running in this process. */
@@ -444,10 +458,17 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     return;
   }
   await mkdir(ctx.base, { recursive: true, mode: 0o700 });
+  const tBefore = Date.now();
   const before = await digestTree(bundle.repositoryPath).catch(() => undefined);
   await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
 
-  const staged = await stageRepository({ inspection, jobDir: stageDirOf(ctx.base) });
+  const tDigest = Date.now();
+  const staged = await stageRepository({
+    inspection,
+    jobDir: stageDirOf(ctx.base),
+    runtime: { expectedVersion: inspection.nodeVersion || undefined, digestCache: deps.runtimeDigests },
+  });
+  const tStaged = Date.now();
   if (!staged.ok) {
     const drift = [...staged.drift];
     await reject(drift.length > 0 ? "rejected_drift" : "rejected_staging", staged.reasons.map((r) => r.message).join("; ").slice(0, 2000), [...staged.reasons], drift);
@@ -463,6 +484,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     }
   }
   await store(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
+  log.debug({ repoDigestMs: tDigest - tBefore, stageMs: tStaged - tDigest, patchAndStoreMs: Date.now() - tStaged }, "prepared");
 
   const steps: StepResult[] = [];
   let last: Receipt | undefined;
@@ -478,6 +500,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       }
     }
     const spec = stepSpecFor(ctx, stage, i);
+    const tLaunch = Date.now();
     let handle;
     try {
       handle = await launchSupervisor(spec, deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {});
@@ -488,6 +511,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       return;
     }
     const conn = await handle.connect(deps.identity.incarnationId);
+    log.debug({ step: step.name, launchMs: Date.now() - tLaunch }, "supervisor launched");
     const run = await driveStep(ctx, conn, handle.marker, spec.runDir, true);
     if (!run.markerRecorded && i === 0) {
       await complete(ctx, {

@@ -46,6 +46,7 @@ export function startRunner(deps: RunnerDeps): Runner {
   const exec: ExecutionDeps = {
     repositoryRoots: deps.repositoryRoots,
     signal: stopping.signal,
+    runtimeDigests: new Map(),
     jobs: deps.jobs,
     identity: deps.identity,
     dataDir: deps.dataDir,

