@@ -28,3 +28,60 @@ export function timeBare(argv, cwd, env) {
 
 /** Terminal job states (seraph.jobs.v1.JobState numbers). */
 export const TERMINAL = new Set([6, 7, 8, 9, 10]);
+
+/** A TCP port that was free a moment ago on 127.0.0.1. */
+export async function freePort() {
+  const { createServer } = await import("node:net");
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts `services/<service>/dist/main.js` with exactly `env` (plus PATH/HOME); logs to `<dir>/<name>.log`. */
+export async function spawnService(name, service, env, dir, grpcPort) {
+  const { createWriteStream } = await import("node:fs");
+  const entry = join(root, "services", service, "dist", "main.js");
+  if (!existsSync(entry)) throw new Error(`${entry} is missing: run \`npx tsc -b\` first`);
+  const out = createWriteStream(join(dir, `${name}.log`));
+  const child = spawn(process.execPath, [entry], {
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, LOG_LEVEL: "warn", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout.pipe(out);
+  child.stderr.pipe(out);
+  return { name, child, grpcUrl: `http://127.0.0.1:${grpcPort}` };
+}
+
+/** Waits until the service answers grpc.health.v1 SERVING. */
+export async function waitServing(p, timeoutMs = 60_000) {
+  const { createClient } = await import("@connectrpc/connect");
+  const { createGrpcTransport } = await import("@connectrpc/connect-node");
+  const { Health, HealthCheckResponse_ServingStatus } = await import("@seraph/proto/grpc/health/v1/health_pb.js");
+  const client = createClient(Health, createGrpcTransport({ baseUrl: p.grpcUrl }));
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (p.child.exitCode !== null) break;
+    try {
+      if ((await client.check({ service: "" }, { timeoutMs: 1000 })).status === HealthCheckResponse_ServingStatus.SERVING) return;
+    } catch {
+      // not yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${p.name} did not become SERVING`);
+}
+
+/** SIGTERM by pid, SIGKILL after `graceMs`. */
+export async function stopProcess(child, graceMs = 10_000) {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once("exit", r));
+  child.kill("SIGTERM");
+  const t = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  await exited;
+  clearTimeout(t);
+}

