@@ -25,8 +25,10 @@ test("async ${i}", async () => { await new Promise((r) => setTimeout(r, 5)); ass
 }
 const files = [0, 1, 2].map((i) => join(suite, `t${i}.test.mjs`));
 const node = process.execPath;
-const env = { ...process.env };
-delete env.NODE_OPTIONS;
+// One environment for every variant: the bare suite, the CLI (whose command inherits it) and
+// the started supervisor's spec. (The caller's environment may carry e.g. NODE_EXTRA_CA_CERTS,
+// which alone changes node's startup time.)
+const env = { PATH: "/usr/local/bin:/usr/bin:/bin" };
 
 function wall(cmd, args) {
   const t0 = performance.now();
@@ -61,7 +63,7 @@ async function overheadRuns(argv, n) {
       attempt: 1,
       fence: 1n,
       commands: [{ name: "test", argv, cwd: suite }],
-      env: { PATH: "/usr/bin:/bin" },
+      env,
       deadlineUnixMs: BigInt(Date.now() + 60_000),
       cleanupReserveMs: 3000,
       graceMs: 2000,
