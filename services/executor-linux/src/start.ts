@@ -16,7 +16,7 @@ import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createExecutorRoutes } from "./routes.js";
-import { readBootId, registerNode, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
+import { readBootId, registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
 import { startRunner, type Runner } from "./runner/runner.js";
 import { readFacilityReport } from "./supervisor-client/index.js";
 
@@ -61,7 +61,7 @@ export interface ExecutorHandle extends BootedService {
 
 /**
  * Boots the executor node: listeners, waits until the jobs service answers SERVING, then
- * registers the node (boot id, a fresh incarnation id, slots, address, repository roots,
+ * registers the node (before reporting SERVING when its address is known up front) (boot id, a fresh incarnation id, slots, address, repository roots,
  * Linux facilities), heartbeats, and starts the job runner (claims, re-adoption, cancellation).
  */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
@@ -73,6 +73,16 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: await readBootId(bootIdFile), incarnationId: newId() };
   const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport()))();
   let runner: Runner | undefined;
+  // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
+  // registers as part of readiness: it reports SERVING only once the jobs service knows it.
+  const knownAddress = rt.advertiseUrl ?? (rt.grpcPort !== 0 ? `http://${rt.host.includes(":") ? `[${rt.host}]` : rt.host}:${rt.grpcPort}` : undefined);
+  const registration = async (address: string) => ({
+    ...identity,
+    slotCount: rt.slotCount,
+    address,
+    repositoryRoots: rt.repositoryRoots,
+    facilities: await facilitiesPromise,
+  });
   const booted = await bootService({
     name: "executor",
     log,
@@ -96,21 +106,11 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       await mkdir(rt.dataDir, { recursive: true, mode: 0o700 });
       const res = await jobsHealth.check({ service: "" }, { timeoutMs: 2000 });
       if (res.status !== HealthCheckResponse_ServingStatus.SERVING) throw new Error("the jobs service is not serving yet");
+      if (knownAddress !== undefined) await registerNodeOnce(jobs, await registration(knownAddress), log);
     },
   });
   const facilities = await facilitiesPromise;
-  await registerNode(
-    jobs,
-    {
-      ...identity,
-      slotCount: rt.slotCount,
-      address: rt.advertiseUrl ?? booted.server.grpcUrl,
-      repositoryRoots: rt.repositoryRoots,
-      facilities,
-    },
-    log,
-    rt.signal,
-  );
+  if (knownAddress === undefined) await registerNode(jobs, await registration(booted.server.grpcUrl), log, rt.signal);
   runner = startRunner({
     jobs,
     signals: rt.signals,

@@ -650,8 +650,8 @@ async function abandonUnstarted(ctx: Ctx, names: readonly string[]): Promise<voi
 export async function recordLateReceipt(deps: ExecutionDeps, job: Job): Promise<boolean> {
   const marker = job.marker;
   if (!marker || marker.supervisor?.bootId !== deps.identity.bootId) return false;
-  if (job.artifacts.some((a) => a.kind === "cleanup_receipt")) return false;
-  const file = await readReceiptFile(marker.runDir, marker);
+  if (job.recovery) return true;
+  const file = await readReceiptFile(marker.runDir, marker).catch(() => undefined);
   if (!file || !file.receipt.echildObserved) return false;
   await deps.jobs.storeArtifact({ jobId: job.id, fence: job.fence, kind: "cleanup_receipt", name: "cleanup.receipt.binpb", content: file.bytes, sha256: sha256Hex(file.bytes) });
   deps.log.info({ jobId: job.id }, "late supervisor receipt recorded for recovery");

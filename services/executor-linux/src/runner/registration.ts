@@ -28,6 +28,23 @@ export interface RegistrationInput extends NodeIdentity {
   readonly facilities: FacilityReport;
 }
 
+/** Registers the node with the jobs service once (throws on failure). */
+export async function registerNodeOnce(jobs: Client<typeof JobsService>, input: RegistrationInput, log: Logger): Promise<void> {
+  await jobs.registerNode(
+    {
+      nodeId: input.nodeId,
+      bootId: input.bootId,
+      incarnationId: input.incarnationId,
+      slotCount: input.slotCount,
+      address: input.address,
+      repositoryRoots: [...input.repositoryRoots],
+      facilities: input.facilities,
+    },
+    { timeoutMs: 5000 },
+  );
+  log.info({ incarnationId: input.incarnationId, bootId: input.bootId, slots: input.slotCount, address: input.address, facilitiesOk: input.facilities.ok }, "node registered");
+}
+
 /**
  * Registers the node with the jobs service, retrying with backoff until it succeeds or `signal`
  * aborts (the jobs service may still be migrating).
@@ -36,19 +53,7 @@ export async function registerNode(jobs: Client<typeof JobsService>, input: Regi
   let delay = 200;
   for (;;) {
     try {
-      await jobs.registerNode(
-        {
-          nodeId: input.nodeId,
-          bootId: input.bootId,
-          incarnationId: input.incarnationId,
-          slotCount: input.slotCount,
-          address: input.address,
-          repositoryRoots: [...input.repositoryRoots],
-          facilities: input.facilities,
-        },
-        { timeoutMs: 5000 },
-      );
-      log.info({ incarnationId: input.incarnationId, bootId: input.bootId, slots: input.slotCount, address: input.address, facilitiesOk: input.facilities.ok }, "node registered");
+      await registerNodeOnce(jobs, input, log);
       return;
     } catch (err) {
       if (signal?.aborted) throw err;

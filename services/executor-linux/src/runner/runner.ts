@@ -149,8 +149,13 @@ export function startRunner(deps: RunnerDeps): Runner {
       if (job.state === JobState.RESERVED) claim(job);
       else if (job.state === JobState.PREPARING || job.state === JobState.STARTING || job.state === JobState.RUNNING) adopt(job);
       else if (job.state === JobState.UNKNOWN && !lateChecked.has(job.id)) {
-        lateChecked.add(job.id);
-        await recordLateReceipt(exec, job).catch((err: unknown) => log.warn({ err, jobId: job.id }, "late receipt not recorded"));
+        // Re-checked on every poll until the supervisor's receipt shows up (it may still be
+        // running when contact was lost); a stored receipt is recorded once.
+        const stored = await recordLateReceipt(exec, job).catch((err: unknown) => {
+          log.warn({ err, jobId: job.id }, "late receipt not recorded");
+          return false;
+        });
+        if (stored) lateChecked.add(job.id);
       }
     }
   };

@@ -1,6 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { FailedPreconditionError, NotFoundError } from "@seraph/kit";
 import {
+  JobState,
   ListNodeJobsResponseSchema,
   ListNodesResponseSchema,
   type HeartbeatRequest,
@@ -68,5 +69,5 @@ export async function listAllNodes(core: JobsCore): Promise<ListNodesResponse> {
 export async function listNodeJobs(core: JobsCore, nodeId: string): Promise<ListNodeJobsResponse> {
   const rows = await listJobsOnNode(core.db, nodeId, ["reserved", "preparing", "starting", "running", "unknown"]);
   const jobs = await jobListView(core.db, rows);
-  return create(ListNodeJobsResponseSchema, { jobs: jobs.filter((j) => j.state !== 10 || j.slotHeld) });
+  return create(ListNodeJobsResponseSchema, { jobs: jobs.filter((j) => j.state !== JobState.UNKNOWN || j.slotHeld) });
 }
