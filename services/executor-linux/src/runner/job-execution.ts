@@ -256,7 +256,7 @@ async function verdictFor(ctx: { deps: ExecutionDeps }, marker: OwnerMarker): Pr
   return verifySupervisorIdentity(marker);
 }
 
-function stepSpecFor(ctx: Ctx, stage: StagedRepository, index: number): SupervisorSpec {
+function stepSpecFor(ctx: Ctx, stage: StagedRepository, index: number, outputLeftBytes: number): SupervisorSpec {
   const step = stage.steps[index];
   if (!step) throw new RangeError(`no step ${index}`);
   const limits = limitValues(stage.inspection.limits ?? ({} as never));
@@ -271,7 +271,9 @@ function stepSpecFor(ctx: Ctx, stage: StagedRepository, index: number): Supervis
     cleanupReserveMs: budget.cleanupReserveMs,
     graceMs: budget.graceMs,
     streamLimitBytes: BigInt(limits.stream_bytes),
-    outputLimitBytes: BigInt(limits.output_bytes),
+    // The 16 MiB output limit covers the whole job: later steps get what earlier ones left
+    // (at least 1 byte: 0 would mean "the default" to the supervisor).
+    outputLimitBytes: BigInt(Math.max(1, Math.min(limits.output_bytes, outputLeftBytes))),
     runDir: runDirOf(ctx.base, step.name),
     startBarrier: true,
     declaredOutputDir: step.name === "build" && stage.outputDir !== "" ? join(stage.packageDir, stage.outputDir) : "",
@@ -488,6 +490,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
 
   const steps: StepResult[] = [];
   let last: Receipt | undefined;
+  let outputLeft = limitValues(inspection.limits ?? ({} as never)).output_bytes;
   for (let i = 0; i < stage.steps.length; i++) {
     const step = stage.steps[i];
     if (!step) break;
@@ -499,7 +502,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
         return;
       }
     }
-    const spec = stepSpecFor(ctx, stage, i);
+    const spec = stepSpecFor(ctx, stage, i, outputLeft);
     const tLaunch = Date.now();
     let handle;
     try {
@@ -527,6 +530,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       return;
     }
     last = run.receipt;
+    outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
     await storeStepEvidence(ctx, step.name, run.runDir, run.receipt);
     const verdict = verdictOf(run.receipt, i === 0, i === stage.steps.length - 1);
