@@ -11,8 +11,11 @@ export type DatabaseLocation = { readonly url: string } | { readonly pgliteDir: 
 export async function openDatabase<DB>(location: DatabaseLocation, options?: { poolSize?: number }): Promise<Kysely<DB>> {
   if ("url" in location) {
     const pool = new pg.Pool({ connectionString: location.url, max: options?.poolSize ?? 10 });
-    // An idle client error (server restart) must not crash the process; the pool replaces it.
+    // A connection error (server restart, terminated backend) must not crash the process: the
+    // pool drops the client, the query in flight fails, and its transaction is retried or
+    // reported by the caller. Idle clients report on the pool, checked-out ones on the client.
     pool.on("error", () => undefined);
+    pool.on("connect", (client) => client.on("error", () => undefined));
     return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   }
   const pglite = await PGlite.create(location.pgliteDir);
