@@ -1,5 +1,4 @@
 import { toJson, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
-import { parseArgs, type ParseArgsConfig } from "node:util";
 import { connectApi, type Api } from "./client.js";
 import { readLogin, resolveApiUrl, resolveToken } from "./config.js";
 import { UsageError, type CliIo } from "./io.js";
@@ -37,7 +36,7 @@ export function createContext(io: CliIo, json: boolean, apiFlag: string | undefi
       if (api) return api;
       const stored = await readLogin(io);
       const token = resolveToken(io, stored);
-      if (!token) throw new UsageError("not logged in: run `seraph login` or set SERAPH_TOKEN");
+      if (!token) throw new UsageError("not logged in: run `seraph login` or set SERAPH_TOKEN", { showUsage: false });
       api = connectApi(resolveApiUrl(io, apiFlag, stored), token);
       opened.push(api);
       return api;
@@ -53,20 +52,6 @@ export function createContext(io: CliIo, json: boolean, apiFlag: string | undefi
       io.stdout.write(`${JSON.stringify(toJson(schema, message, { alwaysEmitImplicit: true }))}\n`);
     },
   };
-}
-
-/** parseArgs with strict options; errors become UsageError. */
-export function parse<T extends ParseArgsConfig["options"]>(args: readonly string[], options: T, positionals: { min: number; max: number; names: string }) {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: [...args], options: options ?? {}, strict: true, allowPositionals: true });
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  if (parsed.positionals.length < positionals.min || parsed.positionals.length > positionals.max) {
-    throw new UsageError(positionals.names === "" ? "this command takes no arguments" : `expected ${positionals.names}`);
-  }
-  return parsed as { values: Record<string, string | boolean | string[] | boolean[] | undefined>; positionals: string[] };
 }
 
 /** A string flag's value. */

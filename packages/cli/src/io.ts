@@ -32,7 +32,15 @@ export function processIo(): CliIo {
   };
 }
 
-/** A usage error: printed with the command's usage, exit status 2. */
+/**
+ * A usage error: exit status 2, printed with the command's usage unless `showUsage` is false
+ * (for refusals that are not about the command line, like "not logged in").
+ */
 export class UsageError extends Error {
   override readonly name = "UsageError";
+  readonly showUsage: boolean;
+  constructor(message: string, options: { showUsage?: boolean } = {}) {
+    super(message);
+    this.showUsage = options.showUsage ?? true;
+  }
 }

@@ -4,25 +4,14 @@ import { goal } from "./commands/goal.js";
 import { repair } from "./commands/repair.js";
 import { repo } from "./commands/repo.js";
 import { settings } from "./commands/settings.js";
-import { createContext, type CommandContext } from "./context.js";
+import { commandUsage, GLOBAL_FLAGS, groupUsage, isGroup, parseCommand, synopsis, type Command, type CommandGroup } from "./command-spec.js";
+import { DEFAULT_API_URL } from "./config.js";
+import { createContext } from "./context.js";
 import { enumName } from "./format.js";
 import { processIo, UsageError, type CliIo } from "./io.js";
 
-const USAGE = `usage: seraph [--api URL] [--json] COMMAND ...
-
-  login [--token TOKEN]          store a token (0600) for --api / $SERAPH_API_URL (default http://127.0.0.1:7400)
-  logout | whoami
-  token create NAME | list | revoke TOKEN_ID
-  principal create NAME [--new-root]
-  goal create|revise|list|show|archive
-  repo add PATH | list
-  settings show | set ... | check
-  repair create|list|show|watch|source|consent|propose|approve|cancel|recover
-
-$SERAPH_TOKEN overrides the stored token; $SERAPH_CONFIG_DIR moves the config directory.
-Every command takes --json. Errors print the gRPC code and message and exit non-zero.`;
-
-const COMMANDS: Record<string, (ctx: CommandContext, args: readonly string[]) => Promise<number>> = {
+/** Every `seraph` command, in the order the usage lists them. */
+export const COMMANDS: Readonly<Record<string, Command | CommandGroup>> = {
   login,
   logout,
   whoami,
@@ -33,6 +22,31 @@ const COMMANDS: Record<string, (ctx: CommandContext, args: readonly string[]) =>
   settings,
   repair,
 };
+
+/** The top-level usage, generated from the command table. */
+export function usage(): string {
+  const rows: [string, string][] = [];
+  for (const entry of Object.values(COMMANDS)) {
+    const commands = isGroup(entry) ? Object.values(entry.subcommands) : [entry];
+    for (const c of commands) rows.push([synopsis(c.spec).slice("seraph ".length), c.spec.summary]);
+  }
+  const lines = ["usage: seraph [--api URL] [--json] COMMAND [SUBCOMMAND] [ARGS] [FLAGS]", "", "commands:"];
+  for (const [s, summary] of rows) lines.push(`  ${s}`, `      ${summary}`);
+  lines.push("", "global flags (accepted anywhere on the command line):");
+  const width = Math.max(...GLOBAL_FLAGS.map(([l]) => l.length));
+  for (const [l, r] of GLOBAL_FLAGS) lines.push(`  ${l.padEnd(width)}  ${r}`);
+  lines.push(
+    "",
+    "environment:",
+    "  SERAPH_TOKEN       the token to use; overrides the stored one",
+    `  SERAPH_API_URL     the API address when --api is not given (default ${DEFAULT_API_URL})`,
+    "  SERAPH_CONFIG_DIR  where login.json is kept (default $XDG_CONFIG_HOME/seraph, else ~/.config/seraph)",
+    "",
+    "exit status: 0 ok; 1 refused or failed (the gRPC code and message are printed on stderr); 2 usage error.",
+    "Run `seraph COMMAND [SUBCOMMAND] --help` for a command's arguments, flags and defaults.",
+  );
+  return `${lines.join("\n")}\n`;
+}
 
 /** Pulls the global flags (--json, --api URL, --help) out of the arguments, wherever they are. */
 function globalFlags(args: readonly string[]): { json: boolean; api: string | undefined; help: boolean; rest: string[] } {
@@ -51,25 +65,52 @@ function globalFlags(args: readonly string[]): { json: boolean; api: string | un
   return { json, api, help, rest };
 }
 
+/** Finds the command `rest` names, or says what is missing or unknown (and in which group). */
+function resolve(rest: readonly string[]): { command: Command; name: string; args: string[] } | { group?: CommandGroup; problem?: string; name: string } {
+  const [first, ...tail] = rest;
+  if (first === undefined) return { name: "seraph", problem: "missing command" };
+  const entry = COMMANDS[first];
+  if (!entry) return { name: "seraph", problem: `unknown command ${JSON.stringify(first)}` };
+  if (!isGroup(entry)) return { command: entry, name: `seraph ${first}`, args: tail };
+  const [sub, ...args] = tail;
+  if (sub === undefined) return { group: entry, name: `seraph ${first}`, problem: "missing subcommand" };
+  const command = entry.subcommands[sub];
+  if (!command) return { group: entry, name: `seraph ${first}`, problem: `unknown subcommand ${JSON.stringify(sub)}` };
+  return { command, name: `seraph ${command.spec.name}`, args };
+}
+
 /** Runs `seraph` with `args`; resolves to the exit status (0 ok, 1 refused or failed, 2 usage). */
 export async function main(args: readonly string[], io: CliIo = processIo()): Promise<number> {
-  const { json, api, help, rest } = globalFlags(args);
-  const [command, ...commandArgs] = rest;
-  if (help || command === undefined || command === "help") {
-    io.stdout.write(`${USAGE}\n`);
-    return command === undefined && !help ? 2 : 0;
+  const flags = globalFlags(args);
+  let { help } = flags;
+  const { json, api } = flags;
+  let rest = flags.rest;
+  if (rest[0] === "help") {
+    help = true;
+    rest = rest.slice(1);
   }
-  const run = COMMANDS[command];
-  if (!run) {
-    io.stderr.write(`seraph: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
+  const found = resolve(rest);
+  if (!("command" in found)) {
+    const text = found.group ? groupUsage(found.group) : usage();
+    // `seraph --help` and `seraph repair --help` ask for exactly this text.
+    if (help && (rest.length === 0 || (found.group !== undefined && rest.length === 1))) {
+      io.stdout.write(text);
+      return 0;
+    }
+    io.stderr.write(`${found.name}: ${found.problem}\n\n${text}`);
     return 2;
+  }
+  const { command, name } = found;
+  if (help) {
+    io.stdout.write(commandUsage(command.spec));
+    return 0;
   }
   const ctx = createContext(io, json, api);
   try {
-    return await run(ctx, commandArgs);
+    return await command.run(ctx, parseCommand(command.spec, found.args));
   } catch (err) {
     if (err instanceof UsageError) {
-      io.stderr.write(`seraph ${command}: ${err.message}\n`);
+      io.stderr.write(`${name}: ${err.message}\n${err.showUsage ? `\n${commandUsage(command.spec)}` : ""}`);
       return 2;
     }
     if (err instanceof ConnectError) {

@@ -1,52 +1,83 @@
 import { ArchiveGoalResponseSchema, CreateGoalResponseSchema, GetGoalResponseSchema, ListGoalsResponseSchema, ReviseGoalResponseSchema } from "@seraph/proto/seraph/api/v1/goals_pb.js";
-import { intFlag, need, parse, str, type CommandContext } from "../context.js";
+import type { CommandGroup } from "../command-spec.js";
+import { intFlag, need, str } from "../context.js";
 import { goalLine } from "../format.js";
-import { UsageError } from "../io.js";
+
+const GOAL_ID = { name: "GOAL_ID", help: "the goal's id" } as const;
 
 /** `seraph goal create|revise|list|show|archive`. */
-export async function goal(ctx: CommandContext, args: readonly string[]): Promise<number> {
-  const [sub, ...rest] = args;
-  const api = await ctx.api();
-  switch (sub) {
-    case "create": {
-      const { values } = parse(rest, { title: { type: "string" }, objective: { type: "string" } }, { min: 0, max: 0, names: "" });
-      const res = await api.goals.createGoal({ title: need(values, "title"), objective: str(values, "objective") ?? "" });
-      if (ctx.json) ctx.json1(CreateGoalResponseSchema, res);
-      ctx.say(goalLine(res.goal!));
-      return 0;
-    }
-    case "revise": {
-      const { values, positionals } = parse(rest, { revision: { type: "string" }, title: { type: "string" }, objective: { type: "string" } }, { min: 1, max: 1, names: "GOAL_ID" });
-      const goalId = positionals[0] as string;
-      // Compare-and-set: --revision is the revision you last saw; without it, the current one is read first.
-      const expected = intFlag(values, "revision") ?? (await api.goals.getGoal({ goalId })).goal?.revision ?? 0;
-      const res = await api.goals.reviseGoal({ goalId, expectedRevision: expected, title: str(values, "title") ?? "", objective: str(values, "objective") ?? "" });
-      if (ctx.json) ctx.json1(ReviseGoalResponseSchema, res);
-      ctx.say(goalLine(res.goal!));
-      return 0;
-    }
-    case "list": {
-      const { values } = parse(rest, { all: { type: "boolean" } }, { min: 0, max: 0, names: "" });
-      const res = await api.goals.listGoals({ includeArchived: values["all"] === true });
-      if (ctx.json) ctx.json1(ListGoalsResponseSchema, res);
-      for (const g of res.goals) ctx.say(goalLine(g));
-      return 0;
-    }
-    case "show": {
-      const { positionals } = parse(rest, {}, { min: 1, max: 1, names: "GOAL_ID" });
-      const res = await api.goals.getGoal({ goalId: positionals[0] as string });
-      if (ctx.json) ctx.json1(GetGoalResponseSchema, res);
-      ctx.say(`${goalLine(res.goal!)}\n${res.goal?.objective ?? ""}`);
-      return 0;
-    }
-    case "archive": {
-      const { positionals } = parse(rest, {}, { min: 1, max: 1, names: "GOAL_ID" });
-      const res = await api.goals.archiveGoal({ goalId: positionals[0] as string });
-      if (ctx.json) ctx.json1(ArchiveGoalResponseSchema, res);
-      ctx.say(goalLine(res.goal!));
-      return 0;
-    }
-    default:
-      throw new UsageError("seraph goal create --title T [--objective O] | revise GOAL_ID [--revision N] [--title T] [--objective O] | list [--all] | show GOAL_ID | archive GOAL_ID");
-  }
-}
+export const goal: CommandGroup = {
+  name: "goal",
+  summary: "Manage Goals: what a repair is for, owned by the principal that creates it.",
+  subcommands: {
+    create: {
+      spec: {
+        name: "goal create",
+        summary: "Create a goal (revision 1) and print it.",
+        flags: {
+          title: { type: "string", value: "TEXT", help: "the goal's title", required: true },
+          objective: { type: "string", value: "TEXT", help: "what done means, in words", defaultText: "empty" },
+        },
+      },
+      async run(ctx, { values }) {
+        const res = await (await ctx.api()).goals.createGoal({ title: need(values, "title"), objective: str(values, "objective") ?? "" });
+        if (ctx.json) ctx.json1(CreateGoalResponseSchema, res);
+        ctx.say(goalLine(res.goal!));
+        return 0;
+      },
+    },
+    revise: {
+      spec: {
+        name: "goal revise",
+        summary: "Change a goal's title or objective (compare-and-set on its revision); repairs opened at an older revision go stale.",
+        args: [GOAL_ID],
+        flags: {
+          revision: { type: "int", value: "N", help: "the revision you last saw; a newer one is ABORTED", defaultText: "the goal's current revision" },
+          title: { type: "string", value: "TEXT", help: "the new title", defaultText: "unchanged" },
+          objective: { type: "string", value: "TEXT", help: "the new objective", defaultText: "unchanged" },
+        },
+      },
+      async run(ctx, { values, positionals }) {
+        const api = await ctx.api();
+        const goalId = positionals[0] as string;
+        // Compare-and-set: --revision is the revision you last saw; without it, the current one is read first.
+        const expected = intFlag(values, "revision") ?? (await api.goals.getGoal({ goalId })).goal?.revision ?? 0;
+        const res = await api.goals.reviseGoal({ goalId, expectedRevision: expected, title: str(values, "title") ?? "", objective: str(values, "objective") ?? "" });
+        if (ctx.json) ctx.json1(ReviseGoalResponseSchema, res);
+        ctx.say(goalLine(res.goal!));
+        return 0;
+      },
+    },
+    list: {
+      spec: {
+        name: "goal list",
+        summary: "List your goals (id, revision, state, title).",
+        flags: { all: { type: "boolean", help: "include archived goals" } },
+      },
+      async run(ctx, { values }) {
+        const res = await (await ctx.api()).goals.listGoals({ includeArchived: values["all"] === true });
+        if (ctx.json) ctx.json1(ListGoalsResponseSchema, res);
+        for (const g of res.goals) ctx.say(goalLine(g));
+        return 0;
+      },
+    },
+    show: {
+      spec: { name: "goal show", summary: "Print one goal with its objective.", args: [GOAL_ID] },
+      async run(ctx, { positionals }) {
+        const res = await (await ctx.api()).goals.getGoal({ goalId: positionals[0] as string });
+        if (ctx.json) ctx.json1(GetGoalResponseSchema, res);
+        ctx.say(`${goalLine(res.goal!)}\n${res.goal?.objective ?? ""}`);
+        return 0;
+      },
+    },
+    archive: {
+      spec: { name: "goal archive", summary: "Archive a goal; its repairs that are not yet approved go stale.", args: [GOAL_ID] },
+      async run(ctx, { positionals }) {
+        const res = await (await ctx.api()).goals.archiveGoal({ goalId: positionals[0] as string });
+        if (ctx.json) ctx.json1(ArchiveGoalResponseSchema, res);
+        ctx.say(goalLine(res.goal!));
+        return 0;
+      },
+    },
+  },
+};

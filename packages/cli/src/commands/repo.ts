@@ -1,32 +1,42 @@
 import { resolve } from "node:path";
 import { ListRepositoriesResponseSchema, RegisterRepositoryResponseSchema } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { parse, str, type CommandContext } from "../context.js";
+import type { CommandGroup } from "../command-spec.js";
+import { str } from "../context.js";
 import { repositoryLine } from "../format.js";
-import { UsageError } from "../io.js";
 
 /** `seraph repo add PATH [--name N] [--node ID] | list`. */
-export async function repo(ctx: CommandContext, args: readonly string[]): Promise<number> {
-  const [sub, ...rest] = args;
-  const api = await ctx.api();
-  switch (sub) {
-    case "add": {
-      const { values, positionals } = parse(rest, { name: { type: "string" }, node: { type: "string" } }, { min: 1, max: 1, names: "PATH" });
-      // The path is on the executor node; a relative path is resolved here for convenience (embedded mode).
-      const raw = positionals[0] as string;
-      const path = raw.startsWith("/") ? raw : resolve(raw);
-      const res = await api.repositories.registerRepository({ path, name: str(values, "name") ?? "", nodeId: str(values, "node") ?? "" });
-      if (ctx.json) ctx.json1(RegisterRepositoryResponseSchema, res);
-      ctx.say(repositoryLine(res.repository!));
-      return 0;
-    }
-    case "list": {
-      parse(rest, {}, { min: 0, max: 0, names: "" });
-      const res = await api.repositories.listRepositories({});
-      if (ctx.json) ctx.json1(ListRepositoriesResponseSchema, res);
-      for (const r of res.repositories) ctx.say(repositoryLine(r));
-      return 0;
-    }
-    default:
-      throw new UsageError("seraph repo add PATH [--name N] [--node NODE_ID] | list");
-  }
-}
+export const repo: CommandGroup = {
+  name: "repo",
+  summary: "Register repositories that live on an executor node.",
+  subcommands: {
+    add: {
+      spec: {
+        name: "repo add",
+        summary: "Register a repository directory on an executor node (it must be under one of the settings' roots).",
+        args: [{ name: "PATH", help: "the repository's directory on the node; a relative path is resolved against the current directory" }],
+        flags: {
+          name: { type: "string", value: "NAME", help: "a display name", defaultText: "the directory's base name" },
+          node: { type: "string", value: "NODE_ID", help: "the executor node hosting it", defaultText: "the only registered node (required when there are several)" },
+        },
+      },
+      async run(ctx, { values, positionals }) {
+        // The path is on the executor node; a relative path is resolved here for convenience (embedded mode).
+        const raw = positionals[0] as string;
+        const path = raw.startsWith("/") ? raw : resolve(raw);
+        const res = await (await ctx.api()).repositories.registerRepository({ path, name: str(values, "name") ?? "", nodeId: str(values, "node") ?? "" });
+        if (ctx.json) ctx.json1(RegisterRepositoryResponseSchema, res);
+        ctx.say(repositoryLine(res.repository!));
+        return 0;
+      },
+    },
+    list: {
+      spec: { name: "repo list", summary: "List registered repositories (id, node, path, name)." },
+      async run(ctx) {
+        const res = await (await ctx.api()).repositories.listRepositories({});
+        if (ctx.json) ctx.json1(ListRepositoriesResponseSchema, res);
+        for (const r of res.repositories) ctx.say(repositoryLine(r));
+        return 0;
+      },
+    },
+  },
+};

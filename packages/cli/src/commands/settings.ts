@@ -8,7 +8,8 @@ import {
   UpdateSandboxSettingsResponseSchema,
 } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { LimitsSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { intFlag, parse, str, strs, type CommandContext } from "../context.js";
+import type { CommandGroup } from "../command-spec.js";
+import { intFlag, str, strs } from "../context.js";
 import { prerequisitesText, settingsText } from "../format.js";
 import { UsageError } from "../io.js";
 
@@ -25,110 +26,116 @@ const LIMIT_FIELDS: Record<string, string> = {
 };
 const UINT32 = new Set(["sourceFiles", "dependencyFiles", "wallMs"]);
 
-const SET_USAGE = `seraph settings set [--backend local] [--runtime ABS_PATH] [--enable | --disable] [--root DIR ...] [--clear-roots]
-    [--ttl SECONDS] [--limit NAME=VALUE ...] [--revision N]
-    [--model-route ID --model-base-url URL --model NAME [--model-key-env VAR] [--model-timeout-ms N] [--model-attempts N]]
-    [--remove-model-route ID]`;
-
 /** `seraph settings show | set ... | check [--node ID]`. */
-export async function settings(ctx: CommandContext, args: readonly string[]): Promise<number> {
-  const [sub, ...rest] = args;
-  const api = await ctx.api();
-  switch (sub) {
-    case "show": {
-      parse(rest, {}, { min: 0, max: 0, names: "" });
-      const res = await api.settings.getSandboxSettings({});
-      if (ctx.json) ctx.json1(GetSandboxSettingsResponseSchema, res);
-      ctx.say(settingsText(res.settings!, res.profiles));
-      return 0;
-    }
-    case "set": {
-      const { values } = parse(
-        rest,
-        {
-          backend: { type: "string" },
-          runtime: { type: "string" },
-          enable: { type: "boolean" },
-          disable: { type: "boolean" },
-          root: { type: "string", multiple: true },
-          "clear-roots": { type: "boolean" },
-          ttl: { type: "string" },
-          limit: { type: "string", multiple: true },
-          revision: { type: "string" },
-          "model-route": { type: "string" },
-          "model-base-url": { type: "string" },
-          model: { type: "string" },
-          "model-key-env": { type: "string" },
-          "model-timeout-ms": { type: "string" },
-          "model-attempts": { type: "string" },
-          "remove-model-route": { type: "string", multiple: true },
+export const settings: CommandGroup = {
+  name: "settings",
+  summary: "Show, change and check the sandbox settings (operator root only for set).",
+  subcommands: {
+    show: {
+      spec: { name: "settings show", summary: "Print the settings (model route keys are never shown, only whether one is set) and the profiles." },
+      async run(ctx) {
+        const res = await (await ctx.api()).settings.getSandboxSettings({});
+        if (ctx.json) ctx.json1(GetSandboxSettingsResponseSchema, res);
+        ctx.say(settingsText(res.settings!, res.profiles));
+        return 0;
+      },
+    },
+    set: {
+      spec: {
+        name: "settings set",
+        summary: "Change the settings: reads the current ones, applies the flags, saves with a compare-and-set on the revision. Starts nothing and grants nothing.",
+        flags: {
+          backend: { type: "string", value: "local|docker", help: "the sandbox backend (docker is shown but blocked for Node)", defaultText: "unchanged" },
+          runtime: { type: "string", value: "ABS_PATH", help: "absolute path of the Node 24 executable the steps run with", defaultText: "unchanged" },
+          enable: { type: "boolean", help: "enable execution" },
+          disable: { type: "boolean", help: "disable execution" },
+          root: { type: "string", value: "DIR", multiple: true, help: "add an absolute directory under which repositories may be registered" },
+          "clear-roots": { type: "boolean", help: "remove every root first (then --root adds)" },
+          ttl: { type: "int", value: "SECONDS", help: "how long an approval stays valid", defaultText: "unchanged" },
+          limit: { type: "string", value: "NAME=VALUE", multiple: true, help: `set a profile limit; NAME is one of ${Object.keys(LIMIT_FIELDS).join(", ")}` },
+          revision: { type: "int", value: "N", help: "the settings revision you last saw; a newer one is ABORTED", defaultText: "the current revision" },
+          "model-route": { type: "string", value: "ID", help: "add or change the model route with this id (consent names it)" },
+          "model-base-url": { type: "string", value: "URL", help: "the route's OpenAI-compatible base URL (needed for a new route)" },
+          model: { type: "string", value: "NAME", help: "the route's model name (needed for a new route)" },
+          "model-key-env": { type: "string", value: "VAR", help: "read the route's API key from this environment variable (the key never appears on the command line)" },
+          "model-timeout-ms": { type: "int", value: "N", help: "the route's request timeout in milliseconds (at most 600000)", defaultText: "unchanged" },
+          "model-attempts": { type: "int", value: "N", help: "the route's maximum attempts (at most 5)", defaultText: "unchanged" },
+          "remove-model-route": { type: "string", value: "ID", multiple: true, help: "remove the model route with this id" },
         },
-        { min: 0, max: 0, names: "" },
-      );
-      const current = (await api.settings.getSandboxSettings({})).settings!;
-      const next = clone(SandboxSettingsSchema, current);
-      const backend = str(values, "backend");
-      if (backend !== undefined) {
-        if (backend === "local") next.backend = SandboxBackend.LOCAL;
-        else if (backend === "docker") next.backend = SandboxBackend.DOCKER;
-        else throw new UsageError("--backend is local or docker");
-      }
-      const runtime = str(values, "runtime");
-      if (runtime !== undefined) next.runtimePath = runtime;
-      if (values["enable"] === true && values["disable"] === true) throw new UsageError("--enable and --disable exclude each other");
-      if (values["enable"] === true) next.enabled = true;
-      if (values["disable"] === true) next.enabled = false;
-      if (values["clear-roots"] === true) next.repositoryRoots = [];
-      for (const r of strs(values, "root")) if (!next.repositoryRoots.includes(r)) next.repositoryRoots.push(r);
-      const ttl = intFlag(values, "ttl");
-      if (ttl !== undefined) next.approvalTtlSeconds = ttl;
-      const limits = clone(LimitsSchema, next.limits ?? create(LimitsSchema));
-      for (const item of strs(values, "limit")) {
-        const [name, raw] = item.split("=", 2);
-        const field = LIMIT_FIELDS[name ?? ""];
-        if (!field || raw === undefined || !/^\d+$/.test(raw)) throw new UsageError(`--limit NAME=VALUE with NAME one of ${Object.keys(LIMIT_FIELDS).join(", ")}`);
-        (limits as unknown as Record<string, number | bigint>)[field] = UINT32.has(field) ? Number(raw) : BigInt(raw);
-      }
-      next.limits = limits;
-      for (const id of strs(values, "remove-model-route")) next.modelRoutes = next.modelRoutes.filter((r) => r.id !== id);
-      const routeId = str(values, "model-route");
-      if (routeId !== undefined) {
-        const existing = next.modelRoutes.find((r) => r.id === routeId);
-        const route = existing ?? create(ModelRouteSchema, { id: routeId });
-        const baseUrl = str(values, "model-base-url");
-        const model = str(values, "model");
-        if (baseUrl !== undefined) route.baseUrl = baseUrl;
-        if (model !== undefined) route.model = model;
-        if (!route.baseUrl || !route.model) throw new UsageError("a new model route needs --model-base-url and --model");
-        const keyEnv = str(values, "model-key-env");
-        if (keyEnv !== undefined) {
-          const key = ctx.io.env[keyEnv];
-          if (!key) throw new UsageError(`--model-key-env ${keyEnv}: that environment variable is empty`);
-          route.apiKey = key;
+        oneOf: [{ flags: ["enable", "disable"], required: false }],
+        notes: ["--model-base-url, --model, --model-key-env, --model-timeout-ms and --model-attempts apply to the route named by --model-route."],
+      },
+      async run(ctx, { values }) {
+        const api = await ctx.api();
+        const current = (await api.settings.getSandboxSettings({})).settings!;
+        const next = clone(SandboxSettingsSchema, current);
+        const backend = str(values, "backend");
+        if (backend !== undefined) {
+          if (backend === "local") next.backend = SandboxBackend.LOCAL;
+          else if (backend === "docker") next.backend = SandboxBackend.DOCKER;
+          else throw new UsageError("--backend is local or docker");
         }
-        const timeout = intFlag(values, "model-timeout-ms");
-        if (timeout !== undefined) route.timeoutMs = timeout;
-        const attempts = intFlag(values, "model-attempts");
-        if (attempts !== undefined) route.maxAttempts = attempts;
-        if (!existing) next.modelRoutes.push(route);
-      } else if (str(values, "model-base-url") !== undefined || str(values, "model") !== undefined || str(values, "model-key-env") !== undefined) {
-        throw new UsageError("--model-base-url, --model and --model-key-env need --model-route ID");
-      }
-      const expected = intFlag(values, "revision");
-      const res = await api.settings.updateSandboxSettings({ settings: next, expectedRevision: expected === undefined ? current.revision : BigInt(expected) });
-      if (ctx.json) ctx.json1(UpdateSandboxSettingsResponseSchema, res);
-      ctx.say(settingsText(res.settings!, []));
-      ctx.say("Saved. Saving settings starts nothing and grants nothing; every execution needs its own exact approval.");
-      return 0;
-    }
-    case "check": {
-      const { values } = parse(rest, { node: { type: "string" } }, { min: 0, max: 0, names: "" });
-      const res = await api.settings.checkPrerequisites({ nodeId: str(values, "node") ?? "" });
-      if (ctx.json) ctx.json1(CheckPrerequisitesResponseSchema, res);
-      ctx.say(prerequisitesText(res.reports));
-      return res.reports.length > 0 && res.reports.every((r) => r.ok) ? 0 : 1;
-    }
-    default:
-      throw new UsageError(`seraph settings show | check [--node NODE_ID] | set ...\n  ${SET_USAGE}`);
-  }
-}
+        const runtime = str(values, "runtime");
+        if (runtime !== undefined) next.runtimePath = runtime;
+        if (values["enable"] === true) next.enabled = true;
+        if (values["disable"] === true) next.enabled = false;
+        if (values["clear-roots"] === true) next.repositoryRoots = [];
+        for (const r of strs(values, "root")) if (!next.repositoryRoots.includes(r)) next.repositoryRoots.push(r);
+        const ttl = intFlag(values, "ttl");
+        if (ttl !== undefined) next.approvalTtlSeconds = ttl;
+        const limits = clone(LimitsSchema, next.limits ?? create(LimitsSchema));
+        for (const item of strs(values, "limit")) {
+          const [name, raw] = item.split("=", 2);
+          const field = LIMIT_FIELDS[name ?? ""];
+          if (!field || raw === undefined || !/^\d+$/.test(raw)) throw new UsageError(`--limit NAME=VALUE with NAME one of ${Object.keys(LIMIT_FIELDS).join(", ")}`);
+          (limits as unknown as Record<string, number | bigint>)[field] = UINT32.has(field) ? Number(raw) : BigInt(raw);
+        }
+        next.limits = limits;
+        for (const id of strs(values, "remove-model-route")) next.modelRoutes = next.modelRoutes.filter((r) => r.id !== id);
+        const routeId = str(values, "model-route");
+        if (routeId !== undefined) {
+          const existing = next.modelRoutes.find((r) => r.id === routeId);
+          const route = existing ?? create(ModelRouteSchema, { id: routeId });
+          const baseUrl = str(values, "model-base-url");
+          const model = str(values, "model");
+          if (baseUrl !== undefined) route.baseUrl = baseUrl;
+          if (model !== undefined) route.model = model;
+          if (!route.baseUrl || !route.model) throw new UsageError("a new model route needs --model-base-url and --model");
+          const keyEnv = str(values, "model-key-env");
+          if (keyEnv !== undefined) {
+            const key = ctx.io.env[keyEnv];
+            if (!key) throw new UsageError(`--model-key-env ${keyEnv}: that environment variable is empty`);
+            route.apiKey = key;
+          }
+          const timeout = intFlag(values, "model-timeout-ms");
+          if (timeout !== undefined) route.timeoutMs = timeout;
+          const attempts = intFlag(values, "model-attempts");
+          if (attempts !== undefined) route.maxAttempts = attempts;
+          if (!existing) next.modelRoutes.push(route);
+        } else if (str(values, "model-base-url") !== undefined || str(values, "model") !== undefined || str(values, "model-key-env") !== undefined) {
+          throw new UsageError("--model-base-url, --model and --model-key-env need --model-route ID");
+        }
+        const expected = intFlag(values, "revision");
+        const res = await api.settings.updateSandboxSettings({ settings: next, expectedRevision: expected === undefined ? current.revision : BigInt(expected) });
+        if (ctx.json) ctx.json1(UpdateSandboxSettingsResponseSchema, res);
+        ctx.say(settingsText(res.settings!, []));
+        ctx.say("Saved. Saving settings starts nothing and grants nothing; every execution needs its own exact approval.");
+        return 0;
+      },
+    },
+    check: {
+      spec: {
+        name: "settings check",
+        summary: "Check each executor node's prerequisites for the saved settings (runtime, roots, Linux facilities).",
+        flags: { node: { type: "string", value: "NODE_ID", help: "check only this node", defaultText: "every registered node" } },
+        notes: ["Exit status 0 when at least one node is checked and every checked node is ready, else 1."],
+      },
+      async run(ctx, { values }) {
+        const res = await (await ctx.api()).settings.checkPrerequisites({ nodeId: str(values, "node") ?? "" });
+        if (ctx.json) ctx.json1(CheckPrerequisitesResponseSchema, res);
+        ctx.say(prerequisitesText(res.reports));
+        return res.reports.length > 0 && res.reports.every((r) => r.ok) ? 0 : 1;
+      },
+    },
+  },
+};
