@@ -1,3 +1,4 @@
+import { readFile } from "node:fs/promises";
 import { describe, expect, it } from "vitest";
 import { isGroup, type Command } from "./command-spec.js";
 import type { CliIo } from "./io.js";
@@ -132,5 +133,16 @@ describe("seraph usage errors", () => {
     const r = await seraph(["whoami"]);
     expect(r.code).toBe(2);
     expect(r.err).toBe("seraph whoami: not logged in: run `seraph login` or set SERAPH_TOKEN\n");
+  });
+});
+
+describe("docs/cli.md", () => {
+  it("documents every command with each of its flags", async () => {
+    const doc = await readFile(new URL("../../../docs/cli.md", import.meta.url), "utf8");
+    for (const [path, c] of commands) {
+      const section = doc.split(`#### \`seraph ${path.join(" ")}\``)[1]?.split("\n#### ")[0];
+      expect(section, `section for seraph ${path.join(" ")}`).toBeDefined();
+      for (const name of Object.keys(c.spec.flags ?? {})) expect(section).toContain(`\`--${name}`);
+    }
   });
 });
