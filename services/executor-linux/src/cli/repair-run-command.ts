@@ -5,8 +5,19 @@ import { formatRepairText } from "../profile/report-text.js";
 import { runToReceipt } from "../supervisor-client/index.js";
 import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
 
-const USAGE =
-  "usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]";
+/** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
+export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
+
+Inspects DIR, stages a private copy (0700), applies the patch to the copy only, runs each step
+under a fresh supervisor within the wall deadline, checks the repository is unchanged, and prints
+one JSON object (last line with --json): the inspection hash, each step's receipt, and outcome
+(succeeded, failed, blocked with reasons/drift, or the supervisor's outcome).
+  --patch FILE                   a unified diff to apply to the staged copy
+  --allow P                      an allowed patch path (repeatable; default: the source paths)
+  --expect-inspection-sha256 HEX block as drift unless inspection reproduces this hash
+  --keep-job-dir                 keep the staged job directory for inspection afterwards
+  (--node, --node-sha256, --source, --build-output-dir, --limit: as for inspect)
+Exit status: 0 succeeded, 1 any other outcome, 2 usage.`;
 
 /** Each step under a fresh detached supervisor (the CLI itself never becomes a subreaper). */
 const supervisedRunSteps: RunSteps = (spec) => runToReceipt(spec);
@@ -40,11 +51,11 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
       },
     }));
   } catch (err) {
-    process.stderr.write(`seraph-exec repair-run: ${(err as Error).message}\n${USAGE}\n`);
+    process.stderr.write(`seraph-exec repair-run: ${(err as Error).message}\n${REPAIR_RUN_USAGE}\n`);
     return 2;
   }
   if (values.repo === undefined || values.selection === undefined) {
-    process.stderr.write(`seraph-exec repair-run: --repo and --selection are required\n${USAGE}\n`);
+    process.stderr.write(`seraph-exec repair-run: --repo and --selection are required\n${REPAIR_RUN_USAGE}\n`);
     return 2;
   }
   let limits: Limits;

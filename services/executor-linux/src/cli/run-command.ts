@@ -16,7 +16,8 @@ import {
   type SupervisorHandle,
 } from "../supervisor-client/index.js";
 
-const USAGE = `usage: seraph-exec run [--json] [--deadline-ms N] [--grace-ms N] [--cleanup-reserve-ms N]
+/** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
+export const RUN_USAGE = `usage: seraph-exec run [--json] [--deadline-ms N] [--grace-ms N] [--cleanup-reserve-ms N]
                        [--cwd DIR] [--keep-run-dir] -- <argv...>
 
 Runs argv under a fresh per-job supervisor (no shell) and prints its receipt: with --json as one
@@ -137,7 +138,7 @@ function humanBytes(n: number): string {
 }
 
 /**
- * `seraph-exec run`: one command under a fresh supervisor; prints the receipt (see USAGE).
+ * `seraph-exec run`: one command under a fresh supervisor; prints the receipt (see RUN_USAGE).
  * Exit status 0 only for succeeded.
  */
 export async function runCommand(args: readonly string[]): Promise<number> {
@@ -146,7 +147,7 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     parsed = parseArgs(args);
   } catch (err) {
     if (!(err instanceof UsageError)) throw err;
-    process.stderr.write(`seraph-exec run: ${err.message}\n${USAGE}\n`);
+    process.stderr.write(`seraph-exec run: ${err.message}\n${RUN_USAGE}\n`);
     return 2;
   }
   const reserveMs = parsed.reserveMs ?? parsed.graceMs + 1000;
