@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/jobs/v1/jobs.proto.
  */
 export const file_seraph_jobs_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("ChlzZXJhcGgvam9icy92MS9qb2JzLnByb3RvEg5zZXJhcGguam9icy52MSKiAwoPRXhlY3V0aW9uQnVuZGxlEhEKCXJlcGFpcl9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIgChhhcHByb3ZhbF9kb2N1bWVudF9zaGEyNTYYAyABKAkSFwoPcmVwb3NpdG9yeV9wYXRoGAQgASgJEg8KB25vZGVfaWQYBSABKAkSMQoKaW5zcGVjdGlvbhgGIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SDAoEZGlmZhgHIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYCCABKAkSFAoMcnVudGltZV9wYXRoGAkgASgJEikKBmxpbWl0cxgKIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIgChhhcHByb3ZhbF9leHBpcmVzX3VuaXhfbXMYCyABKAMSDwoHZ29hbF9pZBgMIAEoCRIVCg1nb2FsX3JldmlzaW9uGA0gASgNEhkKEXNldHRpbmdzX3JldmlzaW9uGA4gASgEEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYDyADKAkipAEKClN0ZXBSZXN1bHQSDAoEbmFtZRgBIAEoCRIMCgRhcmd2GAIgAygJEg8KB3N0YXJ0ZWQYAyABKAgSFgoJZXhpdF9jb2RlGAQgASgFSACIAQESEwoGc2lnbmFsGAUgASgJSAGIAQESDgoGcGFzc2VkGAYgASgIEhMKC2R1cmF0aW9uX21zGAcgASgNQgwKCl9leGl0X2NvZGVCCQoHX3NpZ25hbCJrCghBcnRpZmFjdBIKCgJpZBgBIAEoCRIMCgRraW5kGAIgASgJEgwKBG5hbWUYAyABKAkSDgoGc2hhMjU2GAQgASgJEgwKBHNpemUYBSABKAQSGQoRcmVhZGJhY2tfdmVyaWZpZWQYBiABKAgirQEKCFJlY292ZXJ5EiAKGGNsZWFudXBfcmVjZWlwdF92ZXJpZmllZBgBIAEoCBInCh9wcm9jZXNzX2NsZWFudXBfcmVhZGJhY2tfc2hhMjU2GAIgASgJEhYKDnJlYWRiYWNrX3Njb3BlGAMgASgJEg0KBXByb29mGAQgASgJEhQKDHJlY292ZXJlZF9ieRgFIAEoCRIZChFyZWNvdmVyZWRfdW5peF9tcxgGIAEoAyK7BQoDSm9iEgoKAmlkGAEgASgJEhEKCXJlcGFpcl9pZBgCIAEoCRIQCghvd25lcl9pZBgDIAEoCRIPCgdyb290X2lkGAQgASgJEicKBXN0YXRlGAUgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGUSDwoHb3V0Y29tZRgGIAEoCRIXCg9vdXRjb21lX21lc3NhZ2UYByABKAkSDwoHYXR0ZW1wdBgIIAEoDRINCgVmZW5jZRgJIAEoBBIPCgdub2RlX2lkGAogASgJEhIKCnNsb3RfaW5kZXgYCyABKAUSGAoQY2FuY2VsX3JlcXVlc3RlZBgMIAEoCBIxCgZtYXJrZXIYDSABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlchIuCgdyZWNlaXB0GA4gASgLMh0uc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdBIpCgVzdGVwcxgPIAMoCzIaLnNlcmFwaC5qb2JzLnYxLlN0ZXBSZXN1bHQSKwoJYXJ0aWZhY3RzGBAgAygLMhguc2VyYXBoLmpvYnMudjEuQXJ0aWZhY3QSEAoIcmV2aXNpb24YESABKAQSFwoPY3JlYXRlZF91bml4X21zGBIgASgDEhcKD3VwZGF0ZWRfdW5peF9tcxgTIAEoAxIRCglzbG90X2hlbGQYFCABKAgSKgoIcmVjb3ZlcnkYFSABKAsyGC5zZXJhcGguam9icy52MS5SZWNvdmVyeRITCgtub19sZWFybmluZxgWIAEoCBIvCgdyZWFzb25zGBcgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SJwoFZHJpZnQYGCADKAsyGC5zZXJhcGgucHJvZmlsZS52MS5EcmlmdBITCgthcHByb3ZhbF9pZBgZIAEoCSKDAQoRRW5xdWV1ZUpvYlJlcXVlc3QSGgoIb3duZXJfaWQYASABKAlCCLpIBXIDsAEBEhkKB3Jvb3RfaWQYAiABKAlCCLpIBXIDsAEBEjcKBmJ1bmRsZRgDIAEoCzIfLnNlcmFwaC5qb2JzLnYxLkV4ZWN1dGlvbkJ1bmRsZUIGukgDyAEBIkcKEkVucXVldWVKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISDwoHY3JlYXRlZBgCIAEoCCKRAgoTUmVnaXN0ZXJOb2RlUmVxdWVzdBIyCgdub2RlX2lkGAEgASgJQiG6SB5yHDIaXlthLXowLTldW2EtejAtOS4tXXswLDYyfSQSGAoHYm9vdF9pZBgCIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgDIAEoCUIHukgEcgIQARIdCgpzbG90X2NvdW50GAQgASgNQgm6SAYqBBhAKAESGAoHYWRkcmVzcxgFIAEoCUIHukgEcgIQARIYChByZXBvc2l0b3J5X3Jvb3RzGAYgAygJEjgKCmZhY2lsaXRpZXMYByABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydCIWChRSZWdpc3Rlck5vZGVSZXNwb25zZSJNChBIZWFydGJlYXRSZXF1ZXN0EhgKB25vZGVfaWQYASABKAlCB7pIBHICEAESHwoOaW5jYXJuYXRpb25faWQYAiABKAlCB7pIBHICEAEiEwoRSGVhcnRiZWF0UmVzcG9uc2UiLwoTTGlzdE5vZGVKb2JzUmVxdWVzdBIYCgdub2RlX2lkGAEgASgJQge6SARyAhABIjkKFExpc3ROb2RlSm9ic1Jlc3BvbnNlEiEKBGpvYnMYASADKAsyEy5zZXJhcGguam9icy52MS5Kb2IiZgoPQ2xhaW1Kb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESGAoHbm9kZV9pZBgCIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgDIAEoCUIHukgEcgIQASJ0ChBDbGFpbUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhINCgVmZW5jZRgCIAEoBBIvCgZidW5kbGUYAyABKAsyHy5zZXJhcGguam9icy52MS5FeGVjdXRpb25CdW5kbGUifgoYUmVjb3JkT3duZXJNYXJrZXJSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSOQoGbWFya2VyGAMgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXJCBrpIA8gBASJJChlSZWNvcmRPd25lck1hcmtlclJlc3BvbnNlEgoKAmdvGAEgASgIEiAKA2pvYhgCIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJ6ChVSZXBvcnRQcm9ncmVzc1JlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBInCgVzdGF0ZRgDIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEg8KB21lc3NhZ2UYBCABKAkiMgoWUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZRIYChBjYW5jZWxfcmVxdWVzdGVkGAEgASgIIqQBChRTdG9yZUFydGlmYWN0UmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEhUKBGtpbmQYAyABKAlCB7pIBHICEAESFQoEbmFtZRgEIAEoCUIHukgEcgIQARIbCgdjb250ZW50GAUgASgMQgq6SAd6BRiAgMAIEhgKBnNoYTI1NhgGIAEoCUIIukgFcgOYAUAiQwoVU3RvcmVBcnRpZmFjdFJlc3BvbnNlEioKCGFydGlmYWN0GAEgASgLMhguc2VyYXBoLmpvYnMudjEuQXJ0aWZhY3QiNAoTUmVhZEFydGlmYWN0UmVxdWVzdBIdCgthcnRpZmFjdF9pZBgBIAEoCUIIukgFcgOwAQEiUwoUUmVhZEFydGlmYWN0UmVzcG9uc2USKgoIYXJ0aWZhY3QYASABKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdBIPCgdjb250ZW50GAIgASgMIvYCChJDb21wbGV0ZUpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBI5CgVzdGF0ZRgDIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlQhC6SA2CAQoYBhgHGAgYCRgKEhgKB291dGNvbWUYBCABKAlCB7pIBHICEAESFwoPb3V0Y29tZV9tZXNzYWdlGAUgASgJEi4KB3JlY2VpcHQYBiABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0EikKBXN0ZXBzGAcgAygLMhouc2VyYXBoLmpvYnMudjEuU3RlcFJlc3VsdBIUCgxhcnRpZmFjdF9pZHMYCCADKAkSLwoHcmVhc29ucxgJIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEicKBWRyaWZ0GAogAygLMhguc2VyYXBoLnByb2ZpbGUudjEuRHJpZnQiNwoTQ29tcGxldGVKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2IiKQoNR2V0Sm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBIjIKDkdldEpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJcChBDYW5jZWxKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESHgoMcmVxdWVzdGVkX2J5GAIgASgJQgi6SAVyA7ABARIOCgZyZWFzb24YAyABKAkiSwoRQ2FuY2VsSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEhQKDGJlZm9yZV9zdGFydBgCIAEoCCJTChxSZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESGQoHcm9vdF9pZBgCIAEoCUIIukgFcgOwAQEiggEKHVJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIQCghyZWxlYXNlZBgCIAEoCBIUCgxyZWZ1c2FsX2NvZGUYAyABKAkSFwoPcmVmdXNhbF9tZXNzYWdlGAQgASgJIncKBFNsb3QSDwoHbm9kZV9pZBgBIAEoCRISCgpzbG90X2luZGV4GAIgASgFEigKBXN0YXRlGAMgASgOMhkuc2VyYXBoLmpvYnMudjEuU2xvdFN0YXRlEg4KBmpvYl9pZBgEIAEoCRIQCghyZXZpc2lvbhgFIAEoBCLUAQoETm9kZRIPCgdub2RlX2lkGAEgASgJEg8KB2Jvb3RfaWQYAiABKAkSFgoOaW5jYXJuYXRpb25faWQYAyABKAkSDwoHYWRkcmVzcxgEIAEoCRISCgpzbG90X2NvdW50GAUgASgNEhgKEHJlcG9zaXRvcnlfcm9vdHMYBiADKAkSGQoRaGVhcnRiZWF0X3VuaXhfbXMYByABKAMSOAoKZmFjaWxpdGllcxgIIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLkZhY2lsaXR5UmVwb3J0IhIKEExpc3ROb2Rlc1JlcXVlc3QiOAoRTGlzdE5vZGVzUmVzcG9uc2USIwoFbm9kZXMYASADKAsyFC5zZXJhcGguam9icy52MS5Ob2RlIhIKEExpc3RTbG90c1JlcXVlc3QiOAoRTGlzdFNsb3RzUmVzcG9uc2USIwoFc2xvdHMYASADKAsyFC5zZXJhcGguam9icy52MS5TbG90KpICCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBKT0JfU1RBVEVfUVVFVUVEEAESFgoSSk9CX1NUQVRFX1JFU0VSVkVEEAISFwoTSk9CX1NUQVRFX1BSRVBBUklORxADEhYKEkpPQl9TVEFURV9TVEFSVElORxAEEhUKEUpPQl9TVEFURV9SVU5OSU5HEAUSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAGEhQKEEpPQl9TVEFURV9GQUlMRUQQBxIWChJKT0JfU1RBVEVfUkVKRUNURUQQCBIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAkSFQoRSk9CX1NUQVRFX1VOS05PV04QCipqCglTbG90U3RhdGUSGgoWU0xPVF9TVEFURV9VTlNQRUNJRklFRBAAEhMKD1NMT1RfU1RBVEVfRlJFRRABEhcKE1NMT1RfU1RBVEVfUkVTRVJWRUQQAhITCg9TTE9UX1NUQVRFX0hFTEQQAzLKCgoLSm9ic1NlcnZpY2USUwoKRW5xdWV1ZUpvYhIhLnNlcmFwaC5qb2JzLnYxLkVucXVldWVKb2JSZXF1ZXN0GiIuc2VyYXBoLmpvYnMudjEuRW5xdWV1ZUpvYlJlc3BvbnNlElkKDFJlZ2lzdGVyTm9kZRIjLnNlcmFwaC5qb2JzLnYxLlJlZ2lzdGVyTm9kZVJlcXVlc3QaJC5zZXJhcGguam9icy52MS5SZWdpc3Rlck5vZGVSZXNwb25zZRJQCglIZWFydGJlYXQSIC5zZXJhcGguam9icy52MS5IZWFydGJlYXRSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuSGVhcnRiZWF0UmVzcG9uc2USWQoMTGlzdE5vZGVKb2JzEiMuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVKb2JzUmVxdWVzdBokLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2RlSm9ic1Jlc3BvbnNlEk0KCENsYWltSm9iEh8uc2VyYXBoLmpvYnMudjEuQ2xhaW1Kb2JSZXF1ZXN0GiAuc2VyYXBoLmpvYnMudjEuQ2xhaW1Kb2JSZXNwb25zZRJoChFSZWNvcmRPd25lck1hcmtlchIoLnNlcmFwaC5qb2JzLnYxLlJlY29yZE93bmVyTWFya2VyUmVxdWVzdBopLnNlcmFwaC5qb2JzLnYxLlJlY29yZE93bmVyTWFya2VyUmVzcG9uc2USXwoOUmVwb3J0UHJvZ3Jlc3MSJS5zZXJhcGguam9icy52MS5SZXBvcnRQcm9ncmVzc1JlcXVlc3QaJi5zZXJhcGguam9icy52MS5SZXBvcnRQcm9ncmVzc1Jlc3BvbnNlElwKDVN0b3JlQXJ0aWZhY3QSJC5zZXJhcGguam9icy52MS5TdG9yZUFydGlmYWN0UmVxdWVzdBolLnNlcmFwaC5qb2JzLnYxLlN0b3JlQXJ0aWZhY3RSZXNwb25zZRJZCgxSZWFkQXJ0aWZhY3QSIy5zZXJhcGguam9icy52MS5SZWFkQXJ0aWZhY3RSZXF1ZXN0GiQuc2VyYXBoLmpvYnMudjEuUmVhZEFydGlmYWN0UmVzcG9uc2USVgoLQ29tcGxldGVKb2ISIi5zZXJhcGguam9icy52MS5Db21wbGV0ZUpvYlJlcXVlc3QaIy5zZXJhcGguam9icy52MS5Db21wbGV0ZUpvYlJlc3BvbnNlEkcKBkdldEpvYhIdLnNlcmFwaC5qb2JzLnYxLkdldEpvYlJlcXVlc3QaHi5zZXJhcGguam9icy52MS5HZXRKb2JSZXNwb25zZRJQCglDYW5jZWxKb2ISIC5zZXJhcGguam9icy52MS5DYW5jZWxKb2JSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuQ2FuY2VsSm9iUmVzcG9uc2USdAoVUmVjb3ZlclByb2Nlc3NDbGVhbnVwEiwuc2VyYXBoLmpvYnMudjEuUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVxdWVzdBotLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlElAKCUxpc3RTbG90cxIgLnNlcmFwaC5qb2JzLnYxLkxpc3RTbG90c1JlcXVlc3QaIS5zZXJhcGguam9icy52MS5MaXN0U2xvdHNSZXNwb25zZRJQCglMaXN0Tm9kZXMSIC5zZXJhcGguam9icy52MS5MaXN0Tm9kZXNSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVzUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("ChlzZXJhcGgvam9icy92MS9qb2JzLnByb3RvEg5zZXJhcGguam9icy52MSLEAwoPRXhlY3V0aW9uQnVuZGxlEhEKCXJlcGFpcl9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIgChhhcHByb3ZhbF9kb2N1bWVudF9zaGEyNTYYAyABKAkSFwoPcmVwb3NpdG9yeV9wYXRoGAQgASgJEg8KB25vZGVfaWQYBSABKAkSMQoKaW5zcGVjdGlvbhgGIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SDAoEZGlmZhgHIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYCCABKAkSFAoMcnVudGltZV9wYXRoGAkgASgJEikKBmxpbWl0cxgKIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIgChhhcHByb3ZhbF9leHBpcmVzX3VuaXhfbXMYCyABKAMSDwoHZ29hbF9pZBgMIAEoCRIVCg1nb2FsX3JldmlzaW9uGA0gASgNEhkKEXNldHRpbmdzX3JldmlzaW9uGA4gASgEEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYDyADKAkSIAoYc3VwZXJ2aXNvcl9zb3VyY2Vfc2hhMjU2GBAgASgJIqQBCgpTdGVwUmVzdWx0EgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRIPCgdzdGFydGVkGAMgASgIEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBEhMKBnNpZ25hbBgFIAEoCUgBiAEBEg4KBnBhc3NlZBgGIAEoCBITCgtkdXJhdGlvbl9tcxgHIAEoDUIMCgpfZXhpdF9jb2RlQgkKB19zaWduYWwiawoIQXJ0aWZhY3QSCgoCaWQYASABKAkSDAoEa2luZBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnNoYTI1NhgEIAEoCRIMCgRzaXplGAUgASgEEhkKEXJlYWRiYWNrX3ZlcmlmaWVkGAYgASgIIq0BCghSZWNvdmVyeRIgChhjbGVhbnVwX3JlY2VpcHRfdmVyaWZpZWQYASABKAgSJwofcHJvY2Vzc19jbGVhbnVwX3JlYWRiYWNrX3NoYTI1NhgCIAEoCRIWCg5yZWFkYmFja19zY29wZRgDIAEoCRINCgVwcm9vZhgEIAEoCRIUCgxyZWNvdmVyZWRfYnkYBSABKAkSGQoRcmVjb3ZlcmVkX3VuaXhfbXMYBiABKAMiuwUKA0pvYhIKCgJpZBgBIAEoCRIRCglyZXBhaXJfaWQYAiABKAkSEAoIb3duZXJfaWQYAyABKAkSDwoHcm9vdF9pZBgEIAEoCRInCgVzdGF0ZRgFIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEg8KB291dGNvbWUYBiABKAkSFwoPb3V0Y29tZV9tZXNzYWdlGAcgASgJEg8KB2F0dGVtcHQYCCABKA0SDQoFZmVuY2UYCSABKAQSDwoHbm9kZV9pZBgKIAEoCRISCgpzbG90X2luZGV4GAsgASgFEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYDCABKAgSMQoGbWFya2VyGA0gASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXISLgoHcmVjZWlwdBgOIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlY2VpcHQSKQoFc3RlcHMYDyADKAsyGi5zZXJhcGguam9icy52MS5TdGVwUmVzdWx0EisKCWFydGlmYWN0cxgQIAMoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0EhAKCHJldmlzaW9uGBEgASgEEhcKD2NyZWF0ZWRfdW5peF9tcxgSIAEoAxIXCg91cGRhdGVkX3VuaXhfbXMYEyABKAMSEQoJc2xvdF9oZWxkGBQgASgIEioKCHJlY292ZXJ5GBUgASgLMhguc2VyYXBoLmpvYnMudjEuUmVjb3ZlcnkSEwoLbm9fbGVhcm5pbmcYFiABKAgSLwoHcmVhc29ucxgXIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEicKBWRyaWZ0GBggAygLMhguc2VyYXBoLnByb2ZpbGUudjEuRHJpZnQSEwoLYXBwcm92YWxfaWQYGSABKAkigwEKEUVucXVldWVKb2JSZXF1ZXN0EhoKCG93bmVyX2lkGAEgASgJQgi6SAVyA7ABARIZCgdyb290X2lkGAIgASgJQgi6SAVyA7ABARI3CgZidW5kbGUYAyABKAsyHy5zZXJhcGguam9icy52MS5FeGVjdXRpb25CdW5kbGVCBrpIA8gBASJHChJFbnF1ZXVlSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgikQIKE1JlZ2lzdGVyTm9kZVJlcXVlc3QSMgoHbm9kZV9pZBgBIAEoCUIhukgechwyGl5bYS16MC05XVthLXowLTkuLV17MCw2Mn0kEhgKB2Jvb3RfaWQYAiABKAlCB7pIBHICEAESHwoOaW5jYXJuYXRpb25faWQYAyABKAlCB7pIBHICEAESHQoKc2xvdF9jb3VudBgEIAEoDUIJukgGKgQYQCgBEhgKB2FkZHJlc3MYBSABKAlCB7pIBHICEAESGAoQcmVwb3NpdG9yeV9yb290cxgGIAMoCRI4CgpmYWNpbGl0aWVzGAcgASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlSZXBvcnQiFgoUUmVnaXN0ZXJOb2RlUmVzcG9uc2UiTQoQSGVhcnRiZWF0UmVxdWVzdBIYCgdub2RlX2lkGAEgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAIgASgJQge6SARyAhABIhMKEUhlYXJ0YmVhdFJlc3BvbnNlIi8KE0xpc3ROb2RlSm9ic1JlcXVlc3QSGAoHbm9kZV9pZBgBIAEoCUIHukgEcgIQASI5ChRMaXN0Tm9kZUpvYnNSZXNwb25zZRIhCgRqb2JzGAEgAygLMhMuc2VyYXBoLmpvYnMudjEuSm9iImYKD0NsYWltSm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEhgKB25vZGVfaWQYAiABKAlCB7pIBHICEAESHwoOaW5jYXJuYXRpb25faWQYAyABKAlCB7pIBHICEAEidAoQQ2xhaW1Kb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISDQoFZmVuY2UYAiABKAQSLwoGYnVuZGxlGAMgASgLMh8uc2VyYXBoLmpvYnMudjEuRXhlY3V0aW9uQnVuZGxlIroBCg9BZG9wdEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIYCgdub2RlX2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABEhYKDmV4cGVjdGVkX2ZlbmNlGAQgASgEEjoKD2V4cGVjdGVkX21hcmtlchgFIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyIqEBChBBZG9wdEpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhINCgVmZW5jZRgCIAEoBBIvCgZidW5kbGUYAyABKAsyHy5zZXJhcGguam9icy52MS5FeGVjdXRpb25CdW5kbGUSFgoOcHJldmlvdXNfZmVuY2UYBCABKAQSEwoLY2xhaW1fZmVuY2UYBSABKAQifgoYUmVjb3JkT3duZXJNYXJrZXJSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSOQoGbWFya2VyGAMgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXJCBrpIA8gBASJJChlSZWNvcmRPd25lck1hcmtlclJlc3BvbnNlEgoKAmdvGAEgASgIEiAKA2pvYhgCIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJ6ChVSZXBvcnRQcm9ncmVzc1JlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBInCgVzdGF0ZRgDIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEg8KB21lc3NhZ2UYBCABKAkiMgoWUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZRIYChBjYW5jZWxfcmVxdWVzdGVkGAEgASgIIqQBChRTdG9yZUFydGlmYWN0UmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEhUKBGtpbmQYAyABKAlCB7pIBHICEAESFQoEbmFtZRgEIAEoCUIHukgEcgIQARIbCgdjb250ZW50GAUgASgMQgq6SAd6BRiAgMAIEhgKBnNoYTI1NhgGIAEoCUIIukgFcgOYAUAiQwoVU3RvcmVBcnRpZmFjdFJlc3BvbnNlEioKCGFydGlmYWN0GAEgASgLMhguc2VyYXBoLmpvYnMudjEuQXJ0aWZhY3QiNAoTUmVhZEFydGlmYWN0UmVxdWVzdBIdCgthcnRpZmFjdF9pZBgBIAEoCUIIukgFcgOwAQEiUwoUUmVhZEFydGlmYWN0UmVzcG9uc2USKgoIYXJ0aWZhY3QYASABKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdBIPCgdjb250ZW50GAIgASgMIvYCChJDb21wbGV0ZUpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBI5CgVzdGF0ZRgDIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlQhC6SA2CAQoYBhgHGAgYCRgKEhgKB291dGNvbWUYBCABKAlCB7pIBHICEAESFwoPb3V0Y29tZV9tZXNzYWdlGAUgASgJEi4KB3JlY2VpcHQYBiABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0EikKBXN0ZXBzGAcgAygLMhouc2VyYXBoLmpvYnMudjEuU3RlcFJlc3VsdBIUCgxhcnRpZmFjdF9pZHMYCCADKAkSLwoHcmVhc29ucxgJIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEicKBWRyaWZ0GAogAygLMhguc2VyYXBoLnByb2ZpbGUudjEuRHJpZnQiNwoTQ29tcGxldGVKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2IiKQoNR2V0Sm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBIjIKDkdldEpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJcChBDYW5jZWxKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESHgoMcmVxdWVzdGVkX2J5GAIgASgJQgi6SAVyA7ABARIOCgZyZWFzb24YAyABKAkiSwoRQ2FuY2VsSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEhQKDGJlZm9yZV9zdGFydBgCIAEoCCJTChxSZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESGQoHcm9vdF9pZBgCIAEoCUIIukgFcgOwAQEiggEKHVJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIQCghyZWxlYXNlZBgCIAEoCBIUCgxyZWZ1c2FsX2NvZGUYAyABKAkSFwoPcmVmdXNhbF9tZXNzYWdlGAQgASgJIncKBFNsb3QSDwoHbm9kZV9pZBgBIAEoCRISCgpzbG90X2luZGV4GAIgASgFEigKBXN0YXRlGAMgASgOMhkuc2VyYXBoLmpvYnMudjEuU2xvdFN0YXRlEg4KBmpvYl9pZBgEIAEoCRIQCghyZXZpc2lvbhgFIAEoBCLUAQoETm9kZRIPCgdub2RlX2lkGAEgASgJEg8KB2Jvb3RfaWQYAiABKAkSFgoOaW5jYXJuYXRpb25faWQYAyABKAkSDwoHYWRkcmVzcxgEIAEoCRISCgpzbG90X2NvdW50GAUgASgNEhgKEHJlcG9zaXRvcnlfcm9vdHMYBiADKAkSGQoRaGVhcnRiZWF0X3VuaXhfbXMYByABKAMSOAoKZmFjaWxpdGllcxgIIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLkZhY2lsaXR5UmVwb3J0IhIKEExpc3ROb2Rlc1JlcXVlc3QiOAoRTGlzdE5vZGVzUmVzcG9uc2USIwoFbm9kZXMYASADKAsyFC5zZXJhcGguam9icy52MS5Ob2RlIhIKEExpc3RTbG90c1JlcXVlc3QiOAoRTGlzdFNsb3RzUmVzcG9uc2USIwoFc2xvdHMYASADKAsyFC5zZXJhcGguam9icy52MS5TbG90KpICCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBKT0JfU1RBVEVfUVVFVUVEEAESFgoSSk9CX1NUQVRFX1JFU0VSVkVEEAISFwoTSk9CX1NUQVRFX1BSRVBBUklORxADEhYKEkpPQl9TVEFURV9TVEFSVElORxAEEhUKEUpPQl9TVEFURV9SVU5OSU5HEAUSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAGEhQKEEpPQl9TVEFURV9GQUlMRUQQBxIWChJKT0JfU1RBVEVfUkVKRUNURUQQCBIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAkSFQoRSk9CX1NUQVRFX1VOS05PV04QCipqCglTbG90U3RhdGUSGgoWU0xPVF9TVEFURV9VTlNQRUNJRklFRBAAEhMKD1NMT1RfU1RBVEVfRlJFRRABEhcKE1NMT1RfU1RBVEVfUkVTRVJWRUQQAhITCg9TTE9UX1NUQVRFX0hFTEQQAzKZCwoLSm9ic1NlcnZpY2USUwoKRW5xdWV1ZUpvYhIhLnNlcmFwaC5qb2JzLnYxLkVucXVldWVKb2JSZXF1ZXN0GiIuc2VyYXBoLmpvYnMudjEuRW5xdWV1ZUpvYlJlc3BvbnNlElkKDFJlZ2lzdGVyTm9kZRIjLnNlcmFwaC5qb2JzLnYxLlJlZ2lzdGVyTm9kZVJlcXVlc3QaJC5zZXJhcGguam9icy52MS5SZWdpc3Rlck5vZGVSZXNwb25zZRJQCglIZWFydGJlYXQSIC5zZXJhcGguam9icy52MS5IZWFydGJlYXRSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuSGVhcnRiZWF0UmVzcG9uc2USWQoMTGlzdE5vZGVKb2JzEiMuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVKb2JzUmVxdWVzdBokLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2RlSm9ic1Jlc3BvbnNlEk0KCENsYWltSm9iEh8uc2VyYXBoLmpvYnMudjEuQ2xhaW1Kb2JSZXF1ZXN0GiAuc2VyYXBoLmpvYnMudjEuQ2xhaW1Kb2JSZXNwb25zZRJNCghBZG9wdEpvYhIfLnNlcmFwaC5qb2JzLnYxLkFkb3B0Sm9iUmVxdWVzdBogLnNlcmFwaC5qb2JzLnYxLkFkb3B0Sm9iUmVzcG9uc2USaAoRUmVjb3JkT3duZXJNYXJrZXISKC5zZXJhcGguam9icy52MS5SZWNvcmRPd25lck1hcmtlclJlcXVlc3QaKS5zZXJhcGguam9icy52MS5SZWNvcmRPd25lck1hcmtlclJlc3BvbnNlEl8KDlJlcG9ydFByb2dyZXNzEiUuc2VyYXBoLmpvYnMudjEuUmVwb3J0UHJvZ3Jlc3NSZXF1ZXN0GiYuc2VyYXBoLmpvYnMudjEuUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZRJcCg1TdG9yZUFydGlmYWN0EiQuc2VyYXBoLmpvYnMudjEuU3RvcmVBcnRpZmFjdFJlcXVlc3QaJS5zZXJhcGguam9icy52MS5TdG9yZUFydGlmYWN0UmVzcG9uc2USWQoMUmVhZEFydGlmYWN0EiMuc2VyYXBoLmpvYnMudjEuUmVhZEFydGlmYWN0UmVxdWVzdBokLnNlcmFwaC5qb2JzLnYxLlJlYWRBcnRpZmFjdFJlc3BvbnNlElYKC0NvbXBsZXRlSm9iEiIuc2VyYXBoLmpvYnMudjEuQ29tcGxldGVKb2JSZXF1ZXN0GiMuc2VyYXBoLmpvYnMudjEuQ29tcGxldGVKb2JSZXNwb25zZRJHCgZHZXRKb2ISHS5zZXJhcGguam9icy52MS5HZXRKb2JSZXF1ZXN0Gh4uc2VyYXBoLmpvYnMudjEuR2V0Sm9iUmVzcG9uc2USUAoJQ2FuY2VsSm9iEiAuc2VyYXBoLmpvYnMudjEuQ2FuY2VsSm9iUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkNhbmNlbEpvYlJlc3BvbnNlEnQKFVJlY292ZXJQcm9jZXNzQ2xlYW51cBIsLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QaLS5zZXJhcGguam9icy52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRJQCglMaXN0U2xvdHMSIC5zZXJhcGguam9icy52MS5MaXN0U2xvdHNSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuTGlzdFNsb3RzUmVzcG9uc2USUAoJTGlzdE5vZGVzEiAuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVzUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * What the approval bound; the executor needs nothing else to run the job.
@@ -101,6 +101,15 @@ export type ExecutionBundle = Message<"seraph.jobs.v1.ExecutionBundle"> & {
    * @generated from field: repeated string allowed_patch_paths = 15;
    */
   allowedPatchPaths: string[];
+
+  /**
+   * SHA-256 of the per-job supervisor's own code (native/ and supervisor/ modules) as the node
+   * reported it and the person approved it. The executor sends GO only to a supervisor whose
+   * owner marker carries exactly this hash; recovery revalidates it.
+   *
+   * @generated from field: string supervisor_source_sha256 = 16;
+   */
+  supervisorSourceSha256: string;
 };
 
 /**
@@ -634,6 +643,94 @@ export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*
   messageDesc(file_seraph_jobs_v1_jobs, 14);
 
 /**
+ * @generated from message seraph.jobs.v1.AdoptJobRequest
+ */
+export type AdoptJobRequest = Message<"seraph.jobs.v1.AdoptJobRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string node_id = 2;
+   */
+  nodeId: string;
+
+  /**
+   * The node's current incarnation (a restarted executor); it must differ from the one that
+   * holds the attempt, or the call is an idempotent retry of an earlier adoption.
+   *
+   * @generated from field: string incarnation_id = 3;
+   */
+  incarnationId: string;
+
+  /**
+   * Compare-and-set: the fence the adopter read with the job.
+   *
+   * @generated from field: uint64 expected_fence = 4;
+   */
+  expectedFence: bigint;
+
+  /**
+   * Compare-and-set: the owner marker the adopter read with the job (unset: none recorded).
+   *
+   * @generated from field: seraph.supervisor.v1.OwnerMarker expected_marker = 5;
+   */
+  expectedMarker?: OwnerMarker | undefined;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.AdoptJobRequest.
+ * Use `create(AdoptJobRequestSchema)` to create a new message.
+ */
+export const AdoptJobRequestSchema: GenMessage<AdoptJobRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 15);
+
+/**
+ * @generated from message seraph.jobs.v1.AdoptJobResponse
+ */
+export type AdoptJobResponse = Message<"seraph.jobs.v1.AdoptJobResponse"> & {
+  /**
+   * @generated from field: seraph.jobs.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+
+  /**
+   * The NEW fencing token of the adopted attempt; writes with any earlier fence are refused.
+   *
+   * @generated from field: uint64 fence = 2;
+   */
+  fence: bigint;
+
+  /**
+   * @generated from field: seraph.jobs.v1.ExecutionBundle bundle = 3;
+   */
+  bundle?: ExecutionBundle | undefined;
+
+  /**
+   * The fence this adoption superseded.
+   *
+   * @generated from field: uint64 previous_fence = 4;
+   */
+  previousFence: bigint;
+
+  /**
+   * The fence the attempt was first claimed with (names the executor's private attempt
+   * directory and the first supervisor's marker).
+   *
+   * @generated from field: uint64 claim_fence = 5;
+   */
+  claimFence: bigint;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.AdoptJobResponse.
+ * Use `create(AdoptJobResponseSchema)` to create a new message.
+ */
+export const AdoptJobResponseSchema: GenMessage<AdoptJobResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 16);
+
+/**
  * @generated from message seraph.jobs.v1.RecordOwnerMarkerRequest
  */
 export type RecordOwnerMarkerRequest = Message<"seraph.jobs.v1.RecordOwnerMarkerRequest"> & {
@@ -658,7 +755,7 @@ export type RecordOwnerMarkerRequest = Message<"seraph.jobs.v1.RecordOwnerMarker
  * Use `create(RecordOwnerMarkerRequestSchema)` to create a new message.
  */
 export const RecordOwnerMarkerRequestSchema: GenMessage<RecordOwnerMarkerRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 15);
+  messageDesc(file_seraph_jobs_v1_jobs, 17);
 
 /**
  * @generated from message seraph.jobs.v1.RecordOwnerMarkerResponse
@@ -682,7 +779,7 @@ export type RecordOwnerMarkerResponse = Message<"seraph.jobs.v1.RecordOwnerMarke
  * Use `create(RecordOwnerMarkerResponseSchema)` to create a new message.
  */
 export const RecordOwnerMarkerResponseSchema: GenMessage<RecordOwnerMarkerResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 16);
+  messageDesc(file_seraph_jobs_v1_jobs, 18);
 
 /**
  * @generated from message seraph.jobs.v1.ReportProgressRequest
@@ -714,7 +811,7 @@ export type ReportProgressRequest = Message<"seraph.jobs.v1.ReportProgressReques
  * Use `create(ReportProgressRequestSchema)` to create a new message.
  */
 export const ReportProgressRequestSchema: GenMessage<ReportProgressRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 17);
+  messageDesc(file_seraph_jobs_v1_jobs, 19);
 
 /**
  * @generated from message seraph.jobs.v1.ReportProgressResponse
@@ -731,7 +828,7 @@ export type ReportProgressResponse = Message<"seraph.jobs.v1.ReportProgressRespo
  * Use `create(ReportProgressResponseSchema)` to create a new message.
  */
 export const ReportProgressResponseSchema: GenMessage<ReportProgressResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 18);
+  messageDesc(file_seraph_jobs_v1_jobs, 20);
 
 /**
  * @generated from message seraph.jobs.v1.StoreArtifactRequest
@@ -773,7 +870,7 @@ export type StoreArtifactRequest = Message<"seraph.jobs.v1.StoreArtifactRequest"
  * Use `create(StoreArtifactRequestSchema)` to create a new message.
  */
 export const StoreArtifactRequestSchema: GenMessage<StoreArtifactRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 19);
+  messageDesc(file_seraph_jobs_v1_jobs, 21);
 
 /**
  * @generated from message seraph.jobs.v1.StoreArtifactResponse
@@ -790,7 +887,7 @@ export type StoreArtifactResponse = Message<"seraph.jobs.v1.StoreArtifactRespons
  * Use `create(StoreArtifactResponseSchema)` to create a new message.
  */
 export const StoreArtifactResponseSchema: GenMessage<StoreArtifactResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 20);
+  messageDesc(file_seraph_jobs_v1_jobs, 22);
 
 /**
  * @generated from message seraph.jobs.v1.ReadArtifactRequest
@@ -807,7 +904,7 @@ export type ReadArtifactRequest = Message<"seraph.jobs.v1.ReadArtifactRequest"> 
  * Use `create(ReadArtifactRequestSchema)` to create a new message.
  */
 export const ReadArtifactRequestSchema: GenMessage<ReadArtifactRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 21);
+  messageDesc(file_seraph_jobs_v1_jobs, 23);
 
 /**
  * @generated from message seraph.jobs.v1.ReadArtifactResponse
@@ -829,7 +926,7 @@ export type ReadArtifactResponse = Message<"seraph.jobs.v1.ReadArtifactResponse"
  * Use `create(ReadArtifactResponseSchema)` to create a new message.
  */
 export const ReadArtifactResponseSchema: GenMessage<ReadArtifactResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 22);
+  messageDesc(file_seraph_jobs_v1_jobs, 24);
 
 /**
  * @generated from message seraph.jobs.v1.CompleteJobRequest
@@ -893,7 +990,7 @@ export type CompleteJobRequest = Message<"seraph.jobs.v1.CompleteJobRequest"> & 
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 23);
+  messageDesc(file_seraph_jobs_v1_jobs, 25);
 
 /**
  * @generated from message seraph.jobs.v1.CompleteJobResponse
@@ -910,7 +1007,7 @@ export type CompleteJobResponse = Message<"seraph.jobs.v1.CompleteJobResponse"> 
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 24);
+  messageDesc(file_seraph_jobs_v1_jobs, 26);
 
 /**
  * @generated from message seraph.jobs.v1.GetJobRequest
@@ -927,7 +1024,7 @@ export type GetJobRequest = Message<"seraph.jobs.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 25);
+  messageDesc(file_seraph_jobs_v1_jobs, 27);
 
 /**
  * @generated from message seraph.jobs.v1.GetJobResponse
@@ -944,7 +1041,7 @@ export type GetJobResponse = Message<"seraph.jobs.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 26);
+  messageDesc(file_seraph_jobs_v1_jobs, 28);
 
 /**
  * @generated from message seraph.jobs.v1.CancelJobRequest
@@ -971,7 +1068,7 @@ export type CancelJobRequest = Message<"seraph.jobs.v1.CancelJobRequest"> & {
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 27);
+  messageDesc(file_seraph_jobs_v1_jobs, 29);
 
 /**
  * @generated from message seraph.jobs.v1.CancelJobResponse
@@ -995,7 +1092,7 @@ export type CancelJobResponse = Message<"seraph.jobs.v1.CancelJobResponse"> & {
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 28);
+  messageDesc(file_seraph_jobs_v1_jobs, 30);
 
 /**
  * @generated from message seraph.jobs.v1.RecoverProcessCleanupRequest
@@ -1019,7 +1116,7 @@ export type RecoverProcessCleanupRequest = Message<"seraph.jobs.v1.RecoverProces
  * Use `create(RecoverProcessCleanupRequestSchema)` to create a new message.
  */
 export const RecoverProcessCleanupRequestSchema: GenMessage<RecoverProcessCleanupRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 29);
+  messageDesc(file_seraph_jobs_v1_jobs, 31);
 
 /**
  * @generated from message seraph.jobs.v1.RecoverProcessCleanupResponse
@@ -1053,7 +1150,7 @@ export type RecoverProcessCleanupResponse = Message<"seraph.jobs.v1.RecoverProce
  * Use `create(RecoverProcessCleanupResponseSchema)` to create a new message.
  */
 export const RecoverProcessCleanupResponseSchema: GenMessage<RecoverProcessCleanupResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 30);
+  messageDesc(file_seraph_jobs_v1_jobs, 32);
 
 /**
  * @generated from message seraph.jobs.v1.Slot
@@ -1090,7 +1187,7 @@ export type Slot = Message<"seraph.jobs.v1.Slot"> & {
  * Use `create(SlotSchema)` to create a new message.
  */
 export const SlotSchema: GenMessage<Slot> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 31);
+  messageDesc(file_seraph_jobs_v1_jobs, 33);
 
 /**
  * @generated from message seraph.jobs.v1.Node
@@ -1142,7 +1239,7 @@ export type Node = Message<"seraph.jobs.v1.Node"> & {
  * Use `create(NodeSchema)` to create a new message.
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 32);
+  messageDesc(file_seraph_jobs_v1_jobs, 34);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodesRequest
@@ -1155,7 +1252,7 @@ export type ListNodesRequest = Message<"seraph.jobs.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 33);
+  messageDesc(file_seraph_jobs_v1_jobs, 35);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodesResponse
@@ -1172,7 +1269,7 @@ export type ListNodesResponse = Message<"seraph.jobs.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 34);
+  messageDesc(file_seraph_jobs_v1_jobs, 36);
 
 /**
  * @generated from message seraph.jobs.v1.ListSlotsRequest
@@ -1185,7 +1282,7 @@ export type ListSlotsRequest = Message<"seraph.jobs.v1.ListSlotsRequest"> & {
  * Use `create(ListSlotsRequestSchema)` to create a new message.
  */
 export const ListSlotsRequestSchema: GenMessage<ListSlotsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 35);
+  messageDesc(file_seraph_jobs_v1_jobs, 37);
 
 /**
  * @generated from message seraph.jobs.v1.ListSlotsResponse
@@ -1202,7 +1299,7 @@ export type ListSlotsResponse = Message<"seraph.jobs.v1.ListSlotsResponse"> & {
  * Use `create(ListSlotsResponseSchema)` to create a new message.
  */
 export const ListSlotsResponseSchema: GenMessage<ListSlotsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 36);
+  messageDesc(file_seraph_jobs_v1_jobs, 38);
 
 /**
  * @generated from enum seraph.jobs.v1.JobState
@@ -1358,6 +1455,16 @@ export const JobsService: GenService<{
     methodKind: "unary";
     input: typeof ClaimJobRequestSchema;
     output: typeof ClaimJobResponseSchema;
+  },
+  /**
+   * Re-adoption after an executor restart: a new fence for the attempt, by compare-and-set.
+   *
+   * @generated from rpc seraph.jobs.v1.JobsService.AdoptJob
+   */
+  adoptJob: {
+    methodKind: "unary";
+    input: typeof AdoptJobRequestSchema;
+    output: typeof AdoptJobResponseSchema;
   },
   /**
    * @generated from rpc seraph.jobs.v1.JobsService.RecordOwnerMarker
