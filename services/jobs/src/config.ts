@@ -13,5 +13,8 @@ export function loadJobsConfig(env: Readonly<Record<string, string | undefined>>
     NATS_URL: str(),
     SERAPH_INTERNAL_TOKEN: str(),
     LOG_LEVEL: str("info"),
+    // Heartbeat age after which a node gets no new reservations (3 × a 10 s heartbeat; 6 × the
+    // executor's default 5 s). Its held slots stay held: only completion or recovery frees them.
+    SERAPH_JOBS_NODE_STALE_MS: int(30_000, 1000, 3_600_000),
   });
 }

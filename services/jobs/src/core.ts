@@ -12,4 +12,6 @@ export interface JobsCore {
   readonly log: Logger;
   /** Wall clock in ms (injectable for tests of expiry). */
   readonly now: () => number;
+  /** Heartbeat age beyond which a node gets no reservations (scheduling only; never releases a held slot). */
+  readonly nodeStaleMs: number;
 }

@@ -12,6 +12,7 @@ import type { Kysely } from "kysely";
 import { createSharedTableAuthority, type AuthorityReader } from "./admission/authority.js";
 import { readArtifact, storeArtifact } from "./artifacts/artifact-operations.js";
 import { cancelJob } from "./cancellation/cancel.js";
+import { adoptJob } from "./claims/adopt.js";
 import { claimJob } from "./claims/claim.js";
 import { completeJob } from "./claims/complete.js";
 import { recordOwnerMarker } from "./claims/marker.js";
@@ -24,6 +25,7 @@ import { jobView } from "./jobs/job-queries.js";
 import { toSlotProto } from "./jobs/job-view.js";
 import { heartbeat, listAllNodes, listNodeJobs, registerNode } from "./nodes/node-operations.js";
 import { recoverProcessCleanup } from "./recovery/recover.js";
+import { DEFAULT_NODE_STALE_MS } from "./scheduler/reserve.js";
 import { listSlots } from "./slots/slot.repository.js";
 
 /** Dependencies of the JobsService implementation. */
@@ -34,11 +36,20 @@ export interface JobsServiceDeps {
   /** Defaults to the read-only view of the API's tables in the shared database. */
   readonly authority?: AuthorityReader;
   readonly now?: () => number;
+  /** Heartbeat staleness bound for scheduling (default DEFAULT_NODE_STALE_MS). */
+  readonly nodeStaleMs?: number | undefined;
 }
 
 /** Builds the core every jobs operation uses. */
 export function createJobsCore(deps: JobsServiceDeps): JobsCore {
-  return { db: deps.db, publisher: deps.publisher, log: deps.log, authority: deps.authority ?? createSharedTableAuthority(), now: deps.now ?? Date.now };
+  return {
+    db: deps.db,
+    publisher: deps.publisher,
+    log: deps.log,
+    authority: deps.authority ?? createSharedTableAuthority(),
+    now: deps.now ?? Date.now,
+    nodeStaleMs: deps.nodeStaleMs ?? DEFAULT_NODE_STALE_MS,
+  };
 }
 
 /**
@@ -58,6 +69,7 @@ export function createJobsService(core: JobsCore): ServiceImpl<typeof JobsServic
     },
     listNodeJobs: (req) => listNodeJobs(core, req.nodeId),
     claimJob: (req) => claimJob(core, req),
+    adoptJob: (req) => adoptJob(core, req),
     recordOwnerMarker: (req) => recordOwnerMarker(core, req),
     reportProgress: (req) => reportProgress(core, req),
     storeArtifact: (req) => storeArtifact(core, req),

@@ -23,6 +23,7 @@ const jobs = await startJobs({
   signals,
   log,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
+  nodeStaleMs: config.SERAPH_JOBS_NODE_STALE_MS,
 });
 installShutdown(log, [
   { name: "stop accepting and drain RPCs", run: () => jobs.stop() },

@@ -27,6 +27,11 @@ export interface JobsRuntime {
   readonly pollMs?: number;
   /** Fresh-admission reader; defaults to the read-only view of the API's tables. */
   readonly authority?: AuthorityReader;
+  /**
+   * A node whose last heartbeat is older than this gets no new reservations, and its unclaimed
+   * reservations return to the queue (default 30 s, 6 × the executor's default heartbeat).
+   */
+  readonly nodeStaleMs?: number | undefined;
 }
 
 /** A running jobs service. */
@@ -40,7 +45,7 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
   let scheduler: Scheduler | undefined;
   let operator: OperatorService | undefined;
   const publisher = createEventPublisher(rt.signals, () => scheduler?.wake());
-  const core = createJobsCore({ db: rt.db, publisher, log: rt.log, authority: rt.authority });
+  const core = createJobsCore({ db: rt.db, publisher, log: rt.log, authority: rt.authority, nodeStaleMs: rt.nodeStaleMs });
   const booted = await bootService({
     name: "jobs",
     log: rt.log,
@@ -53,7 +58,7 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     signal: rt.signal,
     prepare: () => migrateJobs(rt.db, rt.log),
   });
-  scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000 });
+  scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000, nodeStaleMs: core.nodeStaleMs });
   if (rt.signals.nats) operator = startOperatorService(rt.signals.nats, core, rt.log.child({ component: "operator" }));
   return {
     ...booted,

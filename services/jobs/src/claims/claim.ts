@@ -23,8 +23,9 @@ import { inTransaction } from "../store/db.js";
  * rejected job (the executor then does nothing). Drift of execution inputs is checked by the
  * executor, which alone can re-inspect the repository.
  *
- * For a job already claimed on this node, the node's current incarnation gets the attempt back
- * with its existing fence (idempotent retry, or re-adoption after an executor restart).
+ * A retry by the incarnation that claimed the job gets the same answer (idempotent). Another
+ * incarnation of the node gets FAILED_PRECONDITION `adoption_required`: re-adoption after a
+ * restart goes through AdoptJob, which issues a new fence.
  */
 export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<ClaimJobResponse> {
   const changes = noChanges();
@@ -39,12 +40,9 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
       if (!CLAIMED_STATES.includes(job.state as JobStateName)) throw new ConflictError("already_claimed", `job ${job.id} is ${job.state}, not reserved`);
       // A claim retried by the incarnation that holds it (its response was lost): same answer.
       if (job.incarnation_id === req.incarnationId) return job;
-      // Re-adoption after an executor restart: the node's current incarnation takes over the
-      // attempt with the same fence (its supervisor is bound to that fence). The superseded
-      // incarnation can no longer heartbeat or claim.
-      const adopted = await updateJobCas(trx, job.id, job.revision, { incarnation_id: req.incarnationId });
-      changes.jobs.push(adopted);
-      return adopted;
+      // Another incarnation (a restarted executor) must adopt the attempt with AdoptJob, which
+      // takes a new fence by compare-and-set; a claim never hands over an existing fence.
+      throw new FailedPreconditionError("adoption_required", `job ${job.id} is ${job.state} under another incarnation; re-adopt it with AdoptJob`);
     }
     if (job.slot_index === null) throw new Error(`reserved job ${job.id} has no slot`);
     const fence = await nextFence(trx);

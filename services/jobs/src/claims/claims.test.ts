@@ -1,10 +1,10 @@
-import { create } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { newId, sha256Hex } from "@seraph/kit";
-import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { ExecutionBundleSchema, JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { OwnerMarkerSchema, Outcome, ReceiptSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startJobsHarness, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+import { startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
 
 let h: JobsHarness;
 const owner = newId();
@@ -39,7 +39,7 @@ function markerFor(jobId: string, fence: bigint, pid = 4242, bootId = boot): Own
     jobId,
     attempt: 1,
     fence,
-    supervisorSourceSha256: "d".repeat(64),
+    supervisorSourceSha256: TEST_SUPERVISOR_SOURCE_SHA256,
     socketPath: "/run/x/sock",
     runDir: "/run/x",
     writtenUnixMs: BigInt(Date.now()),
@@ -87,14 +87,110 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     expect(refused).toHaveLength(3);
     for (const r of refused) expect(String(r.reason)).toContain("stale_incarnation");
     expect(await h.db.selectFrom("job_attempts").selectAll().where("job_id", "=", jobId).execute()).toHaveLength(1);
-    // After a restart the node's new incarnation re-adopts the attempt with the same fence.
-    const before = (await h.client.getJob({ jobId })).job;
+    // After a restart the node's new incarnation re-adopts the attempt with a NEW fence (AdoptJob);
+    // ClaimJob never hands an existing fence to another incarnation.
+    const before = (await h.client.getJob({ jobId })).job!;
+    const oldFence = before.fence;
     incarnation = "inc-2";
     await h.client.registerNode({ nodeId: node, bootId: boot, incarnationId: incarnation, slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });
-    const adopted = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
-    expect(adopted.fence).toBe(before?.fence);
+    expect(String(await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation }).catch((e: unknown) => e))).toContain("adoption_required");
+    const superseded = await h.client.adoptJob({ jobId, nodeId: node, incarnationId: "inc-superseded", expectedFence: oldFence }).catch((e: unknown) => e);
+    expect(String(superseded)).toContain("stale_incarnation");
+    const moved = await h.client.adoptJob({ jobId, nodeId: node, incarnationId: incarnation, expectedFence: oldFence + 100n }).catch((e: unknown) => e);
+    expect(codeOf(moved)).toBe(Code.Aborted);
+    expect(String(moved)).toContain("fence_moved");
+    const adopted = await h.client.adoptJob({ jobId, nodeId: node, incarnationId: incarnation, expectedFence: oldFence });
+    expect(adopted.fence).toBeGreaterThan(oldFence);
+    expect(adopted.previousFence).toBe(oldFence);
+    expect(adopted.claimFence).toBe(oldFence);
+    expect(adopted.job?.fence).toBe(adopted.fence);
     expect(adopted.bundle?.approvalId).toBeTruthy();
+    // A retried AdoptJob of the same incarnation answers with the same new fence.
+    expect((await h.client.adoptJob({ jobId, nodeId: node, incarnationId: incarnation, expectedFence: oldFence })).fence).toBe(adopted.fence);
+    const attempts = await h.db.selectFrom("job_attempts").selectAll().where("job_id", "=", jobId).orderBy("fence").execute();
+    expect(attempts.map((a) => [a.attempt, a.fence, a.incarnation_id, a.adopted_from_fence, a.ended_at !== null])).toEqual([
+      [1, oldFence.toString(), "inc-1", null, true],
+      [1, adopted.fence.toString(), "inc-2", oldFence.toString(), false],
+    ]);
+    // Every write with the old fence is refused and changes nothing.
+    const revision = (await h.client.getJob({ jobId })).job?.revision;
+    for (const write of [
+      () => h.client.reportProgress({ jobId, fence: oldFence, state: JobState.PREPARING }),
+      () => h.client.completeJob({ jobId, fence: oldFence, state: JobState.REJECTED, outcome: "rejected_old_fence" }),
+      () => h.client.recordOwnerMarker({ jobId, fence: oldFence, marker: markerFor(jobId, oldFence) }),
+      () => h.client.storeArtifact({ jobId, fence: oldFence, kind: "x", name: "x", content: new Uint8Array([1]), sha256: sha256Hex(new Uint8Array([1])) }),
+    ]) {
+      const refused = await write().catch((e: unknown) => e);
+      expect(codeOf(refused)).toBe(Code.FailedPrecondition);
+      expect(String(refused)).toContain("stale_fence");
+    }
+    const after = (await h.client.getJob({ jobId })).job;
+    expect([after?.state, after?.revision, after?.artifacts.length]).toEqual([JobState.PREPARING, revision, 0]);
     await h.client.completeJob({ jobId, fence: adopted.fence, state: JobState.REJECTED, outcome: "rejected_test" });
+    expect((await h.client.getJob({ jobId })).job?.slotHeld).toBe(false);
+  });
+
+  it("re-adoption of a running job: marker compare-and-set, old fence dead, the barrier and completion continue under the new fence, recovery accepts the marker's claim fence", async () => {
+    const jobId = await reservedJob();
+    const { fence: claimFence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    const marker = markerFor(jobId, claimFence);
+    expect((await h.client.recordOwnerMarker({ jobId, fence: claimFence, marker })).go).toBe(true);
+    await h.client.reportProgress({ jobId, fence: claimFence, state: JobState.RUNNING });
+    incarnation = "inc-2r";
+    await h.client.registerNode({ nodeId: node, bootId: boot, incarnationId: incarnation, slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });
+    const otherMarker = await h.client.adoptJob({ jobId, nodeId: node, incarnationId: incarnation, expectedFence: claimFence, expectedMarker: markerFor(jobId, claimFence, 9999) }).catch((e: unknown) => e);
+    expect(String(otherMarker)).toContain("marker_changed");
+    const noMarker = await h.client.adoptJob({ jobId, nodeId: node, incarnationId: incarnation, expectedFence: claimFence }).catch((e: unknown) => e);
+    expect(String(noMarker)).toContain("marker_changed");
+    const adopted = await h.client.adoptJob({ jobId, nodeId: node, incarnationId: incarnation, expectedFence: claimFence, expectedMarker: marker });
+    expect(adopted.fence).toBeGreaterThan(claimFence);
+    expect(adopted.job?.state).toBe(JobState.RUNNING);
+    expect(adopted.job?.marker?.fence).toBe(claimFence);
+    const stale = await h.client.reportProgress({ jobId, fence: claimFence, state: JobState.RUNNING }).catch((e: unknown) => e);
+    expect(String(stale)).toContain("stale_fence");
+    // The adopter resumes the barrier of the supervisor launched under the claim fence.
+    expect((await h.client.recordOwnerMarker({ jobId, fence: adopted.fence, marker })).go).toBe(true);
+    const receipt = create(ReceiptSchema, { outcome: Outcome.CANCELLED, echildObserved: true, cancelRequested: true, marker });
+    const oldComplete = await h.client.completeJob({ jobId, fence: claimFence, state: JobState.UNKNOWN, outcome: "unknown_external_effect", receipt }).catch((e: unknown) => e);
+    expect(String(oldComplete)).toContain("stale_fence");
+    expect((await h.client.getJob({ jobId })).job?.state).toBe(JobState.RUNNING);
+    await h.client.completeJob({ jobId, fence: adopted.fence, state: JobState.UNKNOWN, outcome: "unknown_external_effect", receipt });
+    expect(await slotState()).toBe(SlotState.HELD);
+    const rec = await h.client.recoverProcessCleanup({ jobId, rootId: root });
+    expect([rec.released, rec.refusalCode]).toEqual([true, ""]);
+    expect(rec.job?.recovery?.cleanupReceiptVerified).toBe(true);
+  });
+
+  it("the approved supervisor source hash: a marker of other supervisor code gets no start token; recovery refuses a receipt or marker of other code", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    const drifted = create(OwnerMarkerSchema, { ...markerFor(jobId, fence), supervisorSourceSha256: "f".repeat(64) });
+    const refused = await h.client.recordOwnerMarker({ jobId, fence, marker: drifted }).catch((e: unknown) => e);
+    expect(codeOf(refused)).toBe(Code.FailedPrecondition);
+    expect(String(refused)).toContain("supervisor_source_drift");
+    expect((await h.client.getJob({ jobId })).job?.state).toBe(JobState.PREPARING);
+    const marker = markerFor(jobId, fence);
+    await h.client.recordOwnerMarker({ jobId, fence, marker });
+    await h.client.completeJob({ jobId, fence, state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost" });
+    // A late receipt from a supervisor with the same process identity but other code.
+    const foreign = toBinary(ReceiptSchema, create(ReceiptSchema, { outcome: Outcome.FAILED, echildObserved: true, marker: drifted }));
+    await h.client.storeArtifact({ jobId, fence, kind: "cleanup_receipt", name: "cleanup.receipt.binpb", content: foreign, sha256: sha256Hex(foreign) });
+    const byReceipt = await h.client.recoverProcessCleanup({ jobId, rootId: root });
+    expect([byReceipt.released, byReceipt.refusalCode]).toEqual([false, "supervisor_source_mismatch"]);
+    // The recorded marker itself no longer names the approved code (the bundle says otherwise).
+    const row = await h.db.selectFrom("jobs").select("bundle").where("id", "=", jobId).executeTakeFirstOrThrow();
+    const bundle = fromBinary(ExecutionBundleSchema, row.bundle);
+    bundle.supervisorSourceSha256 = "c".repeat(64);
+    await h.db.updateTable("jobs").set({ bundle: toBinary(ExecutionBundleSchema, bundle) }).where("id", "=", jobId).execute();
+    const byMarker = await h.client.recoverProcessCleanup({ jobId, rootId: root });
+    expect([byMarker.released, byMarker.refusalCode]).toEqual([false, "supervisor_source_mismatch"]);
+    expect(await slotState()).toBe(SlotState.HELD);
+    // Free the slot for the remaining tests: the approved hash again and a matching receipt.
+    bundle.supervisorSourceSha256 = TEST_SUPERVISOR_SOURCE_SHA256;
+    await h.db.updateTable("jobs").set({ bundle: toBinary(ExecutionBundleSchema, bundle) }).where("id", "=", jobId).execute();
+    const own = toBinary(ReceiptSchema, create(ReceiptSchema, { outcome: Outcome.FAILED, echildObserved: true, marker }));
+    await h.client.storeArtifact({ jobId, fence, kind: "cleanup_receipt", name: "cleanup2.receipt.binpb", content: own, sha256: sha256Hex(own) });
+    expect((await h.client.recoverProcessCleanup({ jobId, rootId: root })).released).toBe(true);
   });
 
   it("start barrier: go only when no cancellation came first; cancel after GO is UNKNOWN and holds the slot until a verified receipt recovers it", async () => {

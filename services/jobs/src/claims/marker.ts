@@ -12,6 +12,7 @@ import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
 import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
+import { readBundle } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
 import { sameMarkerIdentity } from "./complete.js";
@@ -47,7 +48,9 @@ export function markerProblems(job: JobRow, fence: bigint, m: OwnerMarker): stri
  * records the supervisor's owner marker and, unless a cancellation was committed first, the
  * start token: PREPARING→STARTING, go=true. When the cancellation flag is already set the
  * marker is still recorded (the supervisor exists and must be cleaned up) but go=false: the
- * executor must send CANCEL, never GO. A repeat with the identical marker is idempotent. A job
+ * executor must send CANCEL, never GO. A marker whose supervisor source hash is not the one the
+ * approval bound is refused (`supervisor_source_drift`): no start token for another supervisor.
+ * A repeat with the identical marker is idempotent (also under a fence taken by re-adoption). A job
  * with several steps runs one supervisor per step; a later step's marker replaces the previous
  * one only after that supervisor's ECHILD receipt was stored (`step_receipt` artifact).
  */
@@ -58,15 +61,25 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
   const row = await inTransaction(core.db, async (trx) => {
     const job = await lockJob(trx, req.jobId);
     requireFence(job, req.fence);
+    const current = job.marker ? fromBinary(OwnerMarkerSchema, job.marker) : undefined;
+    // The identical marker again (a retry, or the executor that re-adopted the attempt with a
+    // new fence resuming the barrier of the supervisor launched under the claim fence).
+    if ((job.state === "starting" || job.state === "running") && current && equals(OwnerMarkerSchema, current, marker)) return job;
     const problems = markerProblems(job, req.fence, marker);
     if (problems.length > 0) throw new InvalidArgumentError("marker", "marker_mismatch", problems.join("; "));
     const node = await findNode(trx, job.node_id);
     if (node && marker.supervisor && node.boot_id !== marker.supervisor.bootId) {
       throw new FailedPreconditionError("marker_other_boot", `the marker's boot id ${marker.supervisor.bootId} is not node ${job.node_id}'s current boot`);
     }
+    const approved = readBundle(job).supervisorSourceSha256;
+    if (marker.supervisorSourceSha256 !== approved) {
+      throw new FailedPreconditionError(
+        "supervisor_source_drift",
+        `the supervisor's source hash ${marker.supervisorSourceSha256} is not the approved ${approved || "(none)"}; it may not receive the start token`,
+        { field: "marker.supervisor_source_sha256" },
+      );
+    }
     if (job.state === "starting" || job.state === "running") {
-      const current = job.marker ? fromBinary(OwnerMarkerSchema, job.marker) : undefined;
-      if (current && equals(OwnerMarkerSchema, current, marker)) return job;
       // The supervisor of a later step (build, then test): allowed only once the previous
       // supervisor's receipt, stored as a `step_receipt` artifact, proved its cleanup.
       if (!current || job.start_token_at === null || !(await previousStepProved(trx, job.id, current))) {

@@ -67,6 +67,8 @@ export interface JobsDatabase {
     incarnation_id: string;
     claimed_at: Timestamp;
     ended_at: Timestamp | null;
+    /** Set on a re-adoption: the fence this attempt row superseded (null for the first claim). */
+    adopted_from_fence: ColumnType<string | null, string | number | bigint | null | undefined, string | number | bigint | null>;
   };
   artifacts: {
     id: string;

@@ -79,7 +79,7 @@ export async function nextFence(db: Db): Promise<string> {
 /** Records one claimed (or adopted) attempt with its fence. */
 export async function insertAttempt(
   db: Db,
-  row: { job_id: string; attempt: number; fence: string; node_id: string; incarnation_id: string },
+  row: { job_id: string; attempt: number; fence: string; node_id: string; incarnation_id: string; adopted_from_fence?: string },
 ): Promise<void> {
   await db.insertInto("job_attempts").values(row).execute();
 }
@@ -94,4 +94,16 @@ export async function endAttempt(db: Db, jobId: string, attempt: number, fence: 
     .where("fence", "=", fence)
     .where("ended_at", "is", null)
     .execute();
+}
+
+/** The fences of one attempt, oldest first: its claim fence, then one per re-adoption. */
+export async function listAttemptFences(db: Db, jobId: string, attempt: number): Promise<string[]> {
+  const rows = await db
+    .selectFrom("job_attempts")
+    .select("fence")
+    .where("job_id", "=", jobId)
+    .where("attempt", "=", attempt)
+    .orderBy("fence")
+    .execute();
+  return rows.map((r) => r.fence);
 }

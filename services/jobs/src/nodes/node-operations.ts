@@ -48,9 +48,22 @@ export async function registerNode(core: JobsCore, req: RegisterNodeRequest): Pr
   core.publisher.publish(changes);
 }
 
-/** Records a heartbeat; FAILED_PRECONDITION `stale_incarnation` when a newer incarnation registered. */
+/**
+ * Records a heartbeat; FAILED_PRECONDITION `stale_incarnation` when a newer incarnation
+ * registered. A node coming back from staleness wakes the scheduler (its queued jobs may now be
+ * reserved) instead of waiting for the slow poll.
+ */
 export async function heartbeat(core: JobsCore, req: HeartbeatRequest): Promise<void> {
-  if (await touchNode(core.db, req.nodeId, req.incarnationId)) return;
+  const ageMs = await touchNode(core.db, req.nodeId, req.incarnationId);
+  if (ageMs !== undefined) {
+    if (ageMs > core.nodeStaleMs) {
+      core.log.info({ nodeId: req.nodeId, heartbeatAgeMs: ageMs }, "node heartbeat fresh again");
+      const changes = noChanges();
+      changes.schedule = true;
+      core.publisher.publish(changes);
+    }
+    return;
+  }
   const node = await findNode(core.db, req.nodeId);
   if (!node) throw new NotFoundError("node", req.nodeId);
   throw new FailedPreconditionError("stale_incarnation", `incarnation ${req.incarnationId} of node ${req.nodeId} was superseded; register again`);

@@ -32,15 +32,18 @@ export async function upsertNode(
     .executeTakeFirstOrThrow();
 }
 
-/** Records a heartbeat of the node's current incarnation; false when the incarnation is not current. */
-export async function touchNode(db: Db, id: string, incarnationId: string): Promise<boolean> {
-  const r = await db
-    .updateTable("nodes")
-    .set({ heartbeat_at: sql`now()` })
-    .where("id", "=", id)
-    .where("incarnation_id", "=", incarnationId)
-    .executeTakeFirst();
-  return r.numUpdatedRows > 0n;
+/**
+ * Records a heartbeat of the node's current incarnation. Returns the age in ms of the heartbeat
+ * it replaced (PostgreSQL's clock), or undefined when the incarnation is not current.
+ */
+export async function touchNode(db: Db, id: string, incarnationId: string): Promise<number | undefined> {
+  const r = await sql<{ age_ms: number }>`
+    UPDATE nodes n SET heartbeat_at = now()
+    FROM (SELECT id, heartbeat_at FROM nodes WHERE id = ${id} FOR UPDATE) prev
+    WHERE n.id = prev.id AND n.incarnation_id = ${incarnationId}
+    RETURNING (extract(epoch FROM now() - prev.heartbeat_at) * 1000)::float8 AS age_ms`.execute(db);
+  const row = r.rows[0];
+  return row === undefined ? undefined : Number(row.age_ms);
 }
 
 /** A node by id. */

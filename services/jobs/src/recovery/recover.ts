@@ -11,7 +11,7 @@ import type { JobsCore } from "../core.js";
 import { findArtifact, listArtifacts } from "../artifacts/artifact.repository.js";
 import { sameMarkerIdentity } from "../claims/complete.js";
 import { noChanges } from "../events/publisher.js";
-import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { listAttemptFences, lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
 import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
@@ -37,7 +37,7 @@ interface Proof {
  * directory (a late receipt is recorded when the supervisor finished after contact was lost). Each candidate is re-hashed as read; the first whose ECHILD observation and owner
  * marker identity match the recorded marker is the proof.
  */
-async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker): Promise<Proof | Refusal> {
+async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker, approvedSource: string): Promise<Proof | Refusal> {
   const candidates: Uint8Array[] = [];
   if (job.receipt) candidates.push(job.receipt);
   for (const a of await listArtifacts(db, job.id)) {
@@ -52,6 +52,10 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker): Promise<P
       receipt = fromBinary(ReceiptSchema, bytes);
     } catch {
       last = { code: "receipt_unreadable", message: "the recorded receipt cannot be decoded" };
+      continue;
+    }
+    if (receipt.marker && receipt.marker.supervisorSourceSha256 !== approvedSource) {
+      last = { code: "supervisor_source_mismatch", message: `the receipt was written by supervisor code ${receipt.marker.supervisorSourceSha256 || "(none)"}, not the approved ${approvedSource || "(none)"}` };
       continue;
     }
     if (!receipt.marker || !sameMarkerIdentity(receipt.marker, marker)) {
@@ -70,8 +74,10 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker): Promise<P
 /**
  * Explicit same-root recovery of a physical slot whose cleanup was not proved. Under the
  * per-job lock it re-reads the recorded owner marker and revalidates the job, its immutable
- * bundle (approval and proposal), attempt and fence, and the marker's pid/start/boot identity
- * and supervisor source hash. It releases the slot (CAS on the job revision) only on a verified
+ * bundle (approval and proposal), attempt and fence (the marker's fence must be one of the
+ * attempt's recorded fences: its claim or a re-adoption), the marker's pid/start/boot identity,
+ * and that the marker's and the receipt's supervisor source hash is the originally approved one
+ * (else `supervisor_source_mismatch`). It releases the slot (CAS on the job revision) only on a verified
  * cleanup receipt, or on proof that the host rebooted since the marker was written (the node
  * re-registered with a different boot id). It records cleanup_receipt_verified,
  * process_cleanup_readback_sha256 and readback_scope=process_cleanup_only and never changes the
@@ -98,26 +104,27 @@ export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessC
     if (!job.marker) return refuse("no_owner_marker", "no owner marker was recorded for this job");
     const marker = fromBinary(OwnerMarkerSchema, job.marker);
     const bundle = readBundle(job);
-    const attempt = await trx
-      .selectFrom("job_attempts")
-      .select(["fence", "node_id"])
-      .where("job_id", "=", job.id)
-      .where("attempt", "=", job.attempt)
-      .where("fence", "=", job.fence)
-      .executeTakeFirst();
+    // The attempt's fences: its claim fence and one per re-adoption; the supervisor's marker
+    // names the fence it was launched under, which a later adoption may have superseded.
+    const fences = await listAttemptFences(trx, job.id, job.attempt);
     const invalid: string[] = [];
-    if (!attempt) invalid.push("the attempt with the job's fence is not recorded");
+    if (!fences.includes(job.fence)) invalid.push("the attempt with the job's fence is not recorded");
     if (bundle.approvalId !== job.approval_id || bundle.repairId !== job.repair_id) invalid.push("the bundle does not match the job's approval");
     if (!/^[0-9a-f]{64}$/.test(bundle.proposalSha256)) invalid.push("the bundle has no proposal identity");
-    if (marker.jobId !== job.id || marker.attempt !== job.attempt || marker.fence !== BigInt(job.fence)) invalid.push("the marker does not name this job, attempt and fence");
+    if (marker.jobId !== job.id || marker.attempt !== job.attempt || !fences.includes(marker.fence.toString())) invalid.push("the marker does not name this job, attempt and one of its fences");
     if (!marker.supervisor || marker.supervisor.pid <= 0 || marker.supervisor.startTimeTicks === 0n || marker.supervisor.bootId === "") {
       invalid.push("the marker has no complete supervisor identity");
     }
     if (!/^[0-9a-f]{64}$/.test(marker.supervisorSourceSha256)) invalid.push("the marker has no supervisor source hash");
     if (slot.node_id !== job.node_id) invalid.push("the held slot is on another node");
     if (invalid.length > 0) return refuse("binding_mismatch", invalid.join("; "));
+    // The originally approved supervisor source hash: the recorded supervisor must run exactly
+    // the code the person approved, or nothing it reports is evidence.
+    if (marker.supervisorSourceSha256 !== bundle.supervisorSourceSha256) {
+      return refuse("supervisor_source_mismatch", `the recorded supervisor runs code ${marker.supervisorSourceSha256}, not the approved ${bundle.supervisorSourceSha256 || "(none)"}`);
+    }
 
-    let proof: Proof | Refusal = await receiptProof(trx, job, marker);
+    let proof: Proof | Refusal = await receiptProof(trx, job, marker, bundle.supervisorSourceSha256);
     if (!("kind" in proof)) {
       const node = await findNode(trx, job.node_id);
       const markerBoot = marker.supervisor?.bootId ?? "";

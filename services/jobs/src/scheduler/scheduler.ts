@@ -3,7 +3,7 @@ import type { Kysely } from "kysely";
 import type { JobsDatabase } from "../db/schema.js";
 import { noChanges, type EventPublisher } from "../events/publisher.js";
 import { Subjects } from "../events/subjects.js";
-import { reserveOne } from "./reserve.js";
+import { DEFAULT_NODE_STALE_MS, releaseStaleReservations, reserveOne } from "./reserve.js";
 
 /** The reservation loop of one jobs-service process. */
 export interface Scheduler {
@@ -21,10 +21,13 @@ export interface SchedulerOptions {
   readonly log: Logger;
   /** The slow poll that makes lost signals harmless. */
   readonly pollMs: number;
+  /** A node whose heartbeat is older than this gets no reservations (default 30 s). */
+  readonly nodeStaleMs?: number;
 }
 
 /**
- * Starts the loop: each pass reserves slots until none can be reserved, then sleeps until a
+ * Starts the loop: each pass first returns reservations on nodes whose heartbeat went stale to
+ * the queue, then reserves slots on live nodes until none can be reserved, then sleeps until a
  * wake-up (`seraph.work.queued`, a local wake) or the poll interval. A failed pass (database
  * down) is logged and retried on the next tick; nothing is decided outside PostgreSQL.
  */
@@ -36,15 +39,26 @@ export function startScheduler(o: SchedulerOptions): Scheduler {
     woken = true;
     wakeUp?.();
   };
+  const staleMs = o.nodeStaleMs ?? DEFAULT_NODE_STALE_MS;
   const off = o.signals.subscribe(Subjects.workQueued, () => wake());
   const loop = (async () => {
     let failures = 0;
     while (!stopped) {
       woken = false;
       try {
+        const released = await releaseStaleReservations(o.db, staleMs);
+        if (released.length > 0) {
+          const changes = noChanges();
+          for (const r of released) {
+            o.log.warn({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "node heartbeat stale: reservation released, job queued again");
+            changes.jobs.push(r.job);
+            changes.slots.push(r.slot);
+          }
+          o.publisher().publish(changes);
+        }
         for (;;) {
           if (stopped) break;
-          const r = await reserveOne(o.db);
+          const r = await reserveOne(o.db, staleMs);
           if (!r) break;
           o.log.info({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "slot reserved");
           const changes = noChanges();

@@ -65,3 +65,16 @@ export async function reserveFreeSlot(db: Db, nodeId: string, slotIndex: number,
     .returningAll()
     .executeTakeFirst();
 }
+
+/** Compare-and-set on a slot still reserved (not held) for `jobId`: frees it. */
+export async function releaseReservedSlot(db: Db, nodeId: string, slotIndex: number, jobId: string): Promise<SlotRow | undefined> {
+  return db
+    .updateTable("physical_slots")
+    .set({ state: "free", job_id: null, revision: sql`revision + 1`, updated_at: sql`now()` })
+    .where("node_id", "=", nodeId)
+    .where("slot_index", "=", slotIndex)
+    .where("job_id", "=", jobId)
+    .where("state", "=", "reserved")
+    .returningAll()
+    .executeTakeFirst();
+}

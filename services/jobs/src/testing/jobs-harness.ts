@@ -22,7 +22,7 @@ export interface JobsHarness {
 }
 
 /** Starts the harness (real PostgreSQL via createTestDatabase, in-process signals unless given). */
-export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number } = {}): Promise<JobsHarness> {
+export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number } = {}): Promise<JobsHarness> {
   const database = await createTestDatabase();
   const db = await openDatabase<JobsDatabase>({ url: database.url });
   const signals = opts.signals ?? createLocalSignals();
@@ -36,7 +36,7 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
       return h.liveRoots.has(rootId);
     },
   };
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, authority, pollMs: opts.pollMs ?? 200 });
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs });
   const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, token));
   return Object.assign(h, {
     jobs,
@@ -51,6 +51,9 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
     },
   });
 }
+
+/** The supervisor source hash testBundle approves (test markers carry it). */
+export const TEST_SUPERVISOR_SOURCE_SHA256 = "d".repeat(64);
 
 /** A minimal bundle for a repository on `nodeId`. */
 export function testBundle(nodeId: string, over: Omit<Partial<ExecutionBundle>, "$typeName" | "$unknown"> = {}): ExecutionBundle {
@@ -68,6 +71,7 @@ export function testBundle(nodeId: string, over: Omit<Partial<ExecutionBundle>, 
     goalId: newId(),
     goalRevision: 1,
     settingsRevision: 1n,
+    supervisorSourceSha256: TEST_SUPERVISOR_SOURCE_SHA256,
     ...over,
   });
 }
