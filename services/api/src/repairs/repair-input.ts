@@ -1,29 +1,25 @@
 import { InvalidArgumentError } from "@seraph/kit";
-import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-
-const SELECTIONS: readonly (readonly [Selection, string])[] = [
-  [Selection.TEST, "npm test"],
-  [Selection.BUILD, "npm run build"],
-  [Selection.BUILD_THEN_TEST, "npm run build test"],
-];
+import { parseSelection, selectionText, SelectionError } from "@seraph/executor-linux/profile";
+import type { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 
 /**
- * Parses selection text (one token a line; spaces also separate) into one of the three finite
- * selections. The words only name a server-owned selection; npm is never run. Anything else is
- * INVALID_ARGUMENT `selection_unknown` on field `selection`.
+ * Parses selection text (one token a line; spaces also separate) with the profile's own grammar
+ * into one of the three finite selections. The words only name a server-owned selection; npm is
+ * never run. Anything else is INVALID_ARGUMENT on field `selection` with the profile's reason.
  */
 export function parseSelectionText(text: string): Selection {
-  const joined = text.split(/\s+/).filter((t) => t !== "").join(" ");
-  const found = SELECTIONS.find(([, words]) => words === joined);
-  if (!found) {
-    throw new InvalidArgumentError("selection", "selection_unknown", `"${joined.slice(0, 80)}" is not a selection; use one of: npm test, npm run build, npm run build test (one token a line).`);
+  try {
+    return parseSelection(text);
+  } catch (err) {
+    if (!(err instanceof SelectionError)) throw err;
+    const reason = err.reasons[0];
+    throw new InvalidArgumentError("selection", reason?.code ?? "selection_unknown", reason?.message ?? err.message, err);
   }
-  return found[0];
 }
 
-/** The display words of a selection. */
+/** The display words of a selection ("npm run build test"). */
 export function selectionWords(s: Selection): string {
-  return SELECTIONS.find(([sel]) => sel === s)?.[1] ?? "";
+  return selectionText(s);
 }
 
 const SEGMENT = /^[A-Za-z0-9._@+-]+$/;

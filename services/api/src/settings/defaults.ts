@@ -5,6 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { ProfileOptionSchema, SandboxBackend, type ProfileOption } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { LimitsSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { DEFAULT_LIMITS as PROFILE_LIMITS } from "@seraph/executor-linux/profile";
 
 /** The only execution profile. */
 export const PROFILE = "repo-node24-npm-v1";
@@ -18,22 +19,20 @@ export const DEFAULT_MODEL_TIMEOUT_MS = 60_000;
 /** Attempts per model request (429, 5xx and network errors are retried). */
 export const DEFAULT_MODEL_ATTEMPTS = 3;
 
-const MiB = 1024 * 1024;
-
 /**
- * The profile limits from ADR-007, the same values as the executor profile's DEFAULT_LIMITS (a
- * cross-service test checks they agree). Operators may narrow them, never widen them.
+ * The profile limits from ADR-007, read from the executor profile's own DEFAULT_LIMITS so the
+ * API and the executor cannot disagree. Operators may narrow them, never widen them.
  */
 export const DEFAULT_LIMITS: Readonly<Record<LimitField, number>> = Object.freeze({
-  snapshotBytes: 64 * MiB,
-  sourceFiles: 2000,
-  sourceFileBytes: 2 * MiB,
-  dependencyFiles: 512,
-  dependencyFileBytes: 16 * MiB,
-  patchBytes: 1 * MiB,
-  outputBytes: 16 * MiB,
-  streamBytes: 1 * MiB,
-  wallMs: 180_000,
+  snapshotBytes: Number(PROFILE_LIMITS.snapshotBytes),
+  sourceFiles: PROFILE_LIMITS.sourceFiles,
+  sourceFileBytes: Number(PROFILE_LIMITS.sourceFileBytes),
+  dependencyFiles: PROFILE_LIMITS.dependencyFiles,
+  dependencyFileBytes: Number(PROFILE_LIMITS.dependencyFileBytes),
+  patchBytes: Number(PROFILE_LIMITS.patchBytes),
+  outputBytes: Number(PROFILE_LIMITS.outputBytes),
+  streamBytes: Number(PROFILE_LIMITS.streamBytes),
+  wallMs: PROFILE_LIMITS.wallMs,
 });
 
 /** Field names of the Limits message. */
