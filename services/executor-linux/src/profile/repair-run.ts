@@ -12,6 +12,7 @@ import {
   type Receipt,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { outcomeName, type OutcomeName } from "../supervisor/receipt-json.js";
 import { validateBuildOutput } from "./build-output.js";
 import { inspectRepository, type InspectOptions } from "./inspect.js";
 import { defaultLimits, limitValues } from "./limits.js";
@@ -27,7 +28,7 @@ import { digestTree, type TreeDigest } from "./tree-digest.js";
 export type RunSteps = (spec: SupervisorSpec) => Promise<Receipt>;
 
 /** A repair run's final outcome: ours, or the supervisor's when its cleanup verdict decides. */
-export type RepairOutcome = "succeeded" | "failed" | "blocked" | "timed_out" | "cancelled" | "rejected_leftover_descendants" | "unknown";
+export type RepairOutcome = OutcomeName | "blocked";
 
 /** What repair-run needs beyond an inspection's inputs. */
 export interface RepairRunOptions extends InspectOptions {
@@ -110,22 +111,6 @@ export function deadlineBudget(wallMs: number): { readbackReserveMs: number; cle
   return { readbackReserveMs, cleanupReserveMs, graceMs };
 }
 
-function outcomeOf(receipt: Receipt): RepairOutcome {
-  switch (receipt.outcome) {
-    case Outcome.SUCCEEDED:
-      return "succeeded";
-    case Outcome.FAILED:
-      return "failed";
-    case Outcome.TIMED_OUT:
-      return "timed_out";
-    case Outcome.CANCELLED:
-      return "cancelled";
-    case Outcome.REJECTED_LEFTOVER_DESCENDANTS:
-      return "rejected_leftover_descendants";
-    default:
-      return "unknown";
-  }
-}
 
 const reasonJson = (r: BlockReason): JsonValue => toJson(BlockReasonSchema, r);
 const driftJson = (d: Drift): JsonValue => toJson(DriftSchema, d);
@@ -280,7 +265,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       return report();
     }
     const result = receipt.commands[0];
-    const stepOutcome = outcomeOf(receipt);
+    const stepOutcome = outcomeName(receipt.outcome);
     const stdoutTail = await journalTail(spec.runDir, "stdout");
     const stderrTail = await journalTail(spec.runDir, "stderr");
     steps.push({
