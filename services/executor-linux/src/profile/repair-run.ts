@@ -6,7 +6,6 @@ import { create, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { BlockReasonSchema, DriftSchema, InspectionSchema, type BlockReason, type Drift, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import {
   CommandSpecSchema,
-  Outcome,
   ReceiptSchema,
   SupervisorSpecSchema,
   type Receipt,
