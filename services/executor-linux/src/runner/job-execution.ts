@@ -343,11 +343,17 @@ interface StepRun {
 }
 
 /** Runs (or, after a restart, resumes) one supervised step from its start barrier to its receipt. */
-async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMarker, runDir: string, waitingForGo: boolean): Promise<StepRun> {
+async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMarker, runDir: string, waitingForGo: boolean, refuseStart?: string): Promise<StepRun> {
   ctx.active.connection = conn;
   let markerRecorded = true;
   try {
-    if (waitingForGo) {
+    if (waitingForGo && refuseStart !== undefined) {
+      // The barrier stays closed: the marker is not recorded (no start token), the supervisor is
+      // cancelled before GO and still proves its cleanup with a receipt.
+      markerRecorded = false;
+      ctx.log.error({ pid: marker.supervisor?.pid }, `${refuseStart}; cancelling the supervisor before its start`);
+      ctx.active.cancel.trigger(refuseStart);
+    } else if (waitingForGo) {
       // The start barrier: GO only after PostgreSQL has the marker and said go (no earlier cancellation).
       let go = false;
       markerRecorded = false;
@@ -429,7 +435,9 @@ async function finish(ctx: Ctx, verdict: StepVerdict, receipt: Receipt | undefin
  * Executes a freshly claimed attempt: executor-side fresh admission (approval expiry, Linux
  * facilities, runtime path), staging with the drift check (re-inspection must reproduce every
  * identity), the patch, then each step under its own supervisor behind the start barrier, the
- * evidence, the repository re-hash, readback and completion.
+ * evidence, the repository re-hash, readback and completion. A supervisor whose marker names
+ * other code than the approved `supervisor_source_sha256` never gets GO: it is cancelled, and
+ * after its cleanup receipt the job is REJECTED `supervisor_source_drift`.
  */
 export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bundle: ExecutionBundle, claimedAtMs: number): Promise<void> {
   const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt });
@@ -515,6 +523,27 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     }
     const conn = await handle.connect(deps.identity.incarnationId);
     log.debug({ step: step.name, launchMs: Date.now() - tLaunch }, "supervisor launched");
+    const launched = handle.marker.supervisorSourceSha256;
+    if (launched !== bundle.supervisorSourceSha256) {
+      // Not the supervisor code the person approved: no GO, ever. Its own cleanup receipt is
+      // awaited before the job is rejected (or, without one, the job is UNKNOWN).
+      const drift = await driveStep(ctx, conn, handle.marker, spec.runDir, true, "the launched supervisor's source hash is not the approved one");
+      const message = `the launched supervisor runs code ${launched}, not the approved ${bundle.supervisorSourceSha256 || "(none)"}; the start barrier was never released`;
+      const reasons = [reason("supervisor_source_drift", "The per-job supervisor's source hash differs from the approved one.", launched)];
+      const proved = drift.receipt?.echildObserved === true;
+      // After an earlier step the recorded marker is that step's supervisor: its receipt is the
+      // cleanup proof CompleteJob checks; the refused supervisor was never recorded.
+      const receipt = i === 0 ? drift.receipt : last;
+      await complete(ctx, {
+        state: proved ? JobState.REJECTED : JobState.UNKNOWN,
+        outcome: proved ? "supervisor_source_drift" : "unknown_supervisor_lost",
+        message,
+        receipt: proved ? receipt : i === 0 ? undefined : last,
+        steps,
+        reasons,
+      });
+      return;
+    }
     const run = await driveStep(ctx, conn, handle.marker, spec.runDir, true);
     if (!run.markerRecorded && i === 0) {
       await complete(ctx, {
@@ -550,7 +579,8 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
 }
 
 /**
- * Re-adopts an attempt this node claimed before a restart. With a recorded marker it verifies
+ * Re-adopts an attempt this node claimed before a restart (`active.fence` is the new fence
+ * AdoptJob issued; `claimFence` names the attempt's directory). With a recorded marker it verifies
  * the supervisor (pid, start time, boot id through /proc, then the capability token and the
  * marker it reports on HELLO) and finishes the step normally; a supervisor that exited after
  * writing a receipt naming the marker is finished from that receipt and its journals. A
@@ -558,10 +588,12 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
  * UNKNOWN (`unknown_supervisor_lost`, slot held, no replay). Without a recorded marker the start
  * token was never given: any supervisor found is cancelled and the job rejected.
  */
-export async function adoptClaimed(deps: ExecutionDeps, active: ActiveJob, job: Job, bundle: ExecutionBundle): Promise<void> {
-  const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt, adopted: true });
+export async function adoptClaimed(deps: ExecutionDeps, active: ActiveJob, job: Job, bundle: ExecutionBundle, claimFence: bigint): Promise<void> {
+  const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt, fence: active.fence, adopted: true });
   const wallMs = limitValues(bundle.inspection?.limits ?? bundle.limits ?? ({} as never)).wall_ms || 180_000;
-  const ctx: Ctx = { deps, log, active, bundle, base: attemptDir(deps.dataDir, active.jobId, active.fence), deadlineMs: Date.now() + wallMs };
+  // The attempt's private directory is named by the fence it was claimed with; every write
+  // from here on carries the new fence the adoption took (active.fence).
+  const ctx: Ctx = { deps, log, active, bundle, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs: Date.now() + wallMs };
   const names = (bundle.inspection?.steps ?? []).map((s) => s.name);
   const marker = job.marker;
   if (!marker) {

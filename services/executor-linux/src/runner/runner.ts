@@ -127,11 +127,30 @@ export function startRunner(deps: RunnerDeps): Runner {
     track(
       job.id,
       async (act) => {
-        // ClaimJob by this node's current incarnation re-adopts the attempt with its fence and
-        // returns the bundle; a superseded incarnation is refused.
-        const res = await deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId });
-        if (!res.job || !res.bundle || res.fence !== job.fence) return;
-        await adoptClaimed(exec, act, res.job, res.bundle);
+        // AdoptJob by this node's current incarnation takes a NEW fence for the attempt, by
+        // compare-and-set on the fence and owner marker read here; from then on the superseded
+        // incarnation's writes are refused (stale_fence). A lost race is re-read on the next poll.
+        let res;
+        try {
+          res = await deps.jobs.adoptJob({
+            jobId: job.id,
+            nodeId: deps.identity.nodeId,
+            incarnationId: deps.identity.incarnationId,
+            expectedFence: job.fence,
+            expectedMarker: job.marker,
+          });
+        } catch (err) {
+          if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) {
+            log.info({ jobId: job.id, reason: reasonOf(err) }, "adoption lost");
+            return;
+          }
+          throw err;
+        }
+        if (!res.job || !res.bundle) return;
+        const adopted: ActiveJob = { ...act, fence: res.fence };
+        active.set(job.id, adopted);
+        if (res.job.cancelRequested) adopted.cancel.trigger("cancellation requested");
+        await adoptClaimed(exec, adopted, res.job, res.bundle, res.claimFence);
       },
       a,
     );
