@@ -1,6 +1,6 @@
 import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
 import { createValidateInterceptor } from "@connectrpc/validate";
@@ -11,6 +11,8 @@ import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervi
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityKind } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { createJsTestProject, fixAddPatch, fixturePatch, pinnedNodeForTests, type FixtureRepo } from "../test-fixtures/index.js";
+import { defaultSupervisorEntry } from "../supervisor-client/index.js";
+import { supervisorSourceSha256 } from "../supervisor/source-hash.js";
 import { createExecutorService } from "./executor-service.js";
 
 const log = createRootLogger({ name: "executor-test", level: "silent" });
@@ -108,6 +110,10 @@ describe("ExecutorService", () => {
     expect(report?.items.map((i) => i.name)).toEqual(["pidfd", "supervisor", "node_runtime", "node_version", "node_hash"]);
     expect(report?.ok).toBe(true);
     expect(report?.runtimeVersion).toBe("v24.15.0");
+    // The supervisor source hash the approval binds: the code the compiled supervisor hashes itself.
+    const expected = supervisorSourceSha256(dirname(dirname(defaultSupervisorEntry())));
+    expect(report?.supervisorSourceSha256).toBe(expected);
+    expect((await client.inspect({ repositoryPath: repo.dir, selection: Selection.TEST, runtimePath: node })).supervisorSourceSha256).toBe(expected);
     const missing = await client.checkPrerequisites({ runtimePath: "/nonexistent/node" });
     expect(missing.report?.ok).toBe(false);
     expect(missing.report?.items.find((i) => i.name === "node_runtime")?.code).toBe("runtime_missing");

@@ -27,6 +27,7 @@ import {
 } from "../profile/index.js";
 import { defaultSupervisorEntry, readFacilityReport } from "../supervisor-client/index.js";
 import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
+import { supervisorSourceOf } from "./supervisor-source.js";
 
 /** What the executor node API depends on. */
 export interface ExecutorServiceDeps {
@@ -67,8 +68,9 @@ function item(name: string, ok: boolean, code: string, message: string): Prerequ
 }
 
 /**
- * The executor node API: read-only inspection against repo-node24-npm-v1, prerequisite checks
- * (runtime version and hash, the compiled supervisor, Linux facilities probed in a child process),
+ * The executor node API: read-only inspection against repo-node24-npm-v1 (with the supervisor
+ * source hash the approval binds), prerequisite checks (runtime version and hash, the compiled
+ * supervisor and its source hash, Linux facilities probed in a child process),
  * owner source reads bound to inspected hashes, proposal checks against the inspected snapshot,
  * and repository path checks. Every repository path must lie under this node's roots.
  */
@@ -97,8 +99,10 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
         sourcePaths: req.sourcePaths,
         limits,
       });
-      deps.log.info({ repository: req.repositoryPath, admitted: inspection.admitted, reasons: inspection.reasons.map((r) => r.code) }, "inspected");
-      return { inspection };
+      // The supervisor code this node would run the job under: the approval binds it.
+      const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry());
+      deps.log.info({ repository: req.repositoryPath, admitted: inspection.admitted, reasons: inspection.reasons.map((r) => r.code), supervisorSourceSha256 }, "inspected");
+      return { inspection, supervisorSourceSha256 };
     },
 
     async checkPrerequisites(req) {
@@ -142,6 +146,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
           runtimePath: realPath || runtimePath,
           runtimeVersion: version,
           runtimeSha256: sha256,
+          supervisorSourceSha256: helper ? supervisorSourceOf(entry) : "",
         }),
       };
     },
