@@ -5,7 +5,7 @@ import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { alive, processesUnder, bundleFor, descendantsOf, simulateReboot, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { alive, processesUnder, bundleFor, descendantsOf, pollUntil, simulateReboot, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
 
 let stack: ExecutionStack;
 const repos: FixtureRepo[] = [];
@@ -51,25 +51,51 @@ async function slowRepo(ms: number): Promise<FixtureRepo> {
 }
 
 describe("restarts: executor SIGKILL re-adoption, supervisor loss, recovery", () => {
-  it("SIGKILL of the executor mid-run: the restarted executor re-adopts the live supervisor and finishes the job normally", async () => {
-    const r = await slowRepo(4000);
+  it("SIGKILL of the executor mid-run: the restarted executor re-adopts the live supervisor with a new fence, the old fence is dead, and the job finishes normally", async () => {
+    const r = await slowRepo(8000);
     const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir) });
     const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
     const supervisorPid = running.marker!.supervisor!.pid;
+    const oldFence = running.fence;
     await stack.killExecutor(stack.node, "SIGKILL");
     expect(alive(supervisorPid)).toBe(true);
     await stack.startExecutor();
+    // Re-adoption takes a new fence (compare-and-set in PostgreSQL) while the command still runs.
+    let adopted = running;
+    await pollUntil(async () => {
+      adopted = (await stack.client.getJob({ jobId: job!.id })).job!;
+      return adopted.fence !== oldFence;
+    }, 20_000, "re-adoption with a new fence");
+    expect(adopted.fence).toBeGreaterThan(oldFence);
+    expect(JobState[adopted.state]).toBe("RUNNING");
+    // A write carrying the old fence (the superseded executor) is refused and changes nothing.
+    for (const write of [
+      () => stack.client.reportProgress({ jobId: job!.id, fence: oldFence, state: JobState.RUNNING }),
+      () => stack.client.completeJob({ jobId: job!.id, fence: oldFence, state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost" }),
+    ]) {
+      const refused = await write().catch((e: unknown) => e);
+      expect((refused as ConnectError).code).toBe(Code.FailedPrecondition);
+      expect(String(refused)).toContain("stale_fence");
+    }
+    const untouched = (await stack.client.getJob({ jobId: job!.id })).job!;
+    expect([JobState[untouched.state], untouched.fence, untouched.outcome]).toEqual(["RUNNING", adopted.fence, ""]);
     const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.UNKNOWN, JobState.REJECTED], 40_000);
     expect([JobState[done.state], done.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
-    expect(done.fence).toBe(running.fence);
+    expect(done.fence).toBe(adopted.fence);
+    // The supervisor keeps the marker of the fence it was launched under.
     expect(done.receipt?.marker?.supervisor?.pid).toBe(supervisorPid);
+    expect(done.receipt?.marker?.fence).toBe(oldFence);
     expect(done.receipt?.echildObserved).toBe(true);
     expect(done.artifacts.every((a) => a.readbackVerified)).toBe(true);
     expect(done.slotHeld).toBe(false);
-    const attempts = await stack.db.selectFrom("job_attempts").selectAll().where("job_id", "=", done.id).execute();
-    expect(attempts).toHaveLength(1);
+    const attempts = await stack.db.selectFrom("job_attempts").selectAll().where("job_id", "=", done.id).orderBy("fence").execute();
+    expect(attempts.map((a) => [a.attempt, a.fence, a.adopted_from_fence, a.ended_at !== null])).toEqual([
+      [1, oldFence.toString(), null, true],
+      [1, done.fence.toString(), oldFence.toString(), true],
+    ]);
+    expect(attempts[1]?.incarnation_id).not.toBe(attempts[0]?.incarnation_id);
     const row = await stack.db.selectFrom("jobs").select("incarnation_id").where("id", "=", done.id).executeTakeFirstOrThrow();
-    expect(row.incarnation_id).not.toBe(attempts[0]?.incarnation_id);
+    expect(row.incarnation_id).toBe(attempts[1]?.incarnation_id);
   });
 
   it("SIGKILL of the supervisor: UNKNOWN unknown_supervisor_lost, slot held, no replay; recovery refused without proof and for another root, released after the host 'rebooted'", async () => {

@@ -11,7 +11,9 @@ import { ExecutionBundleSchema, JobState, JobsService, type ExecutionBundle, typ
 import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { Kysely, PostgresDialect } from "kysely";
 import pg from "pg";
+import { supervisorSourceOf } from "../services/executor-linux/src/executor-service/supervisor-source.js";
 import { inspectRepository } from "../services/executor-linux/src/profile/index.js";
+import { defaultSupervisorEntry } from "../services/executor-linux/src/supervisor-client/index.js";
 import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
 import { spawnService, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { freePort } from "./harness/ports.js";
@@ -181,7 +183,7 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
 export async function bundleFor(
   stack: ExecutionStack,
   repositoryPath: string,
-  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[]; selection?: Selection } = {},
+  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[]; selection?: Selection; supervisorSourceSha256?: string } = {},
 ): Promise<ExecutionBundle> {
   const inspection = await inspectRepository({ repositoryPath, selection: opts.selection ?? Selection.TEST, nodePath: stack.runtime });
   if (!inspection.admitted) throw new Error(`fixture not admitted: ${inspection.reasons.map((r) => r.message).join("; ")}`);
@@ -201,6 +203,8 @@ export async function bundleFor(
     goalRevision: 1,
     settingsRevision: 1n,
     allowedPatchPaths: opts.allowed ?? ["src/math.js"],
+    // What the node reports for its compiled supervisor (the executors run from dist/).
+    supervisorSourceSha256: opts.supervisorSourceSha256 ?? supervisorSourceOf(defaultSupervisorEntry()),
   });
 }
 

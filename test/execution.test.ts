@@ -153,6 +153,26 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     expect(done.slotHeld).toBe(false);
   });
 
+  it("a supervisor whose source hash is not the approved one never gets GO: REJECTED supervisor_source_drift after its own cleanup receipt, nothing ran", async () => {
+    const r = await repo();
+    const bundle = await bundleFor(stack, r.dir, { diff: fixAddPatch(), supervisorSourceSha256: "e".repeat(64) });
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN, JobState.CANCELLED]);
+    expect([JobState[done.state], done.outcome]).toEqual(["REJECTED", "supervisor_source_drift"]);
+    expect(done.reasons.map((x) => x.code)).toContain("supervisor_source_drift");
+    // The supervisor was cancelled at the barrier and proved its cleanup; the command never started.
+    expect(done.receipt?.echildObserved).toBe(true);
+    expect(done.receipt?.cancelledBeforeGo).toBe(true);
+    expect(done.receipt?.commands.every((c) => !c.started)).toBe(true);
+    expect(done.receipt?.marker?.supervisorSourceSha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(done.receipt?.marker?.supervisorSourceSha256).not.toBe("e".repeat(64));
+    // No owner marker was recorded and no start token given.
+    expect(done.marker).toBeUndefined();
+    const row = await stack.db.selectFrom("jobs").select("start_token_at").where("id", "=", done.id).executeTakeFirstOrThrow();
+    expect(row.start_token_at).toBeNull();
+    expect(done.slotHeld).toBe(false);
+  });
+
   it("an expired approval is rejected at claim time; nothing is staged", async () => {
     const r = await repo();
     const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { diff: fixAddPatch(), expiresInMs: -1 }) });
