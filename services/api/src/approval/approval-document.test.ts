@@ -29,12 +29,13 @@ const inputs = {
   allowedPatchPaths: ["src"],
   issuedUnixMs: 1000,
   expiresUnixMs: 2000,
+  supervisorSourceSha256: "e".repeat(64),
 };
 
 describe("approval document", () => {
   it("states the claims and hashes the canonical binary with document_sha256 empty", () => {
     const doc = buildApprovalDocument(inputs);
-    expect(doc).toMatchObject({ kind: "local_host_execution", isolationClaim: "none", resourceEnforcement: "admission_and_wall_timeout_only", unenforced: ["cpu", "memory", "pids"], noLearning: true, runtimePath: "/configured/node", limitsChanged: ["wall_ms"] });
+    expect(doc).toMatchObject({ kind: "local_host_execution", isolationClaim: "none", resourceEnforcement: "admission_and_wall_timeout_only", unenforced: ["cpu", "memory", "pids"], noLearning: true, runtimePath: "/configured/node", limitsChanged: ["wall_ms"], supervisorSourceSha256: "e".repeat(64) });
     const body = clone(ApprovalDocumentSchema, doc);
     body.documentSha256 = "";
     expect(doc.documentSha256).toBe(sha256Hex(toBinary(ApprovalDocumentSchema, body)));
@@ -43,13 +44,13 @@ describe("approval document", () => {
   it("is deterministic for the same inputs and changes with any bound input", () => {
     const a = buildApprovalDocument(inputs).documentSha256;
     expect(buildApprovalDocument(inputs).documentSha256).toBe(a);
-    for (const change of [{ goalRevision: 3 }, { settingsRevision: 4n }, { proposalSha256: "d".repeat(64) }, { expiresUnixMs: 2001 }, { allowedPatchPaths: ["src", "lib"] }]) {
+    for (const change of [{ goalRevision: 3 }, { settingsRevision: 4n }, { proposalSha256: "d".repeat(64) }, { expiresUnixMs: 2001 }, { allowedPatchPaths: ["src", "lib"] }, { supervisorSourceSha256: "f".repeat(64) }]) {
       expect(buildApprovalDocument({ ...inputs, ...change }).documentSha256).not.toBe(a);
     }
   });
   it("builds the execution bundle from the approved document", () => {
     const doc = buildApprovalDocument(inputs);
     const bundle = buildExecutionBundle({ doc, approvalId: "ap", inspection, diff: "d" });
-    expect(bundle).toMatchObject({ approvalId: "ap", approvalDocumentSha256: doc.documentSha256, runtimePath: "/configured/node", goalRevision: 2, settingsRevision: 3n, approvalExpiresUnixMs: 2000n, diff: "d", nodeId: "n" });
+    expect(bundle).toMatchObject({ approvalId: "ap", approvalDocumentSha256: doc.documentSha256, runtimePath: "/configured/node", goalRevision: 2, settingsRevision: 3n, approvalExpiresUnixMs: 2000n, diff: "d", nodeId: "n", supervisorSourceSha256: "e".repeat(64) });
   });
 });

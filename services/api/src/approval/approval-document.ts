@@ -30,6 +30,8 @@ export interface ApprovalInputs {
   readonly allowedPatchPaths: readonly string[];
   readonly issuedUnixMs: number;
   readonly expiresUnixMs: number;
+  /** The node's supervisor source hash reported at inspection: the only supervisor code allowed to run the job. */
+  readonly supervisorSourceSha256: string;
 }
 
 /**
@@ -47,8 +49,8 @@ export function approvalDocumentSha256(doc: ApprovalDocument): string {
 /**
  * The exact local_host_execution document: proposal and inspection hashes, every identity, the
  * script bodies with their direct argv, the limits (and which differ from the profile), the
- * isolation and enforcement claims, the goal, settings, node and runtime it binds, its validity,
- * no_learning, and the allowed patch paths; with its own hash filled in.
+ * isolation and enforcement claims, the goal, settings, node, runtime and supervisor source hash
+ * it binds, its validity, no_learning, and the allowed patch paths; with its own hash filled in.
  */
 export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
   const doc = create(ApprovalDocumentSchema, {
@@ -75,6 +77,7 @@ export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
     expiresUnixMs: BigInt(i.expiresUnixMs),
     noLearning: true,
     allowedPatchPaths: [...i.allowedPatchPaths],
+    supervisorSourceSha256: i.supervisorSourceSha256,
   });
   doc.documentSha256 = approvalDocumentSha256(doc);
   return doc;
@@ -99,5 +102,6 @@ export function buildExecutionBundle(input: { doc: ApprovalDocument; approvalId:
     goalRevision: doc.goalRevision,
     settingsRevision: doc.settingsRevision,
     allowedPatchPaths: [...doc.allowedPatchPaths],
+    supervisorSourceSha256: doc.supervisorSourceSha256,
   });
 }

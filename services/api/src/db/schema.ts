@@ -75,6 +75,8 @@ export interface ApiDatabase {
     settings_revision: ColumnType<string, string | number | bigint, string | number | bigint>;
     approval_id: string | null;
     cancel_reason: string | null;
+    /** The node's supervisor source hash at inspection (bound by the approval document). */
+    supervisor_source_sha256: ColumnType<string | null, string | null | undefined, string | null>;
     revision: ColumnType<string, string | number | bigint, string | number | bigint>;
     created_at: Timestamp;
     updated_at: Timestamp;

@@ -83,6 +83,7 @@ const STALE_MESSAGES: Record<string, string> = {
   settings_changed: "the repository sandbox settings changed after the repair was inspected",
   settings_disabled: "the repository sandbox is disabled",
   inspection_drift: "the repository changed since it was inspected",
+  supervisor_source_drift: "the node's per-job supervisor code changed since the repository was inspected",
 };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -300,6 +301,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
           settings_revision: revision.toString(),
           approval_id: null,
           cancel_reason: null,
+          supervisor_source_sha256: res.supervisorSourceSha256 || null,
           revision: "1",
         });
       });
@@ -490,6 +492,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         allowedPatchPaths: row.allowed_patch_paths,
         issuedUnixMs: at.getTime(),
         expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
+        supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
       });
       await insertDocument(db, {
         id: newId(),
@@ -549,6 +552,16 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (!fresh.inspection?.admitted || fresh.inspection.inspectionSha256 !== row.inspection_sha256) {
         await markStale(row, "inspection_drift");
         throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
+      }
+      // The per-job supervisor code the document shows must still be the node's: another
+      // supervisor could never be started for this approval (the runner refuses it GO).
+      if (doc.supervisorSourceSha256 === "" || fresh.supervisorSourceSha256 !== doc.supervisorSourceSha256) {
+        await markStale(row, "supervisor_source_drift");
+        throw new FailedPreconditionError(
+          "supervisor_source_drift",
+          `The node's per-job supervisor code is ${fresh.supervisorSourceSha256 || "unknown"}, not ${doc.supervisorSourceSha256 || "unknown"} shown in the approval document; create a new repair.`,
+          { field: "document_sha256" },
+        );
       }
       const approvalId = newId();
       let approval: ApprovalRow;
