@@ -159,6 +159,17 @@ describe("journey refusals and ownership", () => {
     expect((await m.goals.listGoals({})).goals).toHaveLength(0);
     expect((await m.repositories.listRepositories({})).repositories).toHaveLength(0);
 
+    // The document shows other supervisor code than the node now runs (as if the executor was
+    // rebuilt after the inspection): refused, and the repair is stale.
+    const sv = await proposedRepair();
+    expect(sv.document.supervisorSourceSha256).toMatch(/^[0-9a-f]{64}$/);
+    await stack.db.updateTable("repairs").set({ supervisor_source_sha256: "e".repeat(64) }).where("id", "=", sv.repair.id).execute();
+    await stack.db.updateTable("approval_documents").set({ expires_at: new Date(Date.now() - 1000) }).where("repair_id", "=", sv.repair.id).execute();
+    const svDoc = (await c.repairs.getApprovalDocument({ repairId: sv.repair.id, proposalId: sv.proposal.id })).document!;
+    expect(svDoc.supervisorSourceSha256).toBe("e".repeat(64));
+    await expectRefused(c.repairs.approve({ repairId: sv.repair.id, documentSha256: svDoc.documentSha256 }), Code.FailedPrecondition, "supervisor_source_drift");
+    expect((await c.repairs.getRepair({ repairId: sv.repair.id })).repair?.staleReason).toBe("supervisor_source_drift");
+
     // A drifted repository: the fresh inspection at approval differs.
     await appendFile(join(repoDir, "test", "math.test.js"), "\n// changed after inspection\n");
     await expectRefused(c.repairs.approve({ repairId: d.repair.id, documentSha256: d.document.documentSha256 }), Code.FailedPrecondition, "inspection_drift");

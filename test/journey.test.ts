@@ -6,7 +6,9 @@ import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { supervisorSourceOf } from "../services/executor-linux/src/executor-service/supervisor-source.js";
 import { DEFAULT_LIMITS as PROFILE_DEFAULT_LIMITS } from "../services/executor-linux/src/profile/index.js";
+import { defaultSupervisorEntry } from "../services/executor-linux/src/supervisor-client/index.js";
 import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
 import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
@@ -142,7 +144,10 @@ describe("repair journey up to an approved, queued job", () => {
       inspectionSha256: inspection.inspectionSha256,
       allowedPatchPaths: ["src"],
       repositoryPath: repo.dir,
+      // The per-job supervisor code the node will run the job under, shown and bound.
+      supervisorSourceSha256: supervisorSourceOf(defaultSupervisorEntry()),
     });
+    expect(doc.supervisorSourceSha256).toMatch(/^[0-9a-f]{64}$/);
     expect(doc.steps[0]?.argv).toEqual(inspection.steps[0]?.argv);
     expect(doc.identities).toEqual(inspection.identities);
     expect(Number(doc.expiresUnixMs - doc.issuedUnixMs)).toBe(900_000);
@@ -192,6 +197,8 @@ describe("repair journey up to an approved, queued job", () => {
     expect(last?.state).toBe(RepairState.FINISHED);
     const job = last!.job!;
     expect(job.state).toBe(JobState.SUCCEEDED);
+    // The supervisor that ran it is the approved code.
+    expect(job.marker?.supervisorSourceSha256).toBe(last!.approval && (await stack.operator.repairs.getApprovalDocument({ repairId: finishedRepairId, proposalId: last!.proposals[0]!.id })).document?.supervisorSourceSha256);
     expect(job.artifacts.length).toBeGreaterThan(0);
     for (const a of job.artifacts) {
       const read = await stack.operator.repairs.readArtifact({ repairId: finishedRepairId, artifactId: a.id });

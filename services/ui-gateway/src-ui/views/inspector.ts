@@ -372,6 +372,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         ["Repository path", h("code", null, d.repositoryPath)],
         ["Executor node", h("code", null, d.nodeId)],
         ["Runtime path", h("code", null, d.runtimePath)],
+        ["Supervisor source SHA-256", d.supervisorSourceSha256 ? hash(d.supervisorSourceSha256) : "— (not reported: nothing can run)"],
         ["Owner", h("code", null, d.ownerId)],
         ["Allowed patch paths", d.allowedPatchPaths.length ? h("ul", null, d.allowedPatchPaths.map((x) => h("li", null, h("code", null, x)))) : "—"],
         ["Issued", time(d.issuedUnixMs)],
