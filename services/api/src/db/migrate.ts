@@ -1,15 +1,15 @@
 import type { Kysely, Migration } from "kysely";
 import { migrateToLatest, type Logger } from "@seraph/kit";
 import { initial } from "./migrations/2026-11-30-0001-initial.js";
-import { repairJourney } from "./migrations/2026-12-01-0001-repair-journey.js";
-import { supervisorSource } from "./migrations/2026-12-02-0001-supervisor-source.js";
+import { repairJourney } from "./migrations/2026-11-30-0002-repair-journey.js";
+import { supervisorSource } from "./migrations/2026-11-30-0003-supervisor-source.js";
 import type { ApiDatabase } from "./schema.js";
 
 /** Every API migration, by dated name. Append only; never edit one that has shipped. */
 export const API_MIGRATIONS: Record<string, Migration> = {
   "2026-11-30-0001-initial": initial,
-  "2026-12-01-0001-repair-journey": repairJourney,
-  "2026-12-02-0001-supervisor-source": supervisorSource,
+  "2026-11-30-0002-repair-journey": repairJourney,
+  "2026-11-30-0003-supervisor-source": supervisorSource,
 };
 
 /** Brings the API tables to the latest schema under Kysely's migration lock. */
