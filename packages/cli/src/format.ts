@@ -106,6 +106,7 @@ export function documentText(d: ApprovalDocument): string {
     `  owner               ${d.ownerId}`,
     `  node / repository   ${d.nodeId} ${d.repositoryPath}`,
     `  runtime             ${d.runtimePath}`,
+    `  supervisor source   sha256 ${d.supervisorSourceSha256 || "(not bound)"}`,
     `  allowed patch paths ${d.allowedPatchPaths.join(", ")}`,
     `  isolation_claim     ${d.isolationClaim}   (code runs as the Seraph host user, with host file and network access)`,
     `  resource_enforcement ${d.resourceEnforcement}`,
