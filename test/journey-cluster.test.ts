@@ -62,14 +62,19 @@ describe("repair journey in cluster mode", () => {
 
     const seen: { at: number; repair: Repair }[] = [];
     const abort = new AbortController();
+    let firstSeen!: () => void;
+    const first = new Promise<void>((resolve) => (firstSeen = resolve));
     const watching = (async () => {
       for await (const m of repairs.watchRepair({ repairId: repair!.id }, { signal: abort.signal })) {
         seen.push({ at: Date.now(), repair: m.repair! });
+        firstSeen();
         if (m.repair?.job) return;
       }
     })().catch((err: unknown) => {
       if (!abort.signal.aborted) throw err;
     });
+    // The watch opens with the current state; change it only once the stream is established.
+    await first;
 
     const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
     const proposedAt = Date.now();
@@ -80,8 +85,9 @@ describe("repair journey in cluster mode", () => {
     abort.abort();
     const states = seen.map((s) => RepairState[s.repair.state]);
     expect(states).toEqual(expect.arrayContaining(["INSPECTED", "PROPOSED", "APPROVED"]));
-    // The API's slow poll is 60 s here: the change can only have arrived by a NATS signal.
+    // The API's slow poll is 60 s here: a change seen well before that can only have arrived by
+    // a NATS signal (the bound is generous so machine load cannot make it flaky).
     const proposedSeen = seen.find((s) => s.repair.state === RepairState.PROPOSED);
-    expect(proposedSeen!.at - proposedAt).toBeLessThan(1500);
+    expect(proposedSeen!.at - proposedAt).toBeLessThan(20_000);
   });
 });
