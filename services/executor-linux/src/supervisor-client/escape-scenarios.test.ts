@@ -88,7 +88,7 @@ describe.skipIf(skipReason !== undefined)("supervisor: escaping descendants", ()
     const tag = newTag();
     const spec = scenarioSpec({ tag, commands: [{ script: "true" }] });
     const helper = writeNativeHelper(spec.runDir);
-    spec.commands[0]!.argv = ["/bin/sh", "-c", `"${process.execPath}" "${helper}" pgrp & sleep 0.5; echo spawned`, tag];
+    spec.commands[0]!.argv = ["/bin/sh", "-c", `/usr/bin/python3 "${helper}" pgrp & sleep 0.5; echo spawned`, tag];
     const receipt = await runToReceipt(spec);
     expect(receipt.outcome).toBe(Outcome.REJECTED_LEFTOVER_DESCENDANTS);
     expect(receipt.leftoverDescendants).toBe(1);
@@ -139,7 +139,7 @@ describe.skipIf(skipReason !== undefined)("supervisor: escaping descendants", ()
     const tag = newTag();
     const spec = scenarioSpec({ tag, commands: [{ script: "true" }] });
     const helper = writeNativeHelper(spec.runDir);
-    spec.commands[0]!.argv = ["/bin/sh", "-c", `"${process.execPath}" "${helper}" subreaper & sleep 0.6; echo spawned`, tag];
+    spec.commands[0]!.argv = ["/bin/sh", "-c", `/usr/bin/python3 "${helper}" subreaper & sleep 0.6; echo spawned`, tag];
     const receipt = await runToReceipt(spec);
     expect(receipt.outcome).toBe(Outcome.REJECTED_LEFTOVER_DESCENDANTS);
     // The helper and the sleep it adopted (its own orphan, parented to it, not to us).

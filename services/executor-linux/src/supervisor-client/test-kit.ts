@@ -6,7 +6,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -172,29 +171,26 @@ export async function startBystander(tag: string): Promise<Bystander> {
 }
 
 /**
- * Writes a small node helper into `dir` that uses koffi (from this package's dependencies)
- * to (a) move itself to a new process group (`pgrp`), or (b) become a child subreaper and
- * adopt an orphan (`subreaper`), then idle until killed.
+ * Writes a small scenario helper into `dir` (python3 with ctypes, so koffi stays confined to
+ * src/native/) that (a) moves itself to a new process group (`pgrp`), or (b) becomes a child
+ * subreaper and adopts an orphan (`subreaper`), then idles until killed. Returns the argv
+ * prefix to run it with (append the mode).
  */
 export function writeNativeHelper(dir: string): string {
-  const koffiMain = createRequire(import.meta.url).resolve("koffi");
-  const path = join(dir, "native-helper.mjs");
+  const path = join(dir, "native-helper.py");
   writeFileSync(
     path,
-    `import { createRequire } from "node:module";
-import { spawn } from "node:child_process";
-const koffi = createRequire(import.meta.url)(${JSON.stringify(koffiMain)});
-const lib = koffi.load("libc.so.6");
-const mode = process.argv[2];
-if (mode === "pgrp") {
-  if (lib.func("int setpgid(int, int)")(0, 0) !== 0) process.exit(90);
-} else if (mode === "subreaper") {
-  const prctl = lib.func("int prctl(int, ...)");
-  if (prctl(36, "unsigned long", 1, "unsigned long", 0, "unsigned long", 0, "unsigned long", 0) !== 0) process.exit(91);
-  // The sh exits at once; its sleep is orphaned and reparents to THIS process, not the supervisor.
-  spawn("/bin/sh", ["-c", "sleep 120 & exit 0"], { stdio: "ignore" });
-}
-setInterval(() => {}, 1 << 30);
+    `import ctypes, os, signal, subprocess, sys
+mode = sys.argv[1]
+if mode == "pgrp":
+    os.setpgid(0, 0)
+elif mode == "subreaper":
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+        sys.exit(91)
+    # The sh exits at once; its sleep is orphaned and reparents to THIS process, not the supervisor.
+    subprocess.Popen(["/bin/sh", "-c", "sleep 120 & exit 0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while True:
+    signal.pause()
 `,
   );
   return path;
