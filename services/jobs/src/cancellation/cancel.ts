@@ -54,5 +54,5 @@ export async function cancelJob(core: JobsCore, req: CancelJobRequest): Promise<
 }
 
 async function endAttemptQuietly(core: JobsCore, jobId: string, attempt: number, fence: string): Promise<void> {
-  if (fence !== "0") await endAttempt(core.db, jobId, attempt, fence);
+  if (String(fence) !== "0") await endAttempt(core.db, jobId, attempt, fence);
 }

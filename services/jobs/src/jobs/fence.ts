@@ -6,7 +6,7 @@ import type { JobRow } from "./job.repository.js";
  * `stale_fence`): a superseded or unclaimed attempt can never change the job.
  */
 export function requireFence(row: JobRow, fence: bigint): void {
-  if (row.fence === "0" || BigInt(row.fence) !== fence) {
+  if (String(row.fence) === "0" || BigInt(row.fence) !== fence) {
     throw new FailedPreconditionError("stale_fence", `fence ${fence} is not the current fence of job ${row.id}`, { field: "fence" });
   }
 }

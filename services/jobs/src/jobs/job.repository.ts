@@ -105,5 +105,6 @@ export async function listAttemptFences(db: Db, jobId: string, attempt: number):
     .where("attempt", "=", attempt)
     .orderBy("fence")
     .execute();
-  return rows.map((r) => r.fence);
+  // String(): pg returns int8 as a string, PGlite (embedded mode) as a number.
+  return rows.map((r) => String(r.fence));
 }

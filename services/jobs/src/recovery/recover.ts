@@ -108,7 +108,7 @@ export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessC
     // names the fence it was launched under, which a later adoption may have superseded.
     const fences = await listAttemptFences(trx, job.id, job.attempt);
     const invalid: string[] = [];
-    if (!fences.includes(job.fence)) invalid.push("the attempt with the job's fence is not recorded");
+    if (!fences.includes(String(job.fence))) invalid.push("the attempt with the job's fence is not recorded");
     if (bundle.approvalId !== job.approval_id || bundle.repairId !== job.repair_id) invalid.push("the bundle does not match the job's approval");
     if (!/^[0-9a-f]{64}$/.test(bundle.proposalSha256)) invalid.push("the bundle has no proposal identity");
     if (marker.jobId !== job.id || marker.attempt !== job.attempt || !fences.includes(marker.fence.toString())) invalid.push("the marker does not name this job, attempt and one of its fences");

@@ -5,6 +5,9 @@ import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobsService, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Kysely } from "kysely";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { AuthorityReader } from "../admission/authority.js";
 import type { JobsDatabase } from "../db/schema.js";
 import { startJobs, type JobsHandle } from "../start.js";
@@ -21,10 +24,15 @@ export interface JobsHarness {
   close(): Promise<void>;
 }
 
-/** Starts the harness (real PostgreSQL via createTestDatabase, in-process signals unless given). */
-export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number } = {}): Promise<JobsHarness> {
-  const database = await createTestDatabase();
-  const db = await openDatabase<JobsDatabase>({ url: database.url });
+/**
+ * Starts the harness (real PostgreSQL via createTestDatabase, in-process signals unless given).
+ * With `pglite`, the database is an embedded PGlite in a temporary directory instead: embedded
+ * mode's driver, which returns int8 columns as numbers where pg returns strings.
+ */
+export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; pglite?: boolean } = {}): Promise<JobsHarness> {
+  const pgliteDir = opts.pglite ? await mkdtemp(join(tmpdir(), "seraph-jobs-pglite-")) : undefined;
+  const database = pgliteDir ? { drop: () => rm(pgliteDir, { recursive: true, force: true }) } : await createTestDatabase();
+  const db = await openDatabase<JobsDatabase>(pgliteDir ? { pgliteDir } : { url: (database as { url: string }).url });
   const signals = opts.signals ?? createLocalSignals();
   const token = newId();
   const h = { blockers: [] as { code: string; message: string }[], liveRoots: new Set<string>() };
