@@ -104,6 +104,11 @@ describe("seraph CLI journey", () => {
     expect(refused.code).toBe(2);
     expect(refused.out).toContain("isolation_claim     none");
     expect(refused.err).toContain("--yes");
+    // The refusal says --json shows the document: it does, and nothing is approved.
+    const refusedJson = await seraph(["repair", "approve", repair.id, "--json"]);
+    expect(refusedJson.code).toBe(2);
+    expect(json(refusedJson.out).document.isolationClaim).toBe("none");
+    expect(json(refusedJson.out).approval).toBeUndefined();
     const declined = await seraph(["repair", "approve", repair.id], { tty: true });
     expect(declined.code).toBe(1);
     expect(declined.out).toContain("not approved");

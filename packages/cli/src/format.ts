@@ -89,8 +89,29 @@ export function repairText(r: Repair): string {
     if (!p.valid) lines.push(...reasons(p.reasons, "      "));
   }
   if (r.approval) lines.push(`  approval     ${r.approval.id}  document ${r.approval.documentSha256}  by ${r.approval.approvedBy} at ${time(r.approval.approvedUnixMs)}, valid until ${time(r.approval.expiresUnixMs)}`);
-  if (r.job) lines.push(`  ${jobLine(r.job)}`);
+  if (r.job) lines.push(`  ${jobLine(r.job)}`, ...jobDetails(r.job));
   return `${lines.join("\n")}\n`;
+}
+
+/** A job's results under its summary line: reasons, steps, artifacts (sha256, readback) and recovery. */
+export function jobDetails(j: Job, indent = "    "): string[] {
+  const out: string[] = [];
+  if (j.reasons.length > 0) out.push(`${indent}reasons:`, ...reasons(j.reasons, `${indent}  `));
+  for (const d of j.drift) out.push(`${indent}drift ${d.name}: ${d.change}`);
+  for (const s of j.steps) {
+    const result = !s.started ? "not started" : s.signal !== undefined ? `signal ${s.signal}` : `exit ${s.exitCode ?? "?"}`;
+    out.push(`${indent}step ${s.name}: ${s.passed ? "passed" : "not passed"} (${result}, ${s.durationMs} ms)  argv: ${s.argv.join(" ")}`);
+  }
+  if (j.artifacts.length > 0) {
+    out.push(`${indent}artifacts (${j.artifacts.length}):`);
+    for (const a of j.artifacts) out.push(`${indent}  ${a.id}  ${a.kind.padEnd(14)} ${a.name}  ${a.size} B  sha256 ${a.sha256}  ${a.readbackVerified ? "read back" : "NOT read back"}`);
+  }
+  if (j.recovery) {
+    const rc = j.recovery;
+    out.push(`${indent}recovery: physical slot released by ${rc.recoveredBy} at ${time(rc.recoveredUnixMs)} (proof ${rc.proof}; the task outcome stays ${j.outcome || "unknown"})`);
+    out.push(`${indent}  cleanup_receipt_verified=${rc.cleanupReceiptVerified} process_cleanup_readback_sha256=${rc.processCleanupReadbackSha256} readback_scope=${rc.readbackScope}`);
+  }
+  return out;
 }
 
 /** The exact approval document, every field a person approves. */

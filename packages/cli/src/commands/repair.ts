@@ -201,7 +201,11 @@ export const repair: CommandGroup = {
         const doc = document!;
         if (!ctx.json) ctx.io.stdout.write(documentText(doc));
         if (values["yes"] !== true) {
-          if (!ctx.io.stdinIsTTY) throw new UsageError("refusing to approve without a terminal to confirm on: review the document (seraph repair approve ID --json shows it) and pass --yes", { showUsage: false });
+          if (!ctx.io.stdinIsTTY) {
+            // The refusal points at --json to review the document: print it (nothing is approved).
+            if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }) })}\n`);
+            throw new UsageError("refusing to approve without a terminal to confirm on: review the document (seraph repair approve ID --json shows it) and pass --yes", { showUsage: false });
+          }
           const answer = await ctx.io.readLine(`Approve exactly this document (sha256 ${doc.documentSha256})? Type "yes": `);
           if (answer !== "yes") {
             ctx.say("not approved");
