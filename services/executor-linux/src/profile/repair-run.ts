@@ -6,12 +6,11 @@ import { create, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { BlockReasonSchema, DriftSchema, InspectionSchema, type BlockReason, type Drift, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import {
   CommandSpecSchema,
-  ReceiptSchema,
   SupervisorSpecSchema,
   type Receipt,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { outcomeName, type OutcomeName } from "../supervisor/receipt-json.js";
+import { outcomeName, receiptToJson, type OutcomeName, type ReceiptJson } from "../supervisor/receipt-json.js";
 import { validateBuildOutput } from "./build-output.js";
 import { inspectRepository, type InspectOptions } from "./inspect.js";
 import { defaultLimits, limitValues } from "./limits.js";
@@ -59,7 +58,8 @@ export interface StepReport {
   readonly outcome: RepairOutcome;
   readonly exitCode?: number;
   readonly signal?: string;
-  readonly receipt?: JsonValue;
+  /** The step's receipt in the `seraph-exec run --json` shape (ReceiptJson). */
+  readonly receipt?: ReceiptJson;
   /** The last bytes (at most 4 KiB) of the step's kept stdout/stderr journals, when readable. */
   readonly stdoutTail?: string;
   readonly stderrTail?: string;
@@ -274,7 +274,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       outcome: stepOutcome,
       ...(result?.exitCode !== undefined ? { exitCode: result.exitCode } : {}),
       ...(result?.signal !== undefined ? { signal: result.signal } : {}),
-      receipt: toJson(ReceiptSchema, receipt),
+      receipt: receiptToJson(receipt),
       ...(stdoutTail !== undefined ? { stdoutTail } : {}),
       ...(stderrTail !== undefined ? { stderrTail } : {}),
     });

@@ -63,6 +63,19 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-ru
     const failed = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test"]);
     expect(failed.code).toBe(1);
     expect(lastJson(failed.stdout)).toMatchObject({ outcome: "failed", repositoryUnchanged: true });
+    // Each step's receipt has the `run --json` shape (docs/cli.md), not proto3 JSON: lowercase
+    // outcome, exitCode/signal, zero counts present, numbers rather than strings.
+    const failedReceipt = (lastJson(failed.stdout).steps as { receipt: Record<string, unknown> }[])[0]?.receipt;
+    expect(failedReceipt).toMatchObject({
+      outcome: "failed",
+      exitCode: 1,
+      signal: null,
+      leftoverDescendants: 0,
+      echildObserved: true,
+      stdout: { bytes: expect.any(Number), truncated: false, sha256: expect.stringMatching(/^[0-9a-f]{64}$/) },
+      stderr: { bytes: expect.any(Number), truncated: false },
+      durationMs: expect.any(Number),
+    });
     const patch = join(scratch, "fix.patch");
     await writeFile(patch, fixAddPatch("js"));
     const fixed = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--patch", patch, "--allow", "src"]);
