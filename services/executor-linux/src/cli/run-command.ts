@@ -6,6 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import {
   InvalidSpecError,
+  MAX_ARGV_ENTRIES,
   MIN_KILL_MARGIN_MS,
   OUTPUT_LIMIT_MAX_BYTES,
   STREAM_LIMIT_MAX_BYTES,
@@ -24,6 +25,7 @@ Runs argv under a fresh per-job supervisor (no shell) and prints its receipt: wi
 JSON object on the last line of stdout; otherwise the command's output followed by a summary on
 stderr. argv[0] may be a bare name: it is resolved against PATH here and recorded as an absolute
 path. The command's environment is this process's environment minus NODE_OPTIONS.
+argv holds at most ${MAX_ARGV_ENTRIES} entries (the command name included).
 Defaults: --deadline-ms 180000, --grace-ms 2000, --cleanup-reserve-ms grace + 1000 (at least
 grace + ${MIN_KILL_MARGIN_MS}); the reserve is inside the deadline. Exit status: 0 succeeded, 1 failed,
 3 rejected_leftover_descendants, 4 unknown, 124 timed_out, 130 cancelled, 2 usage,
@@ -103,6 +105,10 @@ function parseArgs(args: readonly string[]): RunArgs {
   }
   out.argv = args.slice(i);
   if (out.argv.length === 0) throw new UsageError("no command given");
+  // The supervisor refuses more (its spec bound): say so as a usage error, before a run dir exists.
+  if (out.argv.length > MAX_ARGV_ENTRIES) {
+    throw new UsageError(`the command has ${out.argv.length} argv entries; at most ${MAX_ARGV_ENTRIES} (the command name included) are allowed`);
+  }
   return out;
 }
 

@@ -33,6 +33,7 @@ export {
 } from "../supervisor/receipt-json.js";
 export {
   InvalidSpecError,
+  MAX_ARGV_ENTRIES,
   MIN_KILL_MARGIN_MS,
   OUTPUT_LIMIT_MAX_BYTES,
   STREAM_LIMIT_MAX_BYTES,

@@ -12,6 +12,9 @@ export const OUTPUT_LIMIT_MAX_BYTES = 16 * 1024 * 1024;
  */
 export const MIN_KILL_MARGIN_MS = 250;
 
+/** Most argv entries (argv[0] included) one command may have (the schema's bound). */
+export const MAX_ARGV_ENTRIES = 64;
+
 const NAME_PATTERN = /^[a-z][a-z0-9_-]{0,31}$/;
 
 /** A spec the supervisor will not run, with every reason. */
@@ -49,7 +52,7 @@ export function specProblems(spec: SupervisorSpec, nowUnixMs?: number): string[]
   if (spec.commands.length < 1 || spec.commands.length > 8) problems.push("commands must hold 1 to 8 entries");
   spec.commands.forEach((c, i) => {
     if (!NAME_PATTERN.test(c.name)) problems.push(`commands[${i}].name ${JSON.stringify(c.name)} does not match ${NAME_PATTERN}`);
-    if (c.argv.length < 1 || c.argv.length > 64) problems.push(`commands[${i}].argv must hold 1 to 64 entries`);
+    if (c.argv.length < 1 || c.argv.length > MAX_ARGV_ENTRIES) problems.push(`commands[${i}].argv must hold 1 to ${MAX_ARGV_ENTRIES} entries`);
     const exe = c.argv[0] ?? "";
     if (!isAbsolute(exe)) problems.push(`commands[${i}].argv[0] ${JSON.stringify(exe)} is not an absolute path`);
     if (c.argv.some((a) => a.includes("\0"))) problems.push(`commands[${i}].argv contains a NUL byte`);
