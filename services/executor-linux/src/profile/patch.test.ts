@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
-import { ADD_BUGGY, ADD_CORRECT, createTsProject, fixAddPatch, fixturePatch } from "../test-fixtures/projects.js";
+import { ADD_BUGGY, ADD_CORRECT, createJsTestProject, createTsProject, fixAddPatch, fixturePatch } from "../test-fixtures/projects.js";
 import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
 import { inspectRepository } from "./inspect.js";
 import { parseLimitOverrides } from "./limits.js";
@@ -56,6 +56,23 @@ describe.skipIf(!node)("patch policy and exact application", () => {
     // A new file is fine; creating one that exists is not.
     expect(check(fixturePatch("src/extra.ts", "", "export const x = 1;\n").replace("--- a/src/extra.ts", "--- /dev/null"))).toEqual([]);
     expect(check(fixturePatch("src/math.ts", "", "x\n").replace("--- a/src/math.ts", "--- /dev/null"))).toEqual(["patch_target_exists"]);
+  });
+
+  it("refuses deleting a file the steps name: node --test would silently skip it and pass", async () => {
+    const js = await createJsTestProject({ failing: true });
+    try {
+      const i = await inspectRepository({ repositoryPath: js.dir, selection: "npm test" });
+      expect(i.admitted).toBe(true);
+      const test = "import test from \"node:test\";\ntest(\"x\", () => {});\n";
+      const del = fixturePatch("test/math.test.js", test, "").replace("+++ b/test/math.test.js", "+++ /dev/null");
+      expect(checkPatchPaths(del, i, ["."]).map((r) => r.code)).toEqual(["patch_deletes_step_input"]);
+      // Changing it stays a matter of the allowed paths; deleting an unnamed source is fine.
+      expect(checkPatchPaths(fixturePatch("test/math.test.js", "a\n", "b\n"), i, ["."]).map((r) => r.code)).toEqual([]);
+      const delSrc = fixturePatch("src/math.js", "a\n", "").replace("+++ b/src/math.js", "+++ /dev/null");
+      expect(checkPatchPaths(delSrc, i, ["."]).map((r) => r.code)).toEqual([]);
+    } finally {
+      await js.cleanup();
+    }
   });
 
   it("refuses oversize, binary, rename, mode-change, empty and malformed patches", () => {

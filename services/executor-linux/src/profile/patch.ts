@@ -124,8 +124,8 @@ export function immutableInputReason(path: string, inspection: Inspection): stri
  * Checks which files a patch may touch and returns every reason it cannot be applied (empty when
  * it may): the patch limit, parseability, allowed patch paths (files, or directories covering
  * their contents; "." allows the whole package), immutable package/lock/config/toolchain/
- * dependency inputs, the build output directory, and that modified or deleted files are inspected
- * source files and created files are new.
+ * dependency inputs, the build output directory, that modified or deleted files are inspected
+ * source files and created files are new, and that no file the steps name is deleted.
  */
 export function checkPatchPaths(patchText: string, inspection: Inspection, allowedPatchPaths: readonly string[]): BlockReason[] {
   const parsed = parseBoundedPatch(patchText, inspection);
@@ -142,6 +142,8 @@ export function checkPatchPaths(patchText: string, inspection: Inspection, allow
   }
   const sources = new Set(inspection.identities.filter((i) => i.kind === IdentityKind.SOURCE_FILE).map((i) => i.name));
   const inputs = new Set(inspection.identities.map((i) => i.name));
+  // Files the steps name (test files, entrypoints, tsconfig): every display argv token after node.
+  const stepPaths = new Set(inspection.steps.flatMap((s) => s.displayArgv.slice(1).filter((t) => !t.startsWith("-"))));
   for (const f of parsed.files) {
     const immutable = immutableInputReason(f.path, inspection);
     if (immutable !== undefined) {
@@ -156,7 +158,11 @@ export function checkPatchPaths(patchText: string, inspection: Inspection, allow
       reasons.push(blockReason("patch_path_not_allowed", `The patch changes ${f.path}, which is not among the allowed patch paths (${allowedPatchPaths.join(", ") || "none"}).`, f.path));
       continue;
     }
-    if (f.op === "create" && inputs.has(f.path)) {
+    if (f.op === "delete" && stepPaths.has(f.path)) {
+      // `node --test` silently skips a named file that does not exist, so deleting (say) the
+      // failing test would turn the run green: the exact argv must keep naming real files.
+      reasons.push(blockReason("patch_deletes_step_input", `The patch deletes ${f.path}, which the selected steps run (${f.path} is named in their argv); it may be changed, not deleted.`, f.path));
+    } else if (f.op === "create" && inputs.has(f.path)) {
       reasons.push(blockReason("patch_target_exists", `The patch creates ${f.path}, which already exists in the snapshot.`, f.path));
     } else if (f.op !== "create" && !sources.has(f.path)) {
       reasons.push(blockReason("patch_target_not_in_snapshot", `The patch changes ${f.path}, which is not an inspected source file.`, f.path));

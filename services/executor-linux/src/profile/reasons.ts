@@ -113,6 +113,7 @@ export const REASON_CODES = [
   "patch_touches_output_dir",
   "patch_target_not_in_snapshot",
   "patch_target_exists",
+  "patch_deletes_step_input",
   "patch_duplicate_file",
   "patch_does_not_apply",
   "patch_result_too_large",
