@@ -242,6 +242,20 @@ describe("journey refusals and ownership", () => {
     await expectRefused(t.principals.revokeToken({ tokenId: own[0]!.id }), Code.Unauthenticated);
   });
 
+  it("refuses a manual patch over 1 MiB in bytes (under the proto's character bound) and stores no proposal", async () => {
+    const repo5 = await createJsTestProject({ parent: stack.root, failing: true, name: "fifth" });
+    const id5 = (await c.repositories.registerRepository({ path: repo5.dir })).repository!.id;
+    const g = await proposedRepair(c, id5);
+    const before = await stack.count("proposals");
+    // 3,000 lines of 200 two-byte characters: about 0.6 M characters, 1.2 MB.
+    const lines = Array.from({ length: 3000 }, () => `+// ${"\u00e9".repeat(200)}`);
+    const big = ["--- a/src/big.js", "+++ b/src/big.js", "@@ -0,0 +1,3000 @@", ...lines, ""].join("\n");
+    expect(big.length).toBeLessThan(1_048_576);
+    expect(Buffer.byteLength(big)).toBeGreaterThan(1_048_576);
+    await expectRefused(c.repairs.proposePatch({ repairId: g.repair.id, route: { case: "manualDiff", value: big } }), Code.InvalidArgument, "patch_too_large");
+    expect(await stack.count("proposals")).toBe(before);
+  });
+
   it("cancels a pending repair; a cancelled repair can neither be proposed nor approved", async () => {
     const repo3 = await createJsTestProject({ parent: stack.root, failing: true, name: "third" });
     const id3 = (await c.repositories.registerRepository({ path: repo3.dir })).repository!.id;

@@ -410,6 +410,13 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       let model = "";
       if (req.route.case === "manualDiff") {
         diff = req.route.value;
+        // The proto bounds the diff in characters; the profile's limit is in bytes. A manual
+        // diff over it is refused outright (stored nowhere), like one over the proto's bound.
+        const bytes = Buffer.byteLength(diff, "utf8");
+        const limit = Number(inspection.limits?.patchBytes || 1_048_576n);
+        if (bytes > limit) {
+          throw new InvalidArgumentError("manual_diff", "patch_too_large", `The patch has ${bytes.toLocaleString("en-US")} bytes; the profile allows ${limit.toLocaleString("en-US")}.`);
+        }
       } else if (req.route.case === "model" && req.route.value) {
         const consent = row.consent ? fromBinary(ConsentSchema, row.consent) : undefined;
         if (!consent || consent.inspectionSha256 !== row.inspection_sha256) {
