@@ -30,3 +30,13 @@ describe("seraph-exec run argument checks", () => {
     expect((await runDirs()).filter((d) => !before.includes(d))).toEqual([]);
   });
 });
+
+describe("seraph-exec run with a command that does not exist", () => {
+  it("exits 127 and still ends stdout with one JSON object saying nothing started", async () => {
+    const r = await cli(["run", "--json", "--", "seraph-no-such-command-7f3a", "x"]);
+    expect(r.code).toBe(127);
+    const last = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as Record<string, unknown>;
+    expect(last).toMatchObject({ outcome: "failed", reason: "command_not_found", exitCode: null, echildObserved: false });
+    expect(last["commands"]).toEqual([{ name: "command", argv: ["seraph-no-such-command-7f3a", "x"], started: false }]);
+  });
+});

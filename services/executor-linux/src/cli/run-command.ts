@@ -31,6 +31,9 @@ grace + ${MIN_KILL_MARGIN_MS}); the reserve is inside the deadline. Exit status:
 3 rejected_leftover_descendants, 4 unknown, 124 timed_out, 130 cancelled, 2 usage,
 125 supervisor could not start, 127 command not found.`;
 
+/** SHA-256 of no bytes. */
+const EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 const EXIT_STATUS: Readonly<Record<OutcomeName, number>> = {
   succeeded: 0,
   failed: 1,
@@ -170,7 +173,29 @@ export async function runCommand(args: readonly string[]): Promise<number> {
   const [name, ...rest] = parsed.argv as [string, ...string[]];
   const executable = resolveExecutable(name, parsed.cwd, process.env["PATH"]);
   if (executable === undefined) {
-    process.stderr.write(`seraph-exec run: ${JSON.stringify(name)}: command not found (PATH searched explicitly)\n`);
+    const message = `${JSON.stringify(name)}: command not found (PATH searched explicitly)`;
+    process.stderr.write(`seraph-exec run: ${message}\n`);
+    if (parsed.json) {
+      // Nothing was started, so there is no supervisor receipt; keep the last-line contract with
+      // an object of the same top-level shape that says so.
+      const empty = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256 };
+      process.stdout.write(
+        `${JSON.stringify({
+          outcome: "failed",
+          reason: "command_not_found",
+          message,
+          exitCode: null,
+          signal: null,
+          leftoverDescendants: 0,
+          echildObserved: false,
+          stdout: empty,
+          stderr: empty,
+          durationMs: 0,
+          commands: [{ name: "command", argv: parsed.argv, started: false }],
+          resolvedExecutable: null,
+        })}\n`,
+      );
+    }
     return 127;
   }
   const env: Record<string, string> = {};
