@@ -18,7 +18,9 @@ export async function openDatabase<DB>(location: DatabaseLocation, options?: { p
     pool.on("connect", (client) => client.on("error", () => undefined));
     return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   }
-  const pglite = await PGlite.create(location.pgliteDir);
+  // int8 (OID 20) as text, exactly as pg returns it, so bigint columns (revisions, fences)
+  // compare the same way on PGlite and on PostgreSQL.
+  const pglite = await PGlite.create(location.pgliteDir, { parsers: { 20: (value: string) => value } });
   return new Kysely<DB>({ dialect: new PGliteDialect(pglite) });
 }
 
