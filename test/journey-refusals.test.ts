@@ -193,6 +193,13 @@ describe("journey refusals and ownership", () => {
     // A non-operator principal may not change settings.
     const member = await c.principals.createPrincipal({ name: "member", newRoot: false });
     await expectRefused(stack.clients(member.secret).settings.updateSandboxSettings({ expectedRevision: settings!.revision, settings }), Code.PermissionDenied, "operator_required");
+    // Nor may another operator root: the settings are global, only the instance operator owns them,
+    // and only it may create new roots.
+    const tenant = await c.principals.createPrincipal({ name: "tenant", newRoot: true });
+    await expectRefused(stack.clients(tenant.secret).settings.updateSandboxSettings({ expectedRevision: settings!.revision, settings }), Code.PermissionDenied, "operator_required");
+    await expectRefused(stack.clients(tenant.secret).principals.createPrincipal({ name: "sub-tenant", newRoot: true }), Code.PermissionDenied, "operator_required");
+    await expectRefused(stack.clients(member.secret).principals.createPrincipal({ name: "escalate", newRoot: true }), Code.PermissionDenied, "operator_required");
+    expect((await stack.clients(tenant.secret).principals.createPrincipal({ name: "tenant-member" })).principal?.rootId).toBe(tenant.principal?.id);
     // Limits may only narrow.
     await expectRefused(c.settings.updateSandboxSettings({ expectedRevision: settings!.revision, settings: { ...settings!, limits: create(LimitsSchema, { wallMs: 999_999 }) } }), Code.InvalidArgument, "limit_widened");
     await expectRefused(c.settings.updateSandboxSettings({ expectedRevision: settings!.revision, settings: { ...settings!, backend: SandboxBackend.DOCKER } }), Code.FailedPrecondition, "node_docker_unverified");

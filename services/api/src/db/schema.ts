@@ -9,6 +9,8 @@ export interface ApiDatabase {
     id: string;
     name: string;
     root_id: string;
+    /** The principal created on first start: the only one that may change global settings. */
+    instance_operator: ColumnType<boolean, boolean | undefined, boolean>;
     created_at: Timestamp;
   };
   api_tokens: {

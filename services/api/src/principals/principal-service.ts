@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { FailedPreconditionError, NotFoundError, requirePrincipal } from "@seraph/kit";
+import { FailedPreconditionError, NotFoundError, PermissionDeniedError, requirePrincipal } from "@seraph/kit";
 import { ApiTokenSchema, PrincipalSchema, PrincipalService, type ApiToken } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import type { Kysely } from "kysely";
 import type { ApiDatabase } from "../db/schema.js";
-import { insertPrincipal, insertToken } from "./principal.repository.js";
+import { insertPrincipal, insertToken, isInstanceOperator } from "./principal.repository.js";
 
 interface TokenRow {
   id: string;
@@ -70,6 +70,11 @@ export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): Servi
     },
     async createPrincipal(req, ctx) {
       const p = requirePrincipal(ctx);
+      // A new operator root is a new tenant: only the instance operator may create one. Any
+      // root may add members to its own root.
+      if (req.newRoot && !(p.id === p.rootId && (await isInstanceOperator(db, p.id)))) {
+        throw new PermissionDeniedError("operator_required", "Only the instance operator may create a new operator root.");
+      }
       return db.transaction().execute(async (trx) => {
         const row = await insertPrincipal(trx, req.name, req.newRoot ? undefined : p.rootId);
         const { row: token, secret } = await insertToken(trx, row.id, `${req.name} (created by ${p.name})`);

@@ -28,11 +28,11 @@ export async function insertToken(db: Db, principalId: string, name: string) {
 }
 
 /** Creates a principal (its own root unless `rootId` is given). */
-export async function insertPrincipal(db: Db, name: string, rootId?: string) {
+export async function insertPrincipal(db: Db, name: string, rootId?: string, instanceOperator = false) {
   const id = newId();
   return db
     .insertInto("principals")
-    .values({ id, name, root_id: rootId ?? id })
+    .values({ id, name, root_id: rootId ?? id, instance_operator: instanceOperator })
     .returningAll()
     .executeTakeFirstOrThrow();
 }
@@ -47,8 +47,14 @@ export async function ensureOperator(db: Kysely<ApiDatabase>): Promise<{ princip
     await sql`select pg_advisory_xact_lock(740001)`.execute(trx);
     const existing = await trx.selectFrom("principals").select("id").limit(1).executeTakeFirst();
     if (existing) return undefined;
-    const p = await insertPrincipal(trx, "operator");
+    const p = await insertPrincipal(trx, "operator", undefined, true);
     const { secret } = await insertToken(trx, p.id, "operator (first start)");
     return { principalId: p.id, secret };
   });
+}
+
+/** Whether `principalId` is the instance operator (the root created on first start). */
+export async function isInstanceOperator(db: Db, principalId: string): Promise<boolean> {
+  const row = await db.selectFrom("principals").select("instance_operator").where("id", "=", principalId).executeTakeFirst();
+  return row?.instance_operator === true;
 }

@@ -32,6 +32,7 @@ import {
   profileOptions,
 } from "./defaults.js";
 import { loadSettings, redactSettings, saveSettingsCas } from "./settings.repository.js";
+import { isInstanceOperator } from "../principals/principal.repository.js";
 
 /** What the settings service depends on. */
 export interface SettingsServiceDeps {
@@ -43,9 +44,14 @@ export interface SettingsServiceDeps {
   readonly defaults: () => SandboxSettings;
 }
 
-/** Only an operator root may change the sandbox settings (they apply to every principal). */
-function requireOperator(p: AuthenticatedPrincipal): void {
-  if (p.id !== p.rootId) throw new PermissionDeniedError("operator_required", "Only an operator root principal may change the repository sandbox settings.");
+/**
+ * Only the instance operator (the root principal created on first start) may change the sandbox
+ * settings: they apply to every principal, and saving them makes every pending repair stale.
+ */
+async function requireOperator(db: Kysely<ApiDatabase>, p: AuthenticatedPrincipal): Promise<void> {
+  if (p.id !== p.rootId || !(await isInstanceOperator(db, p.id))) {
+    throw new PermissionDeniedError("operator_required", "Only the instance operator may change the repository sandbox settings.");
+  }
 }
 
 /**
@@ -129,7 +135,7 @@ export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<ty
     },
     async updateSandboxSettings(req, ctx) {
       const p = requirePrincipal(ctx);
-      requireOperator(p);
+      await requireOperator(db, p);
       const input = req.settings;
       if (input === undefined) throw new InvalidArgumentError("settings", "required", "settings is required.");
       const { saved, stale } = await db.transaction().execute(async (trx) => {
