@@ -133,7 +133,7 @@ describe.skipIf(!node)("inspectRepository", () => {
     expect(codes(await inspectUnchanged({ repositoryPath: repo.dir, selection: "npm test" }))).toEqual(["path_not_found"]);
   });
 
-  it("blocks a symlink that escapes the repository, and does not stage in-repo source links", async () => {
+  it("blocks a symlink that escapes the repository, and admits an in-repo source link", async () => {
     const outside = join(scratch, "secret.txt");
     await writeFile(outside, "secret\n");
     const escaping = await track(createJsTestProject({ extraFiles: { "src/leak.js": { link: outside } } }));
@@ -141,7 +141,7 @@ describe.skipIf(!node)("inspectRepository", () => {
     expect(codes(i)).toEqual(["link_escapes_repository"]);
     expect(i.reasons[0]?.subject).toBe("src/leak.js");
     const inside = await track(createJsTestProject({ extraFiles: { "src/alias.js": { link: "math.js" } } }));
-    expect(codes(await inspectUnchanged({ repositoryPath: inside.dir, selection: "npm test" }))).toEqual(["source_symlink_not_supported"]);
+    expect(codes(await inspectUnchanged({ repositoryPath: inside.dir, selection: "npm test" }))).toEqual([]);
     // Named source paths that avoid the link are fine.
     expect(codes(await inspectUnchanged({ repositoryPath: escaping.dir, selection: "npm test", sourcePaths: ["src/math.js", "test"] }))).toEqual([]);
   });

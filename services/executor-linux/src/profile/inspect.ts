@@ -29,7 +29,7 @@ import { FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } fr
 import { resolveScript, TSC_ENTRY, type PathKind, type ResolvedScript } from "./script-grammar.js";
 import { parseSelection, selectionScripts } from "./selection.js";
 import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";
-import { listSourceSet } from "./source-set.js";
+import { listSourceSet, sourceLinkSha256 } from "./source-set.js";
 import { inspectTsconfigChain } from "./tsconfig-chain.js";
 
 /** The profile name every inspection carries. */
@@ -112,6 +112,7 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
   const reasons: BlockReason[] = [];
   const files = new Map<string, SnapshotFile>();
   const links = new Map<string, string>();
+  const sourceLinks = new Map<string, string>();
   const directories: string[] = [];
   const identities: Identity[] = [];
   const steps: Step[] = [];
@@ -148,7 +149,7 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
       inspectedUnixMs: BigInt(now()),
     });
     if (inspection.admitted) inspection.inspectionSha256 = computeInspectionHash(inspection);
-    return { inspection, snapshot: { files, links, directories }, deferredTestPaths };
+    return { inspection, snapshot: { files, links, sourceLinks, directories }, deferredTestPaths };
   };
 
   // Selection.
@@ -357,6 +358,22 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
     const st = lstatInsideSync(root, rel);
     if (st?.isFile()) sourceFiles.set(rel, { rel, size: st.size, mode: st.mode & 0o777 });
   }
+  // A source link is staged as a link, so what it resolves to (and every link on the way) must be
+  // in the snapshot too: otherwise the staged link would dangle or reach an unstaged file.
+  const linkRels = new Set(sources.links.map((l) => l.rel));
+  for (const l of sources.links) {
+    const inSnapshot = l.targetKind === "file" ? sourceFiles.has(l.resolved) : sources.walkRoots.some((w) => isWithin(l.resolved, w));
+    const missingHop = l.via.find((v) => !linkRels.has(v));
+    if (!inSnapshot || missingHop !== undefined) {
+      reasons.push(
+        blockReason(
+          "link_target_excluded",
+          `${l.rel} is a link to ${l.target}, which resolves through ${missingHop ?? l.resolved}, outside the source set; name it as a source path too (links are staged as links, never followed).`,
+          l.rel,
+        ),
+      );
+    }
+  }
   const deps: DependencyListing = await listDependencyTree(root, root);
   reasons.push(...deps.reasons);
 
@@ -364,8 +381,11 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
   const sourceBytes = [...sourceFiles.values()].reduce((n, f) => n + f.size, 0);
   counts = { source: sourceFiles.size, dependency: deps.fileCount, bytes: sourceBytes + deps.totalBytes };
   const limitReasons: BlockReason[] = [];
-  if (sourceFiles.size > L.source_files) {
-    limitReasons.push(blockReason("too_many_source_files", `The source set has ${formatCount(sourceFiles.size)} regular files; the profile allows ${formatCount(L.source_files)}.`, "."));
+  // A source link counts as one source entry (what it points to is counted once, at its real path).
+  const sourceEntries = sourceFiles.size + sources.links.length;
+  if (sourceEntries > L.source_files) {
+    const what = sources.links.length === 0 ? "regular files" : `regular files and links (${formatCount(sources.links.length)} links)`;
+    limitReasons.push(blockReason("too_many_source_files", `The source set has ${formatCount(sourceEntries)} ${what}; the profile allows ${formatCount(L.source_files)}.`, "."));
   }
   let oversize = 0;
   for (const f of sourceFiles.values()) {
@@ -414,6 +434,15 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
             ? IdentityKind.TSCONFIG
             : IdentityKind.SOURCE_FILE;
     identities.push(identity(kind, f.rel, r.sha256, r.size));
+  }
+  // Source links after every file, so a staged link never exists before what it points to. The
+  // identity binds the link text itself (see sourceLinkSha256), never the file it points to.
+  for (const l of sources.links) {
+    links.set(l.rel, l.target);
+    sourceLinks.set(l.rel, l.resolved);
+    if (l.targetKind === "directory") await sink?.directory(l.resolved);
+    await sink?.link(l.rel, l.target);
+    identities.push(identity(IdentityKind.SOURCE_FILE, l.rel, sourceLinkSha256(l.target), 0));
   }
   const manifestEntries: { path: string; type: string; size?: string; mode?: string; sha256?: string; target?: string }[] = [];
   const binMap: Record<string, string> = {};

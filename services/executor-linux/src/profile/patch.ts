@@ -1,3 +1,4 @@
+import { lstat } from "node:fs/promises";
 import { join } from "node:path";
 import { applyPatch, parsePatch, type StructuredPatch } from "diff";
 import { IdentityKind, type BlockReason, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -8,6 +9,7 @@ import { FOREIGN_LOCKFILES, NPM_LOCKFILES } from "./lockfile.js";
 import { checkRelativePath, isWithin } from "./path-rules.js";
 import { blockReason, formatCount } from "./reasons.js";
 import { readFileBounded } from "./safe-fs.js";
+import { isSourceLinkIdentity } from "./source-set.js";
 
 /** One file a patch touches, with its normalised package-relative path. */
 export interface PatchFile {
@@ -125,7 +127,8 @@ export function immutableInputReason(path: string, inspection: Inspection): stri
  * it may): the patch limit, parseability, allowed patch paths (files, or directories covering
  * their contents; "." allows the whole package), immutable package/lock/config/toolchain/
  * dependency inputs, the build output directory, that modified or deleted files are inspected
- * source files and created files are new, and that no file the steps name is deleted.
+ * source files and created files are new, that no file the steps name is deleted, and that no
+ * patched path is a source link or lies behind one (`patch_target_is_link`).
  */
 export function checkPatchPaths(patchText: string, inspection: Inspection, allowedPatchPaths: readonly string[]): BlockReason[] {
   const parsed = parseBoundedPatch(patchText, inspection);
@@ -144,10 +147,16 @@ export function checkPatchPaths(patchText: string, inspection: Inspection, allow
   const inputs = new Set(inspection.identities.map((i) => i.name));
   // Files the steps name (test files, entrypoints, tsconfig): every display argv token after node.
   const stepPaths = new Set(inspection.steps.flatMap((s) => s.displayArgv.slice(1).filter((t) => !t.startsWith("-"))));
+  const links = new Set(inspection.identities.filter(isSourceLinkIdentity).map((i) => i.name));
   for (const f of parsed.files) {
     const immutable = immutableInputReason(f.path, inspection);
     if (immutable !== undefined) {
       reasons.push(blockReason("patch_touches_immutable_input", `The patch changes ${f.path}, which is immutable: ${immutable}.`, f.path));
+      continue;
+    }
+    const link = linkOnPath(f.path, (p) => links.has(p));
+    if (link !== undefined) {
+      reasons.push(linkReason(f.path, link));
       continue;
     }
     if (inspection.buildOutputDir !== "" && isWithin(f.path, inspection.buildOutputDir)) {
@@ -169,6 +178,36 @@ export function checkPatchPaths(patchText: string, inspection: Inspection, allow
     }
   }
   return reasons;
+}
+
+/** The first of `path` and its ancestors that `isLink` says is a link, or undefined. */
+function linkOnPath(path: string, isLink: (p: string) => boolean): string | undefined {
+  const segments = path.split("/");
+  for (let n = 1; n <= segments.length; n++) {
+    const p = segments.slice(0, n).join("/");
+    if (isLink(p)) return p;
+  }
+  return undefined;
+}
+
+function linkReason(path: string, link: string): BlockReason {
+  return link === path
+    ? blockReason("patch_target_is_link", `The patch changes ${path}, which is a link; links are staged exactly as inspected and never patched or written through.`, path)
+    : blockReason("patch_target_is_link", `The patch changes ${path}, which lies behind the link ${link}; a patch may not write through a link — name the real path.`, path);
+}
+
+/** The first component of `rel` under `root` that is a symbolic link (lstat; missing ends the walk). */
+async function linkComponent(root: string, rel: string): Promise<string | undefined> {
+  const segments = rel.split("/");
+  for (let n = 1; n <= segments.length; n++) {
+    const p = segments.slice(0, n).join("/");
+    try {
+      if ((await lstat(join(root, p))).isSymbolicLink()) return p;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
 }
 
 function hunksMatchExactly(source: string, patch: StructuredPatch): boolean {
@@ -202,6 +241,12 @@ export async function checkPatchApplies(
   const result = new Map<string, string | null>();
   const identities = new Map(inspection.identities.filter((i) => i.kind === IdentityKind.SOURCE_FILE).map((i) => [i.name, i]));
   for (const f of parsed.files) {
+    // Whatever the policy said, never read or write through a link on disk.
+    const link = await linkComponent(root, f.path);
+    if (link !== undefined) {
+      reasons.push(linkReason(f.path, link));
+      continue;
+    }
     let source = "";
     if (f.op !== "create") {
       const expected = identities.get(f.path);

@@ -1,6 +1,7 @@
-import { lstat, readlink, realpath } from "node:fs/promises";
+import { lstat, readlink } from "node:fs/promises";
 import { join, posix } from "node:path";
-import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { IdentityKind, type BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { sha256Hex } from "./digest.js";
 import { checkRelativePath, isWithin } from "./path-rules.js";
 import { blockReason } from "./reasons.js";
 import { lstatInside, sortedEntries } from "./safe-fs.js";
@@ -12,45 +13,167 @@ export interface SourceEntry {
   readonly mode: number;
 }
 
+/**
+ * A link of the source set (never followed by the walk). `target` is the exact link text; the
+ * chain from the link to a regular file or directory inside the package was resolved hop by hop
+ * (`resolved` is that file or directory, package-relative; `via` every link the resolution passed
+ * through after the first, including links in intermediate directory components).
+ */
+export interface SourceLink {
+  readonly rel: string;
+  readonly target: string;
+  readonly resolved: string;
+  readonly targetKind: "file" | "directory";
+  readonly via: readonly string[];
+}
+
 /** The listed source set with the reasons it cannot be staged. */
 export interface SourceListing {
   readonly files: readonly SourceEntry[];
+  readonly links: readonly SourceLink[];
+  /** Package-relative directories walked recursively ("" is the whole package). */
+  readonly walkRoots: readonly string[];
   readonly reasons: readonly BlockReason[];
   readonly truncated: boolean;
+}
+
+/**
+ * A source link's identity (kind SOURCE_FILE, name = its path, size 0) binds the link itself:
+ * sha256 over the UTF-8 bytes of "symlink\0" followed by the exact link text. Retargeting a link,
+ * or replacing it by a file or a file by it, therefore changes the identity (drift).
+ */
+export const SOURCE_LINK_DIGEST_PREFIX = "symlink\0";
+
+/** The SHA-256 of a source link's identity. */
+export function sourceLinkSha256(target: string): string {
+  return sha256Hex(`${SOURCE_LINK_DIGEST_PREFIX}${target}`);
+}
+
+/** SHA-256 of no bytes: the digest of every empty regular file. */
+const EMPTY_SHA256 = sha256Hex("");
+
+/**
+ * True for the identity of a source link: size 0 with a digest other than the empty file's
+ * (a regular file of size 0 always hashes to EMPTY_SHA256).
+ */
+export function isSourceLinkIdentity(i: { readonly kind: number; readonly size: bigint; readonly sha256: string }): boolean {
+  return i.kind === IdentityKind.SOURCE_FILE && i.size === 0n && i.sha256 !== EMPTY_SHA256;
 }
 
 /** Hard cap on entries visited by a source walk. */
 export const SOURCE_WALK_CAP = 100_000;
 
+/** At most this many links are followed when resolving one source link (a longer chain blocks). */
+export const SOURCE_LINK_HOPS = 16;
+
 /** Directory names never walked for sources (wherever they appear). */
 const SKIPPED_DIRS = new Set(["node_modules", ".git"]);
+
+type LinkResolution = { readonly ok: true; readonly link: SourceLink } | { readonly ok: false; readonly reason: BlockReason };
+
+/**
+ * Resolves a source link inside the package, one path component at a time, the way the kernel
+ * would but without leaving the package: every hop's text must be relative, `..` may not climb
+ * above the package root, no component may be (or pass through) node_modules, .git or the build
+ * output directory, at most SOURCE_LINK_HOPS links are followed and none twice (a cycle), and the
+ * end must be an existing regular file or directory — not the package root, and for a directory
+ * not the link's own directory or one of its ancestors (that would make the tree infinite).
+ */
+export async function resolveSourceLink(root: string, rel: string, outputDir: string | undefined): Promise<LinkResolution> {
+  const fail = (code: Parameters<typeof blockReason>[0], message: string): LinkResolution => ({ ok: false, reason: blockReason(code, message, rel) });
+  let target: string;
+  try {
+    target = await readlink(join(root, rel));
+  } catch (err) {
+    return fail("special_file", `${rel} is a link that cannot be read (${(err as Error).message}).`);
+  }
+  const seen = new Set<string>([rel]);
+  const via: string[] = [];
+  const done = rel.split("/").slice(0, -1);
+  let todo = target.split("/");
+  let hopText = target;
+  let hopFrom = rel;
+  if (posix.isAbsolute(target)) return fail("link_escapes_repository", `${rel} is a link to the absolute path ${target}; links must be relative and resolve inside the snapshot.`);
+  let kind: "file" | "directory" = "directory";
+  while (todo.length > 0) {
+    const seg = todo.shift() as string;
+    if (kind === "file") return fail("link_target_not_found", `${rel} is a link to ${target}, which does not resolve: ${done.join("/")} is a file, not a directory.`);
+    if (seg === "" || seg === ".") continue;
+    if (seg === "..") {
+      if (done.length === 0) {
+        return fail(
+          "link_escapes_repository",
+          hopFrom === rel
+            ? `${rel} is a link to ${target}, outside the repository; links must resolve inside the snapshot.`
+            : `${rel} is a link to ${target}, which leads through ${hopFrom} (a link to ${hopText}) outside the repository; links must resolve inside the snapshot.`,
+        );
+      }
+      done.pop();
+      continue;
+    }
+    done.push(seg);
+    const current = done.join("/");
+    if (SKIPPED_DIRS.has(seg) || (outputDir !== undefined && current === outputDir)) {
+      return fail(
+        "link_target_excluded",
+        `${rel} is a link to ${target}, which resolves into ${current} — ${seg === "node_modules" ? "the dependency tree" : seg === ".git" ? "Git metadata" : "the build output directory"}, which is not part of the source snapshot; links must resolve to source files inside the snapshot.`,
+      );
+    }
+    let st;
+    try {
+      st = await lstat(join(root, current));
+    } catch {
+      return fail("link_target_not_found", `${rel} is a link to ${target}, but ${current} does not exist; a dangling link cannot be staged.`);
+    }
+    if (st.isSymbolicLink()) {
+      if (seen.has(current)) return fail("link_cycle", `${rel} is a link to ${target}, whose resolution returns to ${current}: the links form a cycle.`);
+      if (via.length + 1 >= SOURCE_LINK_HOPS) return fail("link_cycle", `${rel} is a link to ${target} that needs more than ${SOURCE_LINK_HOPS} link hops to resolve; the profile follows at most ${SOURCE_LINK_HOPS}.`);
+      seen.add(current);
+      via.push(current);
+      hopText = await readlink(join(root, current));
+      hopFrom = current;
+      if (posix.isAbsolute(hopText)) {
+        return fail("link_escapes_repository", `${rel} is a link to ${target}, which leads through ${current}, a link to the absolute path ${hopText}; links must be relative and resolve inside the snapshot.`);
+      }
+      done.pop();
+      todo = [...hopText.split("/"), ...todo];
+      kind = "directory";
+    } else if (st.isDirectory()) {
+      kind = "directory";
+    } else if (st.isFile()) {
+      kind = "file";
+    } else {
+      return fail("special_file", `${rel} is a link to ${target}, which resolves to the special file ${current}.`);
+    }
+  }
+  const resolved = done.join("/");
+  if (resolved === "") return fail("link_cycle", `${rel} is a link to ${target}, which is the package root itself: following it would make the tree infinite.`);
+  if (kind === "directory" && isWithin(rel, resolved)) {
+    return fail("link_cycle", `${rel} is a link to ${target}, the directory ${resolved} that contains the link: following it would make the tree infinite.`);
+  }
+  return { ok: true, link: { rel, target, resolved, targetKind: kind, via } };
+}
 
 /**
  * Lists the source set: with no named paths, every regular file of the package outside
  * node_modules, .git and the build output directory; otherwise the named files, and every regular
- * file under the named directories (with the same exclusions). Links in the source set are not
- * staged: one that resolves outside the repository blocks as `link_escapes_repository`, any
- * other as `source_symlink_not_supported`.
+ * file under the named directories (with the same exclusions). Links are listed, not followed:
+ * each must resolve (resolveSourceLink) to a regular file or directory inside the package; the
+ * caller checks that what it resolves to is in the snapshot.
  */
-export async function listSourceSet(root: string, rootReal: string, named: readonly string[], outputDir: string | undefined): Promise<SourceListing> {
+export async function listSourceSet(root: string, _rootReal: string, named: readonly string[], outputDir: string | undefined): Promise<SourceListing> {
   const files = new Map<string, SourceEntry>();
+  const links = new Map<string, SourceLink>();
+  const walkRoots: string[] = [];
   const reasons: BlockReason[] = [];
   let visited = 0;
   let truncated = false;
 
-  const linkReason = async (rel: string): Promise<BlockReason> => {
-    const target = await readlink(join(root, rel)).catch(() => "?");
-    let real: string | undefined;
-    try {
-      real = await realpath(join(root, rel));
-    } catch {
-      real = undefined;
-    }
-    const lexical = posix.normalize(posix.join(posix.dirname(rel), target));
-    const escapes = posix.isAbsolute(target) || lexical.startsWith("../") || real === undefined || !(real === rootReal || real.startsWith(`${rootReal}/`));
-    return escapes
-      ? blockReason("link_escapes_repository", `${rel} is a link to ${real ?? target}, outside the repository; links must resolve inside the snapshot.`, rel)
-      : blockReason("source_symlink_not_supported", `${rel} is a link (to ${target}); links in the source set are not staged — name the file it points to instead.`, rel);
+  const addLink = async (rel: string): Promise<void> => {
+    if (links.has(rel)) return;
+    const r = await resolveSourceLink(root, rel, outputDir);
+    if (r.ok) links.set(rel, r.link);
+    else reasons.push(r.reason);
   };
 
   const walk = async (relDir: string): Promise<void> => {
@@ -71,7 +194,7 @@ export async function listSourceSet(root: string, rootReal: string, named: reado
       } else if (st.isFile()) {
         files.set(rel, { rel, size: st.size, mode: st.mode & 0o777 });
       } else if (st.isSymbolicLink()) {
-        reasons.push(await linkReason(rel));
+        await addLink(rel);
       } else {
         reasons.push(blockReason("special_file", `${rel} is a special file (not a regular file, directory or link).`, rel));
       }
@@ -79,6 +202,7 @@ export async function listSourceSet(root: string, rootReal: string, named: reado
   };
 
   if (named.length === 0) {
+    walkRoots.push("");
     await walk("");
   } else {
     for (const raw of named) {
@@ -93,6 +217,7 @@ export async function listSourceSet(root: string, rootReal: string, named: reado
         continue;
       }
       if (rel === "") {
+        walkRoots.push("");
         await walk("");
         continue;
       }
@@ -100,11 +225,12 @@ export async function listSourceSet(root: string, rootReal: string, named: reado
       if (!st) {
         reasons.push(blockReason("source_path_not_found", `The source path ${raw} does not exist in the repository (or passes through a link).`, raw));
       } else if (st.isDirectory()) {
+        walkRoots.push(rel);
         await walk(rel);
       } else if (st.isFile()) {
         files.set(rel, { rel, size: st.size, mode: st.mode & 0o777 });
       } else if (st.isSymbolicLink()) {
-        reasons.push(await linkReason(rel));
+        await addLink(rel);
       } else {
         reasons.push(blockReason("special_file", `The source path ${raw} is a special file.`, raw));
       }
@@ -114,5 +240,6 @@ export async function listSourceSet(root: string, rootReal: string, named: reado
   if (truncated) {
     reasons.push(blockReason("tree_walk_exceeded", `The source set has more than ${SOURCE_WALK_CAP.toLocaleString("en-US")} entries; inspection stopped walking it.`, "."));
   }
-  return { files: [...files.values()].sort((a, b) => (a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0)), reasons, truncated };
+  const byRel = <T extends { rel: string }>(a: T, b: T): number => (a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0);
+  return { files: [...files.values()].sort(byRel), links: [...links.values()].sort(byRel), walkRoots, reasons, truncated };
 }

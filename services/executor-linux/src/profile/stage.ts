@@ -1,4 +1,4 @@
-import { lstat, mkdir, readlink, rename, rm, symlink, unlink, writeFile } from "node:fs/promises";
+import { lstat, mkdir, readlink, realpath, rename, rm, symlink, unlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { StepSchema, type BlockReason, type Drift, type Inspection, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -30,7 +30,7 @@ export interface StagedRepository {
   readonly deferredTestPaths: readonly string[];
   /** Every staged regular file and its digest, updated by applyPatchToStage. */
   readonly files: Map<string, SnapshotFile>;
-  /** Every staged link (package-relative) and its target. */
+  /** Every staged link (package-relative) and its exact text: dependency links and source links. */
   readonly links: ReadonlyMap<string, string>;
 }
 
@@ -179,6 +179,22 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
       reasons: differences.slice(0, 10).map((d) => blockReason("stage_failed", `The staged copy of ${d.path} does not match what was inspected (${d.change}).`, d.path)),
     };
   }
+  // Every staged source link must resolve, inside the staged copy, to exactly what it resolved to
+  // in the repository (relative text, so it cannot reach the repository or anything else).
+  const pkgReal = await realpath(packageDir);
+  const linkProblems: BlockReason[] = [];
+  for (const [rel, resolved] of staged.snapshot.sourceLinks) {
+    let real: string | undefined;
+    try {
+      real = await realpath(join(packageDir, rel));
+    } catch {
+      real = undefined;
+    }
+    if (real !== join(pkgReal, resolved)) {
+      linkProblems.push(blockReason("stage_failed", `The staged link ${rel} does not resolve to ${resolved} inside the staged copy (it resolves to ${real ?? "nothing"}).`, rel));
+    }
+  }
+  if (linkProblems.length > 0) return { ok: false, drift: [], reasons: linkProblems.slice(0, 10) };
   const steps = re.steps.map((s) => create(StepSchema, { ...s, argv: stagedArgv(s, re.nodePath, packageDir) }));
   return {
     ok: true,
