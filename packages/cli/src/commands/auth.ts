@@ -106,7 +106,7 @@ export const principal: CommandGroup = {
         summary: "Create a principal and its first token; the secret is printed once.",
         args: [{ name: "NAME", help: "the principal's name" }],
         flags: {
-          "new-root": { type: "boolean", help: "make it an operator root of its own instead of a member of your root" },
+          "new-root": { type: "boolean", help: "make it an operator root of its own (instance operator only) instead of a member of your root" },
         },
       },
       async run(ctx, { values, positionals }) {
