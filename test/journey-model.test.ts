@@ -106,14 +106,12 @@ describe("model route failures", () => {
     expect(proposal).toMatchObject({ valid: true, changedPaths: ["src/math.js"], noLearning: true });
   });
 
-  it("stores a model diff that touches package.json as an invalid proposal with the reason; nothing can be approved for it", async () => {
+  it("refuses a model diff that touches package.json with the reason and stores nothing", async () => {
     const pkgPatch = fixturePatch("package.json", '{\n  "name": "fixture-js",\n', '{\n  "name": "owned",\n');
     model.behave(answer(`\`\`\`diff\n${pkgPatch}\`\`\``));
-    const { proposal, repair } = await propose();
-    expect(proposal?.valid).toBe(false);
-    expect(proposal?.reasons.map((r) => r.code)).toContain("patch_touches_immutable_input");
-    expect(proposal?.reasons.find((r) => r.code === "patch_touches_immutable_input")?.subject).toBe("package.json");
-    expect(repair?.proposals.at(-1)?.id).toBe(proposal?.id);
-    await expectRefused(stack.operator.repairs.getApprovalDocument({ repairId, proposalId: proposal!.id }), Code.FailedPrecondition, "proposal_invalid");
+    const before = await stack.count("proposals");
+    const err = await expectRefused(propose(), Code.FailedPrecondition, "patch_touches_immutable_input");
+    expect(err.rawMessage).toContain("[package.json]");
+    expect(await stack.count("proposals")).toBe(before);
   });
 });

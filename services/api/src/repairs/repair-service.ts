@@ -443,6 +443,14 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const check = await onNode(row, "check the proposal", (node) =>
         nodes.executor(node).checkProposal({ repositoryPath: row.repository_path, inspection, diff, allowedPatchPaths: row.allowed_patch_paths }, { timeoutMs: 60_000, signal: ctx.signal }),
       );
+      if (!check.ok) {
+        // A proposal that cannot run is refused with every reason and stored nowhere: bad input
+        // changes nothing, whether a person or the model route wrote it.
+        const first = check.reasons[0];
+        const all = check.reasons.map((r) => `${r.code}${r.subject ? ` [${r.subject}]` : ""}: ${r.message}`).join("; ");
+        if (route === ProposalRoute.MANUAL) throw new InvalidArgumentError("manual_diff", first?.code ?? "patch_invalid", `The patch is refused: ${all}`);
+        throw new FailedPreconditionError(first?.code ?? "patch_invalid", `The model route's patch is refused (no_learning; nothing stored): ${all}`, { field: "model" });
+      }
       const proposal = create(ProposalSchema, {
         id: newId(),
         route,
