@@ -206,9 +206,11 @@ describe("repair journey up to an approved, queued job", () => {
     }
     const other = await stack.operator.principals.createPrincipal({ name: "eve", newRoot: true });
     await expectRefused(stack.clients(other.secret).repairs.readArtifact({ repairId: finishedRepairId, artifactId: job.artifacts[0]!.id }), Code.NotFound);
+    // Cancelling a finished job is refused, not a silent OK.
+    await expectRefused(stack.operator.repairs.cancelRepair({ repairId: finishedRepairId, reason: "too late" }), Code.FailedPrecondition, "already_finished");
   }, 120_000);
 
-  it("accepts a manual patch without consent and rejects an invalid one with reasons, storing it as invalid", async () => {
+  it("accepts a manual patch without consent and refuses an invalid one with its reasons, storing nothing", async () => {
     const c = stack.operator;
     const { goal } = await c.goals.createGoal({ title: "manual" });
     const other = await createJsTestProject({ parent: stack.root, failing: true, name: "manual-fixture" });

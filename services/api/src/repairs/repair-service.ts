@@ -619,11 +619,18 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (row.state === "cancelled") return { repair: await view(row) };
       if (row.state === "finished") throw new FailedPreconditionError("already_finished", `Repair ${row.id} has finished; there is nothing to cancel.`);
       if (row.job_id) {
+        let res;
         try {
-          await jobs.cancelJob({ jobId: row.job_id, requestedBy: p.id, reason: req.reason }, { timeoutMs: 15_000 });
+          res = await jobs.cancelJob({ jobId: row.job_id, requestedBy: p.id, reason: req.reason }, { timeoutMs: 15_000 });
         } catch (err) {
           if (err instanceof ConnectError && err.code !== Code.Unavailable && err.code !== Code.Unimplemented) throw err;
           throw new UnavailableError("jobs_unavailable", "The jobs service did not take the cancellation; retry.", err);
+        }
+        // A job that had already ended is not cancelled by this call: say so instead of a silent OK.
+        const ended = res.job && [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN].includes(res.job.state);
+        if (ended && res.job) {
+          const hint = res.job.state === JobState.UNKNOWN ? " Its slot is released only by Recover process cleanup." : "";
+          throw new FailedPreconditionError("already_finished", `The job of repair ${row.id} already ended ${JobState[res.job.state]} (${res.job.outcome}); there is nothing to cancel.${hint}`);
         }
         const updated = await updateRepairCas(db, row.id, row.revision, { cancel_reason: req.reason || "cancelled by the owner" });
         if (updated) publishRepairEvents(signals, [updated]);
