@@ -33,6 +33,8 @@ export { newId, sha256Hex } from "./ids.js";
 export { createErrorInterceptor, rpcLoggerKey } from "./interceptors.js";
 export { createRootLogger } from "./logging.js";
 export type { Logger } from "./logging.js";
+export { startPollLoop } from "./poll-loop.js";
+export type { PollLoop } from "./poll-loop.js";
 export { startServer } from "./server.js";
 export type { ServerOptions, RunningServer } from "./server.js";
 export { standardInterceptors, withHealth, createReadinessInterceptor, bootService, markNotServing } from "./service.js";

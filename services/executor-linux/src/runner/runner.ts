@@ -1,6 +1,6 @@
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Client, type ServiceImpl } from "@connectrpc/connect";
-import type { Logger, Signals } from "@seraph/kit";
+import { startPollLoop, type Logger, type PollLoop, type Signals } from "@seraph/kit";
 import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { CancelJobResponseSchema, type ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -58,13 +58,10 @@ export function startRunner(deps: RunnerDeps): Runner {
   const active = new Map<string, ActiveJob>();
   const tasks = new Set<Promise<void>>();
   const lateChecked = new Set<string>();
-  let stopped = false;
-  let wakeUp: (() => void) | undefined;
-  let woken = false;
-  const wake = () => {
-    woken = true;
-    wakeUp?.();
-  };
+  // Assigned below; signals and passes only call wake() after it exists.
+  let loop: PollLoop | undefined;
+  const wake = () => loop?.wake();
+  const isStopped = () => loop?.stopped === true;
 
   const offWork = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.work`, () => wake());
   const offCancel = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.cancel`, (m) => {
@@ -164,7 +161,7 @@ export function startRunner(deps: RunnerDeps): Runner {
         if (job.cancelRequested) mine.cancel.trigger("cancellation requested");
         continue;
       }
-      if (stopped) return;
+      if (isStopped()) return;
       if (job.state === JobState.RESERVED) claim(job);
       else if (job.state === JobState.PREPARING || job.state === JobState.STARTING || job.state === JobState.RUNNING) adopt(job);
       else if (job.state === JobState.UNKNOWN && !lateChecked.has(job.id)) {
@@ -179,28 +176,14 @@ export function startRunner(deps: RunnerDeps): Runner {
     }
   };
 
-  const loop = (async () => {
-    let failures = 0;
-    while (!stopped) {
-      woken = false;
-      try {
-        await poll();
-        failures = 0;
-      } catch (err) {
-        failures += 1;
-        if (failures === 1 || failures % 20 === 0) log.warn({ err, failures }, "polling the jobs service failed");
-      }
-      if (stopped || woken) continue;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, deps.pollMs);
-        wakeUp = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
-      wakeUp = undefined;
-    }
-  })();
+  loop = startPollLoop({
+    pollMs: deps.pollMs,
+    pass: poll,
+    onError: (err, failures) => {
+      if (failures === 1 || failures % 20 === 0) log.warn({ err, failures }, "polling the jobs service failed");
+    },
+  });
+  const running = loop;
 
   return {
     wake,
@@ -214,11 +197,9 @@ export function startRunner(deps: RunnerDeps): Runner {
       return create(CancelJobResponseSchema, { delivered: true, phase: status?.phase ?? Phase.UNSPECIFIED });
     },
     async stop() {
-      stopped = true;
       offWork();
       offCancel();
-      wakeUp?.();
-      await loop;
+      await running.stop();
       // In-flight jobs detach (their supervisors run on; the next incarnation re-adopts them);
       // waiting only for them to let go of their connections, bounded.
       stopping.abort();

@@ -1,4 +1,4 @@
-import type { Logger, Signals } from "@seraph/kit";
+import { startPollLoop, type Logger, type Signals } from "@seraph/kit";
 import type { Kysely } from "kysely";
 import type { JobsDatabase } from "../db/schema.js";
 import { noChanges, type EventPublisher } from "../events/publisher.js";
@@ -32,64 +32,42 @@ export interface SchedulerOptions {
  * down) is logged and retried on the next tick; nothing is decided outside PostgreSQL.
  */
 export function startScheduler(o: SchedulerOptions): Scheduler {
-  let stopped = false;
-  let woken = false;
-  let wakeUp: (() => void) | undefined;
-  const wake = () => {
-    woken = true;
-    wakeUp?.();
-  };
   const staleMs = o.nodeStaleMs ?? DEFAULT_NODE_STALE_MS;
-  const off = o.signals.subscribe(Subjects.workQueued, () => wake());
-  const loop = (async () => {
-    let failures = 0;
-    while (!stopped) {
-      woken = false;
-      try {
-        const released = await releaseStaleReservations(o.db, staleMs);
-        if (released.length > 0) {
-          const changes = noChanges();
-          for (const r of released) {
-            o.log.warn({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "node heartbeat stale: reservation released, job queued again");
-            changes.jobs.push(r.job);
-            changes.slots.push(r.slot);
-          }
-          o.publisher().publish(changes);
-        }
-        for (;;) {
-          if (stopped) break;
-          const r = await reserveOne(o.db, staleMs);
-          if (!r) break;
-          o.log.info({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "slot reserved");
-          const changes = noChanges();
+  const loop = startPollLoop({
+    pollMs: o.pollMs,
+    onError: (err, failures) => {
+      if (failures === 1 || failures % 30 === 0) o.log.warn({ err, failures }, "scheduler pass failed; retrying on the next tick");
+    },
+    pass: async () => {
+      const released = await releaseStaleReservations(o.db, staleMs);
+      if (released.length > 0) {
+        const changes = noChanges();
+        for (const r of released) {
+          o.log.warn({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "node heartbeat stale: reservation released, job queued again");
           changes.jobs.push(r.job);
           changes.slots.push(r.slot);
-          changes.work.push({ nodeId: r.slot.node_id, jobId: r.job.id });
-          o.publisher().publish(changes);
         }
-        failures = 0;
-      } catch (err) {
-        failures += 1;
-        if (failures === 1 || failures % 30 === 0) o.log.warn({ err, failures }, "scheduler pass failed; retrying on the next tick");
+        o.publisher().publish(changes);
       }
-      if (stopped || woken) continue;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, o.pollMs);
-        wakeUp = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
-      wakeUp = undefined;
-    }
-  })();
+      for (;;) {
+        if (loop.stopped) break;
+        const r = await reserveOne(o.db, staleMs);
+        if (!r) break;
+        o.log.info({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "slot reserved");
+        const changes = noChanges();
+        changes.jobs.push(r.job);
+        changes.slots.push(r.slot);
+        changes.work.push({ nodeId: r.slot.node_id, jobId: r.job.id });
+        o.publisher().publish(changes);
+      }
+    },
+  });
+  const off = o.signals.subscribe(Subjects.workQueued, () => loop.wake());
   return {
-    wake,
+    wake: () => loop.wake(),
     async stop() {
-      stopped = true;
       off();
-      wakeUp?.();
-      await loop;
+      await loop.stop();
     },
   };
 }
