@@ -1,4 +1,4 @@
-import { clone, create } from "@bufbuild/protobuf";
+import { clone, create, ScalarType } from "@bufbuild/protobuf";
 import {
   CheckPrerequisitesResponseSchema,
   GetSandboxSettingsResponseSchema,
@@ -13,18 +13,10 @@ import { intFlag, str, strs } from "../context.js";
 import { prerequisitesText, settingsText } from "../format.js";
 import { UsageError } from "../io.js";
 
-const LIMIT_FIELDS: Record<string, string> = {
-  snapshot_bytes: "snapshotBytes",
-  source_files: "sourceFiles",
-  source_file_bytes: "sourceFileBytes",
-  dependency_files: "dependencyFiles",
-  dependency_file_bytes: "dependencyFileBytes",
-  patch_bytes: "patchBytes",
-  output_bytes: "outputBytes",
-  stream_bytes: "streamBytes",
-  wall_ms: "wallMs",
-};
-const UINT32 = new Set(["sourceFiles", "dependencyFiles", "wallMs"]);
+/** `--limit` names (the Limits message's field names) → the message's property names. */
+const LIMIT_FIELDS: Record<string, string> = Object.fromEntries(LimitsSchema.fields.map((f) => [f.name, f.localName]));
+/** Limits fields that are 32-bit (numbers) rather than 64-bit (bigints) in protobuf-es. */
+const UINT32 = new Set(LimitsSchema.fields.filter((f) => f.fieldKind === "scalar" && f.scalar === ScalarType.UINT32).map((f) => f.localName));
 
 /** `seraph settings show | set ... | check [--node ID]`. */
 export const settings: CommandGroup = {
