@@ -107,7 +107,8 @@ export function parseCommand(spec: CommandSpec, args: readonly string[]): Parsed
   }
   for (const [name, f] of Object.entries(flags)) {
     const v = values[name];
-    if (f.required && (!given(v) || v === "")) throw new UsageError(`--${name} is required`);
+    if (f.required && !given(v)) throw new UsageError(`--${name} is required`);
+    if (f.required && v === "") throw new UsageError(`--${name} must not be empty`);
     if (f.type === "int") {
       for (const x of Array.isArray(v) ? v : v === undefined ? [] : [v]) {
         if (typeof x !== "string" || !/^\d+$/.test(x)) throw new UsageError(`--${name} must be a whole number, got ${JSON.stringify(x)}`);

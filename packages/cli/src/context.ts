@@ -69,7 +69,8 @@ export function strs(values: Record<string, unknown>, name: string): string[] {
 /** A required string flag. */
 export function need(values: Record<string, unknown>, name: string): string {
   const v = str(values, name);
-  if (v === undefined || v === "") throw new UsageError(`--${name} is required`);
+  if (v === undefined) throw new UsageError(`--${name} is required`);
+  if (v === "") throw new UsageError(`--${name} must not be empty`);
   return v;
 }
 

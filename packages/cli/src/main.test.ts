@@ -107,6 +107,7 @@ describe("seraph usage errors", () => {
       [["goal", "revise", "g", "--revision", "two"], '--revision must be a whole number, got "two"'],
       [["repair", "create", "--goal"], "--goal needs a value"],
       [["repair", "watch", "r", "--until", "done"], "--until is a repair state"],
+      [["repair", "create", "--goal", "", "--repo", "r", "--source", "s", "--allow", "a", "--criteria", "c", "--selection", "npm test"], "--goal must not be empty"],
     ];
     for (const [args, message] of cases) {
       const r = await seraph(args);
