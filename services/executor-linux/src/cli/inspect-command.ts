@@ -1,8 +1,9 @@
 import { parseArgs } from "node:util";
 import { toJson } from "@bufbuild/protobuf";
-import { InspectionSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { inspectRepository, parseLimitOverrides, ProfileError } from "../profile/index.js";
+import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { inspectRepository } from "../profile/index.js";
 import { formatInspectionText } from "../profile/report-text.js";
+import { INSPECTION_OPTIONS, inspectionFromValues } from "./inspection-args.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
 export const INSPECT_USAGE = `usage: seraph-exec inspect [--json] --repo DIR --selection 'npm run build test' [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...]
@@ -28,46 +29,14 @@ Exit status: 0 admitted, 1 blocked, 2 usage.`;
 export async function inspectCommand(args: readonly string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({
-      args: [...args],
-      strict: true,
-      allowPositionals: false,
-      options: {
-        json: { type: "boolean", default: false },
-        repo: { type: "string" },
-        selection: { type: "string" },
-        node: { type: "string" },
-        "node-sha256": { type: "string" },
-        source: { type: "string", multiple: true, default: [] },
-        "build-output-dir": { type: "string" },
-        limit: { type: "string", multiple: true, default: [] },
-      },
-    }));
+    ({ values } = parseArgs({ args: [...args], strict: true, allowPositionals: false, options: INSPECTION_OPTIONS }));
   } catch (err) {
     process.stderr.write(`seraph-exec inspect: ${(err as Error).message}\n${INSPECT_USAGE}\n`);
     return 2;
   }
-  if (values.repo === undefined || values.selection === undefined) {
-    process.stderr.write(`seraph-exec inspect: --repo and --selection are required\n${INSPECT_USAGE}\n`);
-    return 2;
-  }
-  let limits: Limits;
-  try {
-    limits = parseLimitOverrides(values.limit);
-  } catch (err) {
-    if (!(err instanceof ProfileError)) throw err;
-    process.stderr.write(`seraph-exec inspect: ${err.message}\n`);
-    return 2;
-  }
-  const inspection = await inspectRepository({
-    repositoryPath: values.repo,
-    selection: values.selection,
-    ...(values.node !== undefined ? { nodePath: values.node } : {}),
-    ...(values["node-sha256"] !== undefined ? { runtime: { expectedSha256: values["node-sha256"] } } : {}),
-    ...(values["build-output-dir"] !== undefined ? { buildOutputDir: values["build-output-dir"] } : {}),
-    sourcePaths: values.source,
-    limits,
-  });
+  const parsed = inspectionFromValues("inspect", INSPECT_USAGE, values);
+  if (parsed === 2) return 2;
+  const inspection = await inspectRepository(parsed.inspect);
   if (values.json) process.stdout.write(`${JSON.stringify(toJson(InspectionSchema, inspection, { alwaysEmitImplicit: true }))}\n`);
   else process.stdout.write(formatInspectionText(inspection));
   return inspection.admitted ? 0 : 1;

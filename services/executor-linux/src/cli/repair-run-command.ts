@@ -1,9 +1,9 @@
 import { parseArgs } from "node:util";
-import type { Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { blockReason, limitValues, parseLimitOverrides, ProfileError, runRepair, type RunSteps } from "../profile/index.js";
+import { blockReason, limitValues, runRepair, type RunSteps } from "../profile/index.js";
 import { formatRepairText } from "../profile/report-text.js";
 import { runToReceipt } from "../supervisor-client/index.js";
 import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
+import { INSPECTION_OPTIONS, inspectionFromValues } from "./inspection-args.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
 export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
@@ -36,16 +36,9 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
       strict: true,
       allowPositionals: false,
       options: {
-        json: { type: "boolean", default: false },
-        repo: { type: "string" },
-        selection: { type: "string" },
+        ...INSPECTION_OPTIONS,
         patch: { type: "string" },
         allow: { type: "string", multiple: true },
-        node: { type: "string" },
-        "node-sha256": { type: "string" },
-        source: { type: "string", multiple: true, default: [] },
-        "build-output-dir": { type: "string" },
-        limit: { type: "string", multiple: true, default: [] },
         "keep-job-dir": { type: "boolean", default: false },
         "expect-inspection-sha256": { type: "string" },
       },
@@ -54,18 +47,9 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
     process.stderr.write(`seraph-exec repair-run: ${(err as Error).message}\n${REPAIR_RUN_USAGE}\n`);
     return 2;
   }
-  if (values.repo === undefined || values.selection === undefined) {
-    process.stderr.write(`seraph-exec repair-run: --repo and --selection are required\n${REPAIR_RUN_USAGE}\n`);
-    return 2;
-  }
-  let limits: Limits;
-  try {
-    limits = parseLimitOverrides(values.limit);
-  } catch (err) {
-    if (!(err instanceof ProfileError)) throw err;
-    process.stderr.write(`seraph-exec repair-run: ${err.message}\n`);
-    return 2;
-  }
+  const parsed = inspectionFromValues("repair-run", REPAIR_RUN_USAGE, values);
+  if (parsed === 2) return 2;
+  const { limits } = parsed;
   const emit = (report: Parameters<typeof formatRepairText>[0]): void => {
     if (values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
     else process.stdout.write(formatRepairText(report));
@@ -88,15 +72,9 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
     }
   }
   const report = await runRepair({
-    repositoryPath: values.repo,
-    selection: values.selection,
-    ...(values.node !== undefined ? { nodePath: values.node } : {}),
-    ...(values["node-sha256"] !== undefined ? { runtime: { expectedSha256: values["node-sha256"] } } : {}),
-    ...(values["build-output-dir"] !== undefined ? { buildOutputDir: values["build-output-dir"] } : {}),
+    ...parsed.inspect,
     ...(patchText !== undefined ? { patchText } : {}),
     ...(values.allow !== undefined ? { allowedPatchPaths: values.allow } : {}),
-    sourcePaths: values.source,
-    limits,
     keepJobDir: values["keep-job-dir"],
     ...(values["expect-inspection-sha256"] !== undefined ? { expectedInspectionSha256: values["expect-inspection-sha256"] } : {}),
     runSteps: supervisedRunSteps,

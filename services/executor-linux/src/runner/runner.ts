@@ -1,26 +1,17 @@
 import { create, fromBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, type Client, type ServiceImpl } from "@connectrpc/connect";
-import { startPollLoop, type Logger, type PollLoop, type Signals } from "@seraph/kit";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { startPollLoop, type PollLoop, type Signals } from "@seraph/kit";
 import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { CancelJobResponseSchema, type ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
-import { JobState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Phase } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
-import type { NodeIdentity } from "./registration.js";
 import { DetachedError, reasonOf } from "./retry.js";
 
-/** Dependencies of the node's job runner. */
-export interface RunnerDeps {
-  readonly jobs: Client<typeof JobsService>;
+/** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
+export interface RunnerDeps
+  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilitiesOk" | "supervisorEntry" | "repositoryRoots"> {
   readonly signals: Signals;
-  readonly identity: NodeIdentity;
-  readonly dataDir: string;
-  readonly log: Logger;
-  /** The slow poll of ListNodeJobs (NATS work/cancel signals only make it sooner). */
-  readonly pollMs: number;
-  readonly facilitiesOk: () => boolean;
-  readonly supervisorEntry?: string | undefined;
-  readonly repositoryRoots: readonly string[];
 }
 
 /** The running job runner of one executor process. */
@@ -43,18 +34,8 @@ export interface Runner {
 export function startRunner(deps: RunnerDeps): Runner {
   const log = deps.log.child({ component: "runner" });
   const stopping = new AbortController();
-  const exec: ExecutionDeps = {
-    repositoryRoots: deps.repositoryRoots,
-    signal: stopping.signal,
-    runtimeDigests: new Map(),
-    jobs: deps.jobs,
-    identity: deps.identity,
-    dataDir: deps.dataDir,
-    log: deps.log,
-    pollMs: deps.pollMs,
-    facilitiesOk: deps.facilitiesOk,
-    supervisorEntry: deps.supervisorEntry,
-  };
+  const { signals: _signals, ...shared } = deps;
+  const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: new Map() };
   const active = new Map<string, ActiveJob>();
   const tasks = new Set<Promise<void>>();
   const lateChecked = new Set<string>();

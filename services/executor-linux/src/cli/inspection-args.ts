@@ -1,0 +1,55 @@
+import type { ParseArgsConfig } from "node:util";
+import { parseLimitOverrides, ProfileError, type InspectOptions } from "../profile/index.js";
+import type { Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+
+/** The parseArgs options `inspect` and `repair-run` share: what to inspect, and how. */
+export const INSPECTION_OPTIONS = {
+  json: { type: "boolean", default: false },
+  repo: { type: "string" },
+  selection: { type: "string" },
+  node: { type: "string" },
+  "node-sha256": { type: "string" },
+  source: { type: "string", multiple: true, default: [] },
+  "build-output-dir": { type: "string" },
+  limit: { type: "string", multiple: true, default: [] },
+} as const satisfies ParseArgsConfig["options"];
+
+/** The parsed values of {@link INSPECTION_OPTIONS}. */
+export interface InspectionValues {
+  readonly repo?: string | undefined;
+  readonly selection?: string | undefined;
+  readonly node?: string | undefined;
+  readonly "node-sha256"?: string | undefined;
+  readonly source: string[];
+  readonly "build-output-dir"?: string | undefined;
+  readonly limit: string[];
+}
+
+/**
+ * Turns the shared flags into InspectOptions. On a usage problem writes it (with `usage`) to
+ * stderr and returns the exit status 2.
+ */
+export function inspectionFromValues(command: string, usage: string, values: InspectionValues): { inspect: InspectOptions; limits: Limits } | 2 {
+  if (values.repo === undefined || values.selection === undefined) {
+    process.stderr.write(`seraph-exec ${command}: --repo and --selection are required\n${usage}\n`);
+    return 2;
+  }
+  let limits: Limits;
+  try {
+    limits = parseLimitOverrides(values.limit);
+  } catch (err) {
+    if (!(err instanceof ProfileError)) throw err;
+    process.stderr.write(`seraph-exec ${command}: ${err.message}\n`);
+    return 2;
+  }
+  const inspect: InspectOptions = {
+    repositoryPath: values.repo,
+    selection: values.selection,
+    ...(values.node !== undefined ? { nodePath: values.node } : {}),
+    ...(values["node-sha256"] !== undefined ? { runtime: { expectedSha256: values["node-sha256"] } } : {}),
+    ...(values["build-output-dir"] !== undefined ? { buildOutputDir: values["build-output-dir"] } : {}),
+    sourcePaths: values.source,
+    limits,
+  };
+  return { inspect, limits };
+}
