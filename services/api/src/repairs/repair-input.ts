@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from "@seraph/kit";
-import { parseSelection, selectionText, SelectionError } from "@seraph/executor-linux/profile";
+import { SelectionError } from "@seraph/profiles";
+import { parseSelection, selectionText } from "@seraph/profiles/node24-npm";
 import type { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 
 /**

@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { ProfileOptionSchema, SandboxBackend, type ProfileOption } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { LimitsSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { DEFAULT_LIMITS as PROFILE_LIMITS } from "@seraph/executor-linux/profile";
+import { DEFAULT_LIMITS as PROFILE_LIMITS } from "@seraph/profiles";
 
 /** The only execution profile. */
 export const PROFILE = "repo-node24-npm-v1";
@@ -20,7 +20,7 @@ export const DEFAULT_MODEL_TIMEOUT_MS = 60_000;
 export const DEFAULT_MODEL_ATTEMPTS = 3;
 
 /**
- * The profile limits from ADR-007, read from the executor profile's own DEFAULT_LIMITS so the
+ * The profile limits from ADR-007, read from the shared profile rules (@seraph/profiles) so the
  * API and the executor cannot disagree. Operators may narrow them, never widen them.
  */
 export const DEFAULT_LIMITS: Readonly<Record<LimitField, number>> = Object.freeze({

@@ -1,8 +1,7 @@
 import { lstat } from "node:fs/promises";
 import { join } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { limitValues } from "./limits.js";
-import { blockReason, formatCount } from "./reasons.js";
+import { blockReason, formatCount, limitValues } from "@seraph/profiles";
 import { lstatInside, sortedEntries } from "./safe-fs.js";
 import { verifyStagedTree, type StagedRepository } from "./stage.js";
 

@@ -2,7 +2,7 @@ import type { Stats } from "node:fs";
 import { lstat, readlink, realpath } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { blockReason } from "./reasons.js";
+import { blockReason } from "@seraph/profiles";
 import { sortedEntries } from "./safe-fs.js";
 
 /** One entry of the dependency tree as listed (lstat only, nothing read yet). */

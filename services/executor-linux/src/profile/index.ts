@@ -1,10 +1,12 @@
-// The repo-node24-npm-v1 execution profile: selection grammar, read-only inspection, identities,
-// drift, staging, patching, the job environment and the repair run. Explicit names only.
-export { parseSelection, selectionScripts, selectionText, SELECTION_TOKENS } from "./selection.js";
-export { resolveScript, TSC_ENTRY } from "./script-grammar.js";
-export type { PathKind, RejectedScript, ResolvedScript, ScriptContext, ScriptForm } from "./script-grammar.js";
-export { checkRelativePath, isWithin } from "./path-rules.js";
-export type { RelativePathResult } from "./path-rules.js";
+// The repo-node24-npm-v1 execution profile on this host: read-only inspection, staging, patching,
+// the job environment and the repair run. The pure rules (selection and script grammar, reason
+// codes, limits, identities, drift) live in @seraph/profiles and are re-exported here so callers of
+// the executor's profile see one surface. Explicit names only.
+export { parseSelection, selectionScripts, selectionText, SELECTION_TOKENS } from "@seraph/profiles/node24-npm";
+export { resolveScript, TSC_ENTRY } from "@seraph/profiles/node24-npm";
+export type { PathKind, RejectedScript, ResolvedScript, ScriptContext, ScriptForm } from "@seraph/profiles/node24-npm";
+export { checkRelativePath, isWithin } from "@seraph/profiles";
+export type { RelativePathResult } from "@seraph/profiles";
 export {
   DEFAULT_LIMITS,
   DEFAULT_LIMIT_VALUES,
@@ -14,17 +16,17 @@ export {
   limitsChanged,
   limitsFromValues,
   parseLimitOverrides,
-} from "./limits.js";
-export type { LimitName } from "./limits.js";
+} from "@seraph/profiles";
+export type { LimitName } from "@seraph/profiles";
 export { checkRuntime, resolvePinnedNode, sha256File, PINNED_NODE_PACKAGE, PINNED_NODE_VERSION } from "./runtime.js";
 export type { RuntimeCheck, RuntimeDigestCache, RuntimeExpectation } from "./runtime.js";
 export { inspectRepository, inspectSnapshot, DEFAULT_NODE_BUILD_OUTPUT_DIR, PROFILE_NAME, TSCONFIG_NAME } from "./inspect.js";
 export type { InspectOptions, SnapshotInspection } from "./inspect.js";
 export type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";
-export { computeInspectionHash, inspectionHashInput, sortIdentities, INSPECTION_HASH_DOMAIN } from "./inspection-hash.js";
-export { canonicalJson } from "./canonical-json.js";
-export type { CanonicalValue } from "./canonical-json.js";
-export { checkDrift, describeDrift } from "./drift.js";
+export { computeInspectionHash, inspectionHashInput, sortIdentities, INSPECTION_HASH_DOMAIN } from "@seraph/profiles";
+export { canonicalJson } from "@seraph/profiles";
+export type { CanonicalValue } from "@seraph/profiles";
+export { checkDrift, describeDrift } from "@seraph/profiles";
 export { applyPatchToStage, removeJobDir, stageRepository, stagedArgv, verifyStagedTree } from "./stage.js";
 export type { StageOptions, StageResult, StagedRepository, TreeDifference } from "./stage.js";
 export { checkPatchApplies, checkPatchPaths, immutableInputReason, parseBoundedPatch } from "./patch.js";
@@ -35,7 +37,7 @@ export { digestTree } from "./tree-digest.js";
 export type { TreeDigest, TreeDigestBounds } from "./tree-digest.js";
 export { deadlineBudget, runRepair, stepSpec } from "./repair-run.js";
 export type { RepairOutcome, RepairRunOptions, RepairRunReport, RunSteps, StepReport } from "./repair-run.js";
-export { blockReason, formatCount, REASON_CODES } from "./reasons.js";
-export type { ReasonCode } from "./reasons.js";
-export { LimitOverrideError, ProfileError, SelectionError } from "./errors.js";
-export { sha256Hex } from "./digest.js";
+export { blockReason, formatCount, REASON_CODES } from "@seraph/profiles";
+export type { ReasonCode } from "@seraph/profiles";
+export { LimitOverrideError, ProfileError, SelectionError } from "@seraph/profiles";
+export { sha256Hex } from "@seraph/profiles";

@@ -8,7 +8,7 @@ import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
 import { createJsBuildThenTestProject, createJsTestProject, createTsProject, lockfileText } from "../test-fixtures/projects.js";
 import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
 import { inspectRepository, type InspectOptions } from "./inspect.js";
-import { parseLimitOverrides } from "./limits.js";
+import { parseLimitOverrides } from "@seraph/profiles";
 import { digestTree } from "./tree-digest.js";
 
 const node = await pinnedNodeForTests();

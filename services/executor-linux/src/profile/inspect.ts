@@ -15,22 +15,13 @@ import {
   type Step,
   type SuppressedHook,
 } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { canonicalJson } from "./canonical-json.js";
+import { blockReason, canonicalJson, checkRelativePath, computeInspectionHash, defaultLimits, formatCount, isWithin, limitsChanged, limitValues, ProfileError, sha256Hex, sortIdentities } from "@seraph/profiles";
+import { FOREIGN_LOCKFILES, inspectTsconfigChain, NPM_LOCKFILES, type NpmLock, parseNpmLock, parseSelection, type PathKind, type ResolvedScript, resolveScript, selectionScripts, TSC_ENTRY } from "@seraph/profiles/node24-npm";
 import { listDependencyTree, type DependencyListing } from "./dependency-tree.js";
-import { sha256Hex } from "./digest.js";
-import { ProfileError } from "./errors.js";
-import { computeInspectionHash, sortIdentities } from "./inspection-hash.js";
-import { defaultLimits, limitValues, limitsChanged } from "./limits.js";
-import { FOREIGN_LOCKFILES, NPM_LOCKFILES, parseNpmLock, type NpmLock } from "./lockfile.js";
-import { checkRelativePath, isWithin } from "./path-rules.js";
-import { blockReason, formatCount } from "./reasons.js";
 import { checkRuntime, resolvePinnedNode, type RuntimeExpectation } from "./runtime.js";
 import { FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
-import { resolveScript, TSC_ENTRY, type PathKind, type ResolvedScript } from "./script-grammar.js";
-import { parseSelection, selectionScripts } from "./selection.js";
 import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "./source-set.js";
-import { inspectTsconfigChain } from "./tsconfig-chain.js";
 
 /** The profile name every inspection carries. */
 export const PROFILE_NAME = "repo-node24-npm-v1";

@@ -6,7 +6,7 @@ import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
 import { ADD_BUGGY, ADD_CORRECT, createJsTestProject, createTsProject, fixAddPatch, fixturePatch } from "../test-fixtures/projects.js";
 import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
 import { inspectRepository } from "./inspect.js";
-import { parseLimitOverrides } from "./limits.js";
+import { parseLimitOverrides } from "@seraph/profiles";
 import { checkPatchApplies, checkPatchPaths } from "./patch.js";
 import { digestTree } from "./tree-digest.js";
 

@@ -2,12 +2,9 @@ import { lstat } from "node:fs/promises";
 import { join } from "node:path";
 import { applyPatch, parsePatch, type StructuredPatch } from "diff";
 import { IdentityKind, type BlockReason, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { sha256Hex } from "./digest.js";
+import { blockReason, checkRelativePath, formatCount, isWithin, limitValues, sha256Hex } from "@seraph/profiles";
+import { FOREIGN_LOCKFILES, NPM_LOCKFILES } from "@seraph/profiles/node24-npm";
 import { TSCONFIG_NAME } from "./inspect.js";
-import { limitValues } from "./limits.js";
-import { FOREIGN_LOCKFILES, NPM_LOCKFILES } from "./lockfile.js";
-import { checkRelativePath, isWithin } from "./path-rules.js";
-import { blockReason, formatCount } from "./reasons.js";
 import { readFileBounded } from "./safe-fs.js";
 import { isSourceLinkIdentity } from "./source-set.js";
 

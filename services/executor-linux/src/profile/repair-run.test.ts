@@ -10,7 +10,7 @@ import { createJsBuildThenTestProject, createJsTestProject, createTsProject, fix
 import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
 import { inspectRepository } from "./inspect.js";
 import { buildJobEnv } from "./job-env.js";
-import { parseLimitOverrides } from "./limits.js";
+import { parseLimitOverrides } from "@seraph/profiles";
 import { runRepair, type RepairRunOptions, type RepairRunReport } from "./repair-run.js";
 
 const node = await pinnedNodeForTests();

@@ -13,9 +13,8 @@ import {
 import { outcomeName, receiptToJson, type OutcomeName, type ReceiptJson } from "../supervisor/receipt-json.js";
 import { validateBuildOutput } from "./build-output.js";
 import { inspectRepository, type InspectOptions } from "./inspect.js";
-import { defaultLimits, limitValues } from "./limits.js";
+import { blockReason, defaultLimits, limitValues } from "@seraph/profiles";
 import { checkPatchPaths } from "./patch.js";
-import { blockReason } from "./reasons.js";
 import { applyPatchToStage, removeJobDir, stageRepository, type StagedRepository } from "./stage.js";
 import { digestTree, type TreeDigest } from "./tree-digest.js";
 

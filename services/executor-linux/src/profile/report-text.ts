@@ -1,5 +1,5 @@
 import { IdentityKind, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { selectionText } from "./selection.js";
+import { selectionText } from "@seraph/profiles/node24-npm";
 import type { RepairRunReport } from "./repair-run.js";
 
 /** Human-readable lines describing an inspection (the CLI's output without --json). */

@@ -5,7 +5,7 @@ import { access, open, readFile, realpath, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, isAbsolute, join } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { blockReason } from "./reasons.js";
+import { blockReason } from "@seraph/profiles";
 
 /** The proof runtime's exact version. */
 export const PINNED_NODE_VERSION = "v24.15.0";

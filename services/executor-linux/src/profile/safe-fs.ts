@@ -1,7 +1,7 @@
 import { constants, lstatSync, type Stats } from "node:fs";
 import { lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { sha256Hex } from "./digest.js";
+import { sha256Hex } from "@seraph/profiles";
 
 /** A file read in full: its bytes, their SHA-256 and the lstat of the file when it was opened. */
 export interface ReadFile {

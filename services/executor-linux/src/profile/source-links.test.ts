@@ -8,7 +8,7 @@ import { createDirectRunSteps, type DirectRunOutput } from "../test-fixtures/dir
 import type { FixtureEntry, FixtureRepo } from "../test-fixtures/fixture-repo.js";
 import { createJsTestProject, fixturePatch } from "../test-fixtures/projects.js";
 import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
-import { sha256Hex } from "./digest.js";
+import { sha256Hex } from "@seraph/profiles";
 import { inspectRepository, type InspectOptions } from "./inspect.js";
 import { checkPatchApplies, checkPatchPaths } from "./patch.js";
 import { runRepair } from "./repair-run.js";

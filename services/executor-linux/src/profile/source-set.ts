@@ -1,9 +1,7 @@
 import { lstat, readlink } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { IdentityKind, type BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { sha256Hex } from "./digest.js";
-import { checkRelativePath, isWithin } from "./path-rules.js";
-import { blockReason } from "./reasons.js";
+import { blockReason, checkRelativePath, isWithin, sha256Hex } from "@seraph/profiles";
 import { lstatInside, sortedEntries } from "./safe-fs.js";
 
 /** A regular file of the source set as listed (lstat only). */

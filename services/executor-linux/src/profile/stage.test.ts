@@ -7,7 +7,7 @@ import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
 import { createJsBuildThenTestProject, createJsTestProject, fixAddPatch, fixturePatch } from "../test-fixtures/projects.js";
 import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
 import { validateBuildOutput } from "./build-output.js";
-import { checkDrift } from "./drift.js";
+import { checkDrift } from "@seraph/profiles";
 import { inspectRepository, type InspectOptions } from "./inspect.js";
 import { buildJobEnv } from "./job-env.js";
 import { applyPatchToStage, stageRepository, type StagedRepository } from "./stage.js";

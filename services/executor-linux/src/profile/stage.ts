@@ -2,12 +2,10 @@ import { lstat, mkdir, readlink, realpath, rename, rm, symlink, unlink, writeFil
 import { dirname, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { StepSchema, type BlockReason, type Drift, type Inspection, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { sha256Hex } from "./digest.js";
-import { checkDrift, describeDrift } from "./drift.js";
+import { blockReason, checkDrift, describeDrift, sha256Hex } from "@seraph/profiles";
 import { inspectSnapshot } from "./inspect.js";
 import { buildJobEnv, jobDirs } from "./job-env.js";
 import { checkPatchApplies, checkPatchPaths } from "./patch.js";
-import { blockReason } from "./reasons.js";
 import type { RuntimeExpectation } from "./runtime.js";
 import { readFileBounded, sortedEntries } from "./safe-fs.js";
 import type { SnapshotFile, SnapshotSink } from "./snapshot.js";

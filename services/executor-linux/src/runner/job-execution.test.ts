@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { OwnerMarkerSchema, Outcome, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { Outcome, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { describe, expect, it } from "vitest";
-import { CancelLatch, sameIdentity, verdictOf } from "./job-execution.js";
+import { CancelLatch, verdictOf } from "./job-execution.js";
 
 const receipt = (o: { outcome: Outcome; echildObserved?: boolean; cancelledBeforeGo?: boolean }) => create(ReceiptSchema, { echildObserved: true, ...o });
 
@@ -25,15 +25,7 @@ describe("verdictOf: a step's receipt in job terms (conservative)", () => {
   });
 });
 
-describe("identity and cancellation helpers", () => {
-  it("compares markers by pid, start time, boot, job, attempt, fence and source hash", () => {
-    const init = { supervisor: { pid: 7, startTimeTicks: 9n, bootId: "b" }, jobId: "j", attempt: 1, fence: 3n, supervisorSourceSha256: "s" };
-    const m = create(OwnerMarkerSchema, init);
-    expect(sameIdentity(m, create(OwnerMarkerSchema, { ...init, socketPath: "/other" }))).toBe(true);
-    expect(sameIdentity(m, create(OwnerMarkerSchema, { ...init, fence: 4n }))).toBe(false);
-    expect(sameIdentity(m, create(OwnerMarkerSchema, { ...init, supervisor: { pid: 7, startTimeTicks: 10n, bootId: "b" } }))).toBe(false);
-    expect(sameIdentity(m, undefined)).toBe(false);
-  });
+describe("cancellation helpers", () => {
   it("the cancel latch is monotonic: the first reason stays", async () => {
     const l = new CancelLatch();
     l.trigger("first");

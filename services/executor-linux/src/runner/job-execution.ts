@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import { sha256Hex, type Logger } from "@seraph/kit";
+import { sameMarkerIdentity } from "@seraph/profiles";
 import {
   JobState,
   StepResultSchema,
@@ -232,22 +233,8 @@ export async function readReceiptFile(runDir: string, marker: OwnerMarker | unde
     return undefined;
   }
   const receipt = fromBinary(ReceiptSchema, bytes);
-  if (marker && !sameIdentity(receipt.marker, marker)) return undefined;
+  if (marker && !sameMarkerIdentity(receipt.marker, marker)) return undefined;
   return { receipt, bytes };
-}
-
-/** True when both markers name the same supervisor process, job, attempt, fence and code. */
-export function sameIdentity(a: OwnerMarker | undefined, b: OwnerMarker | undefined): boolean {
-  if (!a || !b) return false;
-  return (
-    a.supervisor?.pid === b.supervisor?.pid &&
-    a.supervisor?.startTimeTicks === b.supervisor?.startTimeTicks &&
-    a.supervisor?.bootId === b.supervisor?.bootId &&
-    a.jobId === b.jobId &&
-    a.attempt === b.attempt &&
-    a.fence === b.fence &&
-    a.supervisorSourceSha256 === b.supervisorSourceSha256
-  );
 }
 
 /** The supervisor identity as this node sees it; a boot id differing from the node's is "other_boot". */
@@ -612,7 +599,7 @@ export async function adoptClaimed(deps: ExecutionDeps, active: ActiveJob, job: 
     } catch (err) {
       log.warn({ err }, "cannot connect to the recorded supervisor");
     }
-    if (conn && !sameIdentity(conn.marker, marker)) {
+    if (conn && !sameMarkerIdentity(conn.marker, marker)) {
       log.error("the supervisor reports a different owner marker than PostgreSQL records");
       await conn.close().catch(() => undefined);
       conn = undefined;

@@ -1,5 +1,6 @@
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { ConflictError, FailedPreconditionError } from "@seraph/kit";
+import { sameMarkerIdentity } from "@seraph/profiles";
 import { AdoptJobResponseSchema, type AdoptJobRequest, type AdoptJobResponse } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { OwnerMarkerSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { JobsCore } from "../core.js";
@@ -10,7 +11,6 @@ import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { inTransaction } from "../store/db.js";
-import { sameMarkerIdentity } from "./complete.js";
 
 /**
  * Re-adopts a claimed attempt (PREPARING, STARTING or RUNNING) for the node's current executor

@@ -1,11 +1,12 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { FailedPreconditionError, InvalidArgumentError, sha256Hex } from "@seraph/kit";
+import { sameMarkerIdentity } from "@seraph/profiles";
 import {
   CompleteJobResponseSchema,
   type CompleteJobRequest,
   type CompleteJobResponse,
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { OwnerMarkerSchema, Outcome, ReceiptSchema, type OwnerMarker, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { OwnerMarkerSchema, Outcome, ReceiptSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { JobsCore } from "../core.js";
 import { findArtifact, listArtifacts, markReadbackVerified } from "../artifacts/artifact.repository.js";
 import { noChanges } from "../events/publisher.js";
@@ -16,19 +17,6 @@ import { CLAIMED_STATES, jobStateFromProto, type JobStateName } from "../jobs/jo
 import { readReport, writeReport } from "../jobs/job-view.js";
 import { moveSlot } from "../slots/slot.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
-
-/** True when two markers name the same supervisor process, job, attempt, fence and code. */
-export function sameMarkerIdentity(a: OwnerMarker, b: OwnerMarker): boolean {
-  return (
-    a.supervisor?.pid === b.supervisor?.pid &&
-    a.supervisor?.startTimeTicks === b.supervisor?.startTimeTicks &&
-    a.supervisor?.bootId === b.supervisor?.bootId &&
-    a.jobId === b.jobId &&
-    a.attempt === b.attempt &&
-    a.fence === b.fence &&
-    a.supervisorSourceSha256 === b.supervisorSourceSha256
-  );
-}
 
 /** Artifact kinds a succeeded job must have stored and read back. */
 const REQUIRED_FOR_SUCCESS = ["applied_diff", "receipt"] as const;

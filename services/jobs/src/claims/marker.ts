@@ -1,5 +1,6 @@
 import { create, equals, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { FailedPreconditionError, InvalidArgumentError, sha256Hex } from "@seraph/kit";
+import { sameMarkerIdentity } from "@seraph/profiles";
 import {
   RecordOwnerMarkerResponseSchema,
   type RecordOwnerMarkerRequest,
@@ -15,7 +16,6 @@ import { jobView } from "../jobs/job-queries.js";
 import { readBundle } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
-import { sameMarkerIdentity } from "./complete.js";
 
 async function previousStepProved(db: Db, jobId: string, current: OwnerMarker): Promise<boolean> {
   for (const a of await listArtifactsWithContent(db, jobId, "step_receipt")) {

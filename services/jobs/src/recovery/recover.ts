@@ -1,5 +1,6 @@
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { NotFoundError, PermissionDeniedError, sha256Hex } from "@seraph/kit";
+import { sameMarkerIdentity } from "@seraph/profiles";
 import {
   RecoverProcessCleanupResponseSchema,
   RecoverySchema,
@@ -9,7 +10,6 @@ import {
 import { OwnerMarkerSchema, ReceiptSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { JobsCore } from "../core.js";
 import { findArtifact, listArtifacts } from "../artifacts/artifact.repository.js";
-import { sameMarkerIdentity } from "../claims/complete.js";
 import { noChanges } from "../events/publisher.js";
 import { listAttemptFences, lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";

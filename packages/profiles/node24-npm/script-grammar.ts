@@ -1,6 +1,6 @@
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { checkRelativePath, isWithin } from "./path-rules.js";
-import { blockReason, type ReasonCode } from "./reasons.js";
+import { checkRelativePath, isWithin } from "../shared/path-rules.js";
+import { blockReason, type ReasonCode } from "../shared/reasons.js";
 
 /** What a repository-relative path is in the inspected package (links are never followed). */
 export type PathKind = "file" | "directory" | "missing" | "other";

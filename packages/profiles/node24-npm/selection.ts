@@ -1,6 +1,6 @@
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { SelectionError } from "./errors.js";
-import { blockReason } from "./reasons.js";
+import { SelectionError } from "../shared/errors.js";
+import { blockReason } from "../shared/reasons.js";
 
 /** The canonical token form of each selection, one token a line in the request. */
 export const SELECTION_TOKENS: ReadonlyMap<Selection, readonly string[]> = new Map([

@@ -1,6 +1,6 @@
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { describe, expect, it } from "vitest";
-import { SelectionError } from "./errors.js";
+import { SelectionError } from "../shared/errors.js";
 import { parseSelection, selectionScripts, selectionText } from "./selection.js";
 
 describe("parseSelection", () => {

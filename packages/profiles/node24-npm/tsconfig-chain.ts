@@ -1,7 +1,7 @@
 import { posix } from "node:path";
 import { parse, printParseErrorCode, type ParseError } from "jsonc-parser";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { blockReason } from "./reasons.js";
+import { blockReason } from "../shared/reasons.js";
 import type { PathKind } from "./script-grammar.js";
 
 /** How the chain reader sees the package: kinds of paths and their bytes (read once, cached). */
