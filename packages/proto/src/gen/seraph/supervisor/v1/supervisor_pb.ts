@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/supervisor/v1/supervisor.proto.
  */
 export const file_seraph_supervisor_v1_supervisor: GenFile = /*@__PURE__*/
-  fileDesc("CiVzZXJhcGgvc3VwZXJ2aXNvci92MS9zdXBlcnZpc29yLnByb3RvEhRzZXJhcGguc3VwZXJ2aXNvci52MSJbCg9Qcm9jZXNzSWRlbnRpdHkSFAoDcGlkGAEgASgFQge6SAQaAiAAEhgKEHN0YXJ0X3RpbWVfdGlja3MYAiABKAQSGAoHYm9vdF9pZBgDIAEoCUIHukgEcgIQASJrCgtDb21tYW5kU3BlYxIsCgRuYW1lGAEgASgJQh66SBtyGTIXXlthLXpdW2EtejAtOV8tXXswLDMxfSQSGAoEYXJndhgCIAMoCUIKukgHkgEECAEQQBIUCgNjd2QYAyABKAlCB7pIBHICEAEiwAMKDlN1cGVydmlzb3JTcGVjEhcKBmpvYl9pZBgBIAEoCUIHukgEcgIQARIPCgdhdHRlbXB0GAIgASgNEg0KBWZlbmNlGAMgASgEEj8KCGNvbW1hbmRzGAQgAygLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29tbWFuZFNwZWNCCrpIB5IBBAgBEAgSOgoDZW52GAUgAygLMi0uc2VyYXBoLnN1cGVydmlzb3IudjEuU3VwZXJ2aXNvclNwZWMuRW52RW50cnkSGAoQZGVhZGxpbmVfdW5peF9tcxgGIAEoAxIaChJjbGVhbnVwX3Jlc2VydmVfbXMYByABKA0SEAoIZ3JhY2VfbXMYCCABKA0SGgoSc3RyZWFtX2xpbWl0X2J5dGVzGAkgASgEEhoKEm91dHB1dF9saW1pdF9ieXRlcxgKIAEoBBIYCgdydW5fZGlyGAsgASgJQge6SARyAhABEhUKDXN0YXJ0X2JhcnJpZXIYDCABKAgSGwoTZGVjbGFyZWRfb3V0cHV0X2RpchgNIAEoCRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIu4BCgtPd25lck1hcmtlchI5CgpzdXBlcnZpc29yGAEgASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuUHJvY2Vzc0lkZW50aXR5Eg4KBmpvYl9pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgNEg0KBWZlbmNlGAQgASgEEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgFIAEoCRITCgtzb2NrZXRfcGF0aBgGIAEoCRIPCgdydW5fZGlyGAcgASgJEhcKD3dyaXR0ZW5fdW5peF9tcxgIIAEoAxITCgtzcGVjX3NoYTI1NhgJIAEoCSJTCgtTdHJlYW1TdGF0cxINCgVieXRlcxgBIAEoBBISCgprZXB0X2J5dGVzGAIgASgEEhEKCXRydW5jYXRlZBgDIAEoCBIOCgZzaGEyNTYYBCABKAkitgIKDUNvbW1hbmRSZXN1bHQSDAoEbmFtZRgBIAEoCRIMCgRhcmd2GAIgAygJEg8KB3N0YXJ0ZWQYAyABKAgSFgoJZXhpdF9jb2RlGAQgASgFSACIAQESEwoGc2lnbmFsGAUgASgJSAGIAQESFwoPc3RhcnRlZF91bml4X21zGAYgASgDEhUKDWVuZGVkX3VuaXhfbXMYByABKAMSMQoGc3Rkb3V0GAggASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtU3RhdHMSMQoGc3RkZXJyGAkgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtU3RhdHMSHAoUbGVmdG92ZXJfZGVzY2VuZGFudHMYCiABKA1CDAoKX2V4aXRfY29kZUIJCgdfc2lnbmFsIsEBCgxDbGVhbnVwU3RhdHMSGQoRZGVzY2VuZGFudHNfZm91bmQYASABKA0SFgoOc2lnbmFsbGVkX3Rlcm0YAiABKA0SFgoOc2lnbmFsbGVkX2tpbGwYAyABKA0SDgoGcmVhcGVkGAQgASgNEhkKEWlkZW50aXR5X3JlZnVzYWxzGAUgASgNEhcKD2VjaGlsZF9vYnNlcnZlZBgGIAEoCBISCgpjbGVhbnVwX21zGAcgASgNEg4KBnJvdW5kcxgIIAEoDSLfAwoHUmVjZWlwdBIuCgdvdXRjb21lGAEgASgOMh0uc2VyYXBoLnN1cGVydmlzb3IudjEuT3V0Y29tZRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCRI1Cghjb21tYW5kcxgEIAMoCzIjLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNvbW1hbmRSZXN1bHQSMwoHY2xlYW51cBgFIAEoCzIiLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNsZWFudXBTdGF0cxIcChRsZWZ0b3Zlcl9kZXNjZW5kYW50cxgGIAEoDRIXCg9lY2hpbGRfb2JzZXJ2ZWQYByABKAgSGwoTY2FuY2VsbGVkX2JlZm9yZV9nbxgIIAEoCBIYChBjYW5jZWxfcmVxdWVzdGVkGAkgASgIEhgKEGRlYWRsaW5lX3JlYWNoZWQYCiABKAgSMQoGbWFya2VyGAsgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXISEgoKZ29fdW5peF9tcxgMIAEoAxIYChBmaW5pc2hlZF91bml4X21zGA0gASgDEhMKC2R1cmF0aW9uX21zGA4gASgNEhkKEW91dHB1dF9rZXB0X2J5dGVzGA8gASgEIkEKBUhlbGxvEhcKBXRva2VuGAEgASgJQgi6SAVyA5gBQBIfCg5pbmNhcm5hdGlvbl9pZBgCIAEoCUIHukgEcgIQASKKAQoISGVsbG9BY2sSMQoGbWFya2VyGAEgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXISKgoFcGhhc2UYAiABKA4yGy5zZXJhcGguc3VwZXJ2aXNvci52MS5QaGFzZRIfChdwcmV2aW91c19pbmNhcm5hdGlvbl9pZBgDIAEoCSILCglHb1JlcXVlc3QiNQoFR29BY2sSDwoHc3RhcnRlZBgBIAEoCBIbChNjYW5jZWxsZWRfYmVmb3JlX2dvGAIgASgIIh8KDUNhbmNlbFJlcXVlc3QSDgoGcmVhc29uGAEgASgJIjcKCUNhbmNlbEFjaxIqCgVwaGFzZRgBIAEoDjIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLlBoYXNlIg8KDVN0YXR1c1JlcXVlc3Qi0gEKDlN0YXR1c1Jlc3BvbnNlEioKBXBoYXNlGAEgASgOMhsuc2VyYXBoLnN1cGVydmlzb3IudjEuUGhhc2USFwoPY3VycmVudF9jb21tYW5kGAIgASgFEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAyABKAgSFAoMc3Rkb3V0X2J5dGVzGAQgASgEEhQKDHN0ZGVycl9ieXRlcxgFIAEoBBI1CghmaW5pc2hlZBgGIAMoCzIjLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNvbW1hbmRSZXN1bHQijgEKEVJlYWRPdXRwdXRSZXF1ZXN0EjgKBnN0cmVhbRgBIAEoDjIcLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0cmVhbUIKukgHggEEEAEgABIPCgdjb21tYW5kGAIgASgNEg4KBm9mZnNldBgDIAEoBBIeCgltYXhfYnl0ZXMYBCABKA1CC7pICCoGGICAQCAAIpIBChJSZWFkT3V0cHV0UmVzcG9uc2USLAoGc3RyZWFtGAEgASgOMhwuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtEg8KB2NvbW1hbmQYAiABKA0SDgoGb2Zmc2V0GAMgASgEEgwKBGRhdGEYBCABKAwSEgoKa2VwdF9ieXRlcxgFIAEoBBILCgNlb2YYBiABKAgiHgoOUmVjZWlwdFJlcXVlc3QSDAoEd2FpdBgBIAEoCCJBCg9SZWNlaXB0UmVzcG9uc2USLgoHcmVjZWlwdBgBIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlY2VpcHQiKwoKRXJyb3JGcmFtZRIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAki2QIKC0NsaWVudEZyYW1lEiwKBWhlbGxvGAEgASgLMhsuc2VyYXBoLnN1cGVydmlzb3IudjEuSGVsbG9IABItCgJnbxgCIAEoCzIfLnNlcmFwaC5zdXBlcnZpc29yLnYxLkdvUmVxdWVzdEgAEjUKBmNhbmNlbBgDIAEoCzIjLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNhbmNlbFJlcXVlc3RIABI1CgZzdGF0dXMYBCABKAsyIy5zZXJhcGguc3VwZXJ2aXNvci52MS5TdGF0dXNSZXF1ZXN0SAASPgoLcmVhZF9vdXRwdXQYBSABKAsyJy5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWFkT3V0cHV0UmVxdWVzdEgAEjcKB3JlY2VpcHQYBiABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0UmVxdWVzdEgAQgYKBGJvZHkilgMKC1NlcnZlckZyYW1lEjMKCWhlbGxvX2FjaxgBIAEoCzIeLnNlcmFwaC5zdXBlcnZpc29yLnYxLkhlbGxvQWNrSAASLQoGZ29fYWNrGAIgASgLMhsuc2VyYXBoLnN1cGVydmlzb3IudjEuR29BY2tIABI1CgpjYW5jZWxfYWNrGAMgASgLMh8uc2VyYXBoLnN1cGVydmlzb3IudjEuQ2FuY2VsQWNrSAASNgoGc3RhdHVzGAQgASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RhdHVzUmVzcG9uc2VIABI/CgtyZWFkX291dHB1dBgFIAEoCzIoLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlYWRPdXRwdXRSZXNwb25zZUgAEjgKB3JlY2VpcHQYBiABKAsyJS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0UmVzcG9uc2VIABIxCgVlcnJvchgHIAEoCzIgLnNlcmFwaC5zdXBlcnZpc29yLnYxLkVycm9yRnJhbWVIAEIGCgRib2R5IkcKDEZhY2lsaXR5SXRlbRIMCgRuYW1lGAEgASgJEgoKAm9rGAIgASgIEgwKBGNvZGUYAyABKAkSDwoHbWVzc2FnZRgEIAEoCSJ+Cg5GYWNpbGl0eVJlcG9ydBIKCgJvaxgBIAEoCBIxCgVpdGVtcxgCIAMoCzIiLnNlcmFwaC5zdXBlcnZpc29yLnYxLkZhY2lsaXR5SXRlbRIOCgZrZXJuZWwYAyABKAkSDAoEYXJjaBgEIAEoCRIPCgdib290X2lkGAUgASgJKkYKBlN0cmVhbRIWChJTVFJFQU1fVU5TUEVDSUZJRUQQABIRCg1TVFJFQU1fU1RET1VUEAESEQoNU1RSRUFNX1NUREVSUhACKnYKBVBoYXNlEhUKEVBIQVNFX1VOU1BFQ0lGSUVEEAASGAoUUEhBU0VfV0FJVElOR19GT1JfR08QARIRCg1QSEFTRV9SVU5OSU5HEAISFQoRUEhBU0VfQ0xFQU5JTkdfVVAQAxISCg5QSEFTRV9GSU5JU0hFRBAEKrsBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIVChFPVVRDT01FX1NVQ0NFRURFRBABEhIKDk9VVENPTUVfRkFJTEVEEAISFQoRT1VUQ09NRV9USU1FRF9PVVQQAxIVChFPVVRDT01FX0NBTkNFTExFRBAEEikKJU9VVENPTUVfUkVKRUNURURfTEVGVE9WRVJfREVTQ0VOREFOVFMQBRITCg9PVVRDT01FX1VOS05PV04QBmIGcHJvdG8z", [file_buf_validate_validate]);
+  fileDesc("CiVzZXJhcGgvc3VwZXJ2aXNvci92MS9zdXBlcnZpc29yLnByb3RvEhRzZXJhcGguc3VwZXJ2aXNvci52MSJbCg9Qcm9jZXNzSWRlbnRpdHkSFAoDcGlkGAEgASgFQge6SAQaAiAAEhgKEHN0YXJ0X3RpbWVfdGlja3MYAiABKAQSGAoHYm9vdF9pZBgDIAEoCUIHukgEcgIQASJrCgtDb21tYW5kU3BlYxIsCgRuYW1lGAEgASgJQh66SBtyGTIXXlthLXpdW2EtejAtOV8tXXswLDMxfSQSGAoEYXJndhgCIAMoCUIKukgHkgEECAEQQBIUCgNjd2QYAyABKAlCB7pIBHICEAEipgQKDlN1cGVydmlzb3JTcGVjEhcKBmpvYl9pZBgBIAEoCUIHukgEcgIQARIPCgdhdHRlbXB0GAIgASgNEg0KBWZlbmNlGAMgASgEEj8KCGNvbW1hbmRzGAQgAygLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29tbWFuZFNwZWNCCrpIB5IBBAgBEAgSOgoDZW52GAUgAygLMi0uc2VyYXBoLnN1cGVydmlzb3IudjEuU3VwZXJ2aXNvclNwZWMuRW52RW50cnkSGAoQZGVhZGxpbmVfdW5peF9tcxgGIAEoAxIaChJjbGVhbnVwX3Jlc2VydmVfbXMYByABKA0SEAoIZ3JhY2VfbXMYCCABKA0SGgoSc3RyZWFtX2xpbWl0X2J5dGVzGAkgASgEEhoKEm91dHB1dF9saW1pdF9ieXRlcxgKIAEoBBIYCgdydW5fZGlyGAsgASgJQge6SARyAhABEhUKDXN0YXJ0X2JhcnJpZXIYDCABKAgSGwoTZGVjbGFyZWRfb3V0cHV0X2RpchgNIAEoCRIvCghqb2JfdXNlchgOIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLkpvYlVzZXISMwoGY2dyb3VwGA8gASgLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuQ2dyb3VwUmVxdWVzdBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkwKB0pvYlVzZXISFAoDdWlkGAEgASgNQge6SAQqAiAAEhQKA2dpZBgCIAEoDUIHukgEKgIgABIVCgRuYW1lGAMgASgJQge6SARyAhhAIk4KEFJlc291cmNlQ2VpbGluZ3MSFAoMbWVtb3J5X2J5dGVzGAEgASgEEgwKBHBpZHMYAiABKA0SFgoOY3B1X21pbGxpY29yZXMYAyABKA0igAEKDUNncm91cFJlcXVlc3QSNQoGcGFyZW50GAEgASgJQiW6SCJyIDIeXigvW0EtWmEtejAtOV8uLV17MSw2NH0pezEsOH0kEjgKCGNlaWxpbmdzGAIgASgLMiYuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVzb3VyY2VDZWlsaW5ncyKCAwoRQ29udGFpbm1lbnRSZXBvcnQSLwoIam9iX3VzZXIYASABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5Kb2JVc2VyEhMKC2Nncm91cF9wYXRoGAIgASgJEhUKDWNncm91cF9sYXlvdXQYAyABKAkSEAoIZW5mb3JjZWQYBCADKAkSOAoIY2VpbGluZ3MYBSABKAsyJi5zZXJhcGguc3VwZXJ2aXNvci52MS5SZXNvdXJjZUNlaWxpbmdzEhgKEGNncm91cF9raWxsX3VzZWQYBiABKAgSHwoXcG9wdWxhdGVkX3plcm9fb2JzZXJ2ZWQYByABKAgSEQoJb29tX2tpbGxzGAggASgNEhYKDnBpZF9saW1pdF9oaXRzGAkgASgNEhkKEW1lbW9yeV9saW1pdF9oaXRzGAogASgEEhkKEW1lbW9yeV9wZWFrX2J5dGVzGAsgASgEEhcKD2Nncm91cHNfcmVtb3ZlZBgMIAEoCBIPCgdwcm9ibGVtGA0gASgJIpUCCg9Ob2RlQ29udGFpbm1lbnQSFwoPaXNvbGF0aW9uX2NsYWltGAEgASgJEhwKFHJlc291cmNlX2VuZm9yY2VtZW50GAIgASgJEhAKCGpvYl91c2VyGAMgASgJEhAKCGVuZm9yY2VkGAQgAygJEhIKCnVuZW5mb3JjZWQYBSADKAkSOAoIY2VpbGluZ3MYBiABKAsyJi5zZXJhcGguc3VwZXJ2aXNvci52MS5SZXNvdXJjZUNlaWxpbmdzEhAKCHByb3RlY3RzGAcgAygJEhgKEGRvZXNfbm90X3Byb3RlY3QYCCADKAkSFgoOcGVyX2pvYl9jZ3JvdXAYCSABKAgSFQoNam9iX3VpZF9yYW5nZRgKIAEoCSLuAQoLT3duZXJNYXJrZXISOQoKc3VwZXJ2aXNvchgBIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLlByb2Nlc3NJZGVudGl0eRIOCgZqb2JfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoDRINCgVmZW5jZRgEIAEoBBIgChhzdXBlcnZpc29yX3NvdXJjZV9zaGEyNTYYBSABKAkSEwoLc29ja2V0X3BhdGgYBiABKAkSDwoHcnVuX2RpchgHIAEoCRIXCg93cml0dGVuX3VuaXhfbXMYCCABKAMSEwoLc3BlY19zaGEyNTYYCSABKAkiUwoLU3RyZWFtU3RhdHMSDQoFYnl0ZXMYASABKAQSEgoKa2VwdF9ieXRlcxgCIAEoBBIRCgl0cnVuY2F0ZWQYAyABKAgSDgoGc2hhMjU2GAQgASgJIuECCg1Db21tYW5kUmVzdWx0EgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRIPCgdzdGFydGVkGAMgASgIEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBEhMKBnNpZ25hbBgFIAEoCUgBiAEBEhcKD3N0YXJ0ZWRfdW5peF9tcxgGIAEoAxIVCg1lbmRlZF91bml4X21zGAcgASgDEjEKBnN0ZG91dBgIIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0cmVhbVN0YXRzEjEKBnN0ZGVychgJIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0cmVhbVN0YXRzEhwKFGxlZnRvdmVyX2Rlc2NlbmRhbnRzGAogASgNEhEKCW9vbV9raWxscxgLIAEoDRIWCg5waWRfbGltaXRfaGl0cxgMIAEoDUIMCgpfZXhpdF9jb2RlQgkKB19zaWduYWwiwQEKDENsZWFudXBTdGF0cxIZChFkZXNjZW5kYW50c19mb3VuZBgBIAEoDRIWCg5zaWduYWxsZWRfdGVybRgCIAEoDRIWCg5zaWduYWxsZWRfa2lsbBgDIAEoDRIOCgZyZWFwZWQYBCABKA0SGQoRaWRlbnRpdHlfcmVmdXNhbHMYBSABKA0SFwoPZWNoaWxkX29ic2VydmVkGAYgASgIEhIKCmNsZWFudXBfbXMYByABKA0SDgoGcm91bmRzGAggASgNIp0ECgdSZWNlaXB0Ei4KB291dGNvbWUYASABKA4yHS5zZXJhcGguc3VwZXJ2aXNvci52MS5PdXRjb21lEg4KBnJlYXNvbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEjUKCGNvbW1hbmRzGAQgAygLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29tbWFuZFJlc3VsdBIzCgdjbGVhbnVwGAUgASgLMiIuc2VyYXBoLnN1cGVydmlzb3IudjEuQ2xlYW51cFN0YXRzEhwKFGxlZnRvdmVyX2Rlc2NlbmRhbnRzGAYgASgNEhcKD2VjaGlsZF9vYnNlcnZlZBgHIAEoCBIbChNjYW5jZWxsZWRfYmVmb3JlX2dvGAggASgIEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYCSABKAgSGAoQZGVhZGxpbmVfcmVhY2hlZBgKIAEoCBIxCgZtYXJrZXIYCyABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlchISCgpnb191bml4X21zGAwgASgDEhgKEGZpbmlzaGVkX3VuaXhfbXMYDSABKAMSEwoLZHVyYXRpb25fbXMYDiABKA0SGQoRb3V0cHV0X2tlcHRfYnl0ZXMYDyABKAQSPAoLY29udGFpbm1lbnQYECABKAsyJy5zZXJhcGguc3VwZXJ2aXNvci52MS5Db250YWlubWVudFJlcG9ydCJBCgVIZWxsbxIXCgV0b2tlbhgBIAEoCUIIukgFcgOYAUASHwoOaW5jYXJuYXRpb25faWQYAiABKAlCB7pIBHICEAEiigEKCEhlbGxvQWNrEjEKBm1hcmtlchgBIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyEioKBXBoYXNlGAIgASgOMhsuc2VyYXBoLnN1cGVydmlzb3IudjEuUGhhc2USHwoXcHJldmlvdXNfaW5jYXJuYXRpb25faWQYAyABKAkiCwoJR29SZXF1ZXN0IjUKBUdvQWNrEg8KB3N0YXJ0ZWQYASABKAgSGwoTY2FuY2VsbGVkX2JlZm9yZV9nbxgCIAEoCCIfCg1DYW5jZWxSZXF1ZXN0Eg4KBnJlYXNvbhgBIAEoCSI3CglDYW5jZWxBY2sSKgoFcGhhc2UYASABKA4yGy5zZXJhcGguc3VwZXJ2aXNvci52MS5QaGFzZSIPCg1TdGF0dXNSZXF1ZXN0ItIBCg5TdGF0dXNSZXNwb25zZRIqCgVwaGFzZRgBIAEoDjIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLlBoYXNlEhcKD2N1cnJlbnRfY29tbWFuZBgCIAEoBRIYChBjYW5jZWxfcmVxdWVzdGVkGAMgASgIEhQKDHN0ZG91dF9ieXRlcxgEIAEoBBIUCgxzdGRlcnJfYnl0ZXMYBSABKAQSNQoIZmluaXNoZWQYBiADKAsyIy5zZXJhcGguc3VwZXJ2aXNvci52MS5Db21tYW5kUmVzdWx0Io4BChFSZWFkT3V0cHV0UmVxdWVzdBI4CgZzdHJlYW0YASABKA4yHC5zZXJhcGguc3VwZXJ2aXNvci52MS5TdHJlYW1CCrpIB4IBBBABIAASDwoHY29tbWFuZBgCIAEoDRIOCgZvZmZzZXQYAyABKAQSHgoJbWF4X2J5dGVzGAQgASgNQgu6SAgqBhiAgEAgACKSAQoSUmVhZE91dHB1dFJlc3BvbnNlEiwKBnN0cmVhbRgBIAEoDjIcLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0cmVhbRIPCgdjb21tYW5kGAIgASgNEg4KBm9mZnNldBgDIAEoBBIMCgRkYXRhGAQgASgMEhIKCmtlcHRfYnl0ZXMYBSABKAQSCwoDZW9mGAYgASgIIh4KDlJlY2VpcHRSZXF1ZXN0EgwKBHdhaXQYASABKAgiQQoPUmVjZWlwdFJlc3BvbnNlEi4KB3JlY2VpcHQYASABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0IisKCkVycm9yRnJhbWUSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItkCCgtDbGllbnRGcmFtZRIsCgVoZWxsbxgBIAEoCzIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLkhlbGxvSAASLQoCZ28YAiABKAsyHy5zZXJhcGguc3VwZXJ2aXNvci52MS5Hb1JlcXVlc3RIABI1CgZjYW5jZWwYAyABKAsyIy5zZXJhcGguc3VwZXJ2aXNvci52MS5DYW5jZWxSZXF1ZXN0SAASNQoGc3RhdHVzGAQgASgLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RhdHVzUmVxdWVzdEgAEj4KC3JlYWRfb3V0cHV0GAUgASgLMicuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVhZE91dHB1dFJlcXVlc3RIABI3CgdyZWNlaXB0GAYgASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdFJlcXVlc3RIAEIGCgRib2R5IpYDCgtTZXJ2ZXJGcmFtZRIzCgloZWxsb19hY2sYASABKAsyHi5zZXJhcGguc3VwZXJ2aXNvci52MS5IZWxsb0Fja0gAEi0KBmdvX2FjaxgCIAEoCzIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLkdvQWNrSAASNQoKY2FuY2VsX2FjaxgDIAEoCzIfLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNhbmNlbEFja0gAEjYKBnN0YXR1cxgEIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0YXR1c1Jlc3BvbnNlSAASPwoLcmVhZF9vdXRwdXQYBSABKAsyKC5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWFkT3V0cHV0UmVzcG9uc2VIABI4CgdyZWNlaXB0GAYgASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdFJlc3BvbnNlSAASMQoFZXJyb3IYByABKAsyIC5zZXJhcGguc3VwZXJ2aXNvci52MS5FcnJvckZyYW1lSABCBgoEYm9keSJHCgxGYWNpbGl0eUl0ZW0SDAoEbmFtZRgBIAEoCRIKCgJvaxgCIAEoCBIMCgRjb2RlGAMgASgJEg8KB21lc3NhZ2UYBCABKAkiwAEKDkZhY2lsaXR5UmVwb3J0EgoKAm9rGAEgASgIEjEKBWl0ZW1zGAIgAygLMiIuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlJdGVtEg4KBmtlcm5lbBgDIAEoCRIMCgRhcmNoGAQgASgJEg8KB2Jvb3RfaWQYBSABKAkSQAoLY29udGFpbm1lbnQYBiABKAsyKy5zZXJhcGguc3VwZXJ2aXNvci52MS5Db250YWlubWVudEZhY2lsaXRpZXMijwEKFUNvbnRhaW5tZW50RmFjaWxpdGllcxIMCgRyb290GAEgASgIEhQKDHNldHByaXZfcGF0aBgCIAEoCRIVCg1jZ3JvdXBfbGF5b3V0GAMgASgJEhcKD2Nncm91cF92Ml9tb3VudBgEIAEoCRITCgtjb250cm9sbGVycxgFIAMoCRINCgVub3RlcxgGIAMoCSpGCgZTdHJlYW0SFgoSU1RSRUFNX1VOU1BFQ0lGSUVEEAASEQoNU1RSRUFNX1NURE9VVBABEhEKDVNUUkVBTV9TVERFUlIQAip2CgVQaGFzZRIVChFQSEFTRV9VTlNQRUNJRklFRBAAEhgKFFBIQVNFX1dBSVRJTkdfRk9SX0dPEAESEQoNUEhBU0VfUlVOTklORxACEhUKEVBIQVNFX0NMRUFOSU5HX1VQEAMSEgoOUEhBU0VfRklOSVNIRUQQBCq7AQoHT3V0Y29tZRIXChNPVVRDT01FX1VOU1BFQ0lGSUVEEAASFQoRT1VUQ09NRV9TVUNDRUVERUQQARISCg5PVVRDT01FX0ZBSUxFRBACEhUKEU9VVENPTUVfVElNRURfT1VUEAMSFQoRT1VUQ09NRV9DQU5DRUxMRUQQBBIpCiVPVVRDT01FX1JFSkVDVEVEX0xFRlRPVkVSX0RFU0NFTkRBTlRTEAUSEwoPT1VUQ09NRV9VTktOT1dOEAZiBnByb3RvMw", [file_buf_validate_validate]);
 
 /**
  * A process identity: a pid alone is never trusted, only pid + start time + boot id.
@@ -172,6 +172,22 @@ export type SupervisorSpec = Message<"seraph.supervisor.v1.SupervisorSpec"> & {
    * @generated from field: string declared_output_dir = 13;
    */
   declaredOutputDir: string;
+
+  /**
+   * When set, every command runs under this unprivileged identity (the supervisor must run as
+   * root and stays root): supplementary groups dropped, then setgid/setuid, then
+   * PR_SET_NO_NEW_PRIVS, then exec.
+   *
+   * @generated from field: seraph.supervisor.v1.JobUser job_user = 14;
+   */
+  jobUser?: JobUser | undefined;
+
+  /**
+   * When set, the job gets its own cgroup (cgroup v2 required) before any command starts.
+   *
+   * @generated from field: seraph.supervisor.v1.CgroupRequest cgroup = 15;
+   */
+  cgroup?: CgroupRequest | undefined;
 };
 
 /**
@@ -180,6 +196,283 @@ export type SupervisorSpec = Message<"seraph.supervisor.v1.SupervisorSpec"> & {
  */
 export const SupervisorSpecSchema: GenMessage<SupervisorSpec> = /*@__PURE__*/
   messageDesc(file_seraph_supervisor_v1_supervisor, 2);
+
+/**
+ * The unprivileged identity a job's commands run as.
+ *
+ * @generated from message seraph.supervisor.v1.JobUser
+ */
+export type JobUser = Message<"seraph.supervisor.v1.JobUser"> & {
+  /**
+   * @generated from field: uint32 uid = 1;
+   */
+  uid: number;
+
+  /**
+   * @generated from field: uint32 gid = 2;
+   */
+  gid: number;
+
+  /**
+   * The user name it was configured by, or "" for a uid from the per-slot range.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message seraph.supervisor.v1.JobUser.
+ * Use `create(JobUserSchema)` to create a new message.
+ */
+export const JobUserSchema: GenMessage<JobUser> = /*@__PURE__*/
+  messageDesc(file_seraph_supervisor_v1_supervisor, 3);
+
+/**
+ * Resource ceilings of one job; 0 means "no ceiling requested" for that resource.
+ *
+ * @generated from message seraph.supervisor.v1.ResourceCeilings
+ */
+export type ResourceCeilings = Message<"seraph.supervisor.v1.ResourceCeilings"> & {
+  /**
+   * memory.max (v2) or memory.limit_in_bytes + memory.memsw.limit_in_bytes (v1).
+   *
+   * @generated from field: uint64 memory_bytes = 1;
+   */
+  memoryBytes: bigint;
+
+  /**
+   * pids.max: tasks (processes and threads) alive at once in the job's cgroup.
+   *
+   * @generated from field: uint32 pids = 2;
+   */
+  pids: number;
+
+  /**
+   * cpu.max quota per 100 ms period (v2) or cpu.cfs_quota_us (v1): 1000 = one CPU.
+   *
+   * @generated from field: uint32 cpu_millicores = 3;
+   */
+  cpuMillicores: number;
+};
+
+/**
+ * Describes the message seraph.supervisor.v1.ResourceCeilings.
+ * Use `create(ResourceCeilingsSchema)` to create a new message.
+ */
+export const ResourceCeilingsSchema: GenMessage<ResourceCeilings> = /*@__PURE__*/
+  messageDesc(file_seraph_supervisor_v1_supervisor, 4);
+
+/**
+ * Per-job cgroup containment asked of the supervisor.
+ *
+ * @generated from message seraph.supervisor.v1.CgroupRequest
+ */
+export type CgroupRequest = Message<"seraph.supervisor.v1.CgroupRequest"> & {
+  /**
+   * Parent of the job's cgroup, relative to each hierarchy's root, e.g. "/seraph".
+   *
+   * @generated from field: string parent = 1;
+   */
+  parent: string;
+
+  /**
+   * @generated from field: seraph.supervisor.v1.ResourceCeilings ceilings = 2;
+   */
+  ceilings?: ResourceCeilings | undefined;
+};
+
+/**
+ * Describes the message seraph.supervisor.v1.CgroupRequest.
+ * Use `create(CgroupRequestSchema)` to create a new message.
+ */
+export const CgroupRequestSchema: GenMessage<CgroupRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_supervisor_v1_supervisor, 5);
+
+/**
+ * What the containment did for one job (part of the receipt).
+ *
+ * @generated from message seraph.supervisor.v1.ContainmentReport
+ */
+export type ContainmentReport = Message<"seraph.supervisor.v1.ContainmentReport"> & {
+  /**
+   * The identity the commands ran as; unset when they ran as the supervisor's own user.
+   *
+   * @generated from field: seraph.supervisor.v1.JobUser job_user = 1;
+   */
+  jobUser?: JobUser | undefined;
+
+  /**
+   * The job's cgroup under the cgroup v2 mount (absolute), "" when no cgroup was used.
+   *
+   * @generated from field: string cgroup_path = 2;
+   */
+  cgroupPath: string;
+
+  /**
+   * "v2" (a pure cgroup v2 host), "hybrid" (v2 unified mount + v1 controller hierarchies), "".
+   *
+   * @generated from field: string cgroup_layout = 3;
+   */
+  cgroupLayout: string;
+
+  /**
+   * Ceilings written to the kernel and so enforced: a subset of "cpu", "memory", "pids".
+   *
+   * @generated from field: repeated string enforced = 4;
+   */
+  enforced: string[];
+
+  /**
+   * @generated from field: seraph.supervisor.v1.ResourceCeilings ceilings = 5;
+   */
+  ceilings?: ResourceCeilings | undefined;
+
+  /**
+   * cgroup.kill was written during cleanup.
+   *
+   * @generated from field: bool cgroup_kill_used = 6;
+   */
+  cgroupKillUsed: boolean;
+
+  /**
+   * cgroup.events said "populated 0" after ECHILD (the second oracle; both are required).
+   *
+   * @generated from field: bool populated_zero_observed = 7;
+   */
+  populatedZeroObserved: boolean;
+
+  /**
+   * Processes the kernel's OOM killer killed in the job's cgroup (memory.events oom_kill, or the
+   * v1 memory.oom_control oom_kill counter).
+   *
+   * @generated from field: uint32 oom_kills = 8;
+   */
+  oomKills: number;
+
+  /**
+   * Forks refused because pids.max was reached (pids.events max).
+   *
+   * @generated from field: uint32 pid_limit_hits = 9;
+   */
+  pidLimitHits: number;
+
+  /**
+   * v1 memory.failcnt: times usage hit the memory limit (hybrid hosts; 0 on v2).
+   *
+   * @generated from field: uint64 memory_limit_hits = 10;
+   */
+  memoryLimitHits: bigint;
+
+  /**
+   * Highest memory usage seen (memory.peak or memory.max_usage_in_bytes), 0 when unavailable.
+   *
+   * @generated from field: uint64 memory_peak_bytes = 11;
+   */
+  memoryPeakBytes: bigint;
+
+  /**
+   * Every cgroup the supervisor created was removed again.
+   *
+   * @generated from field: bool cgroups_removed = 12;
+   */
+  cgroupsRemoved: boolean;
+
+  /**
+   * Why containment did not hold, when it did not (e.g. "cgroup_create_failed: ...").
+   *
+   * @generated from field: string problem = 13;
+   */
+  problem: string;
+};
+
+/**
+ * Describes the message seraph.supervisor.v1.ContainmentReport.
+ * Use `create(ContainmentReportSchema)` to create a new message.
+ */
+export const ContainmentReportSchema: GenMessage<ContainmentReport> = /*@__PURE__*/
+  messageDesc(file_seraph_supervisor_v1_supervisor, 6);
+
+/**
+ * How a node contains jobs, as the approval document states it before approval.
+ *
+ * @generated from message seraph.supervisor.v1.NodeContainment
+ */
+export type NodeContainment = Message<"seraph.supervisor.v1.NodeContainment"> & {
+  /**
+   * "none": commands run as the executor's own user (not root, or job users disabled).
+   * "separate_job_uid": each command runs as an unprivileged uid of its own slot (root executor).
+   * "shared_job_uid": one configured unprivileged user serves several slots.
+   *
+   * @generated from field: string isolation_claim = 1;
+   */
+  isolationClaim: string;
+
+  /**
+   * "admission_and_wall_timeout_only", or "admission_wall_timeout_and_cgroup:<enforced>" where
+   * <enforced> lists the enforced ceilings, e.g. "cpu,memory,pids".
+   *
+   * @generated from field: string resource_enforcement = 2;
+   */
+  resourceEnforcement: string;
+
+  /**
+   * The job user: "uid <n> (slot <i>)" per slot range, a user name, or "" for none.
+   *
+   * @generated from field: string job_user = 3;
+   */
+  jobUser: string;
+
+  /**
+   * Ceilings the node enforces for this job, and their values.
+   *
+   * @generated from field: repeated string enforced = 4;
+   */
+  enforced: string[];
+
+  /**
+   * @generated from field: repeated string unenforced = 5;
+   */
+  unenforced: string[];
+
+  /**
+   * @generated from field: seraph.supervisor.v1.ResourceCeilings ceilings = 6;
+   */
+  ceilings?: ResourceCeilings | undefined;
+
+  /**
+   * What the isolation claim protects, and what it does not.
+   *
+   * @generated from field: repeated string protects = 7;
+   */
+  protects: string[];
+
+  /**
+   * @generated from field: repeated string does_not_protect = 8;
+   */
+  doesNotProtect: string[];
+
+  /**
+   * Each job gets its own cgroup v2 (cgroup.kill in cleanup, "populated 0" required beside ECHILD).
+   *
+   * @generated from field: bool per_job_cgroup = 9;
+   */
+  perJobCgroup: boolean;
+
+  /**
+   * The per-slot uid range ("64000-64003") or the configured user's uid:gid.
+   *
+   * @generated from field: string job_uid_range = 10;
+   */
+  jobUidRange: string;
+};
+
+/**
+ * Describes the message seraph.supervisor.v1.NodeContainment.
+ * Use `create(NodeContainmentSchema)` to create a new message.
+ */
+export const NodeContainmentSchema: GenMessage<NodeContainment> = /*@__PURE__*/
+  messageDesc(file_seraph_supervisor_v1_supervisor, 7);
 
 /**
  * The owner marker: written atomically (fsync + rename) before the start barrier.
@@ -242,7 +535,7 @@ export type OwnerMarker = Message<"seraph.supervisor.v1.OwnerMarker"> & {
  * Use `create(OwnerMarkerSchema)` to create a new message.
  */
 export const OwnerMarkerSchema: GenMessage<OwnerMarker> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 3);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 8);
 
 /**
  * @generated from message seraph.supervisor.v1.StreamStats
@@ -280,7 +573,7 @@ export type StreamStats = Message<"seraph.supervisor.v1.StreamStats"> & {
  * Use `create(StreamStatsSchema)` to create a new message.
  */
 export const StreamStatsSchema: GenMessage<StreamStats> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 4);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 9);
 
 /**
  * @generated from message seraph.supervisor.v1.CommandResult
@@ -341,6 +634,20 @@ export type CommandResult = Message<"seraph.supervisor.v1.CommandResult"> & {
    * @generated from field: uint32 leftover_descendants = 10;
    */
   leftoverDescendants: number;
+
+  /**
+   * OOM kills in the job's cgroup while this command ran (0 without a memory ceiling).
+   *
+   * @generated from field: uint32 oom_kills = 11;
+   */
+  oomKills: number;
+
+  /**
+   * Forks refused by the job's pids ceiling while this command ran.
+   *
+   * @generated from field: uint32 pid_limit_hits = 12;
+   */
+  pidLimitHits: number;
 };
 
 /**
@@ -348,7 +655,7 @@ export type CommandResult = Message<"seraph.supervisor.v1.CommandResult"> & {
  * Use `create(CommandResultSchema)` to create a new message.
  */
 export const CommandResultSchema: GenMessage<CommandResult> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 5);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 10);
 
 /**
  * @generated from message seraph.supervisor.v1.CleanupStats
@@ -402,7 +709,7 @@ export type CleanupStats = Message<"seraph.supervisor.v1.CleanupStats"> & {
  * Use `create(CleanupStatsSchema)` to create a new message.
  */
 export const CleanupStatsSchema: GenMessage<CleanupStats> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 6);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 11);
 
 /**
  * @generated from message seraph.supervisor.v1.Receipt
@@ -486,6 +793,13 @@ export type Receipt = Message<"seraph.supervisor.v1.Receipt"> & {
    * @generated from field: uint64 output_kept_bytes = 15;
    */
   outputKeptBytes: bigint;
+
+  /**
+   * Job user and cgroup containment: what held and what the kernel counted.
+   *
+   * @generated from field: seraph.supervisor.v1.ContainmentReport containment = 16;
+   */
+  containment?: ContainmentReport | undefined;
 };
 
 /**
@@ -493,7 +807,7 @@ export type Receipt = Message<"seraph.supervisor.v1.Receipt"> & {
  * Use `create(ReceiptSchema)` to create a new message.
  */
 export const ReceiptSchema: GenMessage<Receipt> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 7);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 12);
 
 /**
  * @generated from message seraph.supervisor.v1.Hello
@@ -519,7 +833,7 @@ export type Hello = Message<"seraph.supervisor.v1.Hello"> & {
  * Use `create(HelloSchema)` to create a new message.
  */
 export const HelloSchema: GenMessage<Hello> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 8);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 13);
 
 /**
  * @generated from message seraph.supervisor.v1.HelloAck
@@ -548,7 +862,7 @@ export type HelloAck = Message<"seraph.supervisor.v1.HelloAck"> & {
  * Use `create(HelloAckSchema)` to create a new message.
  */
 export const HelloAckSchema: GenMessage<HelloAck> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 9);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 14);
 
 /**
  * @generated from message seraph.supervisor.v1.GoRequest
@@ -561,7 +875,7 @@ export type GoRequest = Message<"seraph.supervisor.v1.GoRequest"> & {
  * Use `create(GoRequestSchema)` to create a new message.
  */
 export const GoRequestSchema: GenMessage<GoRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 10);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 15);
 
 /**
  * @generated from message seraph.supervisor.v1.GoAck
@@ -585,7 +899,7 @@ export type GoAck = Message<"seraph.supervisor.v1.GoAck"> & {
  * Use `create(GoAckSchema)` to create a new message.
  */
 export const GoAckSchema: GenMessage<GoAck> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 11);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 16);
 
 /**
  * @generated from message seraph.supervisor.v1.CancelRequest
@@ -602,7 +916,7 @@ export type CancelRequest = Message<"seraph.supervisor.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 12);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 17);
 
 /**
  * @generated from message seraph.supervisor.v1.CancelAck
@@ -619,7 +933,7 @@ export type CancelAck = Message<"seraph.supervisor.v1.CancelAck"> & {
  * Use `create(CancelAckSchema)` to create a new message.
  */
 export const CancelAckSchema: GenMessage<CancelAck> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 13);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 18);
 
 /**
  * @generated from message seraph.supervisor.v1.StatusRequest
@@ -632,7 +946,7 @@ export type StatusRequest = Message<"seraph.supervisor.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 14);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 19);
 
 /**
  * @generated from message seraph.supervisor.v1.StatusResponse
@@ -674,7 +988,7 @@ export type StatusResponse = Message<"seraph.supervisor.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 15);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 20);
 
 /**
  * @generated from message seraph.supervisor.v1.ReadOutputRequest
@@ -706,7 +1020,7 @@ export type ReadOutputRequest = Message<"seraph.supervisor.v1.ReadOutputRequest"
  * Use `create(ReadOutputRequestSchema)` to create a new message.
  */
 export const ReadOutputRequestSchema: GenMessage<ReadOutputRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 16);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 21);
 
 /**
  * @generated from message seraph.supervisor.v1.ReadOutputResponse
@@ -752,7 +1066,7 @@ export type ReadOutputResponse = Message<"seraph.supervisor.v1.ReadOutputRespons
  * Use `create(ReadOutputResponseSchema)` to create a new message.
  */
 export const ReadOutputResponseSchema: GenMessage<ReadOutputResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 17);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 22);
 
 /**
  * @generated from message seraph.supervisor.v1.ReceiptRequest
@@ -771,7 +1085,7 @@ export type ReceiptRequest = Message<"seraph.supervisor.v1.ReceiptRequest"> & {
  * Use `create(ReceiptRequestSchema)` to create a new message.
  */
 export const ReceiptRequestSchema: GenMessage<ReceiptRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 18);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 23);
 
 /**
  * @generated from message seraph.supervisor.v1.ReceiptResponse
@@ -788,7 +1102,7 @@ export type ReceiptResponse = Message<"seraph.supervisor.v1.ReceiptResponse"> & 
  * Use `create(ReceiptResponseSchema)` to create a new message.
  */
 export const ReceiptResponseSchema: GenMessage<ReceiptResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 19);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 24);
 
 /**
  * @generated from message seraph.supervisor.v1.ErrorFrame
@@ -810,7 +1124,7 @@ export type ErrorFrame = Message<"seraph.supervisor.v1.ErrorFrame"> & {
  * Use `create(ErrorFrameSchema)` to create a new message.
  */
 export const ErrorFrameSchema: GenMessage<ErrorFrame> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 20);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 25);
 
 /**
  * @generated from message seraph.supervisor.v1.ClientFrame
@@ -863,7 +1177,7 @@ export type ClientFrame = Message<"seraph.supervisor.v1.ClientFrame"> & {
  * Use `create(ClientFrameSchema)` to create a new message.
  */
 export const ClientFrameSchema: GenMessage<ClientFrame> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 21);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 26);
 
 /**
  * @generated from message seraph.supervisor.v1.ServerFrame
@@ -922,7 +1236,7 @@ export type ServerFrame = Message<"seraph.supervisor.v1.ServerFrame"> & {
  * Use `create(ServerFrameSchema)` to create a new message.
  */
 export const ServerFrameSchema: GenMessage<ServerFrame> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 22);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 27);
 
 /**
  * Linux facilities the supervisor needs; any item not ok blocks, never falls back.
@@ -956,7 +1270,7 @@ export type FacilityItem = Message<"seraph.supervisor.v1.FacilityItem"> & {
  * Use `create(FacilityItemSchema)` to create a new message.
  */
 export const FacilityItemSchema: GenMessage<FacilityItem> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 23);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 28);
 
 /**
  * @generated from message seraph.supervisor.v1.FacilityReport
@@ -986,6 +1300,13 @@ export type FacilityReport = Message<"seraph.supervisor.v1.FacilityReport"> & {
    * @generated from field: string boot_id = 5;
    */
   bootId: string;
+
+  /**
+   * What the host offers for containment (informational: nothing here blocks supervision).
+   *
+   * @generated from field: seraph.supervisor.v1.ContainmentFacilities containment = 6;
+   */
+  containment?: ContainmentFacilities | undefined;
 };
 
 /**
@@ -993,7 +1314,63 @@ export type FacilityReport = Message<"seraph.supervisor.v1.FacilityReport"> & {
  * Use `create(FacilityReportSchema)` to create a new message.
  */
 export const FacilityReportSchema: GenMessage<FacilityReport> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 24);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 29);
+
+/**
+ * Containment facilities of a host, probed by the supervisor entry (--probe).
+ *
+ * @generated from message seraph.supervisor.v1.ContainmentFacilities
+ */
+export type ContainmentFacilities = Message<"seraph.supervisor.v1.ContainmentFacilities"> & {
+  /**
+   * The probe ran with uid 0 (a supervisor started here can switch commands to a job user).
+   *
+   * @generated from field: bool root = 1;
+   */
+  root: boolean;
+
+  /**
+   * Absolute path of a trusted util-linux setpriv (root-owned, not group/other writable), or "".
+   *
+   * @generated from field: string setpriv_path = 2;
+   */
+  setprivPath: string;
+
+  /**
+   * "v2", "hybrid" or "" (no cgroup v2 mount found).
+   *
+   * @generated from field: string cgroup_layout = 3;
+   */
+  cgroupLayout: string;
+
+  /**
+   * The cgroup v2 mount point, e.g. "/sys/fs/cgroup" or "/sys/fs/cgroup/unified".
+   *
+   * @generated from field: string cgroup_v2_mount = 4;
+   */
+  cgroupV2Mount: string;
+
+  /**
+   * Ceilings this host can enforce: a subset of "cpu", "memory", "pids".
+   *
+   * @generated from field: repeated string controllers = 5;
+   */
+  controllers: string[];
+
+  /**
+   * One sentence per finding (why a facility is missing).
+   *
+   * @generated from field: repeated string notes = 6;
+   */
+  notes: string[];
+};
+
+/**
+ * Describes the message seraph.supervisor.v1.ContainmentFacilities.
+ * Use `create(ContainmentFacilitiesSchema)` to create a new message.
+ */
+export const ContainmentFacilitiesSchema: GenMessage<ContainmentFacilities> = /*@__PURE__*/
+  messageDesc(file_seraph_supervisor_v1_supervisor, 30);
 
 /**
  * @generated from enum seraph.supervisor.v1.Stream
