@@ -8,7 +8,7 @@ const okStatus = "SigIgn:\t0000000000000000\nSigCgt:\t0000000000000000\n";
 function fakeProc(overrides: Partial<ProcFs> = {}): ProcFs {
   return {
     listPids: () => [1, process.pid],
-    readStat: (pid) => ({ pid, comm: "node", state: "S", ppid: 1, pgrp: pid, session: pid, startTimeTicks: 5n }),
+    readStat: (pid) => ({ pid, comm: "node", state: "S", ppid: 1, pgrp: pid, session: pid, threads: 1, startTimeTicks: 5n }),
     readBootId: () => "4bf97e8a-fc4c-4b0b-9c08-64ccba3e447d",
     readSelfStatus: () => okStatus,
     ...overrides,

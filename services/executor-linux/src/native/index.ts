@@ -18,5 +18,5 @@ export {
   type WaitResult,
 } from "./native-system.js";
 export { createNativeSystem } from "./libc.js";
-export { createProcFs, isDeadState, parseProcStat, signalDisposition, type ProcFs, type ProcStat } from "./proc-fs.js";
+export { createProcFs, isDeadState, isExited, parseProcStat, signalDisposition, type ProcFs, type ProcStat } from "./proc-fs.js";
 export { facilityBlocker, probeFacilitiesInThisProcess, type FacilityProbe, type FacilityProbeDeps } from "./facility.js";

@@ -1,10 +1,10 @@
 import { describe, expect, test } from "vitest";
 import { decodeWaitStatus } from "./native-system.js";
-import { createProcFs, isDeadState, parseProcStat, signalDisposition } from "./proc-fs.js";
+import { createProcFs, isDeadState, isExited, parseProcStat, signalDisposition } from "./proc-fs.js";
 
 describe("parseProcStat", () => {
   test("takes the fixed fields after the LAST ')' even when comm contains ') ' and spaces", () => {
-    const fields = ["S", "4242", "4300", "4301", "0", "-1", "4194560", "1", "0", "0", "0", "5", "6", "0", "0", "20", "0", "1", "0", "987654321", "1000"];
+    const fields = ["S", "4242", "4300", "4301", "0", "-1", "4194560", "1", "0", "0", "0", "5", "6", "0", "0", "20", "0", "3", "0", "987654321", "1000"];
     const stat = parseProcStat(`1234 (evil) S 1 1 1 (x) ) ${fields.join(" ")}\n`);
     expect(stat.pid).toBe(1234);
     expect(stat.comm).toBe("evil) S 1 1 1 (x) ");
@@ -12,7 +12,15 @@ describe("parseProcStat", () => {
     expect(stat.ppid).toBe(4242);
     expect(stat.pgrp).toBe(4300);
     expect(stat.session).toBe(4301);
+    expect(stat.threads).toBe(3);
     expect(stat.startTimeTicks).toBe(987654321n);
+  });
+
+  test("isExited: a zombie leader with threads left is not exited; a zombie alone is", () => {
+    expect(isExited({ state: "Z", threads: 2 })).toBe(false);
+    expect(isExited({ state: "Z", threads: 1 })).toBe(true);
+    expect(isExited({ state: "X", threads: 1 })).toBe(true);
+    expect(isExited({ state: "S", threads: 1 })).toBe(false);
   });
 
   test("rejects truncated text", () => {

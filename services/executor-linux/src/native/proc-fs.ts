@@ -10,6 +10,11 @@ export interface ProcStat {
   readonly ppid: number;
   readonly pgrp: number;
   readonly session: number;
+  /**
+   * Field 20: threads in the thread group (the kernel's nr_threads). A leader that exited via
+   * SYS_exit while other threads run shows state Z here but a count above 1: the group is alive.
+   */
+  readonly threads: number;
   /** Field 22: start time in clock ticks since boot. */
   readonly startTimeTicks: bigint;
 }
@@ -26,9 +31,23 @@ export interface ProcFs {
   readSelfStatus(): string;
 }
 
-/** True for states in which a process has exited and only waits to be reaped. */
+/**
+ * True for states in which a task has exited. For a whole process use `isExited`: the state
+ * of /proc/<tgid>/stat is the leader's, and a leader can exit before its other threads.
+ */
 export function isDeadState(state: string): boolean {
   return state === "Z" || state === "X" || state === "x";
+}
+
+/**
+ * True when the whole thread group has exited and only waits to be reaped: a dead state AND
+ * no thread but the leader left. A zombie leader (`pthread_exit` in `main`, SYS_exit) whose
+ * other threads still run is alive — it can be signalled through the leader's pidfd (a
+ * process-directed signal such as SIGKILL reaches every thread) and is reapable only once the
+ * last thread is gone.
+ */
+export function isExited(stat: Pick<ProcStat, "state" | "threads">): boolean {
+  return isDeadState(stat.state) && stat.threads <= 1;
 }
 
 /**
@@ -55,6 +74,7 @@ export function parseProcStat(text: string): ProcStat {
     ppid: Number.parseInt(field(4), 10),
     pgrp: Number.parseInt(field(5), 10),
     session: Number.parseInt(field(6), 10),
+    threads: Number.parseInt(field(20), 10),
     startTimeTicks: BigInt(field(22)),
   };
 }

@@ -1,7 +1,7 @@
 // Real processes: descendants that try to escape the tree. Each scenario proves afterwards,
 // through /proc, that no process carrying its tag survives, and that a bystander started by
 // the test outside every tree was never touched.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Outcome, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
@@ -9,6 +9,7 @@ import { runToReceipt } from "./run-to-receipt.js";
 import {
   delay,
   facilityGate,
+  killTagged,
   liveTagged,
   newTag,
   processesTagged,
@@ -16,11 +17,28 @@ import {
   scenarioSpec,
   startBystander,
   writeNativeHelper,
+  writeZombieLeaderHelper,
   type Bystander,
   type ScenarioSpecOptions,
 } from "./test-kit.js";
 
 const skipReason = await facilityGate();
+
+/** Size of a heartbeat file (0 when it does not exist). */
+function sizeOf(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** Asserts that nothing appends to `path` any more: its size holds still for `ms`. */
+async function expectNoLateWrite(path: string, ms = 400): Promise<void> {
+  const before = sizeOf(path);
+  await delay(ms);
+  expect(sizeOf(path)).toBe(before);
+}
 
 async function runScenario(options: Omit<ScenarioSpecOptions, "tag"> & { tag?: string }): Promise<{ receipt: Receipt; tag: string; runDir: string }> {
   const tag = options.tag ?? newTag();
@@ -185,6 +203,49 @@ describe.skipIf(skipReason !== undefined)("supervisor: escaping descendants", ()
     expect(receipt.cleanup?.rounds).toBeGreaterThanOrEqual(2);
     expect(receipt.cleanup?.signalledKill).toBeGreaterThan(1);
     expectProvedClean(receipt, tag);
+  });
+
+  // pthread_exit in main (SYS_exit of the leader) while a thread runs: /proc/<tgid>/stat says Z,
+  // yet the thread group is alive, cannot be reaped, and must be signalled and reaped.
+  test.concurrent("a detached thread group whose leader exited (zombie leader, live thread) is rejected, killed and reaped", async () => {
+    const tag = newTag();
+    const spec = scenarioSpec({ tag, commands: [{ script: "true" }] });
+    const helper = writeZombieLeaderHelper(spec.runDir);
+    const heartbeat = join(spec.runDir, "heartbeat");
+    spec.commands[0]!.argv = ["/bin/sh", "-c", `/usr/bin/python3 "${helper}" "${heartbeat}" & sleep 0.6; echo detached`, tag];
+    try {
+      const receipt = await runToReceipt(spec);
+      expect(receipt.outcome).toBe(Outcome.REJECTED_LEFTOVER_DESCENDANTS);
+      expect(receipt.reason).toBe("leftover_descendants");
+      expect(receipt.leftoverDescendants).toBe(1);
+      expect(receipt.cleanup?.signalledTerm).toBeGreaterThanOrEqual(1);
+      // The worker ran after its leader had exited (the leader exits 0.1 s in, the shell waits 0.6 s).
+      expect(readFileSync(heartbeat, "utf8").split("\n").length).toBeGreaterThan(5);
+      expectProvedClean(receipt, tag);
+      await expectNoLateWrite(heartbeat);
+    } finally {
+      await killTagged(tag);
+    }
+  });
+
+  test.concurrent("a direct command whose leader exited while a thread runs times out and is killed and reaped", async () => {
+    const tag = newTag();
+    const spec = scenarioSpec({ tag, deadlineMs: 3000, graceMs: 300, reserveMs: 1200, commands: [{ script: "true" }] });
+    const helper = writeZombieLeaderHelper(spec.runDir);
+    const heartbeat = join(spec.runDir, "heartbeat");
+    spec.commands[0]!.argv = ["/usr/bin/python3", helper, heartbeat];
+    try {
+      const receipt = await runToReceipt(spec);
+      // The group stays alive after its leader's SYS_exit, so the command runs into its deadline.
+      expect(receipt.outcome).toBe(Outcome.TIMED_OUT);
+      expect(receipt.reason).toBe("deadline");
+      expect(receipt.commands[0]?.stdout?.bytes).toBe(BigInt("leader exiting\n".length));
+      expect(receipt.cleanup?.signalledTerm).toBeGreaterThanOrEqual(1);
+      expectProvedClean(receipt, tag);
+      await expectNoLateWrite(heartbeat);
+    } finally {
+      await killTagged(tag);
+    }
   });
 
   test.concurrent("a clean command succeeds with nothing to clean", async () => {

@@ -2,19 +2,21 @@
 // signal a process whose pid no longer matches the recorded start time.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { afterAll, describe, expect, test } from "vitest";
 import { OutcomeSchema, Outcome, OwnerMarkerSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createNativeSystem } from "../native/libc.js";
 import { Signal } from "../native/native-system.js";
-import { createProcFs } from "../native/proc-fs.js";
+import { createProcFs, isExited } from "../native/proc-fs.js";
+import { checkIdentity } from "../supervisor/identity.js";
 import { journalFileName } from "../supervisor/run-dir.js";
 import { signalVerified } from "../supervisor/signaller.js";
 import { verifySupervisorIdentity } from "./identity.js";
 import { launchSupervisor } from "./launch.js";
-import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, waitFor } from "./test-kit.js";
+import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, waitFor, writeZombieLeaderHelper } from "./test-kit.js";
 
 const skipReason = await facilityGate();
 const MiB = 1024 * 1024;
@@ -110,6 +112,37 @@ describe.skipIf(skipReason !== undefined)("supervisor output and identity", () =
     expect(signalVerified(native, proc, { pid, startTimeTicks: real }, [Signal.SIGKILL]).kind).toBe("signalled");
     expect(await exited).toBe("SIGKILL");
     expect(signalVerified(native, proc, { pid, startTimeTicks: real }, [Signal.SIGKILL]).kind).toBe("gone");
+  });
+
+  test("a zombie leader (SYS_exit in main, thread running): alive by identity, refused on a wrong start time, killed through its pidfd", async () => {
+    const native = createNativeSystem();
+    const proc = createProcFs();
+    const bootId = proc.readBootId();
+    const dir = mkdtempSync(join(tmpdir(), "sxz-"));
+    const tag = newTag();
+    const child = spawn("/usr/bin/python3", [writeZombieLeaderHelper(dir), join(dir, "heartbeat")], { stdio: "ignore", env: { SERAPH_SCENARIO: tag } });
+    const exited = new Promise<string | null>((r) => child.once("exit", (_code, signal) => r(signal)));
+    const pid = child.pid ?? -1;
+    try {
+      expect(await waitFor(() => proc.readStat(pid)?.state === "Z", 5000)).toBe(true);
+      const stat = proc.readStat(pid);
+      expect(stat?.threads).toBe(2);
+      expect(stat !== undefined && isExited(stat)).toBe(false);
+      const start = stat?.startTimeTicks ?? 0n;
+      // Its own environ reads empty; the live thread's still carries the tag.
+      expect(processesTagged(tag).map((p) => [p.pid, p.state])).toEqual([[pid, "Z"]]);
+      expect(checkIdentity(proc, { pid, startTimeTicks: start, bootId }, bootId)).toBe("alive");
+      expect(checkIdentity(proc, { pid, startTimeTicks: start + 1n, bootId }, bootId)).toBe("reused");
+      expect(signalVerified(native, proc, { pid, startTimeTicks: start + 1n }, [Signal.SIGKILL]).kind).toBe("refused");
+      await new Promise((r) => setTimeout(r, 100));
+      expect(proc.readStat(pid)?.threads).toBe(2);
+      // SIGKILL to the leader's pidfd reaches the whole group.
+      expect(signalVerified(native, proc, { pid, startTimeTicks: start }, [Signal.SIGKILL]).kind).toBe("signalled");
+      expect(await exited).toBe("SIGKILL");
+    } finally {
+      child.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test("verifySupervisorIdentity: alive, reused, other_boot, gone", async () => {

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { SupervisorSpecSchema, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createProcFs } from "../native/proc-fs.js";
-import { isDeadState } from "../native/proc-fs.js";
+import { isExited } from "../native/proc-fs.js";
 import { readFacilityReport } from "./facility.js";
 import { defaultSupervisorEntry } from "./paths.js";
 
@@ -97,6 +97,7 @@ export function scenarioSpec(o: ScenarioSpecOptions): SupervisorSpec {
 export interface TaggedProcess {
   readonly pid: number;
   readonly state: string;
+  readonly threads: number;
   readonly comm: string;
 }
 
@@ -111,23 +112,88 @@ export function processesTagged(tag: string): TaggedProcess[] {
     if (!/^\d+$/.test(name)) continue;
     const pid = Number(name);
     if (pid === process.pid) continue;
-    let text: string;
-    try {
-      text = readFileSync(`/proc/${pid}/environ`, "latin1") + readFileSync(`/proc/${pid}/cmdline`, "latin1");
-    } catch {
-      continue;
-    }
-    if (!text.includes(tag)) continue;
+    if (!taskCarries(pid, tag)) continue;
     const stat = proc.readStat(pid);
     if (stat === undefined) continue;
-    found.push({ pid, state: stat.state, comm: stat.comm });
+    found.push({ pid, state: stat.state, threads: stat.threads, comm: stat.comm });
   }
   return found;
 }
 
-/** Tagged processes that have not exited (zombies excluded). */
+/** The environment + argv of /proc/<path>, or "" when unreadable (gone, kernel thread, zombie). */
+function environAndCmdline(path: string): string {
+  try {
+    return readFileSync(`${path}/environ`, "latin1") + readFileSync(`${path}/cmdline`, "latin1");
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * Whether process `pid` carries `tag`. A thread-group leader that exited (SYS_exit) while other
+ * threads run is a zombie whose own environ and cmdline read empty; its live threads still
+ * show them under /proc/<pid>/task/<tid>/, so those are read too.
+ */
+function taskCarries(pid: number, tag: string): boolean {
+  const own = environAndCmdline(`/proc/${pid}`);
+  if (own.includes(tag)) return true;
+  if (own.length > 0) return false;
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return false;
+  }
+  return tids.some((tid) => tid !== String(pid) && environAndCmdline(`/proc/${pid}/task/${tid}`).includes(tag));
+}
+
+/**
+ * SIGKILLs every process carrying `tag`, by pid (each found by its tag, i.e. started by this
+ * test), and waits up to `timeoutMs` until none is left alive. For a test's own cleanup after
+ * a failure; a passing scenario leaves nothing to kill.
+ */
+export async function killTagged(tag: string, timeoutMs = 5000): Promise<void> {
+  for (const p of processesTagged(tag)) {
+    try {
+      process.kill(p.pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+  await waitFor(() => liveTagged(tag).length === 0, timeoutMs);
+}
+
+/**
+ * Writes a scenario helper (python3; ctypes releases the GIL around the call) whose main thread
+ * starts a worker thread and then ends with the raw SYS_exit syscall — what `pthread_exit` in
+ * `main` does in C: the thread-group leader becomes a zombie (`Z` in /proc/<tgid>/stat) while
+ * the worker runs on. The worker appends a line to the file in argv[1] every 50 ms, forever.
+ * Returns the script's path (run it as `python3 <path> <heartbeat-file>`).
+ */
+export function writeZombieLeaderHelper(dir: string): string {
+  const path = join(dir, "zombie-leader.py");
+  writeFileSync(
+    path,
+    `import ctypes, sys, threading, time
+heartbeat = sys.argv[1]
+def worker():
+    while True:
+        with open(heartbeat, "a") as f:
+            f.write("beat\\n")
+        time.sleep(0.05)
+threading.Thread(target=worker).start()
+time.sleep(0.1)
+sys.stdout.write("leader exiting\\n")
+sys.stdout.flush()
+ctypes.CDLL(None, use_errno=True).syscall(60, 0)  # SYS_exit: this thread only
+`,
+  );
+  return path;
+}
+
+/** Tagged processes that have not exited (zombies excluded; zombie leaders with threads included). */
 export function liveTagged(tag: string): TaggedProcess[] {
-  return processesTagged(tag).filter((p) => !isDeadState(p.state));
+  return processesTagged(tag).filter((p) => !isExited(p));
 }
 
 /** A process the test started outside every supervisor tree; it must survive. */
@@ -161,7 +227,7 @@ export async function startBystander(tag: string): Promise<Bystander> {
     startTimeTicks,
     alive() {
       const s = proc.readStat(pid);
-      return s !== undefined && s.startTimeTicks === startTimeTicks && !isDeadState(s.state);
+      return s !== undefined && s.startTimeTicks === startTimeTicks && !isExited(s);
     },
     async stop() {
       child.kill("SIGKILL");

@@ -12,6 +12,8 @@ interface FakeProc {
   ppid: number;
   start: bigint;
   state: "S" | "T" | "Z" | "D";
+  /** Threads in the group; a "Z" leader with more than 1 is a zombie leader whose threads run. */
+  threads: number;
   ignoresTerm: boolean;
   pendingTerm: boolean;
   forks: boolean;
@@ -30,12 +32,13 @@ class FakeKernel {
   #clock = 1n;
   now = 0;
 
-  add(ppid: number, o: Partial<Pick<FakeProc, "state" | "ignoresTerm" | "forks" | "pid">> = {}): FakeProc {
+  add(ppid: number, o: Partial<Pick<FakeProc, "state" | "threads" | "ignoresTerm" | "forks" | "pid">> = {}): FakeProc {
     const p: FakeProc = {
       pid: o.pid ?? this.#nextPid++,
       ppid,
       start: this.#clock++,
       state: o.state ?? "S",
+      threads: o.threads ?? 1,
       ignoresTerm: o.ignoresTerm ?? false,
       pendingTerm: false,
       forks: o.forks ?? false,
@@ -52,6 +55,7 @@ class FakeKernel {
 
   #die(p: FakeProc): void {
     p.state = "Z";
+    p.threads = 1;
     // Orphans (live or zombie) reparent to the subreaper root.
     for (const c of this.procs.values()) if (c.ppid === p.pid) c.ppid = ROOT;
     // Non-root parents in this simulation never reap: their zombies wait for reparenting.
@@ -59,6 +63,11 @@ class FakeKernel {
 
   #apply(p: FakeProc, signal: number): void {
     this.delivered.push({ pid: p.pid, start: p.start, signal });
+    // A process-directed signal to a zombie leader reaches its live threads (the group dies).
+    if (p.state === "Z" && p.threads > 1 && (signal === Signal.SIGKILL || (signal === Signal.SIGTERM && !p.ignoresTerm))) {
+      this.#die(p);
+      return;
+    }
     if (p.state === "Z") return;
     if (signal === Signal.SIGKILL && p.state !== "D") this.#die(p);
     else if (signal === Signal.SIGTERM && !p.ignoresTerm) {
@@ -99,7 +108,8 @@ class FakeKernel {
       close: (fd) => void this.fds.delete(fd),
       waitAny: (): WaitResult => {
         const children = [...this.procs.values()].filter((p) => p.ppid === ROOT);
-        const zombie = children.find((p) => p.state === "Z");
+        // A zombie leader is reapable only once its last other thread is gone.
+        const zombie = children.find((p) => p.state === "Z" && p.threads <= 1);
         if (zombie !== undefined) {
           this.procs.delete(zombie.pid);
           return { kind: "reaped", pid: zombie.pid, status: { kind: "signaled", signal: 9, coreDumped: false } };
@@ -120,7 +130,7 @@ class FakeKernel {
         const p = this.procs.get(pid);
         return p === undefined
           ? undefined
-          : { pid, comm: "fake", state: p.state, ppid: p.ppid, pgrp: pid, session: pid, startTimeTicks: p.start };
+          : { pid, comm: "fake", state: p.state, ppid: p.ppid, pgrp: pid, session: pid, threads: p.threads, startTimeTicks: p.start };
       },
       readBootId: () => "boot",
       readSelfStatus: () => "",
@@ -247,6 +257,45 @@ describe("runCleanup (simulated kernel)", () => {
     const r = await run(k, { graceMs: 10_000, budgetMs: 500, killMarginMs: 200 });
     expect(r.echild).toBe(true);
     expect(k.now).toBeLessThan(500);
+  });
+
+  test("a zombie leader whose threads run is live: signalled through its pidfd and reaped", async () => {
+    const k = new FakeKernel();
+    const leader = k.add(ROOT, { state: "Z", threads: 3 });
+    const plainZombie = k.add(ROOT, { state: "Z" });
+    const r = await run(k, { graceMs: 100, budgetMs: 2000 });
+    expect(r.echild).toBe(true);
+    expect(r.signalledTerm).toBe(1);
+    expect(k.delivered.filter((d) => d.pid === leader.pid).map((d) => d.signal)).toEqual([Signal.SIGTERM, Signal.SIGCONT]);
+    // An exited process (no threads left) is only reaped, never signalled.
+    expect(k.delivered.some((d) => d.pid === plainZombie.pid)).toBe(false);
+  });
+
+  test("a zombie leader that ignores SIGTERM gets SIGKILL after the grace", async () => {
+    const k = new FakeKernel();
+    const leader = k.add(ROOT, { state: "Z", threads: 2, ignoresTerm: true });
+    const r = await run(k, { graceMs: 100, budgetMs: 2000 });
+    expect(r.echild).toBe(true);
+    expect(r.signalledKill).toBe(1);
+    expect(k.delivered.filter((d) => d.signal === Signal.SIGKILL).map((d) => d.pid)).toEqual([leader.pid]);
+  });
+
+  test("a zombie leader whose pid was reused after an earlier scan is refused, never signalled", async () => {
+    const k = new FakeKernel();
+    const leader = k.add(ROOT, { state: "Z", threads: 2 });
+    const earlierScan = [k.proc().readStat(leader.pid)].filter((s): s is ProcStat => s !== undefined);
+    let reused: FakeProc | undefined;
+    k.onPidfdOpen = (pid) => {
+      if (pid !== leader.pid || reused !== undefined) return;
+      // The group ends and is reaped by someone else; an unrelated process gets the pid.
+      k.procs.delete(leader.pid);
+      reused = k.add(1, { pid: leader.pid });
+    };
+    const r = await run(k, { graceMs: 50, budgetMs: 1000, initialScan: earlierScan });
+    expect(r.echild).toBe(true);
+    expect(r.identityRefusals).toBe(1);
+    expect(k.delivered.some((d) => d.pid === leader.pid)).toBe(false);
+    expect(k.procs.get(leader.pid)?.state).toBe("S");
   });
 
   test("nothing to clean: ECHILD at once, no scan needed", async () => {

@@ -1,7 +1,7 @@
 import type { NativeSystem } from "../native/native-system.js";
 import { Signal } from "../native/native-system.js";
 import type { ProcFs, ProcStat } from "../native/proc-fs.js";
-import { isDeadState } from "../native/proc-fs.js";
+import { isExited } from "../native/proc-fs.js";
 import { scanTreeWithPidfds, type OpenedDescendant, type PidfdScan } from "./pidfd-scan.js";
 import type { DescendantLedger } from "./process-tree.js";
 import type { Reaper } from "./reaper.js";
@@ -124,7 +124,8 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
       deps.ledger.note(entries.map((e) => e.stat));
     }
     const rescanMs = Math.max(minRescanMs, 2 * lastScanMs);
-    const live = entries.filter((e) => !isDeadState(e.stat.state));
+    // A zombie leader whose other threads run is live: it is signalled through its own pidfd.
+    const live = entries.filter((e) => !isExited(e.stat));
     // Every pidfd of this round is closed before any await: fds never pile up across rounds.
     const send = (e: OpenedDescendant, signals: readonly number[]): SignalOutcome =>
       e.pidfd !== undefined ? signalOpenedPidfd(native, e.pidfd, signals) : signalVerified(native, proc, e.stat, signals);

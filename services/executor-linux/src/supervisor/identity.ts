@@ -1,5 +1,5 @@
 import type { ProcFs } from "../native/proc-fs.js";
-import { isDeadState } from "../native/proc-fs.js";
+import { isExited } from "../native/proc-fs.js";
 
 /** A process identity: pid + start time (clock ticks since boot) + boot id. */
 export interface Identity {
@@ -20,13 +20,13 @@ export function readIdentity(proc: ProcFs, pid: number, bootId: string): Identit
 
 /**
  * Compares a stored identity with the process that holds its pid now. A zombie counts as
- * gone (it has exited). A different boot id means the host rebooted: the pid is meaningless.
+ * gone (it has exited) unless it is a leader whose other threads still run. A different boot id means the host rebooted: the pid is meaningless.
  */
 export function checkIdentity(proc: ProcFs, identity: Identity, currentBootId: string): IdentityVerdict {
   if (identity.bootId !== currentBootId) return "other_boot";
   const stat = proc.readStat(identity.pid);
   if (stat === undefined) return "gone";
   if (stat.startTimeTicks !== identity.startTimeTicks) return "reused";
-  if (isDeadState(stat.state)) return "gone";
+  if (isExited(stat)) return "gone";
   return "alive";
 }

@@ -1,12 +1,12 @@
 import type { ProcFs, ProcStat } from "../native/proc-fs.js";
-import { isDeadState } from "../native/proc-fs.js";
+import { isExited } from "../native/proc-fs.js";
 
 /**
  * Every descendant of `rootPid` among `stats` (one /proc scan), by a walk of the ppid tree.
  * This finds processes that called setsid, changed process group, closed their pipes, stopped
  * themselves or became subreapers (their orphans reparent to them, still inside the tree);
  * orphans of everything else reparent to the root, which is a subreaper. Zombies are included
- * (check `isDeadState`). The root itself is not.
+ * (check `isExited`). The root itself is not.
  */
 export function descendantsOf(stats: readonly ProcStat[], rootPid: number): ProcStat[] {
   const children = new Map<number, ProcStat[]>();
@@ -40,9 +40,9 @@ export function findDescendants(proc: ProcFs, rootPid: number): ProcStat[] {
   return descendantsOf(stats, rootPid);
 }
 
-/** The descendants that have not exited (not zombies). */
+/** The descendants that have not exited: not zombies, or zombie leaders with threads left. */
 export function liveOnly(descendants: readonly ProcStat[]): ProcStat[] {
-  return descendants.filter((d) => !isDeadState(d.state));
+  return descendants.filter((d) => !isExited(d));
 }
 
 /** Counts distinct processes (pid + start time) seen in the tree over the whole job. */
