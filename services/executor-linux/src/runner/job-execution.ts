@@ -575,7 +575,17 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
  * UNKNOWN (`unknown_supervisor_lost`, slot held, no replay). Without a recorded marker the start
  * token was never given: any supervisor found is cancelled and the job rejected.
  */
-export async function adoptClaimed(deps: ExecutionDeps, active: ActiveJob, job: Job, bundle: ExecutionBundle, claimFence: bigint): Promise<void> {
+export async function adoptClaimed(
+  deps: ExecutionDeps,
+  active: ActiveJob,
+  job: Job,
+  bundle: ExecutionBundle,
+  claimFence: bigint,
+  unstarted: { readonly outcome: string; readonly message: string } = {
+    outcome: "executor_restarted_before_start",
+    message: "the executor restarted before the start token was given; nothing ran",
+  },
+): Promise<void> {
   const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt, fence: active.fence, adopted: true });
   const wallMs = limitValues(bundle.inspection?.limits ?? bundle.limits ?? ({} as never)).wall_ms || 180_000;
   // The attempt's private directory is named by the fence it was claimed with; every write
@@ -584,7 +594,7 @@ export async function adoptClaimed(deps: ExecutionDeps, active: ActiveJob, job: 
   const names = (bundle.inspection?.steps ?? []).map((s) => s.name);
   const marker = job.marker;
   if (!marker) {
-    await abandonUnstarted(ctx, names);
+    await abandonUnstarted(ctx, unstarted);
     return;
   }
   const verdict = await verdictFor(ctx, marker);
@@ -635,7 +645,7 @@ export async function adoptClaimed(deps: ExecutionDeps, active: ActiveJob, job: 
 }
 
 /** A claimed attempt whose start token was never given: cancel whatever supervisor exists, then reject. */
-async function abandonUnstarted(ctx: Ctx, names: readonly string[]): Promise<void> {
+async function abandonUnstarted(ctx: Ctx, why: { readonly outcome: string; readonly message: string }): Promise<void> {
   let receipt: Receipt | undefined;
   const stageDir = stageDirOf(ctx.base);
   const runDirs = (await readdir(stageDir).catch(() => [] as string[])).filter((n) => n.startsWith("run-")).map((n) => join(stageDir, n));
@@ -656,11 +666,10 @@ async function abandonUnstarted(ctx: Ctx, names: readonly string[]): Promise<voi
     }
     receipt ??= (await readReceiptFile(runDir, marker))?.receipt;
   }
-  void names;
   await complete(ctx, {
     state: JobState.REJECTED,
-    outcome: "executor_restarted_before_start",
-    message: "the executor restarted before the start token was given; nothing ran",
+    outcome: why.outcome,
+    message: why.message,
     receipt: receipt?.echildObserved ? receipt : undefined,
   });
 }

@@ -1,8 +1,13 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 
-/** Codes after which a jobs-service call may be repeated (every call the runner makes is idempotent). */
-const TRANSIENT = new Set<Code>([Code.Unavailable, Code.Internal, Code.Unknown, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted]);
+/**
+ * Codes after which a jobs-service call may be repeated (every call the runner makes is
+ * idempotent). `Canceled` is what a client sees when the replica serving its RPC dies ("http/2
+ * stream closed with error code CANCEL"): a transport failure, not an answer. The runner's own
+ * stop is checked before every attempt, so a cancellation it caused is never retried.
+ */
+const TRANSIENT = new Set<Code>([Code.Canceled, Code.Unavailable, Code.Internal, Code.Unknown, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted]);
 
 /**
  * The runner is stopping: the job is left to its supervisor and re-adopted by the next

@@ -6,13 +6,19 @@ import { CancelJobResponseSchema, type ExecutorService } from "@seraph/proto/ser
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Phase } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
-import { DetachedError, reasonOf } from "./retry.js";
+import { DetachedError, reasonOf, retrying } from "./retry.js";
 
 /** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
 export interface RunnerDeps
   extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilitiesOk" | "supervisorEntry" | "repositoryRoots"> {
   readonly signals: Signals;
 }
+
+/**
+ * How long a claim or adoption call is retried across transport failures (a jobs replica dying
+ * or restarting) before the attempt is left to the next poll; well inside the job's deadline.
+ */
+const CLAIM_RETRY_MS = 30_000;
 
 /** The running job runner of one executor process. */
 export interface Runner {
@@ -39,6 +45,8 @@ export function startRunner(deps: RunnerDeps): Runner {
   const active = new Map<string, ActiveJob>();
   const tasks = new Set<Promise<void>>();
   const lateChecked = new Set<string>();
+  // Why this incarnation's own execution of a job ended early (for the job's outcome message).
+  const failures = new Map<string, string>();
   // Assigned below; signals and passes only call wake() after it exists.
   let loop: PollLoop | undefined;
   const wake = () => loop?.wake();
@@ -60,7 +68,10 @@ export function startRunner(deps: RunnerDeps): Runner {
     const p = work(a)
       .catch((err: unknown) => {
         if (err instanceof DetachedError) log.info({ jobId }, "runner stopping: job left to its supervisor for re-adoption");
-        else log.error({ err, jobId }, "job execution failed; the next poll re-examines it");
+        else {
+          failures.set(jobId, err instanceof Error ? err.message.slice(0, 500) : String(err));
+          log.error({ err, jobId }, "job execution failed; the next poll re-examines it");
+        }
       })
       .finally(() => {
         active.delete(jobId);
@@ -76,16 +87,14 @@ export function startRunner(deps: RunnerDeps): Runner {
       job.id,
       async (act) => {
         const claimedAt = Date.now();
-        let res;
-        try {
-          res = await deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId });
-        } catch (err) {
-          if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) {
-            log.info({ jobId: job.id, reason: reasonOf(err) }, "claim lost");
-            return;
-          }
-          throw err;
+        const answer = await decided(log, "ClaimJob", () =>
+          deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId }),
+        );
+        if ("lost" in answer) {
+          log.info({ jobId: job.id, reason: answer.lost }, "claim lost");
+          return;
         }
+        const res = answer.res;
         if (res.job?.state !== JobState.PREPARING || !res.bundle) {
           log.info({ jobId: job.id, state: res.job ? JobState[res.job.state] : "?", outcome: res.job?.outcome }, "claimed job was not admitted");
           return;
@@ -99,7 +108,12 @@ export function startRunner(deps: RunnerDeps): Runner {
     );
   };
 
-  const adopt = (job: Job) => {
+  /**
+   * Re-adopts a claimed attempt that no task of this process is driving. `own` says the attempt
+   * is claimed by this very incarnation (its earlier task ended with an error), told by the
+   * incarnation id the jobs service records, not by the failure of any call.
+   */
+  const adopt = (job: Job, own: boolean) => {
     const a: ActiveJob = { jobId: job.id, attempt: job.attempt, fence: job.fence, cancel: new CancelLatch(), connection: undefined };
     if (job.cancelRequested) a.cancel.trigger("cancellation requested");
     track(
@@ -108,27 +122,30 @@ export function startRunner(deps: RunnerDeps): Runner {
         // AdoptJob by this node's current incarnation takes a NEW fence for the attempt, by
         // compare-and-set on the fence and owner marker read here; from then on the superseded
         // incarnation's writes are refused (stale_fence). A lost race is re-read on the next poll.
-        let res;
-        try {
-          res = await deps.jobs.adoptJob({
+        const answer = await decided(log, "AdoptJob", () =>
+          deps.jobs.adoptJob({
             jobId: job.id,
             nodeId: deps.identity.nodeId,
             incarnationId: deps.identity.incarnationId,
             expectedFence: job.fence,
             expectedMarker: job.marker,
-          });
-        } catch (err) {
-          if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) {
-            log.info({ jobId: job.id, reason: reasonOf(err) }, "adoption lost");
-            return;
-          }
-          throw err;
+          }),
+        );
+        if ("lost" in answer) {
+          log.info({ jobId: job.id, reason: answer.lost }, "adoption lost");
+          return;
         }
+        const res = answer.res;
         if (!res.job || !res.bundle) return;
         const adopted: ActiveJob = { ...act, fence: res.fence };
         active.set(job.id, adopted);
         if (res.job.cancelRequested) adopted.cancel.trigger("cancellation requested");
-        await adoptClaimed(exec, adopted, res.job, res.bundle, res.claimFence);
+        // This incarnation's own claim whose execution ended early is not a restart: an
+        // unstarted attempt is rejected with the failure that ended it, never as
+        // executor_restarted_before_start.
+        const failure = own ? failures.get(job.id) : undefined;
+        failures.delete(job.id);
+        await adoptClaimed(exec, adopted, res.job, res.bundle, res.claimFence, own ? { outcome: "executor_execution_failed", message: `this executor's execution of the attempt ended before the start token: ${failure ?? "unknown error"}; nothing ran` } : undefined);
       },
       a,
     );
@@ -144,7 +161,7 @@ export function startRunner(deps: RunnerDeps): Runner {
       }
       if (isStopped()) return;
       if (job.state === JobState.RESERVED) claim(job);
-      else if (job.state === JobState.PREPARING || job.state === JobState.STARTING || job.state === JobState.RUNNING) adopt(job);
+      else if (job.state === JobState.PREPARING || job.state === JobState.STARTING || job.state === JobState.RUNNING) adopt(job, job.incarnationId === deps.identity.incarnationId);
       else if (job.state === JobState.UNKNOWN && !lateChecked.has(job.id)) {
         // Re-checked on every poll until the supervisor's receipt shows up (it may still be
         // running when contact was lost); a stored receipt is recorded once.
@@ -187,4 +204,21 @@ export function startRunner(deps: RunnerDeps): Runner {
       await Promise.race([Promise.allSettled([...tasks]), new Promise((r) => setTimeout(r, 5000).unref())]);
     },
   };
+}
+
+/**
+ * Calls a claim or adoption RPC, retrying transport failures (a jobs replica dying, restarting
+ * or unreachable) for up to {@link CLAIM_RETRY_MS}; both RPCs are idempotent for the calling
+ * incarnation. ABORTED and FAILED_PRECONDITION are the service's decision (another claim won, the
+ * job moved on) and end the attempt as `lost` with the reason code.
+ */
+async function decided<T>(log: RunnerDeps["log"], what: string, fn: () => Promise<T>): Promise<{ res: T } | { lost: string }> {
+  return retrying(log, what, async () => {
+    try {
+      return { res: await fn() };
+    } catch (err) {
+      if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) return { lost: reasonOf(err) ?? Code[err.code] };
+      throw err;
+    }
+  }, Date.now() + CLAIM_RETRY_MS);
 }

@@ -49,6 +49,7 @@ export function toJobProto(row: JobRow, slot: SlotRow | undefined, artifacts: re
     ownerId: row.owner_id,
     rootId: row.root_id,
     approvalId: row.approval_id,
+    incarnationId: row.incarnation_id ?? "",
     state: jobStateToProto(row.state),
     outcome: row.outcome,
     outcomeMessage: row.outcome_message,
