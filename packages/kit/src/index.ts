@@ -42,4 +42,4 @@ export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";
 export { createLocalSignals, createNatsSignals, createDeferredSignals, subjectMatches } from "./signals.js";
-export type { Signals, SignalMessage } from "./signals.js";
+export type { Signals, SignalMessage, SubscribeOptions } from "./signals.js";

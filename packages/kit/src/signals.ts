@@ -14,12 +14,22 @@ export interface SignalMessage {
 export interface Signals {
   /** Publishes; never throws (a failed publish is logged and left to polling). */
   publish(subject: string, data: Uint8Array): void;
-  /** Subscribes to a subject pattern (`*` one token, `>` the rest); returns an unsubscribe. */
-  subscribe(subject: string, handler: (msg: SignalMessage) => void): () => void;
+  /**
+   * Subscribes to a subject pattern (`*` one token, `>` the rest); returns an unsubscribe. With
+   * `queue`, subscribers of the same queue group across processes share the messages (each
+   * message reaches one of them); in-process signals have one process and deliver to each.
+   */
+  subscribe(subject: string, handler: (msg: SignalMessage) => void, options?: SubscribeOptions): () => void;
   /** The NATS connection, when there is one (operator services use it). */
   readonly nats: NatsConnection | undefined;
   /** Drains (NATS) and stops delivering. */
   close(): Promise<void>;
+}
+
+/** Options of {@link Signals.subscribe}. */
+export interface SubscribeOptions {
+  /** A NATS queue group name. */
+  readonly queue?: string;
 }
 
 /** Matches a NATS subject pattern against a subject. */
@@ -73,8 +83,8 @@ export async function createNatsSignals(url: string, name: string, log: Logger):
         log.warn({ err, subject }, "nats publish failed; waiters will poll");
       }
     },
-    subscribe(subject, handler) {
-      const sub = nc.subscribe(subject);
+    subscribe(subject, handler, options) {
+      const sub = nc.subscribe(subject, options?.queue ? { queue: options.queue } : {});
       void (async () => {
         for await (const m of sub) handler({ subject: m.subject, data: m.data });
       })().catch((err) => log.warn({ err, subject }, "nats subscription ended"));
@@ -92,21 +102,21 @@ export async function createNatsSignals(url: string, name: string, log: Logger):
  */
 export function createDeferredSignals(): Signals & { attach(target: Signals): void } {
   let target: Signals | undefined;
-  const pending: { pattern: string; handler: (m: SignalMessage) => void; off?: () => void; cancelled: boolean }[] = [];
+  const pending: { pattern: string; handler: (m: SignalMessage) => void; options: SubscribeOptions | undefined; off?: () => void; cancelled: boolean }[] = [];
   return {
     get nats() {
       return target?.nats;
     },
     attach(t) {
       target = t;
-      for (const p of pending) if (!p.cancelled) p.off = t.subscribe(p.pattern, p.handler);
+      for (const p of pending) if (!p.cancelled) p.off = t.subscribe(p.pattern, p.handler, p.options);
     },
     publish(subject, data) {
       target?.publish(subject, data);
     },
-    subscribe(pattern, handler) {
-      if (target) return target.subscribe(pattern, handler);
-      const entry: (typeof pending)[number] = { pattern, handler, cancelled: false };
+    subscribe(pattern, handler, options) {
+      if (target) return target.subscribe(pattern, handler, options);
+      const entry: (typeof pending)[number] = { pattern, handler, options, cancelled: false };
       pending.push(entry);
       return () => {
         entry.cancelled = true;

@@ -16,5 +16,7 @@ export function loadJobsConfig(env: Readonly<Record<string, string | undefined>>
     // Heartbeat age after which a node gets no new reservations (3 × a 10 s heartbeat; 6 × the
     // executor's default 5 s). Its held slots stay held: only completion or recovery frees them.
     SERAPH_JOBS_NODE_STALE_MS: int(30_000, 1000, 3_600_000),
+    // Fair share: at most this many slots (reserved or held) per operator root at once; 0 = no cap.
+    SERAPH_JOBS_ROOT_MAX_SLOTS: int(0, 0, 100_000),
   });
 }

@@ -24,6 +24,7 @@ const jobs = await startJobs({
   log,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
   nodeStaleMs: config.SERAPH_JOBS_NODE_STALE_MS,
+  rootMaxSlots: config.SERAPH_JOBS_ROOT_MAX_SLOTS,
 });
 installShutdown(log, [
   { name: "stop accepting and drain RPCs", run: () => jobs.stop() },

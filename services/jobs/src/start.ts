@@ -32,6 +32,8 @@ export interface JobsRuntime {
    * reservations return to the queue (default 30 s, 6 × the executor's default heartbeat).
    */
   readonly nodeStaleMs?: number | undefined;
+  /** Fair share: at most this many slots (reserved or held) per operator root; 0 or unset = no cap. */
+  readonly rootMaxSlots?: number | undefined;
 }
 
 /** A running jobs service. */
@@ -58,7 +60,7 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     signal: rt.signal,
     prepare: () => migrateJobs(rt.db, rt.log),
   });
-  scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000, nodeStaleMs: core.nodeStaleMs });
+  scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000, nodeStaleMs: core.nodeStaleMs, rootMaxSlots: rt.rootMaxSlots ?? 0 });
   if (rt.signals.nats) operator = startOperatorService(rt.signals.nats, core, rt.log.child({ component: "operator" }));
   return {
     ...booted,

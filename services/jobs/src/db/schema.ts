@@ -70,6 +70,11 @@ export interface JobsDatabase {
     /** Set on a re-adoption: the fence this attempt row superseded (null for the first claim). */
     adopted_from_fence: ColumnType<string | null, string | number | bigint | null | undefined, string | number | bigint | null>;
   };
+  /** Fair share: when each operator root last had a slot reserved (the tie-break among equals). */
+  root_shares: {
+    root_id: string;
+    last_reserved_at: Timestamp;
+  };
   artifacts: {
     id: string;
     job_id: string;

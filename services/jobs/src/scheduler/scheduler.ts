@@ -23,7 +23,16 @@ export interface SchedulerOptions {
   readonly pollMs: number;
   /** A node whose heartbeat is older than this gets no reservations (default 30 s). */
   readonly nodeStaleMs?: number;
+  /** At most this many slots per operator root at once (0 = no cap). */
+  readonly rootMaxSlots?: number;
 }
+
+/**
+ * The NATS queue group of the schedulers' `seraph.work.queued` subscription: each wake-up reaches
+ * one replica, not all of them (the enqueuing replica also wakes its own loop, and every replica
+ * still polls), so a burst of EnqueueJob calls does not run a pass on every replica per job.
+ */
+export const SCHEDULER_QUEUE_GROUP = "seraph-scheduler";
 
 /**
  * Starts the loop: each pass first returns reservations on nodes whose heartbeat went stale to
@@ -33,6 +42,7 @@ export interface SchedulerOptions {
  */
 export function startScheduler(o: SchedulerOptions): Scheduler {
   const staleMs = o.nodeStaleMs ?? DEFAULT_NODE_STALE_MS;
+  const policy = { staleMs, rootMaxSlots: o.rootMaxSlots ?? 0 };
   const loop = startPollLoop({
     pollMs: o.pollMs,
     onError: (err, failures) => {
@@ -51,7 +61,7 @@ export function startScheduler(o: SchedulerOptions): Scheduler {
       }
       for (;;) {
         if (loop.stopped) break;
-        const r = await reserveOne(o.db, staleMs);
+        const r = await reserveOne(o.db, policy);
         if (!r) break;
         o.log.info({ jobId: r.job.id, attempt: r.job.attempt, nodeId: r.slot.node_id, slot: r.slot.slot_index }, "slot reserved");
         const changes = noChanges();
@@ -62,7 +72,7 @@ export function startScheduler(o: SchedulerOptions): Scheduler {
       }
     },
   });
-  const off = o.signals.subscribe(Subjects.workQueued, () => loop.wake());
+  const off = o.signals.subscribe(Subjects.workQueued, () => loop.wake(), { queue: SCHEDULER_QUEUE_GROUP });
   return {
     wake: () => loop.wake(),
     async stop() {
