@@ -1,7 +1,3 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
 import { newId } from "@seraph/kit";
 import { testPostgresUrl } from "@seraph/kit/testing";
@@ -10,8 +6,8 @@ import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { bundleFor, pollUntil, processesUnder, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
-import { freePort } from "./harness/ports.js";
+import { bundleFor, processesUnder, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 
 /**
  * Faults around durable execution: NATS gone while work is scheduled (polling alone must run
@@ -19,61 +15,30 @@ import { freePort } from "./harness/ports.js";
  * and two executor nodes with one slot each (a node never runs more than its slots, never
  * another node's repository).
  *
- * NATS: this file starts its own nats-server (never the machine's shared one) and kills it by pid.
+ * NATS: this file starts its own authenticated nats-server (never the machine's shared one) and
+ * kills it by pid.
  * PostgreSQL: the shared server is never restarted; instead every backend connected to this
  * file's private test database is terminated with pg_terminate_backend, repeatedly, while a job
  * runs. To the jobs service that is indistinguishable from a server restart (every pooled and
  * in-flight connection dies and must be re-established), without touching other databases.
  */
 let stack: ExecutionStack;
-let nats: ChildProcess | undefined;
-let natsPort = 0;
-let natsDir = "";
+let nats: TestNatsServer;
 const repos: FixtureRepo[] = [];
 const owner = newId();
 const root = newId();
 
-async function startNats(): Promise<void> {
-  nats = spawn("/usr/sbin/nats-server", ["-a", "127.0.0.1", "-p", `${natsPort}`, "-js", "-sd", natsDir], { stdio: "ignore" });
-  await pollUntil(
-    () =>
-      new Promise<boolean>((resolve) => {
-        const s = require_net().connect(natsPort, "127.0.0.1", () => {
-          s.end();
-          resolve(true);
-        });
-        s.on("error", () => resolve(false));
-      }),
-    10_000,
-    "nats-server listening",
-  );
-}
-
-function require_net(): typeof import("node:net") {
-  return netModule;
-}
-let netModule: typeof import("node:net");
-
-async function stopNats(): Promise<void> {
-  const p = nats;
-  nats = undefined;
-  if (!p || p.exitCode !== null) return;
-  const exited = new Promise<void>((r) => p.once("exit", () => r()));
-  p.kill("SIGKILL");
-  await exited;
-}
+const startNats = () => nats.start();
+const stopNats = () => nats.stop(true);
 
 beforeAll(async () => {
-  netModule = await import("node:net");
-  natsPort = await freePort();
-  natsDir = await mkdtemp(join(tmpdir(), "sx-nats-"));
-  await startNats();
-  stack = await startExecutionStack({ natsUrl: `nats://127.0.0.1:${natsPort}` });
+  nats = await startTestNats();
+  stack = await startExecutionStack({ nats });
   stack.liveRoots.add(root);
 }, 120_000);
 
 afterAll(async () => {
-  if (!nats) await startNats().catch(() => undefined);
+  if (nats?.pid === undefined) await startNats().catch(() => undefined);
   const leftovers = stack ? processesUnder(stack.dir) : [];
   await stack?.close();
   for (const pid of leftovers) {
@@ -83,8 +48,7 @@ afterAll(async () => {
       // gone
     }
   }
-  await stopNats();
-  await rm(natsDir, { recursive: true, force: true });
+  await nats?.close();
   for (const r of repos) await r.cleanup();
 });
 

@@ -1,6 +1,5 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { newId } from "@seraph/kit";
-import { requireNats } from "@seraph/kit/testing";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,7 +14,7 @@ const root = newId();
 const orphans: number[] = [];
 
 beforeAll(async () => {
-  stack = await startExecutionStack({ natsUrl: await requireNats() });
+  stack = await startExecutionStack({});
   stack.liveRoots.add(root);
 }, 120_000);
 

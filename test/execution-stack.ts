@@ -16,11 +16,13 @@ import { inspectRepository } from "../services/executor-linux/src/profile/index.
 import { defaultSupervisorEntry } from "../services/executor-linux/src/supervisor-client/index.js";
 import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
 import { spawnService, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
+import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 import { freePort } from "./harness/ports.js";
 
 /**
- * The durable-execution test stack: the jobs service in this process (real PostgreSQL, real
- * NATS, a controllable authority reader standing in for the API's tables), and executor nodes
+ * The durable-execution test stack: the jobs service in this process (real PostgreSQL, a
+ * private authenticated nats-server where jobs and each executor node connect as their own
+ * users, a controllable authority reader standing in for the API's tables), and executor nodes
  * as separate processes (`services/executor-linux/dist/main.js`) that a test can SIGKILL and
  * restart by pid. Supervisors are real processes started by those executors.
  */
@@ -32,6 +34,7 @@ export interface ExecutionStack {
   readonly client: Client<typeof JobsService>;
   readonly signals: Signals;
   readonly internalToken: string;
+  readonly nats: TestNatsServer;
   readonly natsUrl: string;
   readonly node: string;
   /** Pinned Node v24.15.0. */
@@ -51,7 +54,8 @@ export interface ExecutionStack {
 
 /** Options of the stack. */
 export interface ExecutionStackOptions {
-  readonly natsUrl: string;
+  /** A server the caller started (and stops); default: the stack starts its own and closes it. */
+  readonly nats?: TestNatsServer;
   readonly nodeId?: string;
   /** Start the first executor at once (default true). */
   readonly executor?: boolean;
@@ -75,7 +79,8 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
   pool.on("connect", (client) => client.on("error", () => undefined));
   const db = new Kysely<JobsDatabase>({ dialect: new PostgresDialect({ pool }) });
   const log = createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" });
-  const signals = await createNatsSignals(o.natsUrl, "seraph-jobs-test", log);
+  const nats = o.nats ?? (await startTestNats());
+  const signals = await createNatsSignals(nats.url, "seraph-jobs-test", log, nats.users.jobs);
   const internalToken = newId().replaceAll("-", "");
   const state = { blockers: [] as { code: string; message: string }[], liveRoots: new Set<string>() };
   // Stand-in for the API tables (the shared-table reader is tested in execution-authority.test.ts):
@@ -104,7 +109,8 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
     client,
     signals,
     internalToken,
-    natsUrl: o.natsUrl,
+    nats,
+    natsUrl: nats.url,
     node,
     runtime,
     repoRoot,
@@ -127,7 +133,7 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
           SERAPH_BOOT_ID_FILE: bootIdFile,
           SERAPH_EXECUTOR_POLL_MS: "200",
           SERAPH_EXECUTOR_HEARTBEAT_MS: "500",
-          NATS_URL: o.natsUrl,
+          ...nats.env("executor", nodeId),
           SERAPH_INTERNAL_TOKEN: internalToken,
           LOG_LEVEL: "debug",
           ...env,
@@ -165,6 +171,7 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
       await signals.close();
       await db.destroy();
       await database.drop();
+      if (!o.nats) await nats.close();
       if (process.env["SERAPH_TEST_KEEP"] === undefined) await rm(dir, { recursive: true, force: true });
     },
   });

@@ -4,7 +4,7 @@ import { HealthCheckRequestSchema, HealthCheckResponse_ServingStatus, Health } f
 import { CreateGoalRequestSchema, GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService, WhoAmIRequestSchema } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { JobsService, ListSlotsRequestSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { createTestDatabase, requireNats } from "@seraph/kit/testing";
+import { createTestDatabase } from "@seraph/kit/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startCluster, type TestCluster } from "./harness/cluster.js";
 import { grpcJsUnary } from "./harness/grpc-js.js";
@@ -16,7 +16,7 @@ describe("cluster mode foundation", () => {
 
   beforeAll(async () => {
     db = await createTestDatabase();
-    cluster = await startCluster({ databaseUrl: db.url, natsUrl: await requireNats() });
+    cluster = await startCluster({ databaseUrl: db.url });
   }, 90_000);
 
   afterAll(async () => {

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { createTestDatabase, requireNats } from "@seraph/kit/testing";
+import { createTestDatabase } from "@seraph/kit/testing";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
@@ -23,7 +23,7 @@ describe("repair journey in cluster mode", () => {
   beforeAll(async () => {
     root = await realpath(await mkdtemp(join(tmpdir(), "seraph-cluster-root-")));
     db = await createTestDatabase();
-    cluster = await startCluster({ databaseUrl: db.url, natsUrl: await requireNats(), repositoryRoots: [root], nodeId: "node-c", env: { SERAPH_WATCH_POLL_MS: "60000" } });
+    cluster = await startCluster({ databaseUrl: db.url, repositoryRoots: [root], nodeId: "node-c", env: { SERAPH_WATCH_POLL_MS: "60000" } });
   }, 90_000);
   afterAll(async () => {
     sessions?.abort();

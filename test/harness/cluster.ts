@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
+import { startTestNats, type TestNatsServer } from "./nats-server.js";
 import { freePort } from "./ports.js";
 
 const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
@@ -22,23 +23,26 @@ export interface ServiceProcess {
   readonly logFile: string;
 }
 
-/** A cluster-mode Seraph: four processes against real PostgreSQL and NATS, on free ports. */
+/**
+ * A cluster-mode Seraph: four processes against real PostgreSQL and a private, authenticated
+ * nats-server (each service connects as its own user with only its subjects), on free ports.
+ */
 export interface TestCluster {
   readonly dir: string;
+  readonly nats: TestNatsServer;
   readonly api: ServiceProcess;
   readonly jobs: ServiceProcess;
   readonly executor: ServiceProcess;
   readonly gateway: ServiceProcess;
   readonly operatorToken: string;
   readonly internalToken: string;
-  /** SIGTERM each process by pid (reverse order), SIGKILL after a deadline; resolves when all exited. */
+  /** SIGTERM each process by pid (reverse order, nats-server last), SIGKILL after a deadline; resolves when all exited. */
   stop(): Promise<void>;
 }
 
 /** Options for {@link startCluster}. */
 export interface ClusterOptions {
   readonly databaseUrl: string;
-  readonly natsUrl: string;
   readonly repositoryRoots?: readonly string[];
   readonly nodeId?: string;
   readonly env?: Readonly<Record<string, string>>;
@@ -98,19 +102,22 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), "seraph-cluster-"));
   const internalToken = randomBytes(32).toString("hex");
   const [jg, jh, ag, ah, eg, eh, gg, gh] = await Promise.all(Array.from({ length: 8 }, () => freePort()));
-  const common = { DATABASE_URL: o.databaseUrl, NATS_URL: o.natsUrl, SERAPH_INTERNAL_TOKEN: internalToken, ...o.env };
+  const nodeId = o.nodeId ?? "node-a";
+  const nats = await startTestNats({ nodes: [nodeId] });
+  const common = { DATABASE_URL: o.databaseUrl, SERAPH_INTERNAL_TOKEN: internalToken, ...o.env };
   const started: ServiceProcess[] = [];
   const stop = async () => {
     for (const p of [...started].reverse()) await stopProcess(p.child);
+    await nats.close();
   };
   try {
-    const jobs = spawnService("jobs", "jobs", { ...common, SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg!, jh!);
+    const jobs = spawnService("jobs", "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg!, jh!);
     started.push(jobs);
     const tokenFile = join(dir, "operator-token");
     const api = spawnService(
       "api",
       "api",
-      { ...common, SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile },
+      { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile },
       dir,
       ag!,
       ah!,
@@ -121,10 +128,11 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
       "executor-linux",
       {
         ...common,
+        ...nats.env("executor", nodeId),
         SERAPH_EXECUTOR_GRPC_PORT: `${eg}`,
         SERAPH_EXECUTOR_HTTP_PORT: `${eh}`,
         SERAPH_JOBS_URL: jobs.grpcUrl,
-        SERAPH_NODE_ID: o.nodeId ?? "node-a",
+        SERAPH_NODE_ID: nodeId,
         SERAPH_REPOSITORY_ROOTS: (o.repositoryRoots ?? []).join(":"),
         SERAPH_EXECUTOR_DATA_DIR: join(dir, "executor"),
       },
@@ -144,7 +152,7 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
     started.push(gateway);
     await Promise.all(started.map((p) => waitServing(p)));
     const operatorToken = (await readFile(tokenFile, "utf8")).trim();
-    return { dir, api, jobs, executor, gateway, operatorToken, internalToken, stop };
+    return { dir, nats, api, jobs, executor, gateway, operatorToken, internalToken, stop };
   } catch (err) {
     await stop();
     throw err;

@@ -41,5 +41,7 @@ export { standardInterceptors, withHealth, createReadinessInterceptor, bootServi
 export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";
+export { natsAuth, natsAuthOptions, natsPermissions, renderNatsAuthorization } from "./nats-auth.js";
+export type { NatsAuth, NatsPermissions, NatsRole, NatsUserEntry } from "./nats-auth.js";
 export { createLocalSignals, createNatsSignals, createDeferredSignals, subjectMatches } from "./signals.js";
 export type { Signals, SignalMessage, SubscribeOptions } from "./signals.js";

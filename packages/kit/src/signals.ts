@@ -1,5 +1,6 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import { natsAuthOptions, type NatsAuth } from "./nats-auth.js";
 
 /** A received signal. */
 export interface SignalMessage {
@@ -68,11 +69,18 @@ export function createLocalSignals(): Signals {
   };
 }
 
-/** NATS signals (nats.js v3). Connects with unlimited reconnects; publish never throws. */
-export async function createNatsSignals(url: string, name: string, log: Logger): Promise<Signals> {
-  const nc = await connect({ servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+/**
+ * NATS signals (nats.js v3), authenticated with `auth` (the server refuses anonymous
+ * connections). Connects with unlimited reconnects; publish never throws. A subject the
+ * server's permissions deny is logged (as `nats status error`) and left to polling.
+ */
+export async function createNatsSignals(url: string, name: string, log: Logger, auth: NatsAuth): Promise<Signals> {
+  const nc = await connect({ servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500, ...(await natsAuthOptions(auth)) });
   void (async () => {
-    for await (const s of nc.status()) log.info({ nats: s.type }, "nats status");
+    for await (const s of nc.status()) {
+      if (s.type === "error") log.warn({ nats: s.type, err: s.error }, "nats status error");
+      else log.info({ nats: s.type }, "nats status");
+    }
   })().catch(() => undefined);
   return {
     nats: nc,

@@ -1,4 +1,4 @@
-import { int, optionalStr, readConfig, str } from "@seraph/kit";
+import { int, natsAuth, optionalStr, readConfig, str } from "@seraph/kit";
 
 /** API service configuration (cluster mode reads it from the environment). */
 export type ApiConfig = ReturnType<typeof loadApiConfig>;
@@ -11,6 +11,8 @@ export function loadApiConfig(env: Readonly<Record<string, string | undefined>>)
     SERAPH_API_HTTP_PORT: int(7401, 0, 65535),
     DATABASE_URL: str(),
     NATS_URL: str(),
+    /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
+    NATS_AUTH: natsAuth(),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
     SERAPH_INTERNAL_TOKEN: str(),
     SERAPH_OPERATOR_TOKEN_FILE: optionalStr(),

@@ -15,7 +15,7 @@ try {
 }
 const log = createRootLogger({ name: "api", level: config.LOG_LEVEL });
 const db = await openDatabase<ApiDatabase>({ url: config.DATABASE_URL });
-const signals = await createNatsSignals(config.NATS_URL, "seraph-api", log);
+const signals = await createNatsSignals(config.NATS_URL, "seraph-api", log, config.NATS_AUTH);
 const tokenFile = config.SERAPH_OPERATOR_TOKEN_FILE;
 const api = await startApi({
   host: config.SERAPH_API_HOST,

@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { int, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
+import { int, natsAuth, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
 
 /** Executor node configuration (cluster mode). */
 export type ExecutorConfig = ReturnType<typeof loadExecutorConfig>;
@@ -43,6 +43,8 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_EXECUTOR_POLL_MS: int(2000, 50, 60_000),
     SERAPH_EXECUTOR_HEARTBEAT_MS: int(5000, 100, 60_000),
     NATS_URL: str(),
+    /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
+    NATS_AUTH: natsAuth(),
     SERAPH_INTERNAL_TOKEN: str(),
     LOG_LEVEL: str("info"),
   });

@@ -12,7 +12,7 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "executor", level: config.LOG_LEVEL });
-const signals = await createNatsSignals(config.NATS_URL, `seraph-executor-${config.SERAPH_NODE_ID}`, log);
+const signals = await createNatsSignals(config.NATS_URL, `seraph-executor-${config.SERAPH_NODE_ID}`, log, config.NATS_AUTH);
 const executor = await startExecutor({
   host: config.SERAPH_EXECUTOR_HOST,
   grpcPort: config.SERAPH_EXECUTOR_GRPC_PORT,

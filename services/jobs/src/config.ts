@@ -1,4 +1,4 @@
-import { int, readConfig, str } from "@seraph/kit";
+import { int, natsAuth, readConfig, str } from "@seraph/kit";
 
 /** Jobs service configuration (cluster mode). */
 export type JobsConfig = ReturnType<typeof loadJobsConfig>;
@@ -11,6 +11,8 @@ export function loadJobsConfig(env: Readonly<Record<string, string | undefined>>
     SERAPH_JOBS_HTTP_PORT: int(7411, 0, 65535),
     DATABASE_URL: str(),
     NATS_URL: str(),
+    /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
+    NATS_AUTH: natsAuth(),
     SERAPH_INTERNAL_TOKEN: str(),
     LOG_LEVEL: str("info"),
     // Heartbeat age after which a node gets no new reservations (3 × a 10 s heartbeat; 6 × the

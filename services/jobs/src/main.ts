@@ -14,7 +14,7 @@ try {
 }
 const log = createRootLogger({ name: "jobs", level: config.LOG_LEVEL });
 const db = await openDatabase<JobsDatabase>({ url: config.DATABASE_URL });
-const signals = await createNatsSignals(config.NATS_URL, "seraph-jobs", log);
+const signals = await createNatsSignals(config.NATS_URL, "seraph-jobs", log, config.NATS_AUTH);
 const jobs = await startJobs({
   host: config.SERAPH_JOBS_HOST,
   grpcPort: config.SERAPH_JOBS_GRPC_PORT,

@@ -6,7 +6,6 @@ import { migrateJobs } from "./db/migrate.js";
 import type { JobsDatabase } from "./db/schema.js";
 import { createEventPublisher } from "./events/publisher.js";
 import { createJobsCore, createJobsService } from "./jobs-service.js";
-import { startOperatorService, type OperatorService } from "./operator/operator-service.js";
 import { createJobsRoutes } from "./routes.js";
 import { startScheduler, type Scheduler } from "./scheduler/scheduler.js";
 
@@ -42,10 +41,13 @@ export interface JobsHandle extends BootedService {
   stop(): Promise<void>;
 }
 
-/** Boots the jobs service: listeners, migrations, then the scheduler and operator services, then SERVING. */
+/**
+ * Boots the jobs service: listeners, migrations, then the scheduler, then SERVING. (Operator
+ * requests over NATS are served by the API, which authenticates principals; the jobs service
+ * answers only internal gRPC.)
+ */
 export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
   let scheduler: Scheduler | undefined;
-  let operator: OperatorService | undefined;
   const publisher = createEventPublisher(rt.signals, () => scheduler?.wake());
   const core = createJobsCore({ db: rt.db, publisher, log: rt.log, authority: rt.authority, nodeStaleMs: rt.nodeStaleMs });
   const booted = await bootService({
@@ -61,12 +63,10 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     prepare: () => migrateJobs(rt.db, rt.log),
   });
   scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000, nodeStaleMs: core.nodeStaleMs, rootMaxSlots: rt.rootMaxSlots ?? 0 });
-  if (rt.signals.nats) operator = startOperatorService(rt.signals.nats, core, rt.log.child({ component: "operator" }));
   return {
     ...booted,
     async stop() {
       markNotServing(booted.health, JOBS_SERVICE_NAMES);
-      await operator?.stop();
       await scheduler?.stop();
       await booted.server.close();
     },

@@ -5,8 +5,4 @@ export const Subjects = Object.freeze({
   nodeWork: (nodeId: string) => `seraph.nodes.${nodeId}.work`,
   nodeCancel: (nodeId: string) => `seraph.nodes.${nodeId}.cancel`,
   workQueued: "seraph.work.queued",
-  operatorStatus: "seraph.operator.status",
-  operatorSlots: "seraph.operator.slots",
-  operatorCancel: "seraph.operator.cancel",
-  operatorRecover: "seraph.operator.recover",
 });
