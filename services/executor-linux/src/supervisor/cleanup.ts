@@ -18,6 +18,8 @@ export interface CleanupDeps {
   /** Monotonic milliseconds. */
   readonly now: () => number;
   readonly sleep: (ms: number) => Promise<void>;
+  /** Called once when the cleanup escalates to SIGKILL (the job cgroup's cgroup.kill). */
+  readonly onKillPhase?: () => void;
 }
 
 /** Cleanup timing. */
@@ -81,6 +83,7 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
   let scanMs = 0;
   let signalMs = 0;
   let termUntil: number | undefined;
+  let killPhase = false;
 
   const finish = (echild: boolean): CleanupResult => ({
     echild,
@@ -169,6 +172,10 @@ export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Pr
     }
     rounds++;
     const signalStart = now();
+    if (!killPhase) {
+      killPhase = true;
+      deps.onKillPhase?.();
+    }
     signalAll([Signal.SIGKILL], () => false, killed);
     signalMs += now() - signalStart;
     if (await reapFor(Math.max(10, 2 * lastScanMs))) return finish(true);

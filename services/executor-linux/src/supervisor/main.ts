@@ -13,6 +13,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
 import { FacilityReportSchema, SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { probeContainment } from "../native/containment-probe.js";
 import { facilityBlocker, probeFacilitiesInThisProcess } from "../native/facility.js";
 import { createNativeSystem } from "../native/libc.js";
 import { createProcFs } from "../native/proc-fs.js";
@@ -21,12 +22,14 @@ import { RunDirFiles } from "./run-dir.js";
 import { outcomeName } from "./receipt-json.js";
 import { supervisorSourceSha256 } from "./source-hash.js";
 import { specProblems } from "./spec.js";
+import { Containment, ContainmentUnavailableError } from "./containment.js";
 import { Supervisor } from "./supervisor.js";
 
 async function main(args: readonly string[]): Promise<number> {
   const proc = createProcFs();
   if (args[0] === "--probe") {
     const { report } = probeFacilitiesInThisProcess({ loadNative: createNativeSystem, proc });
+    report.containment = probeContainment();
     await new Promise<void>((done) => process.stdout.write(toBinary(FacilityReportSchema, report), () => done()));
     return 0;
   }
@@ -66,6 +69,18 @@ async function main(args: readonly string[]): Promise<number> {
   const self = proc.readStat(process.pid);
   if (self === undefined) throw new Error("cannot read this process's /proc stat");
   const distRoot = dirname(dirname(fileURLToPath(import.meta.url)));
+  let containment: Containment | undefined;
+  if (spec.jobUser !== undefined || spec.cgroup !== undefined) {
+    // Containment the spec asks for and this host cannot give: refuse before the marker exists
+    // (the controller sees the launch fail), never run the commands without it.
+    try {
+      containment = new Containment({ spec, log, selfPid: native.getpid() });
+    } catch (err) {
+      if (!(err instanceof ContainmentUnavailableError)) throw err;
+      log.error({ event: "containment_unavailable", code: err.code }, err.message);
+      return 69;
+    }
+  }
   const supervisor = new Supervisor({
     native,
     proc,
@@ -75,6 +90,7 @@ async function main(args: readonly string[]): Promise<number> {
     sourceSha256: supervisorSourceSha256(distRoot),
     bootId,
     selfStartTimeTicks: self.startTimeTicks,
+    ...(containment !== undefined ? { containment } : {}),
   });
   // A signal to the supervisor is a cancellation: terminate and reap the tree, then report.
   for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) {
@@ -88,7 +104,13 @@ async function main(args: readonly string[]): Promise<number> {
     log.fatal({ event: "unhandled_rejection", err }, "unhandled rejection");
     supervisor.fail(err);
   });
-  const receipt = await supervisor.run();
+  let receipt;
+  try {
+    receipt = await supervisor.run();
+  } finally {
+    // Normally removed after the receipt's oracle check; this only catches a run that threw.
+    containment?.abandon();
+  }
   log.info({ event: "exiting", outcome: outcomeName(receipt.outcome) }, "supervisor exiting");
   return 0;
 }

@@ -1,5 +1,6 @@
 import { isAbsolute, join } from "node:path";
 import type { SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { containmentProblems } from "./containment.js";
 import { MAX_SOCKET_PATH_BYTES, RunDirFiles } from "./run-dir.js";
 
 /** Per-stream cap from the seeds (not to be widened); also the default when the spec says 0. */
@@ -72,6 +73,7 @@ export function specProblems(spec: SupervisorSpec, nowUnixMs?: number): string[]
   const limits = effectiveLimits(spec);
   if (limits.streamLimitBytes > STREAM_LIMIT_MAX_BYTES) problems.push(`stream_limit_bytes exceeds ${STREAM_LIMIT_MAX_BYTES}`);
   if (limits.outputLimitBytes > OUTPUT_LIMIT_MAX_BYTES) problems.push(`output_limit_bytes exceeds ${OUTPUT_LIMIT_MAX_BYTES}`);
+  problems.push(...containmentProblems(spec));
   if (spec.deadlineUnixMs <= 0n) problems.push("deadline_unix_ms is not set");
   else if (nowUnixMs !== undefined && Number(spec.deadlineUnixMs) - spec.cleanupReserveMs <= nowUnixMs) {
     problems.push("deadline_unix_ms leaves no time for the commands before the cleanup reserve");

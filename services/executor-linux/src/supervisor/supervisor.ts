@@ -34,6 +34,7 @@ import type { ExitStatus, NativeSystem } from "../native/native-system.js";
 import { signalDisposition, type ProcFs, type ProcStat } from "../native/proc-fs.js";
 import { writeFileAtomic, writeFileAtomicAsync } from "./atomic-file.js";
 import { runCleanup, type CleanupResult } from "./cleanup.js";
+import type { Containment } from "./containment.js";
 import { ControlServer } from "./control-server.js";
 import { DescendantLedger, findDescendants, liveOnly } from "./process-tree.js";
 import { Reaper } from "./reaper.js";
@@ -65,6 +66,8 @@ export interface SupervisorOptions {
   readonly lingerMs?: number;
   /** Backup reap poll while a command runs (default 20 ms); exits are seen at once via pidfd. */
   readonly reapIntervalMs?: number;
+  /** Job user and per-job cgroup (containment.ts), when the spec asks for them. */
+  readonly containment?: Containment;
 }
 
 interface CommandState {
@@ -81,6 +84,9 @@ interface CommandState {
   finished: boolean;
   /** Pipe write ends made by #prepare and not yet handed to a spawn. */
   writeFds: readonly [number, number] | undefined;
+  /** OOM kills and pid-limit hits in the job's cgroup while this command ran. */
+  oomKills: number;
+  pidLimitHits: number;
 }
 
 const SIGCHLD = 17;
@@ -151,6 +157,8 @@ export class Supervisor {
       leftovers: 0,
       finished: false,
       writeFds: undefined,
+      oomKills: 0,
+      pidLimitHits: 0,
     }));
     this.#envp = Object.entries(options.spec.env).map(([k, v]) => `${k}=${v}`);
   }
@@ -354,16 +362,16 @@ export class Supervisor {
     if (this.#spawnClosed) throw new Error("invariant: spawn requested after cleanup began");
     this.#current = c.index;
     const [outW, errW] = this.#prepare(c);
-    const spawned = native.spawn({
-      path: c.spec.argv[0] ?? "",
-      argv: c.spec.argv,
-      envp: this.#envp,
-      cwd: c.spec.cwd,
-      stdoutFd: outW,
-      stderrFd: errW,
-    });
-    // Our copies of the write ends must go, or EOF would never come.
-    this.#closeWriteEnds(c);
+    const request = { path: c.spec.argv[0] ?? "", argv: c.spec.argv, envp: this.#envp, cwd: c.spec.cwd, stdoutFd: outW, stderrFd: errW };
+    const containment = this.#o.containment;
+    const countersBefore = containment?.counters();
+    let spawned;
+    try {
+      spawned = containment !== undefined ? containment.spawn(request, (r) => native.spawn(r)) : native.spawn(request);
+    } finally {
+      // Our copies of the write ends must go, or EOF would never come.
+      this.#closeWriteEnds(c);
+    }
     if (!spawned.ok) {
       c.spawnErrno = spawned.errno;
       c.finished = true;
@@ -396,6 +404,7 @@ export class Supervisor {
     c.exit = exit?.status;
     c.endedUnixMs = exit?.reapedUnixMs ?? Date.now();
     c.finished = true;
+    this.#noteCounters(c, countersBefore);
     c.leftovers = await this.#countLeftovers();
     log.info(
       { event: "exited", command: c.index, childPid: pid, status: c.exit, leftovers: c.leftovers },
@@ -403,6 +412,14 @@ export class Supervisor {
     );
     if (c.leftovers > 0) return "stop";
     return c.exit?.kind === "exited" && c.exit.code === 0 ? "next" : "stop";
+  }
+
+  #noteCounters(c: CommandState, before: { oomKills: number; pidLimitHits: number } | undefined): void {
+    const containment = this.#o.containment;
+    if (containment === undefined || before === undefined) return;
+    const after = containment.counters();
+    c.oomKills = after.oomKills - before.oomKills;
+    c.pidLimitHits = after.pidLimitHits - before.pidLimitHits;
   }
 
   /**
@@ -479,6 +496,7 @@ export class Supervisor {
         ledger: this.#ledger,
         now: this.#now,
         sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+        ...(this.#o.containment !== undefined ? { onKillPhase: () => this.#o.containment?.killAll() } : {}),
       },
       {
         budgetEnd: this.#deadline,
@@ -488,6 +506,7 @@ export class Supervisor {
       },
     );
     // A direct command stopped by the cleanup was reaped there: record how it ended.
+    const containment = this.#o.containment;
     for (const c of this.#commands) {
       if (c.pid === undefined || c.finished) continue;
       const exit = this.#reaper.exitOf(c.pid);
@@ -495,7 +514,19 @@ export class Supervisor {
         c.exit = exit.status;
         c.endedUnixMs = exit.reapedUnixMs;
         c.finished = true;
+        if (containment !== undefined) {
+          // Counted since the job began: only this command was running.
+          const total = containment.counters();
+          const earlier = this.#commands.filter((o) => o !== c);
+          c.oomKills = total.oomKills - earlier.reduce((n, o) => n + o.oomKills, 0);
+          c.pidLimitHits = total.pidLimitHits - earlier.reduce((n, o) => n + o.pidLimitHits, 0);
+        }
       }
+    }
+    if (containment !== undefined) {
+      // The second oracle beside ECHILD: the job's cgroup must be empty as well.
+      if (result.echild) await containment.verifyEmpty(this.#now, this.#deadline);
+      containment.finish();
     }
     log.info({ event: "cleanup_finished", ...result }, result.echild ? "ECHILD observed" : "cleanup budget ran out");
     return result;
@@ -523,6 +554,8 @@ export class Supervisor {
       stdout: c.stdout?.stats() ?? empty,
       stderr: c.stderr?.stats() ?? empty,
       leftoverDescendants: c.leftovers,
+      oomKills: c.oomKills,
+      pidLimitHits: c.pidLimitHits,
     });
   }
 
@@ -543,6 +576,12 @@ export class Supervisor {
       outcome = Outcome.UNKNOWN;
       reason = "cleanup_unproved";
       message = "The cleanup budget ran out before waitpid returned ECHILD; processes may remain.";
+    } else if (this.#o.containment?.cgroup !== undefined && this.#o.containment.problem !== "") {
+      // ECHILD alone is not enough with a job cgroup: "populated 0" is the second required oracle.
+      const problem = this.#o.containment.problem;
+      outcome = Outcome.UNKNOWN;
+      reason = problem.slice(0, problem.indexOf(":"));
+      message = `ECHILD was observed, but the job's cgroup did not prove empty (${problem}).`;
     } else if (this.#cancelledBeforeGo) {
       outcome = Outcome.CANCELLED;
       reason = "cancelled_before_go";
@@ -565,9 +604,17 @@ export class Supervisor {
       message = `Command ${spawnFailed.spec.name} could not start (errno ${spawnFailed.spawnErrno}).`;
     } else if (failed !== undefined) {
       outcome = Outcome.FAILED;
-      reason = "command_failed";
       const how = failed.exit?.kind === "exited" ? `exit code ${failed.exit.code}` : `signal ${failed.exit?.signal}`;
-      message = `Command ${failed.spec.name} ended with ${how}; later commands did not run.`;
+      if (failed.oomKills > 0) {
+        reason = "memory_limit_exceeded";
+        message = `Command ${failed.spec.name} ended with ${how} after the kernel OOM-killed ${failed.oomKills} process(es) at the job's memory ceiling; later commands did not run.`;
+      } else if (failed.pidLimitHits > 0) {
+        reason = "pid_limit_reached";
+        message = `Command ${failed.spec.name} ended with ${how} after ${failed.pidLimitHits} fork(s) were refused at the job's pids ceiling; later commands did not run.`;
+      } else {
+        reason = "command_failed";
+        message = `Command ${failed.spec.name} ended with ${how}; later commands did not run.`;
+      }
     } else {
       outcome = Outcome.SUCCEEDED;
       reason = "succeeded";
@@ -601,6 +648,7 @@ export class Supervisor {
       finishedUnixMs: BigInt(finishedUnixMs),
       durationMs: Math.max(0, finishedUnixMs - from),
       outputKeptBytes: kept,
+      containment: this.#o.containment?.report(),
     });
   }
 
