@@ -9,6 +9,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { startTestNats, type TestNatsServer } from "./nats-server.js";
+import { startTcpBalancer, type TcpBalancer } from "./balancer.js";
 import { freePort } from "./ports.js";
 
 const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
@@ -32,6 +33,14 @@ export interface TestCluster {
   readonly nats: TestNatsServer;
   readonly api: ServiceProcess;
   readonly jobs: ServiceProcess;
+  /**
+   * With `jobsReplicas`: every jobs replica (jobs is the first) behind {@link balancer}, which
+   * the API and the executor use instead of a replica's own URL.
+   */
+  readonly jobsReplicas: ServiceProcess[];
+  readonly balancer: TcpBalancer | undefined;
+  /** Starts jobs replica `i` again on its ports (after a kill or stop) and waits for SERVING. */
+  restartJobs(i: number): Promise<ServiceProcess>;
   readonly executor: ServiceProcess;
   readonly gateway: ServiceProcess;
   readonly operatorToken: string;
@@ -46,6 +55,8 @@ export interface ClusterOptions {
   readonly repositoryRoots?: readonly string[];
   readonly nodeId?: string;
   readonly env?: Readonly<Record<string, string>>;
+  /** Run this many jobs-service replicas behind a round-robin TCP balancer (default: one, no balancer). */
+  readonly jobsReplicas?: number;
 }
 
 function entry(service: string): string {
@@ -106,18 +117,30 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
   const nats = await startTestNats({ nodes: [nodeId] });
   const common = { DATABASE_URL: o.databaseUrl, SERAPH_INTERNAL_TOKEN: internalToken, ...o.env };
   const started: ServiceProcess[] = [];
+  const replicas: ServiceProcess[] = [];
+  let balancer: TcpBalancer | undefined;
   const stop = async () => {
     for (const p of [...started].reverse()) await stopProcess(p.child);
+    for (const p of replicas) await stopProcess(p.child);
+    await balancer?.close();
     await nats.close();
   };
+  const replicaPorts: [number, number][] = [[jg!, jh!]];
+  for (let i = 1; i < (o.jobsReplicas ?? 1); i++) replicaPorts.push([await freePort(), await freePort()]);
+  const spawnJobs = (i: number) => {
+    const [g, h] = replicaPorts[i]!;
+    return spawnService(i === 0 ? "jobs" : `jobs-${i}`, "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${g}`, SERAPH_JOBS_HTTP_PORT: `${h}` }, dir, g, h);
+  };
   try {
-    const jobs = spawnService("jobs", "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg!, jh!);
-    started.push(jobs);
+    for (let i = 0; i < replicaPorts.length; i++) replicas.push(spawnJobs(i));
+    const jobs = replicas[0]!;
+    if (o.jobsReplicas !== undefined) balancer = await startTcpBalancer(() => replicaPorts.map(([g]) => g));
+    const jobsUrl = balancer?.url ?? jobs.grpcUrl;
     const tokenFile = join(dir, "operator-token");
     const api = spawnService(
       "api",
       "api",
-      { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile },
+      { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile },
       dir,
       ag!,
       ah!,
@@ -131,7 +154,7 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
         ...nats.env("executor", nodeId),
         SERAPH_EXECUTOR_GRPC_PORT: `${eg}`,
         SERAPH_EXECUTOR_HTTP_PORT: `${eh}`,
-        SERAPH_JOBS_URL: jobs.grpcUrl,
+        SERAPH_JOBS_URL: jobsUrl,
         SERAPH_NODE_ID: nodeId,
         SERAPH_REPOSITORY_ROOTS: (o.repositoryRoots ?? []).join(":"),
         SERAPH_EXECUTOR_DATA_DIR: join(dir, "executor"),
@@ -150,9 +173,15 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
       gh!,
     );
     started.push(gateway);
-    await Promise.all(started.map((p) => waitServing(p)));
+    await Promise.all([...replicas, ...started].map((p) => waitServing(p)));
     const operatorToken = (await readFile(tokenFile, "utf8")).trim();
-    return { dir, nats, api, jobs, executor, gateway, operatorToken, internalToken, stop };
+    const restartJobs = async (i: number) => {
+      await stopProcess(replicas[i]!.child);
+      replicas[i] = spawnJobs(i);
+      await waitServing(replicas[i]!);
+      return replicas[i]!;
+    };
+    return { dir, nats, api, jobs, jobsReplicas: replicas, balancer, restartJobs, executor, gateway, operatorToken, internalToken, stop };
   } catch (err) {
     await stop();
     throw err;

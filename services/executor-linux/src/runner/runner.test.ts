@@ -1,0 +1,138 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { createLocalSignals, createRootLogger } from "@seraph/kit";
+import {
+  AdoptJobResponseSchema,
+  ClaimJobResponseSchema,
+  CompleteJobResponseSchema,
+  ExecutionBundleSchema,
+  GetJobResponseSchema,
+  JobSchema,
+  JobState,
+  ListNodeJobsResponseSchema,
+  type CompleteJobRequest,
+  type Job,
+  type JobsService,
+} from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { isTransient } from "./retry.js";
+import { startRunner, type Runner } from "./runner.js";
+
+const identity = { nodeId: "node-r", bootId: "boot-r", incarnationId: "inc-live" };
+const jobId = "00000000-0000-4000-8000-000000000001";
+
+/** A scripted stand-in for the jobs service: each RPC answers from the test's script. */
+function fakeJobs(script: {
+  listNodeJobs: () => Job[];
+  claimJob?: () => Promise<unknown>;
+  adoptJob?: () => Promise<unknown>;
+}) {
+  const calls: { method: string; req: unknown }[] = [];
+  const completed: CompleteJobRequest[] = [];
+  const client = {
+    async listNodeJobs(req: unknown) {
+      calls.push({ method: "listNodeJobs", req });
+      return create(ListNodeJobsResponseSchema, { jobs: script.listNodeJobs() });
+    },
+    async claimJob(req: unknown) {
+      calls.push({ method: "claimJob", req });
+      return script.claimJob!();
+    },
+    async adoptJob(req: unknown) {
+      calls.push({ method: "adoptJob", req });
+      return script.adoptJob!();
+    },
+    async getJob() {
+      return create(GetJobResponseSchema, { job: create(JobSchema, { id: jobId }) });
+    },
+    async completeJob(req: CompleteJobRequest) {
+      completed.push(req);
+      return create(CompleteJobResponseSchema, { job: create(JobSchema, { id: jobId, state: req.state, outcome: req.outcome }) });
+    },
+  };
+  return { client: client as unknown as Client<typeof JobsService>, calls, completed };
+}
+
+let runner: Runner | undefined;
+let dataDir: string | undefined;
+afterEach(async () => {
+  await runner?.stop();
+  runner = undefined;
+  if (dataDir) await rm(dataDir, { recursive: true, force: true });
+});
+
+async function start(jobs: Client<typeof JobsService>): Promise<Runner> {
+  dataDir = await mkdtemp(join(tmpdir(), "seraph-runner-"));
+  runner = startRunner({
+    jobs,
+    identity,
+    dataDir,
+    log: createRootLogger({ name: "runner-test", level: "silent" }),
+    pollMs: 50,
+    facilitiesOk: () => true,
+    repositoryRoots: ["/srv"],
+    signals: createLocalSignals(),
+  });
+  return runner;
+}
+
+const until = async (ok: () => boolean, ms = 5000) => {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error("condition not reached");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+};
+
+describe("runner: transport failures of a jobs replica are not the job's fault", () => {
+  it("counts a stream cut by a dying replica (Code.Canceled) as transient", () => {
+    expect(isTransient(new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled))).toBe(true);
+    expect(isTransient(new ConnectError("no such job", Code.NotFound))).toBe(false);
+  });
+
+  it("retries a claim whose replica died mid-call within the same task, instead of giving the attempt up", async () => {
+    let claims = 0;
+    let listed = 0;
+    const fake = fakeJobs({
+      // The job is offered once; a task that gives up would never see it again.
+      listNodeJobs: () => (listed++ === 0 ? [create(JobSchema, { id: jobId, state: JobState.RESERVED, nodeId: identity.nodeId, attempt: 1 })] : []),
+      claimJob: async () => {
+        claims += 1;
+        if (claims === 1) throw new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled);
+        // Admission rejected the job at claim: the runner then leaves it alone.
+        return create(ClaimJobResponseSchema, { job: create(JobSchema, { id: jobId, state: JobState.REJECTED, outcome: "rejected_test" }), bundle: create(ExecutionBundleSchema, {}) });
+      },
+    });
+    await start(fake.client);
+    await until(() => claims >= 2);
+    expect(fake.calls.filter((c) => c.method === "claimJob")).toHaveLength(2);
+    expect(fake.completed).toHaveLength(0);
+  });
+
+  it("an unstarted attempt claimed by this live incarnation is never called a restart", async () => {
+    const offered = create(JobSchema, { id: jobId, state: JobState.PREPARING, nodeId: identity.nodeId, attempt: 1, fence: 7n, incarnationId: identity.incarnationId });
+    let listed = 0;
+    const fake = fakeJobs({
+      listNodeJobs: () => (listed++ === 0 ? [offered] : []),
+      adoptJob: async () => create(AdoptJobResponseSchema, { job: offered, bundle: create(ExecutionBundleSchema, {}), fence: 7n, claimFence: 7n }),
+    });
+    await start(fake.client);
+    await until(() => fake.completed.length === 1);
+    expect(fake.completed[0]).toMatchObject({ jobId, state: JobState.REJECTED, outcome: "executor_execution_failed" });
+  });
+
+  it("the same attempt under an earlier incarnation (a real restart) is rejected as executor_restarted_before_start", async () => {
+    const offered = create(JobSchema, { id: jobId, state: JobState.PREPARING, nodeId: identity.nodeId, attempt: 1, fence: 7n, incarnationId: "inc-before-restart" });
+    let listed = 0;
+    const fake = fakeJobs({
+      listNodeJobs: () => (listed++ === 0 ? [offered] : []),
+      adoptJob: async () => create(AdoptJobResponseSchema, { job: offered, bundle: create(ExecutionBundleSchema, {}), fence: 8n, claimFence: 7n }),
+    });
+    await start(fake.client);
+    await until(() => fake.completed.length === 1);
+    expect(fake.completed[0]).toMatchObject({ jobId, state: JobState.REJECTED, outcome: "executor_restarted_before_start" });
+  });
+});
