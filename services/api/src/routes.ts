@@ -39,7 +39,7 @@ export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void 
   return (router) => {
     router.service(PrincipalService, createPrincipalService(deps));
     router.service(GoalService, createGoalService(deps));
-    router.service(SettingsService, createSettingsService({ ...deps, nodes, defaults }));
+    router.service(SettingsService, createSettingsService({ ...deps, nodes, jobs, defaults }));
     router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults }));
     router.service(RepairService, createRepairService({ ...deps, nodes, jobs, defaults, watchPollMs: deps.watchPollMs }));
   };

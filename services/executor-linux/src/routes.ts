@@ -11,11 +11,13 @@ export interface ExecutorDeps {
   readonly log: Logger;
   /** ExecutorService.CancelJob, provided by the job runner. */
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
+  /** ExecutorService.ReadJobOutput, provided by the job runner. */
+  readonly readJobOutput?: ServiceImpl<typeof ExecutorService>["readJobOutput"];
 }
 
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput }));
   };
 }

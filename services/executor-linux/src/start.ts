@@ -99,6 +99,10 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
         if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
         return runner.cancelJob(req, ctx);
       },
+      readJobOutput: async (req, ctx) => {
+        if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
+        return runner.readJobOutput(req, ctx);
+      },
     }),
     authenticate: internalAuthenticator(rt.internalToken),
     signal: rt.signal,

@@ -6,6 +6,7 @@ import {
   InvalidArgumentError,
   newId,
   NotFoundError,
+  sha256Hex,
   requirePrincipal,
   SeraphError,
   toConnectError,
@@ -25,8 +26,9 @@ import {
   type Repair,
 } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { JobState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobState, SlotState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, InspectionSchema, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { Stream } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Kysely } from "kysely";
 import { isUnder } from "../common.js";
 import type { ApiDatabase } from "../db/schema.js";
@@ -159,8 +161,32 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         current = (await findOwnedRepair(db, current.owner_id, current.id)) ?? current;
       }
     }
-    const [proposals, approval] = await Promise.all([listProposals(db, current.id), findApproval(db, current.id)]);
-    return repairMessage(current, proposals, approval, job);
+    const [proposals, approval, waitReason] = await Promise.all([listProposals(db, current.id), findApproval(db, current.id), job?.state === JobState.QUEUED ? whyQueued(job, current.node_id) : ""]);
+    const repair = repairMessage(current, proposals, approval, job);
+    repair.waitReason = waitReason;
+    return repair;
+  }
+
+  /** Why a queued job waits: which slots of its node are taken, by which job, in which state. */
+  async function whyQueued(job: Job, nodeId: string): Promise<string> {
+    try {
+      const slots = (await jobs.listSlots({}, { timeoutMs: 10_000 })).slots.filter((s) => s.nodeId === nodeId);
+      if (slots.length === 0) return `no slot of node ${nodeId} is registered (is its executor running?)`;
+      const taken = slots.filter((s) => s.jobId !== "" && s.jobId !== job.id);
+      if (taken.length < slots.length) return `waiting for node ${nodeId} to claim a free slot`;
+      const parts = await Promise.all(
+        taken.map(async (s) => {
+          const holder = await fetchJob(s.jobId);
+          const what = holder ? (holder.outcome || JobState[holder.state]?.toLowerCase() || "?") : "?";
+          const recovery = holder?.state === JobState.UNKNOWN ? "; it stays held until recovery" : "";
+          return `slot ${s.slotIndex} on node ${nodeId} is ${SlotState[s.state]?.toLowerCase() ?? "taken"} by job ${s.jobId.slice(0, 8)} (${what}${recovery})`;
+        }),
+      );
+      return parts.join("; ");
+    } catch (err) {
+      log.warn({ err, jobId: job.id }, "could not read the slots to explain a queued job");
+      return "";
+    }
   }
 
   /** Marks one repair stale (if it still waits for a person) and publishes the change. */
@@ -319,7 +345,8 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const p = requirePrincipal(ctx);
       if (req.goalId !== "" && !UUID.test(req.goalId)) throw new InvalidArgumentError("goal_id", "invalid_uuid", "goal_id must be a UUID (or empty for every goal).");
       const rows = await listOwnedRepairs(db, p.id, req.goalId || undefined);
-      const repairs = await Promise.all(rows.map(async (r) => repairMessage(r, await listProposals(db, r.id), await findApproval(db, r.id), undefined)));
+      // Each with its job, so lists show the outcome (succeeded, failed, unknown...), not just "finished".
+      const repairs = await Promise.all(rows.map((r) => view(r)));
       return { repairs };
     },
 
@@ -341,7 +368,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
             signalled = false;
             const row = await owned(p, first.id);
             const repair = await view(row);
-            const key = `${repair.revision}|${repair.job?.revision ?? ""}|${repair.job?.state ?? ""}`;
+            const key = `${repair.revision}|${repair.job?.revision ?? ""}|${repair.job?.state ?? ""}|${repair.waitReason}`;
             if (key !== lastKey) {
               lastKey = key;
               yield { repair };
@@ -659,8 +686,92 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const res = await jobs.readArtifact({ artifactId: req.artifactId }, { timeoutMs: 60_000 });
       return { artifact: res.artifact, content: res.content };
     },
+
+    async *streamOutput(req, ctx) {
+      try {
+        const p = requirePrincipal(ctx);
+        const first = await owned(p, req.repairId);
+        const { step, stream } = req;
+        let offset = req.offset;
+        let sent = false;
+        const out = (data: Uint8Array, source: string, eof = false, neverStarted = false) => {
+          sent = true;
+          const m = { step, stream, offset, data, source, eof, neverStarted };
+          offset += BigInt(data.length);
+          return m;
+        };
+        let wake: (() => void) | undefined;
+        let offJob: (() => void) | undefined;
+        try {
+          for (;;) {
+            const row = await owned(p, first.id);
+            const job = await fetchJob(row.job_id);
+            if (job && !offJob) offJob = signals.subscribe(jobSubject(job.id), () => wake?.());
+            const artifact = job?.artifacts.find((a) => a.kind === `${step}_output` && a.name === `${step}.${stream}`);
+            if (job && artifact) {
+              // The step ended: its stored output, verified against the sha256 recorded with it.
+              const res = await jobs.readArtifact({ artifactId: artifact.id }, { timeoutMs: 60_000, signal: ctx.signal });
+              if (sha256Hex(res.content) !== artifact.sha256) {
+                throw new UnavailableError("artifact_mismatch", `The stored ${artifact.name} of job ${job.id} does not match its sha256 ${artifact.sha256}.`);
+              }
+              const all = res.content;
+              const from = Math.min(Number(offset), all.length);
+              if (Number(offset) > all.length) offset = BigInt(all.length);
+              for (let at = from; ; at += OUTPUT_CHUNK) {
+                const chunk = all.subarray(at, Math.min(all.length, at + OUTPUT_CHUNK));
+                const last = at + OUTPUT_CHUNK >= all.length;
+                yield out(chunk, "artifact", last);
+                if (last) return;
+              }
+            }
+            const ended = row.state === "cancelled" || (job !== undefined && (FINAL_JOB_STATES.has(job.state) || job.state === JobState.UNKNOWN));
+            if (ended || row.state === "blocked") {
+              const started = job?.steps.some((s) => s.name === step && s.started) ?? false;
+              yield out(new Uint8Array(), "", true, !started);
+              return;
+            }
+            let got = 0;
+            if (job && LIVE_JOB_STATES.has(job.state) && job.nodeId !== "") {
+              const node = await nodes.get(job.nodeId).catch(() => undefined);
+              const r = node
+                ? await nodes
+                    .executor(node)
+                    .readJobOutput({ jobId: job.id, step, stream: stream === "stderr" ? Stream.STDERR : Stream.STDOUT, offset, maxBytes: OUTPUT_CHUNK }, { timeoutMs: 10_000, signal: ctx.signal })
+                    .catch((err: unknown) => {
+                      log.debug({ err, jobId: job.id }, "live output not readable");
+                      return undefined;
+                    })
+                : undefined;
+              if (r?.live && r.data.length > 0) {
+                got = r.data.length;
+                yield out(r.data, "live");
+              }
+            }
+            if (!req.follow && got === 0) {
+              if (!sent) yield out(new Uint8Array(), "live");
+              return;
+            }
+            if (got === 0) await waitFor(LIVE_POLL_MS, ctx, (w) => (wake = w));
+            wake = undefined;
+            if (ctx.signal.aborted) return;
+          }
+        } finally {
+          offJob?.();
+        }
+      } catch (err) {
+        if (err instanceof SeraphError) throw toConnectError(err);
+        throw err;
+      }
+    },
   };
 }
+
+/** Largest data of one StreamOutput message. */
+const OUTPUT_CHUNK = 256 * 1024;
+/** How often a followed live step is read again when it wrote nothing new. */
+const LIVE_POLL_MS = 300;
+/** Job states in which a step may be writing output on its node. */
+const LIVE_JOB_STATES: ReadonlySet<JobState> = new Set([JobState.RESERVED, JobState.PREPARING, JobState.STARTING, JobState.RUNNING]);
 
 /** True when a repair can change no more (WatchRepair ends after sending it). */
 function isFinal(r: Repair): boolean {

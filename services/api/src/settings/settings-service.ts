@@ -1,17 +1,19 @@
 import { clone, create } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { Client, ServiceImpl } from "@connectrpc/connect";
 import {
   ConflictError,
   FailedPreconditionError,
   InvalidArgumentError,
   PermissionDeniedError,
   requirePrincipal,
+  UnavailableError,
   type AuthenticatedPrincipal,
   type Logger,
   type Signals,
 } from "@seraph/kit";
 import { PrerequisiteItemSchema, PrerequisiteReportSchema, type PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
-import { SandboxBackend, SandboxSettingsSchema, SettingsService, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { SandboxBackend, SandboxSettingsSchema, SettingsService, SlotStatusSchema, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState, SlotState, type JobsService, type Slot } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Kysely } from "kysely";
 import { isNormalizedAbsolute } from "../common.js";
 import type { ApiDatabase } from "../db/schema.js";
@@ -40,6 +42,8 @@ export interface SettingsServiceDeps {
   readonly signals: Signals;
   readonly log: Logger;
   readonly nodes: NodeDirectory;
+  /** The jobs service (ListSlots reads slots and their jobs from it). */
+  readonly jobs: Client<typeof JobsService>;
   /** Settings before any save (see defaultSettings). */
   readonly defaults: () => SandboxSettings;
 }
@@ -174,6 +178,33 @@ export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<ty
         }),
       );
       return { reports };
+    },
+    async listSlots(_req, ctx) {
+      const p = requirePrincipal(ctx);
+      if (p.id !== p.rootId || !(await isInstanceOperator(db, p.id))) {
+        throw new PermissionDeniedError("operator_required", "Only the instance operator may list the physical slots of every node.");
+      }
+      let slots: Slot[];
+      try {
+        slots = (await deps.jobs.listSlots({}, { timeoutMs: 10_000 })).slots;
+      } catch (err) {
+        throw new UnavailableError("jobs_unavailable", "The jobs service could not list the slots; retry.", err);
+      }
+      const out = await Promise.all(
+        slots.map(async (s) => {
+          const job = s.jobId ? await deps.jobs.getJob({ jobId: s.jobId }, { timeoutMs: 10_000 }).then((r) => r.job, () => undefined) : undefined;
+          return create(SlotStatusSchema, {
+            nodeId: s.nodeId,
+            slotIndex: s.slotIndex,
+            state: (SlotState[s.state] ?? "unspecified").toLowerCase(),
+            jobId: s.jobId,
+            repairId: job?.repairId ?? "",
+            jobState: job?.state ?? JobState.UNSPECIFIED,
+            jobOutcome: job?.outcome ?? "",
+          });
+        }),
+      );
+      return { slots: out };
     },
   };
 }

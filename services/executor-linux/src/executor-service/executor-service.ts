@@ -41,6 +41,8 @@ export interface ExecutorServiceDeps {
   readonly supervisorEntry?: string;
   /** CancelJob belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
+  /** ReadJobOutput belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
+  readonly readJobOutput?: ServiceImpl<typeof ExecutorService>["readJobOutput"];
 }
 
 /**
@@ -79,6 +81,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
   const readFacilities = deps.readFacilities ?? (() => readFacilityReport());
   return {
     ...(deps.cancelJob === undefined ? {} : { cancelJob: deps.cancelJob }),
+    ...(deps.readJobOutput === undefined ? {} : { readJobOutput: deps.readJobOutput }),
     async checkRepository(req) {
       const c = await checkRepositoryPath(req.repositoryPath, roots);
       if (!c.ok) return { ok: false, code: c.code, message: c.message, repositoryRoots: [...roots] };

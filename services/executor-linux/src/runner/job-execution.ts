@@ -98,6 +98,8 @@ export interface ActiveJob {
   readonly cancel: CancelLatch;
   /** The supervisor connection of the current step, when there is one. */
   connection: SupervisorConnection | undefined;
+  /** The name of the step that connection supervises ("build", "test"). */
+  step?: string | undefined;
 }
 
 interface Ctx {
@@ -332,6 +334,7 @@ interface StepRun {
 /** Runs (or, after a restart, resumes) one supervised step from its start barrier to its receipt. */
 async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMarker, runDir: string, waitingForGo: boolean, refuseStart?: string): Promise<StepRun> {
   ctx.active.connection = conn;
+  ctx.active.step = runDir.slice(runDir.lastIndexOf("/run-") + 5);
   let markerRecorded = true;
   try {
     if (waitingForGo && refuseStart !== undefined) {
@@ -369,6 +372,7 @@ async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMark
     return { receipt, marker, runDir, markerRecorded };
   } finally {
     ctx.active.connection = undefined;
+    ctx.active.step = undefined;
     await conn.close().catch(() => undefined);
     if (!ctx.deps.signal.aborted) await waitSupervisorGone(marker, 3000).catch(() => false);
   }

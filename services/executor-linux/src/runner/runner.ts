@@ -2,7 +2,7 @@ import { create, fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { startPollLoop, type PollLoop, type Signals } from "@seraph/kit";
 import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
-import { CancelJobResponseSchema, type ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { CancelJobResponseSchema, ReadJobOutputResponseSchema, type ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Phase } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
@@ -24,6 +24,11 @@ const CLAIM_RETRY_MS = 30_000;
 export interface Runner {
   /** ExecutorService.CancelJob: asks the exact supervisor of a job running here to terminate and reap. */
   readonly cancelJob: ServiceImpl<typeof ExecutorService>["cancelJob"];
+  /**
+   * ExecutorService.ReadJobOutput: a step's kept output from its supervisor's journal while this
+   * process supervises that step; `live: false` otherwise (the stored artifact has it, or will).
+   */
+  readonly readJobOutput: ServiceImpl<typeof ExecutorService>["readJobOutput"];
   /** Runs a poll now. */
   wake(): void;
   /** Stops taking work; jobs in flight keep their supervisors (a restart re-adopts them). */
@@ -193,6 +198,19 @@ export function startRunner(deps: RunnerDeps): Runner {
       a.cancel.trigger(req.reason || "cancellation requested");
       const status = await a.connection?.status().catch(() => undefined);
       return create(CancelJobResponseSchema, { delivered: true, phase: status?.phase ?? Phase.UNSPECIFIED });
+    },
+    async readJobOutput(req) {
+      const a = active.get(req.jobId);
+      const conn = a?.connection;
+      if (!a || !conn || a.step !== req.step) return create(ReadJobOutputResponseSchema, { live: false, offset: req.offset });
+      try {
+        const r = await conn.readOutput(req.stream, 0, req.offset, req.maxBytes);
+        return create(ReadJobOutputResponseSchema, { live: true, offset: r.offset, data: r.data, keptBytes: r.keptBytes, eof: r.eof });
+      } catch (err) {
+        // The step just ended (the connection closed): the stored artifact is the source now.
+        log.debug({ err, jobId: req.jobId }, "live output read failed");
+        return create(ReadJobOutputResponseSchema, { live: false, offset: req.offset });
+      }
     },
     async stop() {
       offWork();

@@ -10,6 +10,8 @@ import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
 import type { PrerequisiteReport } from "../../executor/v1/executor_pb.js";
 import { file_seraph_executor_v1_executor } from "../../executor/v1/executor_pb.js";
+import type { JobState } from "../../jobs/v1/jobs_pb.js";
+import { file_seraph_jobs_v1_jobs } from "../../jobs/v1/jobs_pb.js";
 import type { Limits } from "../../profile/v1/profile_pb.js";
 import { file_seraph_profile_v1_profile } from "../../profile/v1/profile_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -18,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/api/v1/settings.proto.
  */
 export const file_seraph_api_v1_settings: GenFile = /*@__PURE__*/
-  fileDesc("ChxzZXJhcGgvYXBpL3YxL3NldHRpbmdzLnByb3RvEg1zZXJhcGguYXBpLnYxItYBCgpNb2RlbFJvdXRlEi0KAmlkGAEgASgJQiG6SB5yHDIaXlthLXowLTldW2EtejAtOV8tXXswLDYyfSQSGgoIYmFzZV91cmwYAiABKAlCCLpIBXIDiAEBEhkKBW1vZGVsGAMgASgJQgq6SAdyBRABGMgBEg8KB2FwaV9rZXkYBCABKAkSEwoLYXBpX2tleV9zZXQYBSABKAgSHQoKdGltZW91dF9tcxgGIAEoDUIJukgGKgQYwM8kEh0KDG1heF9hdHRlbXB0cxgHIAEoDUIHukgEKgIYBSK4AgoPU2FuZGJveFNldHRpbmdzEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSFAoMcnVudGltZV9wYXRoGAMgASgJEg8KB2VuYWJsZWQYBCABKAgSGAoQcmVwb3NpdG9yeV9yb290cxgFIAMoCRIpCgZsaW1pdHMYBiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSLwoMbW9kZWxfcm91dGVzGAcgAygLMhkuc2VyYXBoLmFwaS52MS5Nb2RlbFJvdXRlEhwKFGFwcHJvdmFsX3R0bF9zZWNvbmRzGAggASgNEhAKCHJldmlzaW9uGAkgASgEEhcKD3VwZGF0ZWRfdW5peF9tcxgKIAEoAyKhAQoNUHJvZmlsZU9wdGlvbhIuCgdiYWNrZW5kGAEgASgOMh0uc2VyYXBoLmFwaS52MS5TYW5kYm94QmFja2VuZBIPCgdwcm9maWxlGAIgASgJEg0KBXRpdGxlGAMgASgJEhEKCWF2YWlsYWJsZRgEIAEoCBIUCgxibG9ja2VkX2NvZGUYBSABKAkSFwoPYmxvY2tlZF9tZXNzYWdlGAYgASgJIhsKGUdldFNhbmRib3hTZXR0aW5nc1JlcXVlc3QifgoaR2V0U2FuZGJveFNldHRpbmdzUmVzcG9uc2USMAoIc2V0dGluZ3MYASABKAsyHi5zZXJhcGguYXBpLnYxLlNhbmRib3hTZXR0aW5ncxIuCghwcm9maWxlcxgCIAMoCzIcLnNlcmFwaC5hcGkudjEuUHJvZmlsZU9wdGlvbiJzChxVcGRhdGVTYW5kYm94U2V0dGluZ3NSZXF1ZXN0EjgKCHNldHRpbmdzGAEgASgLMh4uc2VyYXBoLmFwaS52MS5TYW5kYm94U2V0dGluZ3NCBrpIA8gBARIZChFleHBlY3RlZF9yZXZpc2lvbhgCIAEoBCJRCh1VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXNwb25zZRIwCghzZXR0aW5ncxgBIAEoCzIeLnNlcmFwaC5hcGkudjEuU2FuZGJveFNldHRpbmdzIiwKGUNoZWNrUHJlcmVxdWlzaXRlc1JlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCSJVChpDaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRI3CgdyZXBvcnRzGAEgAygLMiYuc2VyYXBoLmV4ZWN1dG9yLnYxLlByZXJlcXVpc2l0ZVJlcG9ydCJwCgpSZXBvc2l0b3J5EgoKAmlkGAEgASgJEhAKCG93bmVyX2lkGAIgASgJEg8KB25vZGVfaWQYAyABKAkSDAoEcGF0aBgEIAEoCRIMCgRuYW1lGAUgASgJEhcKD2NyZWF0ZWRfdW5peF9tcxgGIAEoAyJhChlSZWdpc3RlclJlcG9zaXRvcnlSZXF1ZXN0EhsKBHBhdGgYASABKAlCDbpICnIIEAIYgCA6AS8SFgoEbmFtZRgCIAEoCUIIukgFcgMYyAESDwoHbm9kZV9pZBgDIAEoCSJLChpSZWdpc3RlclJlcG9zaXRvcnlSZXNwb25zZRItCgpyZXBvc2l0b3J5GAEgASgLMhkuc2VyYXBoLmFwaS52MS5SZXBvc2l0b3J5IhkKF0xpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0IksKGExpc3RSZXBvc2l0b3JpZXNSZXNwb25zZRIvCgxyZXBvc2l0b3JpZXMYASADKAsyGS5zZXJhcGguYXBpLnYxLlJlcG9zaXRvcnkqaAoOU2FuZGJveEJhY2tlbmQSHwobU0FOREJPWF9CQUNLRU5EX1VOU1BFQ0lGSUVEEAASGQoVU0FOREJPWF9CQUNLRU5EX0xPQ0FMEAESGgoWU0FOREJPWF9CQUNLRU5EX0RPQ0tFUhACMtsCCg9TZXR0aW5nc1NlcnZpY2USaQoSR2V0U2FuZGJveFNldHRpbmdzEiguc2VyYXBoLmFwaS52MS5HZXRTYW5kYm94U2V0dGluZ3NSZXF1ZXN0Gikuc2VyYXBoLmFwaS52MS5HZXRTYW5kYm94U2V0dGluZ3NSZXNwb25zZRJyChVVcGRhdGVTYW5kYm94U2V0dGluZ3MSKy5zZXJhcGguYXBpLnYxLlVwZGF0ZVNhbmRib3hTZXR0aW5nc1JlcXVlc3QaLC5zZXJhcGguYXBpLnYxLlVwZGF0ZVNhbmRib3hTZXR0aW5nc1Jlc3BvbnNlEmkKEkNoZWNrUHJlcmVxdWlzaXRlcxIoLnNlcmFwaC5hcGkudjEuQ2hlY2tQcmVyZXF1aXNpdGVzUmVxdWVzdBopLnNlcmFwaC5hcGkudjEuQ2hlY2tQcmVyZXF1aXNpdGVzUmVzcG9uc2Uy4wEKEVJlcG9zaXRvcnlTZXJ2aWNlEmkKElJlZ2lzdGVyUmVwb3NpdG9yeRIoLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVxdWVzdBopLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USYwoQTGlzdFJlcG9zaXRvcmllcxImLnNlcmFwaC5hcGkudjEuTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QaJy5zZXJhcGguYXBpLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_executor_v1_executor, file_seraph_profile_v1_profile]);
+  fileDesc("ChxzZXJhcGgvYXBpL3YxL3NldHRpbmdzLnByb3RvEg1zZXJhcGguYXBpLnYxItYBCgpNb2RlbFJvdXRlEi0KAmlkGAEgASgJQiG6SB5yHDIaXlthLXowLTldW2EtejAtOV8tXXswLDYyfSQSGgoIYmFzZV91cmwYAiABKAlCCLpIBXIDiAEBEhkKBW1vZGVsGAMgASgJQgq6SAdyBRABGMgBEg8KB2FwaV9rZXkYBCABKAkSEwoLYXBpX2tleV9zZXQYBSABKAgSHQoKdGltZW91dF9tcxgGIAEoDUIJukgGKgQYwM8kEh0KDG1heF9hdHRlbXB0cxgHIAEoDUIHukgEKgIYBSK4AgoPU2FuZGJveFNldHRpbmdzEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSFAoMcnVudGltZV9wYXRoGAMgASgJEg8KB2VuYWJsZWQYBCABKAgSGAoQcmVwb3NpdG9yeV9yb290cxgFIAMoCRIpCgZsaW1pdHMYBiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSLwoMbW9kZWxfcm91dGVzGAcgAygLMhkuc2VyYXBoLmFwaS52MS5Nb2RlbFJvdXRlEhwKFGFwcHJvdmFsX3R0bF9zZWNvbmRzGAggASgNEhAKCHJldmlzaW9uGAkgASgEEhcKD3VwZGF0ZWRfdW5peF9tcxgKIAEoAyKhAQoNUHJvZmlsZU9wdGlvbhIuCgdiYWNrZW5kGAEgASgOMh0uc2VyYXBoLmFwaS52MS5TYW5kYm94QmFja2VuZBIPCgdwcm9maWxlGAIgASgJEg0KBXRpdGxlGAMgASgJEhEKCWF2YWlsYWJsZRgEIAEoCBIUCgxibG9ja2VkX2NvZGUYBSABKAkSFwoPYmxvY2tlZF9tZXNzYWdlGAYgASgJIhsKGUdldFNhbmRib3hTZXR0aW5nc1JlcXVlc3QifgoaR2V0U2FuZGJveFNldHRpbmdzUmVzcG9uc2USMAoIc2V0dGluZ3MYASABKAsyHi5zZXJhcGguYXBpLnYxLlNhbmRib3hTZXR0aW5ncxIuCghwcm9maWxlcxgCIAMoCzIcLnNlcmFwaC5hcGkudjEuUHJvZmlsZU9wdGlvbiJzChxVcGRhdGVTYW5kYm94U2V0dGluZ3NSZXF1ZXN0EjgKCHNldHRpbmdzGAEgASgLMh4uc2VyYXBoLmFwaS52MS5TYW5kYm94U2V0dGluZ3NCBrpIA8gBARIZChFleHBlY3RlZF9yZXZpc2lvbhgCIAEoBCJRCh1VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXNwb25zZRIwCghzZXR0aW5ncxgBIAEoCzIeLnNlcmFwaC5hcGkudjEuU2FuZGJveFNldHRpbmdzIiwKGUNoZWNrUHJlcmVxdWlzaXRlc1JlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCSJVChpDaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRI3CgdyZXBvcnRzGAEgAygLMiYuc2VyYXBoLmV4ZWN1dG9yLnYxLlByZXJlcXVpc2l0ZVJlcG9ydCISChBMaXN0U2xvdHNSZXF1ZXN0IqUBCgpTbG90U3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKc2xvdF9pbmRleBgCIAEoBRINCgVzdGF0ZRgDIAEoCRIOCgZqb2JfaWQYBCABKAkSEQoJcmVwYWlyX2lkGAUgASgJEisKCWpvYl9zdGF0ZRgGIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEhMKC2pvYl9vdXRjb21lGAcgASgJIj0KEUxpc3RTbG90c1Jlc3BvbnNlEigKBXNsb3RzGAEgAygLMhkuc2VyYXBoLmFwaS52MS5TbG90U3RhdHVzInAKClJlcG9zaXRvcnkSCgoCaWQYASABKAkSEAoIb3duZXJfaWQYAiABKAkSDwoHbm9kZV9pZBgDIAEoCRIMCgRwYXRoGAQgASgJEgwKBG5hbWUYBSABKAkSFwoPY3JlYXRlZF91bml4X21zGAYgASgDImEKGVJlZ2lzdGVyUmVwb3NpdG9yeVJlcXVlc3QSGwoEcGF0aBgBIAEoCUINukgKcggQAhiAIDoBLxIWCgRuYW1lGAIgASgJQgi6SAVyAxjIARIPCgdub2RlX2lkGAMgASgJIksKGlJlZ2lzdGVyUmVwb3NpdG9yeVJlc3BvbnNlEi0KCnJlcG9zaXRvcnkYASABKAsyGS5zZXJhcGguYXBpLnYxLlJlcG9zaXRvcnkiGQoXTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QiSwoYTGlzdFJlcG9zaXRvcmllc1Jlc3BvbnNlEi8KDHJlcG9zaXRvcmllcxgBIAMoCzIZLnNlcmFwaC5hcGkudjEuUmVwb3NpdG9yeSpoCg5TYW5kYm94QmFja2VuZBIfChtTQU5EQk9YX0JBQ0tFTkRfVU5TUEVDSUZJRUQQABIZChVTQU5EQk9YX0JBQ0tFTkRfTE9DQUwQARIaChZTQU5EQk9YX0JBQ0tFTkRfRE9DS0VSEAIyqwMKD1NldHRpbmdzU2VydmljZRJpChJHZXRTYW5kYm94U2V0dGluZ3MSKC5zZXJhcGguYXBpLnYxLkdldFNhbmRib3hTZXR0aW5nc1JlcXVlc3QaKS5zZXJhcGguYXBpLnYxLkdldFNhbmRib3hTZXR0aW5nc1Jlc3BvbnNlEnIKFVVwZGF0ZVNhbmRib3hTZXR0aW5ncxIrLnNlcmFwaC5hcGkudjEuVXBkYXRlU2FuZGJveFNldHRpbmdzUmVxdWVzdBosLnNlcmFwaC5hcGkudjEuVXBkYXRlU2FuZGJveFNldHRpbmdzUmVzcG9uc2USaQoSQ2hlY2tQcmVyZXF1aXNpdGVzEiguc2VyYXBoLmFwaS52MS5DaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0Gikuc2VyYXBoLmFwaS52MS5DaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRJOCglMaXN0U2xvdHMSHy5zZXJhcGguYXBpLnYxLkxpc3RTbG90c1JlcXVlc3QaIC5zZXJhcGguYXBpLnYxLkxpc3RTbG90c1Jlc3BvbnNlMuMBChFSZXBvc2l0b3J5U2VydmljZRJpChJSZWdpc3RlclJlcG9zaXRvcnkSKC5zZXJhcGguYXBpLnYxLlJlZ2lzdGVyUmVwb3NpdG9yeVJlcXVlc3QaKS5zZXJhcGguYXBpLnYxLlJlZ2lzdGVyUmVwb3NpdG9yeVJlc3BvbnNlEmMKEExpc3RSZXBvc2l0b3JpZXMSJi5zZXJhcGguYXBpLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0Gicuc2VyYXBoLmFwaS52MS5MaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_seraph_executor_v1_executor, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile]);
 
 /**
  * @generated from message seraph.api.v1.ModelRoute
@@ -302,6 +304,87 @@ export const CheckPrerequisitesResponseSchema: GenMessage<CheckPrerequisitesResp
   messageDesc(file_seraph_api_v1_settings, 8);
 
 /**
+ * @generated from message seraph.api.v1.ListSlotsRequest
+ */
+export type ListSlotsRequest = Message<"seraph.api.v1.ListSlotsRequest"> & {
+};
+
+/**
+ * Describes the message seraph.api.v1.ListSlotsRequest.
+ * Use `create(ListSlotsRequestSchema)` to create a new message.
+ */
+export const ListSlotsRequestSchema: GenMessage<ListSlotsRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 9);
+
+/**
+ * @generated from message seraph.api.v1.SlotStatus
+ */
+export type SlotStatus = Message<"seraph.api.v1.SlotStatus"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: int32 slot_index = 2;
+   */
+  slotIndex: number;
+
+  /**
+   * "free", "reserved" or "held".
+   *
+   * @generated from field: string state = 3;
+   */
+  state: string;
+
+  /**
+   * The job reserving or holding the slot ("" when free).
+   *
+   * @generated from field: string job_id = 4;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string repair_id = 5;
+   */
+  repairId: string;
+
+  /**
+   * @generated from field: seraph.jobs.v1.JobState job_state = 6;
+   */
+  jobState: JobState;
+
+  /**
+   * @generated from field: string job_outcome = 7;
+   */
+  jobOutcome: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.SlotStatus.
+ * Use `create(SlotStatusSchema)` to create a new message.
+ */
+export const SlotStatusSchema: GenMessage<SlotStatus> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 10);
+
+/**
+ * @generated from message seraph.api.v1.ListSlotsResponse
+ */
+export type ListSlotsResponse = Message<"seraph.api.v1.ListSlotsResponse"> & {
+  /**
+   * @generated from field: repeated seraph.api.v1.SlotStatus slots = 1;
+   */
+  slots: SlotStatus[];
+};
+
+/**
+ * Describes the message seraph.api.v1.ListSlotsResponse.
+ * Use `create(ListSlotsResponseSchema)` to create a new message.
+ */
+export const ListSlotsResponseSchema: GenMessage<ListSlotsResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 11);
+
+/**
  * @generated from message seraph.api.v1.Repository
  */
 export type Repository = Message<"seraph.api.v1.Repository"> & {
@@ -343,7 +426,7 @@ export type Repository = Message<"seraph.api.v1.Repository"> & {
  * Use `create(RepositorySchema)` to create a new message.
  */
 export const RepositorySchema: GenMessage<Repository> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 9);
+  messageDesc(file_seraph_api_v1_settings, 12);
 
 /**
  * @generated from message seraph.api.v1.RegisterRepositoryRequest
@@ -372,7 +455,7 @@ export type RegisterRepositoryRequest = Message<"seraph.api.v1.RegisterRepositor
  * Use `create(RegisterRepositoryRequestSchema)` to create a new message.
  */
 export const RegisterRepositoryRequestSchema: GenMessage<RegisterRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 10);
+  messageDesc(file_seraph_api_v1_settings, 13);
 
 /**
  * @generated from message seraph.api.v1.RegisterRepositoryResponse
@@ -389,7 +472,7 @@ export type RegisterRepositoryResponse = Message<"seraph.api.v1.RegisterReposito
  * Use `create(RegisterRepositoryResponseSchema)` to create a new message.
  */
 export const RegisterRepositoryResponseSchema: GenMessage<RegisterRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 11);
+  messageDesc(file_seraph_api_v1_settings, 14);
 
 /**
  * @generated from message seraph.api.v1.ListRepositoriesRequest
@@ -402,7 +485,7 @@ export type ListRepositoriesRequest = Message<"seraph.api.v1.ListRepositoriesReq
  * Use `create(ListRepositoriesRequestSchema)` to create a new message.
  */
 export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 12);
+  messageDesc(file_seraph_api_v1_settings, 15);
 
 /**
  * @generated from message seraph.api.v1.ListRepositoriesResponse
@@ -419,7 +502,7 @@ export type ListRepositoriesResponse = Message<"seraph.api.v1.ListRepositoriesRe
  * Use `create(ListRepositoriesResponseSchema)` to create a new message.
  */
 export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 13);
+  messageDesc(file_seraph_api_v1_settings, 16);
 
 /**
  * @generated from enum seraph.api.v1.SandboxBackend
@@ -476,6 +559,16 @@ export const SettingsService: GenService<{
     methodKind: "unary";
     input: typeof CheckPrerequisitesRequestSchema;
     output: typeof CheckPrerequisitesResponseSchema;
+  },
+  /**
+   * Every physical slot and the job holding it (instance operator only).
+   *
+   * @generated from rpc seraph.api.v1.SettingsService.ListSlots
+   */
+  listSlots: {
+    methodKind: "unary";
+    input: typeof ListSlotsRequestSchema;
+    output: typeof ListSlotsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_seraph_api_v1_settings, 0);

@@ -10,7 +10,7 @@ import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
 import type { BlockReason, Inspection, Limits, Selection } from "../../profile/v1/profile_pb.js";
 import { file_seraph_profile_v1_profile } from "../../profile/v1/profile_pb.js";
-import type { FacilityReport, NodeContainment, Phase } from "../../supervisor/v1/supervisor_pb.js";
+import type { FacilityReport, NodeContainment, Phase, Stream } from "../../supervisor/v1/supervisor_pb.js";
 import { file_seraph_supervisor_v1_supervisor } from "../../supervisor/v1/supervisor_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/executor/v1/executor.proto.
  */
 export const file_seraph_executor_v1_executor: GenFile = /*@__PURE__*/
-  fileDesc("CiFzZXJhcGgvZXhlY3V0b3IvdjEvZXhlY3V0b3IucHJvdG8SEnNlcmFwaC5leGVjdXRvci52MSJLChBQcmVyZXF1aXNpdGVJdGVtEgwKBG5hbWUYASABKAkSCgoCb2sYAiABKAgSDAoEY29kZRgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIsUCChJQcmVyZXF1aXNpdGVSZXBvcnQSCgoCb2sYASABKAgSMwoFaXRlbXMYAiADKAsyJC5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlSXRlbRIPCgdub2RlX2lkGAMgASgJEjgKCmZhY2lsaXRpZXMYBCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydBIUCgxydW50aW1lX3BhdGgYBSABKAkSFwoPcnVudGltZV92ZXJzaW9uGAYgASgJEhYKDnJ1bnRpbWVfc2hhMjU2GAcgASgJEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgIIAEoCRI6Cgtjb250YWlubWVudBgJIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudCLqAQoOSW5zcGVjdFJlcXVlc3QSJgoPcmVwb3NpdG9yeV9wYXRoGAEgASgJQg26SApyCBABGIAgOgEvEigKDHNvdXJjZV9wYXRocxgCIAMoCUISukgPkgEMENAPIgdyBRABGIAIEjsKCXNlbGVjdGlvbhgDIAEoDjIcLnNlcmFwaC5wcm9maWxlLnYxLlNlbGVjdGlvbkIKukgHggEEEAEgABIeCgxydW50aW1lX3BhdGgYBCABKAlCCLpIBXIDOgEvEikKBmxpbWl0cxgFIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cyKiAQoPSW5zcGVjdFJlc3BvbnNlEjEKCmluc3BlY3Rpb24YASABKAsyHS5zZXJhcGgucHJvZmlsZS52MS5JbnNwZWN0aW9uEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgCIAEoCRI6Cgtjb250YWlubWVudBgDIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudCIxChlDaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0EhQKDHJ1bnRpbWVfcGF0aBgBIAEoCSJUChpDaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRI2CgZyZXBvcnQYASABKAsyJi5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlUmVwb3J0InMKEVJlYWRTb3VyY2VSZXF1ZXN0EiEKD3JlcG9zaXRvcnlfcGF0aBgBIAEoCUIIukgFcgM6AS8SGAoEcGF0aBgCIAEoCUIKukgHcgUQARiACBIhCg9leHBlY3RlZF9zaGEyNTYYAyABKAlCCLpIBXIDmAFAIjUKElJlYWRTb3VyY2VSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBnNoYTI1NhgCIAEoCSKyAQoUQ2hlY2tQcm9wb3NhbFJlcXVlc3QSIQoPcmVwb3NpdG9yeV9wYXRoGAEgASgJQgi6SAVyAzoBLxI5CgppbnNwZWN0aW9uGAIgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbkIGukgDyAEBEhUKBGRpZmYYAyABKAlCB7pIBHICEAESJQoTYWxsb3dlZF9wYXRjaF9wYXRocxgEIAMoCUIIukgFkgECCAEigAEKFUNoZWNrUHJvcG9zYWxSZXNwb25zZRIKCgJvaxgBIAEoCBIvCgdyZWFzb25zGAIgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFQoNY2hhbmdlZF9wYXRocxgDIAMoCRITCgtkaWZmX3NoYTI1NhgEIAEoCSJAChZDaGVja1JlcG9zaXRvcnlSZXF1ZXN0EiYKD3JlcG9zaXRvcnlfcGF0aBgBIAEoCUINukgKcggQAhiAIDoBLyJ4ChdDaGVja1JlcG9zaXRvcnlSZXNwb25zZRIKCgJvaxgBIAEoCBIMCgRjb2RlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSGAoQcmVwb3NpdG9yeV9yb290cxgEIAMoCRIYChBoYXNfcGFja2FnZV9qc29uGAUgASgIIlwKEENhbmNlbEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIPCgdhdHRlbXB0GAIgASgNEg0KBWZlbmNlGAMgASgEEg4KBnJlYXNvbhgEIAEoCSJSChFDYW5jZWxKb2JSZXNwb25zZRIqCgVwaGFzZRgBIAEoDjIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLlBoYXNlEhEKCWRlbGl2ZXJlZBgCIAEoCDLjBAoPRXhlY3V0b3JTZXJ2aWNlElIKB0luc3BlY3QSIi5zZXJhcGguZXhlY3V0b3IudjEuSW5zcGVjdFJlcXVlc3QaIy5zZXJhcGguZXhlY3V0b3IudjEuSW5zcGVjdFJlc3BvbnNlEnMKEkNoZWNrUHJlcmVxdWlzaXRlcxItLnNlcmFwaC5leGVjdXRvci52MS5DaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0Gi4uc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlElsKClJlYWRTb3VyY2USJS5zZXJhcGguZXhlY3V0b3IudjEuUmVhZFNvdXJjZVJlcXVlc3QaJi5zZXJhcGguZXhlY3V0b3IudjEuUmVhZFNvdXJjZVJlc3BvbnNlEmQKDUNoZWNrUHJvcG9zYWwSKC5zZXJhcGguZXhlY3V0b3IudjEuQ2hlY2tQcm9wb3NhbFJlcXVlc3QaKS5zZXJhcGguZXhlY3V0b3IudjEuQ2hlY2tQcm9wb3NhbFJlc3BvbnNlEmoKD0NoZWNrUmVwb3NpdG9yeRIqLnNlcmFwaC5leGVjdXRvci52MS5DaGVja1JlcG9zaXRvcnlSZXF1ZXN0Gisuc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUmVwb3NpdG9yeVJlc3BvbnNlElgKCUNhbmNlbEpvYhIkLnNlcmFwaC5leGVjdXRvci52MS5DYW5jZWxKb2JSZXF1ZXN0GiUuc2VyYXBoLmV4ZWN1dG9yLnYxLkNhbmNlbEpvYlJlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("CiFzZXJhcGgvZXhlY3V0b3IvdjEvZXhlY3V0b3IucHJvdG8SEnNlcmFwaC5leGVjdXRvci52MSJLChBQcmVyZXF1aXNpdGVJdGVtEgwKBG5hbWUYASABKAkSCgoCb2sYAiABKAgSDAoEY29kZRgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIsUCChJQcmVyZXF1aXNpdGVSZXBvcnQSCgoCb2sYASABKAgSMwoFaXRlbXMYAiADKAsyJC5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlSXRlbRIPCgdub2RlX2lkGAMgASgJEjgKCmZhY2lsaXRpZXMYBCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydBIUCgxydW50aW1lX3BhdGgYBSABKAkSFwoPcnVudGltZV92ZXJzaW9uGAYgASgJEhYKDnJ1bnRpbWVfc2hhMjU2GAcgASgJEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgIIAEoCRI6Cgtjb250YWlubWVudBgJIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudCLqAQoOSW5zcGVjdFJlcXVlc3QSJgoPcmVwb3NpdG9yeV9wYXRoGAEgASgJQg26SApyCBABGIAgOgEvEigKDHNvdXJjZV9wYXRocxgCIAMoCUISukgPkgEMENAPIgdyBRABGIAIEjsKCXNlbGVjdGlvbhgDIAEoDjIcLnNlcmFwaC5wcm9maWxlLnYxLlNlbGVjdGlvbkIKukgHggEEEAEgABIeCgxydW50aW1lX3BhdGgYBCABKAlCCLpIBXIDOgEvEikKBmxpbWl0cxgFIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cyKiAQoPSW5zcGVjdFJlc3BvbnNlEjEKCmluc3BlY3Rpb24YASABKAsyHS5zZXJhcGgucHJvZmlsZS52MS5JbnNwZWN0aW9uEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgCIAEoCRI6Cgtjb250YWlubWVudBgDIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudCIxChlDaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0EhQKDHJ1bnRpbWVfcGF0aBgBIAEoCSJUChpDaGVja1ByZXJlcXVpc2l0ZXNSZXNwb25zZRI2CgZyZXBvcnQYASABKAsyJi5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlUmVwb3J0InMKEVJlYWRTb3VyY2VSZXF1ZXN0EiEKD3JlcG9zaXRvcnlfcGF0aBgBIAEoCUIIukgFcgM6AS8SGAoEcGF0aBgCIAEoCUIKukgHcgUQARiACBIhCg9leHBlY3RlZF9zaGEyNTYYAyABKAlCCLpIBXIDmAFAIjUKElJlYWRTb3VyY2VSZXNwb25zZRIPCgdjb250ZW50GAEgASgMEg4KBnNoYTI1NhgCIAEoCSKyAQoUQ2hlY2tQcm9wb3NhbFJlcXVlc3QSIQoPcmVwb3NpdG9yeV9wYXRoGAEgASgJQgi6SAVyAzoBLxI5CgppbnNwZWN0aW9uGAIgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbkIGukgDyAEBEhUKBGRpZmYYAyABKAlCB7pIBHICEAESJQoTYWxsb3dlZF9wYXRjaF9wYXRocxgEIAMoCUIIukgFkgECCAEigAEKFUNoZWNrUHJvcG9zYWxSZXNwb25zZRIKCgJvaxgBIAEoCBIvCgdyZWFzb25zGAIgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFQoNY2hhbmdlZF9wYXRocxgDIAMoCRITCgtkaWZmX3NoYTI1NhgEIAEoCSJAChZDaGVja1JlcG9zaXRvcnlSZXF1ZXN0EiYKD3JlcG9zaXRvcnlfcGF0aBgBIAEoCUINukgKcggQAhiAIDoBLyJ4ChdDaGVja1JlcG9zaXRvcnlSZXNwb25zZRIKCgJvaxgBIAEoCBIMCgRjb2RlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSGAoQcmVwb3NpdG9yeV9yb290cxgEIAMoCRIYChBoYXNfcGFja2FnZV9qc29uGAUgASgIIlwKEENhbmNlbEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIPCgdhdHRlbXB0GAIgASgNEg0KBWZlbmNlGAMgASgEEg4KBnJlYXNvbhgEIAEoCSJSChFDYW5jZWxKb2JSZXNwb25zZRIqCgVwaGFzZRgBIAEoDjIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLlBoYXNlEhEKCWRlbGl2ZXJlZBgCIAEoCCK8AQoUUmVhZEpvYk91dHB1dFJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIgCgRzdGVwGAIgASgJQhK6SA9yDVIFYnVpbGRSBHRlc3QSOAoGc3RyZWFtGAMgASgOMhwuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtQgq6SAeCAQQQASAAEg4KBm9mZnNldBgEIAEoBBIeCgltYXhfYnl0ZXMYBSABKA1CC7pICCoGGICAQCAAImQKFVJlYWRKb2JPdXRwdXRSZXNwb25zZRIMCgRsaXZlGAEgASgIEg4KBm9mZnNldBgCIAEoBBIMCgRkYXRhGAMgASgMEhIKCmtlcHRfYnl0ZXMYBCABKAQSCwoDZW9mGAUgASgIMskFCg9FeGVjdXRvclNlcnZpY2USUgoHSW5zcGVjdBIiLnNlcmFwaC5leGVjdXRvci52MS5JbnNwZWN0UmVxdWVzdBojLnNlcmFwaC5leGVjdXRvci52MS5JbnNwZWN0UmVzcG9uc2UScwoSQ2hlY2tQcmVyZXF1aXNpdGVzEi0uc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1JlcXVlc3QaLi5zZXJhcGguZXhlY3V0b3IudjEuQ2hlY2tQcmVyZXF1aXNpdGVzUmVzcG9uc2USWwoKUmVhZFNvdXJjZRIlLnNlcmFwaC5leGVjdXRvci52MS5SZWFkU291cmNlUmVxdWVzdBomLnNlcmFwaC5leGVjdXRvci52MS5SZWFkU291cmNlUmVzcG9uc2USZAoNQ2hlY2tQcm9wb3NhbBIoLnNlcmFwaC5leGVjdXRvci52MS5DaGVja1Byb3Bvc2FsUmVxdWVzdBopLnNlcmFwaC5leGVjdXRvci52MS5DaGVja1Byb3Bvc2FsUmVzcG9uc2USagoPQ2hlY2tSZXBvc2l0b3J5Eiouc2VyYXBoLmV4ZWN1dG9yLnYxLkNoZWNrUmVwb3NpdG9yeVJlcXVlc3QaKy5zZXJhcGguZXhlY3V0b3IudjEuQ2hlY2tSZXBvc2l0b3J5UmVzcG9uc2USWAoJQ2FuY2VsSm9iEiQuc2VyYXBoLmV4ZWN1dG9yLnYxLkNhbmNlbEpvYlJlcXVlc3QaJS5zZXJhcGguZXhlY3V0b3IudjEuQ2FuY2VsSm9iUmVzcG9uc2USZAoNUmVhZEpvYk91dHB1dBIoLnNlcmFwaC5leGVjdXRvci52MS5SZWFkSm9iT3V0cHV0UmVxdWVzdBopLnNlcmFwaC5leGVjdXRvci52MS5SZWFkSm9iT3V0cHV0UmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * @generated from message seraph.executor.v1.PrerequisiteItem
@@ -460,6 +460,85 @@ export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE_
   messageDesc(file_seraph_executor_v1_executor, 13);
 
 /**
+ * @generated from message seraph.executor.v1.ReadJobOutputRequest
+ */
+export type ReadJobOutputRequest = Message<"seraph.executor.v1.ReadJobOutputRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string step = 2;
+   */
+  step: string;
+
+  /**
+   * @generated from field: seraph.supervisor.v1.Stream stream = 3;
+   */
+  stream: Stream;
+
+  /**
+   * @generated from field: uint64 offset = 4;
+   */
+  offset: bigint;
+
+  /**
+   * @generated from field: uint32 max_bytes = 5;
+   */
+  maxBytes: number;
+};
+
+/**
+ * Describes the message seraph.executor.v1.ReadJobOutputRequest.
+ * Use `create(ReadJobOutputRequestSchema)` to create a new message.
+ */
+export const ReadJobOutputRequestSchema: GenMessage<ReadJobOutputRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_executor_v1_executor, 14);
+
+/**
+ * @generated from message seraph.executor.v1.ReadJobOutputResponse
+ */
+export type ReadJobOutputResponse = Message<"seraph.executor.v1.ReadJobOutputResponse"> & {
+  /**
+   * False when this node is not supervising that step now (not started yet, or ended: read
+   * the stored artifact instead).
+   *
+   * @generated from field: bool live = 1;
+   */
+  live: boolean;
+
+  /**
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * @generated from field: bytes data = 3;
+   */
+  data: Uint8Array;
+
+  /**
+   * @generated from field: uint64 kept_bytes = 4;
+   */
+  keptBytes: bigint;
+
+  /**
+   * The stream is closed and everything kept was read.
+   *
+   * @generated from field: bool eof = 5;
+   */
+  eof: boolean;
+};
+
+/**
+ * Describes the message seraph.executor.v1.ReadJobOutputResponse.
+ * Use `create(ReadJobOutputResponseSchema)` to create a new message.
+ */
+export const ReadJobOutputResponseSchema: GenMessage<ReadJobOutputResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_executor_v1_executor, 15);
+
+/**
  * Served by every executor node (gRPC over h2c).
  *
  * @generated from service seraph.executor.v1.ExecutorService
@@ -514,6 +593,16 @@ export const ExecutorService: GenService<{
     methodKind: "unary";
     input: typeof CancelJobRequestSchema;
     output: typeof CancelJobResponseSchema;
+  },
+  /**
+   * A running step's output from its supervisor's journal, by offset.
+   *
+   * @generated from rpc seraph.executor.v1.ExecutorService.ReadJobOutput
+   */
+  readJobOutput: {
+    methodKind: "unary";
+    input: typeof ReadJobOutputRequestSchema;
+    output: typeof ReadJobOutputResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_seraph_executor_v1_executor, 0);
