@@ -7,6 +7,8 @@ import { UsageError, type CliIo } from "./io.js";
 export interface CommandContext {
   readonly io: CliIo;
   readonly json: boolean;
+  /** Colour badges (stdout is a terminal and NO_COLOR is not set). */
+  readonly colour: boolean;
   /** The --api flag, if given. */
   readonly apiFlag: string | undefined;
   /** The API with the configured token; fails with a hint when there is no token. */
@@ -17,6 +19,8 @@ export interface CommandContext {
   close(): void;
   /** Prints a line of human output (suppressed under --json). */
   say(text: string): void;
+  /** Writes raw bytes to stdout. */
+  bytes(data: Uint8Array): Promise<void>;
   /** Prints a message as JSON (proto3 JSON mapping, every field). */
   json1<D extends DescMessage>(schema: D, message: MessageShape<D>): void;
 }
@@ -31,6 +35,7 @@ export function createContext(io: CliIo, json: boolean, apiFlag: string | undefi
     },
     io,
     json,
+    colour: io.stdoutIsTTY === true && !io.env["NO_COLOR"],
     apiFlag,
     async api() {
       if (api) return api;
@@ -47,6 +52,10 @@ export function createContext(io: CliIo, json: boolean, apiFlag: string | undefi
     },
     say(text) {
       if (!json) io.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
+    },
+    async bytes(data) {
+      if (io.writeBytes) await io.writeBytes(data);
+      else io.stdout.write(Buffer.from(data).toString("utf8"));
     },
     json1(schema, message) {
       io.stdout.write(`${JSON.stringify(toJson(schema, message, { alwaysEmitImplicit: true }))}\n`);

@@ -39,7 +39,7 @@ function steps(ss: readonly Step[], indent = "    "): string[] {
 }
 
 function identities(is: readonly Identity[], indent = "    "): string[] {
-  return is.map((i) => `${indent}${(IdentityKind[i.kind] ?? "?").toLowerCase().padEnd(22)} ${i.sha256.slice(0, 16)}…  ${i.name} (${i.size} B)`);
+  return is.map((i) => `${indent}${(IdentityKind[i.kind] ?? "?").toLowerCase().padEnd(22)} ${i.sha256}  ${i.name} (${i.size} B)`);
 }
 
 function limits(l: Limits | undefined, changed: readonly string[], indent = "    "): string[] {
@@ -48,25 +48,87 @@ function limits(l: Limits | undefined, changed: readonly string[], indent = "   
   return [`${indent}${entries.map(([k, v]) => `${k}=${String(v)}`).join(" ")}`, `${indent}changed from the profile: ${changed.length === 0 ? "none" : changed.join(", ")}`];
 }
 
-/** A short job summary. */
-export function jobLine(j: Job): string {
-  const out = j.outcome ? ` outcome ${j.outcome}${j.outcomeMessage ? ` (${j.outcomeMessage})` : ""}` : "";
-  return `job ${j.id} ${enumName(JobState, j.state)} attempt ${j.attempt}${j.nodeId ? ` on ${j.nodeId}` : ""}${j.slotHeld ? " slot held" : ""}${j.cancelRequested ? " cancel requested" : ""}${out}`;
+/** The job states that end a job: each one has its own badge and `repair watch --exit-status` code. */
+export const JOB_OUTCOMES: Readonly<Partial<Record<JobState, string>>> = {
+  [JobState.SUCCEEDED]: "succeeded",
+  [JobState.FAILED]: "failed",
+  [JobState.REJECTED]: "rejected",
+  [JobState.CANCELLED]: "cancelled",
+  [JobState.UNKNOWN]: "unknown",
+};
+
+/** `repair watch --exit-status` exit codes by outcome (documented in docs/cli.md). */
+export const OUTCOME_EXIT: Readonly<Record<string, number>> = { succeeded: 0, failed: 3, rejected: 4, cancelled: 5, unknown: 6 };
+/** `repair watch --timeout` passed before the repair reached what it waited for. */
+export const TIMEOUT_EXIT = 7;
+
+/**
+ * One word for where a repair stands, outcome first: succeeded, failed, rejected, cancelled,
+ * unknown (a job ended so), queued, starting, running (a job is on its way), else the repair's
+ * own state (inspected, proposed, blocked, stale...).
+ */
+export function statusOf(r: Repair): string {
+  const j = r.job;
+  if (j) {
+    const ended = JOB_OUTCOMES[j.state];
+    if (ended) return ended;
+    if (j.state === JobState.QUEUED) return "queued";
+    if (j.state === JobState.RUNNING) return "running";
+    return "starting";
+  }
+  if (r.staleReason && r.state !== RepairState.CANCELLED) return "stale";
+  return enumName(RepairState, r.state).toLowerCase();
 }
 
-/** A one-line repair summary (watch progress, lists). */
-export function repairLine(r: Repair): string {
+const COLOURS: Record<string, string> = {
+  succeeded: "\u001b[1;32m",
+  failed: "\u001b[1;31m",
+  rejected: "\u001b[1;35m",
+  cancelled: "\u001b[1;33m",
+  unknown: "\u001b[1;37;41m",
+  blocked: "\u001b[1;31m",
+  stale: "\u001b[33m",
+  running: "\u001b[1;36m",
+  starting: "\u001b[36m",
+  queued: "\u001b[36m",
+};
+
+/** The status as a fixed-width badge, `[UNKNOWN]`; coloured (ANSI) when `colour` is true. */
+export function badge(status: string, colour = false): string {
+  const text = `[${status.toUpperCase()}]`.padEnd(11);
+  const c = COLOURS[status];
+  return colour && c ? `${c}${text.trimEnd()}\u001b[0m${" ".repeat(text.length - text.trimEnd().length)}` : text;
+}
+
+/** A short job summary: id, state, node and slot, attempt, outcome. */
+export function jobLine(j: Job): string {
+  const out = j.outcome ? ` outcome ${j.outcome}${j.outcomeMessage ? ` (${j.outcomeMessage})` : ""}` : "";
+  const where = j.nodeId ? ` on ${j.nodeId}${j.slotIndex >= 0 ? ` slot ${j.slotIndex}` : ""}` : "";
+  return `job ${j.id} ${enumName(JobState, j.state)} attempt ${j.attempt}${where}${j.slotHeld ? " (slot held)" : ""}${j.cancelRequested ? " cancel requested" : ""}${out}`;
+}
+
+/** A one-line repair summary for lists: id, status badge, repair state, revision, job. */
+export function repairLine(r: Repair, colour = false): string {
   const stale = r.staleReason ? ` STALE(${r.staleReason})` : "";
   const job = r.job ? `  ${jobLine(r.job)}` : "";
-  return `${r.id}  ${enumName(RepairState, r.state)}${stale}  rev ${r.revision}${job}`;
+  const wait = r.waitReason ? `  waiting: ${r.waitReason}` : "";
+  return `${r.id}  ${badge(statusOf(r), colour)} ${enumName(RepairState, r.state)}${stale}  rev ${r.revision}${job}${wait}`;
 }
 
 /** The full human view of a repair (the inspector). */
-export function repairText(r: Repair): string {
+export function repairText(r: Repair, colour = false): string {
   const i = r.inspection;
+  const status = statusOf(r);
   const lines = [
-    `repair ${r.id}`,
+    `repair ${r.id}  ${badge(status, colour).trimEnd()}`,
+    ...(status === "unknown"
+      ? [
+          "  RECOVERY NEEDED: the job's outcome is unknown and its slot stays held until process cleanup is proved.",
+          `  next step: seraph repair recover ${r.id.slice(0, 8)}   (releases the slot; the outcome stays unknown)`,
+        ]
+      : []),
     `  state        ${enumName(RepairState, r.state)}${r.staleReason ? `   stale: ${r.staleReason}` : ""}`,
+    ...(r.waitReason ? [`  waiting      ${r.waitReason}`] : []),
     `  goal         ${r.goalId} @ revision ${r.goalRevision}`,
     `  repository   ${r.repositoryId}`,
     `  selection    ${enumName(Selection, r.selection)}`,
@@ -83,9 +145,9 @@ export function repairText(r: Repair): string {
     if (i.suppressedHooks.length > 0) lines.push("    suppressed hooks (never run):", ...i.suppressedHooks.map((h) => `      ${h.scriptName}: "${h.body}"`));
     lines.push(`    identities (${i.identities.length}):`, ...identities(i.identities, "      "));
   }
-  if (r.consent) lines.push(`  consent      route ${r.consent.modelRouteId} for inspection ${r.consent.inspectionSha256.slice(0, 16)}… by ${r.consent.givenBy} at ${time(r.consent.givenUnixMs)}`);
+  if (r.consent) lines.push(`  consent      route ${r.consent.modelRouteId} for inspection ${r.consent.inspectionSha256} by ${r.consent.givenBy} at ${time(r.consent.givenUnixMs)}`);
   for (const p of r.proposals) {
-    lines.push(`  proposal     ${p.id}  ${p.route === ProposalRoute.MODEL ? `model ${p.modelRouteId}/${p.model}` : "manual"}  ${p.valid ? "valid" : "INVALID"}  sha256 ${p.diffSha256.slice(0, 16)}…  changes ${p.changedPaths.join(", ") || "-"}`);
+    lines.push(`  proposal     ${p.id}  ${p.route === ProposalRoute.MODEL ? `model ${p.modelRouteId}/${p.model}` : "manual"}  ${p.valid ? "valid" : "INVALID"}  sha256 ${p.diffSha256}  changes ${p.changedPaths.join(", ") || "-"}`);
     if (!p.valid) lines.push(...reasons(p.reasons, "      "));
   }
   if (r.approval) lines.push(`  approval     ${r.approval.id}  document ${r.approval.documentSha256}  by ${r.approval.approvedBy} at ${time(r.approval.approvedUnixMs)}, valid until ${time(r.approval.expiresUnixMs)}`);

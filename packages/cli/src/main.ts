@@ -5,10 +5,17 @@ import { repair } from "./commands/repair.js";
 import { repo } from "./commands/repo.js";
 import { settings } from "./commands/settings.js";
 import { commandUsage, GLOBAL_FLAGS, groupUsage, isGroup, parseCommand, synopsis, type Command, type CommandGroup } from "./command-spec.js";
-import { DEFAULT_API_URL } from "./config.js";
+import { readFileSync } from "node:fs";
+import { artifact } from "./commands/artifact.js";
+import { slots } from "./commands/slots.js";
+import { DEFAULT_API_URL, readLogin, resolveApiUrl } from "./config.js";
 import { createContext } from "./context.js";
 import { enumName } from "./format.js";
-import { processIo, UsageError, type CliIo } from "./io.js";
+import { IdResolutionError } from "./ids.js";
+import { CliFailure, processIo, UsageError, type CliIo } from "./io.js";
+
+/** This CLI's version (the package's). */
+export const VERSION: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
 /** Every `seraph` command, in the order the usage lists them. */
 export const COMMANDS: Readonly<Record<string, Command | CommandGroup>> = {
@@ -20,7 +27,9 @@ export const COMMANDS: Readonly<Record<string, Command | CommandGroup>> = {
   goal,
   repo,
   settings,
+  slots,
   repair,
+  artifact,
 };
 
 /** The top-level usage, generated from the command table. */
@@ -42,27 +51,30 @@ export function usage(): string {
     `  SERAPH_API_URL     the API address when --api is not given (default ${DEFAULT_API_URL})`,
     "  SERAPH_CONFIG_DIR  where login.json is kept (default $XDG_CONFIG_HOME/seraph, else ~/.config/seraph)",
     "",
-    "exit status: 0 ok; 1 refused or failed (the gRPC code and message are printed on stderr); 2 usage error.",
+    "exit status: 0 ok; 1 refused or failed (the gRPC code and message are printed on stderr, with the next step); 2 usage error;",
+    "  repair watch --exit-status: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown; --timeout passed: 7.",
     "Run `seraph COMMAND [SUBCOMMAND] --help` for a command's arguments, flags and defaults.",
   );
   return `${lines.join("\n")}\n`;
 }
 
 /** Pulls the global flags (--json, --api URL, --help) out of the arguments, wherever they are. */
-function globalFlags(args: readonly string[]): { json: boolean; api: string | undefined; help: boolean; rest: string[] } {
+function globalFlags(args: readonly string[]): { json: boolean; api: string | undefined; help: boolean; version: boolean; rest: string[] } {
   let json = false;
   let help = false;
+  let version = false;
   let api: string | undefined;
   const rest: string[] = [];
   for (let i = 0; i < args.length; i++) {
     const a = args[i] as string;
     if (a === "--json") json = true;
     else if (a === "--help" || a === "-h") help = true;
+    else if (a === "--version" || a === "-V") version = true;
     else if (a === "--api") api = args[++i];
     else if (a.startsWith("--api=")) api = a.slice(6);
     else rest.push(a);
   }
-  return { json, api, help, rest };
+  return { json, api, help, version, rest };
 }
 
 /** Finds the command `rest` names, or says what is missing or unknown (and in which group). */
@@ -85,6 +97,10 @@ export async function main(args: readonly string[], io: CliIo = processIo()): Pr
   let { help } = flags;
   const { json, api } = flags;
   let rest = flags.rest;
+  if (flags.version && !help) {
+    io.stdout.write(json ? `${JSON.stringify({ version: VERSION })}\n` : `seraph ${VERSION}\n`);
+    return 0;
+  }
   if (rest[0] === "help") {
     help = true;
     rest = rest.slice(1);
@@ -113,16 +129,52 @@ export async function main(args: readonly string[], io: CliIo = processIo()): Pr
       io.stderr.write(`${name}: ${err.message}\n${err.showUsage ? `\n${commandUsage(command.spec)}` : ""}`);
       return 2;
     }
+    if (err instanceof CliFailure || err instanceof IdResolutionError) {
+      io.stderr.write(`${name}: ${err.message}\n`);
+      return err instanceof CliFailure ? err.exitCode : 1;
+    }
     if (err instanceof ConnectError) {
       const code = enumName(Code, err.code);
-      if (json) io.stderr.write(`${JSON.stringify({ error: { code, message: err.rawMessage } })}\n`);
-      else io.stderr.write(`error: ${code}: ${err.rawMessage}\n`);
+      const url = resolveApiUrl(io, api, await readLogin(io));
+      const next = nextStep(err, url);
+      if (json) io.stderr.write(`${JSON.stringify({ error: { code, message: err.rawMessage, ...(next ? { next } : {}) } })}\n`);
+      else io.stderr.write(`error: ${code}: ${err.rawMessage}\n${next ? `next: ${next}\n` : ""}`);
       return 1;
     }
     const e = err as NodeJS.ErrnoException;
-    io.stderr.write(`error: ${e.code ? `${e.code}: ` : ""}${e.message}\n`);
+    // Node's fs messages already start with the code ("ENOENT: no such file or directory, open 'x'").
+    const message = e.code && !e.message.startsWith(`${e.code}:`) ? `${e.code}: ${e.message}` : e.message;
+    io.stderr.write(`${name}: ${message}\n`);
     return 1;
   } finally {
     ctx.close();
+  }
+}
+
+/** The next step for an API error, where there is one. */
+export function nextStep(err: ConnectError, url: string): string | undefined {
+  const reason = /\(([a-z_]+)\)$/.exec(err.rawMessage)?.[1];
+  switch (err.code) {
+    case Code.Unauthenticated:
+      return "run `seraph login` with a valid token (or set SERAPH_TOKEN); `seraph token create` makes one";
+    case Code.Unavailable:
+      if (/ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ECONNRESET|socket hang up|connect/i.test(err.rawMessage)) {
+        let where = url;
+        try {
+          where = new URL(url).host;
+        } catch {
+          // keep the URL as given
+        }
+        return `is the API running at ${url}? In embedded mode: is \`npm start\` running on ${where}? (--api URL or SERAPH_API_URL point elsewhere)`;
+      }
+      return "retry in a moment; if it persists, check that the jobs service and the executor node are running";
+    case Code.PermissionDenied:
+      return reason === "operator_required" ? "ask the instance operator (the principal created on the first start) to do it" : undefined;
+    case Code.NotFound:
+      return "check the id: `seraph repair list`, `seraph goal list --all` and `seraph repo list` show yours";
+    case Code.DeadlineExceeded:
+      return "retry; the API or a node took too long";
+    default:
+      return undefined;
   }
 }

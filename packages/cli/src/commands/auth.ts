@@ -5,6 +5,7 @@ import { readLogin, removeLogin, resolveApiUrl, writeLogin } from "../config.js"
 import { str } from "../context.js";
 import { tokenLine } from "../format.js";
 import { UsageError } from "../io.js";
+import { tokenId } from "../resolve.js";
 
 /** `seraph login [--token T]`: verifies the token against the API, then stores it (0600) with the API URL. */
 export const login: Command = {
@@ -75,6 +76,7 @@ export const token: CommandGroup = {
       async run(ctx) {
         const res = await (await ctx.api()).principals.listTokens({});
         if (ctx.json) ctx.json1(ListTokensResponseSchema, res);
+        if (res.tokens.length === 0) ctx.say("no tokens");
         for (const t of res.tokens) ctx.say(tokenLine(t));
         return 0;
       },
@@ -83,10 +85,11 @@ export const token: CommandGroup = {
       spec: {
         name: "token revoke",
         summary: "Revoke a token; requests with it are UNAUTHENTICATED from then on.",
-        args: [{ name: "TOKEN_ID", help: "the token's id (from `seraph token list`)" }],
+        args: [{ name: "TOKEN_ID", help: "the token's id (from `seraph token list`), or a unique prefix of it" }],
       },
       async run(ctx, { positionals }) {
-        const res = await (await ctx.api()).principals.revokeToken({ tokenId: positionals[0] as string });
+        const api = await ctx.api();
+        const res = await api.principals.revokeToken({ tokenId: await tokenId(api, positionals[0] as string) });
         if (ctx.json) ctx.json1(RevokeTokenResponseSchema, res);
         ctx.say(`revoked ${tokenLine(res.token!)}`);
         return 0;

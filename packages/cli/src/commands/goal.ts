@@ -2,8 +2,9 @@ import { ArchiveGoalResponseSchema, CreateGoalResponseSchema, GetGoalResponseSch
 import type { CommandGroup } from "../command-spec.js";
 import { intFlag, need, str } from "../context.js";
 import { goalLine } from "../format.js";
+import { goalId as resolveGoal } from "../resolve.js";
 
-const GOAL_ID = { name: "GOAL_ID", help: "the goal's id" } as const;
+const GOAL_ID = { name: "GOAL_ID", help: "the goal's id, or a unique prefix of it" } as const;
 
 /** `seraph goal create|revise|list|show|archive`. */
 export const goal: CommandGroup = {
@@ -39,7 +40,7 @@ export const goal: CommandGroup = {
       },
       async run(ctx, { values, positionals }) {
         const api = await ctx.api();
-        const goalId = positionals[0] as string;
+        const goalId = await resolveGoal(api, positionals[0] as string);
         // Compare-and-set: --revision is the revision you last saw; without it, the current one is read first.
         const expected = intFlag(values, "revision") ?? (await api.goals.getGoal({ goalId })).goal?.revision ?? 0;
         const res = await api.goals.reviseGoal({ goalId, expectedRevision: expected, title: str(values, "title") ?? "", objective: str(values, "objective") ?? "" });
@@ -57,6 +58,7 @@ export const goal: CommandGroup = {
       async run(ctx, { values }) {
         const res = await (await ctx.api()).goals.listGoals({ includeArchived: values["all"] === true });
         if (ctx.json) ctx.json1(ListGoalsResponseSchema, res);
+        if (res.goals.length === 0) ctx.say(values["all"] === true ? "no goals" : "no active goals (--all includes archived ones)");
         for (const g of res.goals) ctx.say(goalLine(g));
         return 0;
       },
@@ -64,7 +66,8 @@ export const goal: CommandGroup = {
     show: {
       spec: { name: "goal show", summary: "Print one goal with its objective.", args: [GOAL_ID] },
       async run(ctx, { positionals }) {
-        const res = await (await ctx.api()).goals.getGoal({ goalId: positionals[0] as string });
+        const api = await ctx.api();
+        const res = await api.goals.getGoal({ goalId: await resolveGoal(api, positionals[0] as string) });
         if (ctx.json) ctx.json1(GetGoalResponseSchema, res);
         ctx.say(`${goalLine(res.goal!)}\n${res.goal?.objective ?? ""}`);
         return 0;
@@ -73,7 +76,8 @@ export const goal: CommandGroup = {
     archive: {
       spec: { name: "goal archive", summary: "Archive a goal; its repairs that are not yet approved go stale.", args: [GOAL_ID] },
       async run(ctx, { positionals }) {
-        const res = await (await ctx.api()).goals.archiveGoal({ goalId: positionals[0] as string });
+        const api = await ctx.api();
+        const res = await api.goals.archiveGoal({ goalId: await resolveGoal(api, positionals[0] as string) });
         if (ctx.json) ctx.json1(ArchiveGoalResponseSchema, res);
         ctx.say(goalLine(res.goal!));
         return 0;

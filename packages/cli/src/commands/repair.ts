@@ -12,16 +12,31 @@ import {
   ReadRepairSourceResponseSchema,
   RecoverProcessCleanupResponseSchema,
   RepairState,
+  StreamOutputResponseSchema,
   WatchRepairResponseSchema,
   type Repair,
 } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { CommandGroup } from "../command-spec.js";
-import { intFlag, need, str, strs } from "../context.js";
-import { documentText, enumName, jobLine, repairLine, repairText } from "../format.js";
-import { UsageError } from "../io.js";
+import { intFlag, need, str, strs, type CommandContext } from "../context.js";
+import { badge, documentText, enumName, jobLine, OUTCOME_EXIT, repairLine, repairText, statusOf, TIMEOUT_EXIT } from "../format.js";
+import { CliFailure, UsageError } from "../io.js";
+import { goalId as resolveGoal, proposalId as resolveProposal, repairId as resolveRepair, repositoryId } from "../resolve.js";
 
-const REPAIR_ID = { name: "REPAIR_ID", help: "the repair's id" } as const;
+const REPAIR_ID = { name: "REPAIR_ID", help: "the repair's id, or a unique prefix of it (as lists print)" } as const;
+
+/** The repair the first positional names (full id or unique prefix). */
+async function repairArg(ctx: CommandContext, positionals: readonly string[]): Promise<string> {
+  return resolveRepair(await ctx.api(), positionals[0] as string);
+}
+
+/** True when the repair can change no more, or its job ended (unknown included). */
+function isTerminal(r: Repair): boolean {
+  if (r.state === RepairState.FINISHED || r.state === RepairState.CANCELLED || r.state === RepairState.BLOCKED) return true;
+  if (r.staleReason !== "" && r.approval === undefined) return true;
+  return r.job !== undefined && ["succeeded", "failed", "rejected", "cancelled", "unknown"].includes(statusOf(r));
+}
 const REPAIR_STATES = Object.keys(RepairState).filter((k) => Number.isNaN(Number(k)) && k !== "UNSPECIFIED").map((k) => k.toLowerCase());
 
 /** `seraph repair ...`: the repair journey from the command line. */
@@ -48,14 +63,14 @@ export const repair: CommandGroup = {
       },
       async run(ctx, { values }) {
         const api = await ctx.api();
-        const goalId = need(values, "goal");
+        const goalId = await resolveGoal(api, need(values, "goal"));
         const criteriaFile = str(values, "criteria-file");
         const criteria = criteriaFile !== undefined ? await readFile(criteriaFile, "utf8") : need(values, "criteria");
         const goalRevision = intFlag(values, "goal-revision") ?? (await api.goals.getGoal({ goalId })).goal?.revision ?? 0;
         const res = await api.repairs.createRepair({
           goalId,
           goalRevision,
-          repositoryId: need(values, "repo"),
+          repositoryId: await repositoryId(api, need(values, "repo")),
           sourcePaths: strs(values, "source"),
           allowedPatchPaths: strs(values, "allow"),
           acceptanceCriteria: criteria,
@@ -63,20 +78,23 @@ export const repair: CommandGroup = {
           selection: (str(values, "selection") ?? "").split(/\s+/).filter((t) => t !== "").join("\n"),
         });
         if (ctx.json) ctx.json1(CreateRepairResponseSchema, res);
-        ctx.say(repairText(res.repair!));
+        ctx.say(repairText(res.repair!, ctx.colour));
         return res.repair?.state === RepairState.BLOCKED ? 1 : 0;
       },
     },
     list: {
       spec: {
         name: "repair list",
-        summary: "List your repairs, one line each (id, state, revision, job).",
-        flags: { goal: { type: "string", value: "GOAL_ID", help: "only the repairs of this goal", defaultText: "every goal" } },
+        summary: "List your repairs, one line each: id, outcome badge (succeeded, failed, rejected, cancelled, unknown, queued, running...), state, revision, job.",
+        flags: { goal: { type: "string", value: "GOAL_ID", help: "only the repairs of this goal (id or unique prefix)", defaultText: "every goal" } },
       },
       async run(ctx, { values }) {
-        const res = await (await ctx.api()).repairs.listRepairs({ goalId: str(values, "goal") ?? "" });
+        const api = await ctx.api();
+        const goal = str(values, "goal");
+        const res = await api.repairs.listRepairs({ goalId: goal === undefined ? "" : await resolveGoal(api, goal) });
         if (ctx.json) ctx.json1(ListRepairsResponseSchema, res);
-        for (const r of res.repairs) ctx.say(repairLine(r));
+        if (res.repairs.length === 0) ctx.say(goal === undefined ? "no repairs" : "no repairs for that goal");
+        for (const r of res.repairs) ctx.say(repairLine(r, ctx.colour));
         return 0;
       },
     },
@@ -87,35 +105,143 @@ export const repair: CommandGroup = {
         args: [REPAIR_ID],
       },
       async run(ctx, { positionals }) {
-        const res = await (await ctx.api()).repairs.getRepair({ repairId: positionals[0] as string });
+        const res = await (await ctx.api()).repairs.getRepair({ repairId: await repairArg(ctx, positionals) });
         if (ctx.json) ctx.json1(GetRepairResponseSchema, res);
-        ctx.say(repairText(res.repair!));
+        ctx.say(repairText(res.repair!, ctx.colour));
         return 0;
       },
     },
     watch: {
       spec: {
         name: "repair watch",
-        summary: "Follow a repair's changes as they happen, one line each (with --json, one WatchRepairResponse per line).",
+        summary: "Follow a repair's changes as they happen, one line each with its outcome badge (with --json, one WatchRepairResponse per line); ends when the repair or its job ends.",
         args: [REPAIR_ID],
         flags: {
-          until: { type: "string", value: "STATE", help: `stop once the repair reaches STATE (approved waits for its job): ${REPAIR_STATES.join(", ")}`, defaultText: "until the server ends the stream" },
+          until: { type: "string", value: "STATE", help: `stop once the repair reaches STATE (approved waits for its job): ${REPAIR_STATES.join(", ")}`, defaultText: "until the repair or its job ends (unknown included)" },
+          "exit-status": { type: "boolean", help: "make the exit status follow the job's outcome: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown" },
+          timeout: { type: "int", value: "SECONDS", help: "give up after SECONDS (exit status 7)", defaultText: "no limit" },
         },
-        notes: ["Exit status 1 when the last state seen is stale, blocked or cancelled (or nothing was seen), else 0."],
+        notes: [
+          "Exit status without --exit-status: 1 when the last status seen is failed, rejected, cancelled, unknown, blocked or stale (or nothing was seen), else 0.",
+          "With --exit-status: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown (recovery needed), 1 blocked or stale; 0 when --until was reached first.",
+          "Exit status 7 when --timeout passed first, with or without --exit-status.",
+        ],
       },
       async run(ctx, { values, positionals }) {
         const until = str(values, "until")?.toUpperCase();
         if (until !== undefined && !(until in RepairState)) throw new UsageError(`--until is a repair state: ${REPAIR_STATES.join(", ")}`);
+        const timeout = intFlag(values, "timeout");
+        const api = await ctx.api();
+        const repairId = await repairArg(ctx, positionals);
+        const stop = new AbortController();
+        let timedOut = false;
+        const timer = timeout === undefined ? undefined : setTimeout(() => {
+          timedOut = true;
+          stop.abort();
+        }, timeout * 1000);
         let last: Repair | undefined;
-        for await (const m of (await ctx.api()).repairs.watchRepair({ repairId: positionals[0] as string })) {
-          const r = m.repair!;
-          if (ctx.json) ctx.json1(WatchRepairResponseSchema, m);
-          else ctx.say(`${new Date().toISOString().slice(11, 19)}  ${describeChange(last, r)}`);
-          last = r;
-          if (until !== undefined && enumName(RepairState, r.state) === until && (r.state !== RepairState.APPROVED || r.job !== undefined)) break;
+        let reachedUntil = false;
+        try {
+          for await (const m of api.repairs.watchRepair({ repairId }, { signal: stop.signal })) {
+            const r = m.repair!;
+            if (ctx.json) ctx.json1(WatchRepairResponseSchema, m);
+            else ctx.say(`${serverTime(r)}  ${r.id.slice(0, 8)}  ${badge(statusOf(r), ctx.colour)} ${describeChange(last, r)}`);
+            last = r;
+            if (until !== undefined && enumName(RepairState, r.state) === until && (r.state !== RepairState.APPROVED || r.job !== undefined)) {
+              reachedUntil = true;
+              break;
+            }
+            if (isTerminal(r)) break;
+          }
+        } catch (err) {
+          if (!(timedOut && err instanceof ConnectError && err.code === Code.Canceled)) throw err;
+        } finally {
+          if (timer) clearTimeout(timer);
+        }
+        if (timedOut) {
+          ctx.io.stderr.write(`seraph repair watch: --timeout ${timeout}s passed; last status ${last ? statusOf(last) : "none"}\n`);
+          return TIMEOUT_EXIT;
         }
         if (!last) return 1;
-        return last.staleReason !== "" || last.state === RepairState.BLOCKED || last.state === RepairState.CANCELLED ? 1 : 0;
+        const status = statusOf(last);
+        if (reachedUntil && !isTerminal(last)) return 0;
+        if (values["exit-status"] === true) return OUTCOME_EXIT[status] ?? (status === "blocked" || status === "stale" ? 1 : 0);
+        return ["failed", "rejected", "cancelled", "unknown", "blocked", "stale"].includes(status) ? 1 : 0;
+      },
+    },
+    diff: {
+      spec: {
+        name: "repair diff",
+        summary: "Print a proposal's unified diff (the approved one, else the latest valid, else the latest).",
+        args: [REPAIR_ID],
+        flags: { proposal: { type: "string", value: "PROPOSAL_ID", help: "the proposal (id or unique prefix)", defaultText: "the approved proposal, else the latest valid one, else the latest" } },
+      },
+      async run(ctx, { values, positionals }) {
+        const api = await ctx.api();
+        const repair = (await api.repairs.getRepair({ repairId: await repairArg(ctx, positionals) })).repair!;
+        const given = str(values, "proposal");
+        let proposal;
+        if (given !== undefined) {
+          const id = await resolveProposal(repair, given);
+          proposal = repair.proposals.find((p) => p.id === id);
+        } else {
+          proposal = [...repair.proposals].reverse().find((p) => p.valid) ?? repair.proposals.at(-1);
+        }
+        if (!proposal) throw new CliFailure(`repair ${repair.id} has no proposal yet; next: seraph repair propose ${repair.id.slice(0, 8)} --patch FILE`);
+        if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ proposalId: proposal.id, valid: proposal.valid, diffSha256: proposal.diffSha256, diff: proposal.diff })}\n`);
+        else ctx.io.stdout.write(proposal.diff.endsWith("\n") || proposal.diff === "" ? proposal.diff : `${proposal.diff}\n`);
+        return 0;
+      },
+    },
+    logs: {
+      spec: {
+        name: "repair logs",
+        summary: "Print a job step's output: live from the node while the step runs, then the stored artifact; --follow keeps reading until the step ends.",
+        args: [REPAIR_ID],
+        flags: {
+          follow: { type: "boolean", help: "keep the stream open while the step runs (reconnects resume from the last offset)" },
+          step: { type: "string", value: "build|test", help: "only this step", defaultText: "every step of the repair, in order" },
+          stream: { type: "string", value: "stdout|stderr", help: "which stream", default: "stdout" },
+        },
+        notes: ["The bytes are written as the step wrote them (ANSI colours included). With --json: one StreamOutputResponse per line."],
+      },
+      async run(ctx, { values, positionals }) {
+        const step = str(values, "step");
+        if (step !== undefined && step !== "build" && step !== "test") throw new UsageError("--step is build or test");
+        const stream = str(values, "stream") ?? "stdout";
+        if (stream !== "stdout" && stream !== "stderr") throw new UsageError("--stream is stdout or stderr");
+        const api = await ctx.api();
+        const repairId = await repairArg(ctx, positionals);
+        const repair = (await api.repairs.getRepair({ repairId })).repair!;
+        const steps = step !== undefined ? [step] : (repair.inspection?.steps.map((s) => s.name) ?? []).filter((n) => n === "build" || n === "test");
+        if (steps.length === 0) throw new CliFailure(`repair ${repair.id} has no steps (its inspection did not admit it)`);
+        if (!repair.job && values["follow"] !== true) {
+          ctx.io.stderr.write(`no output yet: repair ${repair.id.slice(0, 8)} has no job (status ${statusOf(repair)}); --follow waits for it\n`);
+          return 0;
+        }
+        const follow = values["follow"] === true;
+        for (const name of steps) {
+          if (steps.length > 1 && !ctx.json) await ctx.bytes(Buffer.from(`==> ${name} ${stream} <==\n`));
+          let offset = 0n;
+          for (let attempt = 0; ; attempt++) {
+            try {
+              for await (const m of api.repairs.streamOutput({ repairId, step: name, stream, offset, follow })) {
+                attempt = 0;
+                if (ctx.json) ctx.json1(StreamOutputResponseSchema, m);
+                else if (m.data.length > 0) await ctx.bytes(m.data);
+                offset = m.offset + BigInt(m.data.length);
+                if (m.eof && m.neverStarted && !ctx.json) ctx.io.stderr.write(`(step ${name} did not start)\n`);
+              }
+              break;
+            } catch (err) {
+              const transient = err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.Internal || err.code === Code.Unknown);
+              if (!follow || !transient || attempt >= 5) throw err;
+              ctx.io.stderr.write(`(stream interrupted: ${err.rawMessage}; resuming from offset ${offset})\n`);
+              await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
+            }
+          }
+        }
+        return 0;
       },
     },
     source: {
@@ -125,7 +251,7 @@ export const repair: CommandGroup = {
         args: [REPAIR_ID, { name: "PATH", help: "a repository-relative file path under the repair's sources" }],
       },
       async run(ctx, { positionals }) {
-        const res = await (await ctx.api()).repairs.readRepairSource({ repairId: positionals[0] as string, path: positionals[1] as string });
+        const res = await (await ctx.api()).repairs.readRepairSource({ repairId: await repairArg(ctx, positionals), path: positionals[1] as string });
         if (ctx.json) ctx.json1(ReadRepairSourceResponseSchema, res);
         else ctx.io.stdout.write(Buffer.from(res.content).toString("utf8"));
         return 0;
@@ -143,7 +269,7 @@ export const repair: CommandGroup = {
       },
       async run(ctx, { values, positionals }) {
         const api = await ctx.api();
-        const repairId = positionals[0] as string;
+        const repairId = await repairArg(ctx, positionals);
         const inspection = str(values, "inspection") ?? (await api.repairs.getRepair({ repairId })).repair?.inspection?.inspectionSha256 ?? "";
         const res = await api.repairs.giveConsent({ repairId, inspectionSha256: inspection, modelRouteId: need(values, "route") });
         if (ctx.json) ctx.json1(GiveConsentResponseSchema, res);
@@ -166,7 +292,7 @@ export const repair: CommandGroup = {
       async run(ctx, { values, positionals }) {
         const patch = str(values, "patch");
         const route = patch !== undefined ? { case: "manualDiff" as const, value: await readFile(patch, "utf8") } : { case: "model" as const, value: true };
-        const res = await (await ctx.api()).repairs.proposePatch({ repairId: positionals[0] as string, route });
+        const res = await (await ctx.api()).repairs.proposePatch({ repairId: await repairArg(ctx, positionals), route });
         if (ctx.json) ctx.json1(ProposePatchResponseSchema, res);
         const p = res.proposal!;
         ctx.say(`proposal ${p.id}: ${p.valid ? "valid" : "INVALID"} (${p.changedPaths.join(", ") || "no files"}), sha256 ${p.diffSha256}`);
@@ -190,10 +316,11 @@ export const repair: CommandGroup = {
       },
       async run(ctx, { values, positionals }) {
         const api = await ctx.api();
-        const repairId = positionals[0] as string;
-        let proposalId = str(values, "proposal");
+        const repairId = await repairArg(ctx, positionals);
+        const given = str(values, "proposal");
+        const current = (await api.repairs.getRepair({ repairId })).repair!;
+        let proposalId = given === undefined ? undefined : await resolveProposal(current, given);
         if (proposalId === undefined) {
-          const current = (await api.repairs.getRepair({ repairId })).repair!;
           proposalId = [...current.proposals].reverse().find((p) => p.valid)?.id;
           if (proposalId === undefined) throw new UsageError(`repair ${repairId} has no valid proposal to approve`, { showUsage: false });
         }
@@ -224,14 +351,18 @@ export const repair: CommandGroup = {
     cancel: {
       spec: {
         name: "repair cancel",
-        summary: "Cancel a repair; a running job is asked to stop.",
+        summary: "Cancel a repair; a running job is asked to stop (its outcome becomes unknown and its slot stays held until `repair recover`).",
         args: [REPAIR_ID],
         flags: { reason: { type: "string", value: "TEXT", help: "why, recorded on the repair", defaultText: '"cancelled by the owner"' } },
       },
       async run(ctx, { values, positionals }) {
-        const res = await (await ctx.api()).repairs.cancelRepair({ repairId: positionals[0] as string, reason: str(values, "reason") ?? "" });
+        const res = await (await ctx.api()).repairs.cancelRepair({ repairId: await repairArg(ctx, positionals), reason: str(values, "reason") ?? "" });
         if (ctx.json) ctx.json1(CancelRepairResponseSchema, res);
-        ctx.say(repairLine(res.repair!));
+        ctx.say(repairLine(res.repair!, ctx.colour));
+        const job = res.repair?.job;
+        if (job && job.cancelRequested && (job.state === JobState.RUNNING || job.state === JobState.STARTING || job.state === JobState.PREPARING)) {
+          ctx.say(`The running job is being stopped: its outcome will be UNKNOWN and its slot stays held until recovery.\nnext: seraph repair watch ${res.repair!.id.slice(0, 8)}, then seraph repair recover ${res.repair!.id.slice(0, 8)}`);
+        }
         return 0;
       },
     },
@@ -243,7 +374,7 @@ export const repair: CommandGroup = {
         notes: ["Exit status 0 when the slot is released, 1 when it stays held (the refusal code and message are printed)."],
       },
       async run(ctx, { positionals }) {
-        const res = await (await ctx.api()).repairs.recoverProcessCleanup({ repairId: positionals[0] as string });
+        const res = await (await ctx.api()).repairs.recoverProcessCleanup({ repairId: await repairArg(ctx, positionals) });
         if (ctx.json) ctx.json1(RecoverProcessCleanupResponseSchema, res);
         ctx.say(res.released ? "physical slot released (process cleanup only; the task outcome stays unknown)" : `slot stays held: ${res.refusalCode}: ${res.refusalMessage}`);
         if (res.repair?.job?.recovery) {
@@ -267,6 +398,13 @@ function describeChange(prev: Repair | undefined, r: Repair): string {
   }
   if (r.consent && !prev?.consent) parts.push(`consent for route ${r.consent.modelRouteId}`);
   if (r.job && (!prev?.job || prev.job.state !== r.job.state || prev.job.revision !== r.job.revision)) parts.push(`job ${enumName(JobState, r.job.state)}${r.job.outcome ? ` (${r.job.outcome})` : ""}`);
+  if (r.waitReason && r.waitReason !== prev?.waitReason) parts.push(`waiting: ${r.waitReason}`);
   if (parts.length === 0) parts.push(`revision ${r.revision}`);
-  return `${r.id.slice(0, 8)}  ${parts.join("; ")}`;
+  return parts.join("; ");
+}
+
+/** The server's time of the latest change (the repair's or its job's), HH:MM:SS UTC. */
+function serverTime(r: Repair): string {
+  const ms = Number(r.job && r.job.updatedUnixMs > r.updatedUnixMs ? r.job.updatedUnixMs : r.updatedUnixMs);
+  return ms > 0 ? new Date(ms).toISOString().slice(11, 19) : "--:--:--";
 }

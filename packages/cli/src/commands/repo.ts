@@ -34,6 +34,7 @@ export const repo: CommandGroup = {
       async run(ctx) {
         const res = await (await ctx.api()).repositories.listRepositories({});
         if (ctx.json) ctx.json1(ListRepositoriesResponseSchema, res);
+        if (res.repositories.length === 0) ctx.say("no repositories (seraph repo add PATH registers one)");
         for (const r of res.repositories) ctx.say(repositoryLine(r));
         return 0;
       },

@@ -1,0 +1,262 @@
+import { spawn } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { main, type CliIo } from "@seraph/cli";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ADD_BUGGY, createJsTestProject, fixAddPatch, fixturePatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
+
+/** A test that prints a coloured line every 150 ms for about 6 s, so its output can be read while it runs. */
+const SLOW_TEST = [
+  'import test from "node:test";',
+  'import assert from "node:assert/strict";',
+  'import { add } from "../src/math.js";',
+  "",
+  'test("add adds, slowly", async () => {',
+  "  for (let i = 0; i < 40; i++) {",
+  "    console.log(`\\u001b[32mtick ${i}\\u001b[0m`);",
+  "    await new Promise((r) => setTimeout(r, 150));",
+  "  }",
+  "  assert.equal(add(2, 3), 5);",
+  "});",
+  "",
+].join("\n");
+
+const until = async (what: string, fn: () => Promise<boolean>, ms = 60_000) => {
+  const end = Date.now() + ms;
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+
+// The CLI's outcome-facing commands against the real stack (jobs, api, one executor node with
+// one slot): badges, watch exit statuses, why a job waits, live logs, artifacts, diff, slots,
+// id prefixes, next steps on errors, --version, and a reader that goes away (EPIPE).
+describe("seraph CLI outcomes", () => {
+  let stack: JourneyStack;
+  let configDir: string;
+  let env: Record<string, string>;
+  let corrupt = false;
+
+  beforeAll(async () => {
+    stack = await startJourneyStack({
+      // The API's reads of stored artifacts can be corrupted (one byte flipped) to prove `artifact get` checks the sha256.
+      wrapJobs: (real) => ({
+        readArtifact: async (req) => {
+          const res = await real.readArtifact(req);
+          if (corrupt && res.content.length > 0) res.content[0] = (res.content[0] as number) ^ 0xff;
+          return res;
+        },
+      }),
+    });
+    configDir = await mkdtemp(join(tmpdir(), "seraph-cli-outcomes-"));
+    env = { SERAPH_CONFIG_DIR: configDir, SERAPH_API_URL: stack.api.server.grpcUrl, SERAPH_TOKEN: stack.operatorToken };
+  });
+  afterAll(async () => {
+    await stack?.stop();
+    await rm(configDir, { recursive: true, force: true });
+  });
+
+  async function seraph(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number; out: string; err: string; bytes: Buffer }> {
+    let out = "";
+    let err = "";
+    const chunks: Buffer[] = [];
+    const io: CliIo = {
+      env: { ...env, ...extraEnv },
+      stdout: { write: (s: string) => (out += s) },
+      stderr: { write: (s: string) => (err += s) },
+      stdinIsTTY: false,
+      home: configDir,
+      readLine: async () => "",
+      writeBytes: async (d) => {
+        chunks.push(Buffer.from(d));
+        out += Buffer.from(d).toString("utf8");
+      },
+    };
+    const code = await main(args, io);
+    return { code, out, err, bytes: Buffer.concat(chunks) };
+  }
+
+  async function openRepair(name: string, testFile?: string): Promise<string> {
+    const goal = (await stack.operator.goals.createGoal({ title: `goal ${name}` })).goal!;
+    const repo = await createJsTestProject({ parent: stack.root, failing: true, name, ...(testFile ? { extraFiles: { "test/math.test.js": testFile } } : {}) });
+    await stack.operator.repositories.registerRepository({ path: repo.dir, name });
+    // Goal by an 8-character prefix, repository by its registered name.
+    const created = await seraph(["repair", "create", "--goal", goal.id.slice(0, 8), "--repo", name, "--source", "src", "--source", "test", "--allow", "src", "--criteria", "add(2, 3) === 5", "--json"]);
+    expect(created.code, created.err).toBe(0);
+    return JSON.parse(created.out.trim().split("\n")[0] as string).repair.id as string;
+  }
+
+  async function proposeAndApprove(id: string, patch: string): Promise<void> {
+    const file = join(configDir, `${id}.patch`);
+    await writeFile(file, patch);
+    const p = await seraph(["repair", "propose", id.slice(0, 8), "--patch", file]);
+    expect(p.code, p.err).toBe(0);
+    const a = await seraph(["repair", "approve", id.slice(0, 8), "--yes"]);
+    expect(a.code, a.err).toBe(0);
+  }
+
+  it("prints its version and gives the next step for a bad token, a refused connection and a missing file", async () => {
+    const v = await seraph(["--version"]);
+    expect([v.code, v.out]).toEqual([0, "seraph 0.1.0\n"]);
+    await stack.operator.settings.updateSandboxSettings({
+      settings: { ...(await stack.operator.settings.getSandboxSettings({})).settings!, enabled: true, runtimePath: stack.node, repositoryRoots: [stack.root] },
+      expectedRevision: (await stack.operator.settings.getSandboxSettings({})).settings!.revision,
+    });
+
+    const bad = await seraph(["whoami"], { SERAPH_TOKEN: "sk_not_a_token" });
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/^error: UNAUTHENTICATED: .*\nnext: run `seraph login`/);
+
+    const port = await new Promise<number>((resolve) => {
+      const s = createServer().listen(0, "127.0.0.1", () => {
+        const p = (s.address() as { port: number }).port;
+        s.close(() => resolve(p));
+      });
+    });
+    const refused = await seraph(["--api", `http://127.0.0.1:${port}`, "repair", "list"]);
+    expect(refused.code).toBe(1);
+    expect(refused.err).toContain(`is \`npm start\` running on 127.0.0.1:${port}?`);
+
+    const id = await openRepair("nofile");
+    const missing = await seraph(["repair", "propose", id, "--patch", join(configDir, "nope.patch")]);
+    expect(missing.code).toBe(1);
+    expect(missing.err).toMatch(/^seraph repair propose: ENOENT: no such file or directory/);
+    expect(missing.err).not.toContain("ENOENT: ENOENT");
+  });
+
+  it("says `no repairs` for an empty list, and resolves unique prefixes but lists the candidates of an ambiguous one", async () => {
+    const other = await stack.operator.principals.createPrincipal({ name: "newcomer" });
+    const empty = await seraph(["repair", "list"], { SERAPH_TOKEN: other.secret });
+    expect([empty.code, empty.out]).toEqual([0, "no repairs\n"]);
+
+    // 17 goals: by pigeonhole two share their first hex digit.
+    const ids: string[] = [];
+    for (let i = 0; i < 17; i++) ids.push((await stack.clients(other.secret).goals.createGoal({ title: `g${i}` })).goal!.id);
+    const first = ids.map((g) => g[0]).find((c, i, all) => all.indexOf(c) !== i) as string;
+    const amb = await seraph(["goal", "show", first], { SERAPH_TOKEN: other.secret });
+    expect(amb.code).toBe(1);
+    expect(amb.err).toContain(`"${first}" is ambiguous`);
+    for (const g of ids.filter((g) => g.startsWith(first))) expect(amb.err).toContain(g);
+    const one = ids[0] as string;
+    const shown = await seraph(["goal", "show", one.slice(0, 13)], { SERAPH_TOKEN: other.secret });
+    expect(shown.code, shown.err).toBe(0);
+    expect(shown.out).toContain(one);
+    const none = await seraph(["goal", "show", "zzz"], { SERAPH_TOKEN: other.secret });
+    expect(none.code).toBe(1);
+    expect(none.err).toContain('no goal is named or has an id starting with "zzz"');
+    // Prefixes resolve over the caller's own things only: the operator's goals are not candidates.
+    const mine = await seraph(["goal", "show", one.slice(0, 13)]);
+    expect(mine.code).toBe(1);
+    expect(mine.err).toContain("no goal id starts with");
+  });
+
+  it("follows a running job's live log, shows UNKNOWN after a cancel, explains the queued job behind its held slot, and ends every watch with the outcome's exit status", async () => {
+    const slowId = await openRepair("slow", SLOW_TEST);
+    await proposeAndApprove(slowId, fixAddPatch("js"));
+    const follow = seraph(["repair", "logs", slowId.slice(0, 8), "--step", "test", "--follow"]);
+
+    // The live log grows while the step runs: two reads, the second from the first's end.
+    let firstLen = 0n;
+    await until("live output", async () => {
+      for await (const m of stack.operator.repairs.streamOutput({ repairId: slowId, step: "test", stream: "stdout", offset: 0n })) {
+        if (m.source === "live" && m.data.length > 0) firstLen = m.offset + BigInt(m.data.length);
+      }
+      return firstLen > 0n;
+    });
+    let grown = false;
+    await until("more live output", async () => {
+      for await (const m of stack.operator.repairs.streamOutput({ repairId: slowId, step: "test", stream: "stdout", offset: firstLen })) {
+        if (m.data.length > 0) {
+          expect(m.offset).toBe(firstLen);
+          expect(m.source).toBe("live");
+          grown = true;
+        }
+      }
+      return grown;
+    });
+
+    const cancel = await seraph(["repair", "cancel", slowId.slice(0, 8)]);
+    expect(cancel.code, cancel.err).toBe(0);
+    expect(cancel.out).toContain("outcome will be UNKNOWN");
+    const watchUnknown = await seraph(["repair", "watch", slowId.slice(0, 8), "--exit-status", "--timeout", "60"]);
+    expect(watchUnknown.code, watchUnknown.out + watchUnknown.err).toBe(6);
+    expect(watchUnknown.out).toContain("[UNKNOWN]");
+    const followed = await follow;
+    expect(followed.code, followed.err).toBe(0);
+    expect(followed.out).toContain("\u001b[32mtick 0\u001b[0m");
+    const shown = await seraph(["repair", "show", slowId.slice(0, 8)]);
+    expect(shown.out).toMatch(/^repair [0-9a-f-]{36}  \[UNKNOWN\]\n  RECOVERY NEEDED/);
+    expect(shown.out).toContain(`seraph repair recover ${slowId.slice(0, 8)}`);
+    expect(shown.out).toMatch(/sha256 [0-9a-f]{64}/);
+
+    // The only slot stays held by the unknown job: the next job waits, and says behind what.
+    const failId = await openRepair("stillfails");
+    await proposeAndApprove(failId, fixturePatch("src/math.js", `export function add(a, b) {\n${ADD_BUGGY}\n}\n`, `export function add(a, b) {\n  // still wrong\n${ADD_BUGGY}\n}\n`));
+    await until("the wait reason", async () => (await stack.operator.repairs.getRepair({ repairId: failId })).repair!.waitReason !== "");
+    const queued = await seraph(["repair", "show", failId.slice(0, 8)]);
+    expect(queued.out).toContain("[QUEUED]");
+    expect(queued.out).toMatch(new RegExp(`waiting +slot 0 on node \\S+ is held by job [0-9a-f]{8} \\(unknown_external_effect; it stays held until recovery\\)`));
+    const slots = await seraph(["slots"]);
+    expect(slots.code, slots.err).toBe(0);
+    expect(slots.out).toMatch(/slot 0 +held +job [0-9a-f-]{36} +\[UNKNOWN\]/);
+    const notOperator = await seraph(["slots"], { SERAPH_TOKEN: (await stack.operator.principals.createPrincipal({ name: "member" })).secret });
+    expect(notOperator.code).toBe(1);
+    expect(notOperator.err).toContain("(operator_required)\nnext: ask the instance operator");
+
+    const timedOut = await seraph(["repair", "watch", failId.slice(0, 8), "--timeout", "1"]);
+    expect(timedOut.code).toBe(7);
+    expect((await seraph(["repair", "recover", slowId.slice(0, 8)])).code).toBe(0);
+    const failed = await seraph(["repair", "watch", failId.slice(0, 8), "--exit-status", "--timeout", "90"]);
+    expect(failed.code, failed.out + failed.err).toBe(3);
+    expect(failed.out).toContain("[FAILED]");
+    expect((await seraph(["repair", "watch", failId.slice(0, 8)])).code).toBe(1);
+
+    const list = await seraph(["repair", "list"]);
+    expect(list.out).toMatch(new RegExp(`${slowId}  \\[UNKNOWN\\]`));
+    expect(list.out).toMatch(new RegExp(`${failId}  \\[FAILED\\]`));
+  }, 180_000);
+
+  it("prints the diff, the stored logs and artifacts (sha256-checked), and a succeeded watch exits 0", async () => {
+    const id = await openRepair("fixed");
+    await proposeAndApprove(id, fixAddPatch("js"));
+    const watched = await seraph(["repair", "watch", id.slice(0, 8), "--exit-status", "--timeout", "90"]);
+    expect(watched.code, watched.out + watched.err).toBe(0);
+    expect(watched.out).toContain("[SUCCEEDED]");
+
+    const diff = await seraph(["repair", "diff", id.slice(0, 8)]);
+    expect(diff.out).toBe(fixAddPatch("js"));
+    const logs = await seraph(["repair", "logs", id.slice(0, 8), "--step", "test"]);
+    expect(logs.code, logs.err).toBe(0);
+    expect(logs.out).toMatch(/pass 1\n/);
+
+    const ls = await seraph(["artifact", "ls", id.slice(0, 8)]);
+    expect(ls.out).toMatch(/test_output +test\.stdout/);
+    const got = await seraph(["artifact", "get", id.slice(0, 8), "test.stdout"]);
+    expect(got.code, got.err).toBe(0);
+    expect(got.bytes.toString("utf8")).toBe(logs.out);
+    corrupt = true;
+    try {
+      const bad = await seraph(["artifact", "get", id.slice(0, 8), "test.stdout"]);
+      expect(bad.code).toBe(1);
+      expect(bad.bytes.length).toBe(0);
+      expect(bad.err).toContain("does not match its recorded sha256");
+    } finally {
+      corrupt = false;
+    }
+  }, 120_000);
+
+  it("stops quietly with status 0 when the reader of its output goes away (EPIPE)", async () => {
+    const bin = new URL("../packages/cli/bin/seraph.js", import.meta.url).pathname;
+    const child = spawn(process.execPath, [bin, "--help"], { stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout.destroy();
+    let err = "";
+    child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+    expect(err).toBe("");
+    expect(code).toBe(0);
+  });
+});
