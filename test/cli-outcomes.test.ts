@@ -8,14 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ADD_BUGGY, createJsTestProject, fixAddPatch, fixturePatch } from "../services/executor-linux/src/test-fixtures/index.js";
 import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
-/** A test that prints a coloured line every 150 ms for about 6 s, so its output can be read while it runs. */
+/** A test that prints a coloured line every 150 ms for about 30 s (it is cancelled long before), so its output can be read while it runs. */
 const SLOW_TEST = [
   'import test from "node:test";',
   'import assert from "node:assert/strict";',
   'import { add } from "../src/math.js";',
   "",
   'test("add adds, slowly", async () => {',
-  "  for (let i = 0; i < 40; i++) {",
+  "  for (let i = 0; i < 200; i++) {",
   "    console.log(`\\u001b[32mtick ${i}\\u001b[0m`);",
   "    await new Promise((r) => setTimeout(r, 150));",
   "  }",
@@ -58,7 +58,7 @@ describe("seraph CLI outcomes", () => {
   afterAll(async () => {
     await stack?.stop();
     await rm(configDir, { recursive: true, force: true });
-  });
+  }, 120_000);
 
   async function seraph(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number; out: string; err: string; bytes: Buffer }> {
     let out = "";
@@ -170,7 +170,8 @@ describe("seraph CLI outcomes", () => {
     let grown = false;
     await until("more live output", async () => {
       for await (const m of stack.operator.repairs.streamOutput({ repairId: slowId, step: "test", stream: "stdout", offset: firstLen })) {
-        if (m.data.length > 0) {
+        if (m.data.length > 0 && !grown) {
+          // The first new bytes start exactly where the previous read ended.
           expect(m.offset).toBe(firstLen);
           expect(m.source).toBe("live");
           grown = true;
