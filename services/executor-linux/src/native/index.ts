@@ -20,3 +20,12 @@ export {
 export { createNativeSystem } from "./libc.js";
 export { createProcFs, isDeadState, isExited, parseProcStat, signalDisposition, type ProcFs, type ProcStat } from "./proc-fs.js";
 export { facilityBlocker, probeFacilitiesInThisProcess, type FacilityProbe, type FacilityProbeDeps } from "./facility.js";
+export {
+  INITIAL_PID_NAMESPACE,
+  findInPidNamespace,
+  isPidNamespaceLink,
+  readNsPids,
+  readPidNamespace,
+  scanPidNamespace,
+  type PidNamespaceScan,
+} from "./pid-namespace.js";

@@ -16,6 +16,7 @@ import { FacilityReportSchema, SupervisorSpecSchema } from "@seraph/proto/seraph
 import { probeContainment } from "../native/containment-probe.js";
 import { facilityBlocker, probeFacilitiesInThisProcess } from "../native/facility.js";
 import { createNativeSystem } from "../native/libc.js";
+import { readPidNamespace } from "../native/pid-namespace.js";
 import { createProcFs } from "../native/proc-fs.js";
 import { createSupervisorLogger } from "./log.js";
 import { RunDirFiles } from "./run-dir.js";
@@ -91,6 +92,7 @@ async function main(args: readonly string[]): Promise<number> {
     bootId,
     selfStartTimeTicks: self.startTimeTicks,
     ...(containment !== undefined ? { containment } : {}),
+    pidNamespace: readPidNamespace("/proc", "self") ?? "",
   });
   // A signal to the supervisor is a cancellation: terminate and reap the tree, then report.
   for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) {

@@ -57,6 +57,8 @@ export interface SupervisorOptions {
   readonly bootId: string;
   /** Start time (field 22) of the supervisor process. */
   readonly selfStartTimeTicks: bigint;
+  /** The supervisor's PID namespace (readlink /proc/self/ns/pid); "" when unreadable. */
+  readonly pidNamespace?: string;
   /** Monotonic clock in ms (default performance.now). */
   readonly now?: () => number;
   /**
@@ -210,6 +212,8 @@ export class Supervisor {
       runDir,
       writtenUnixMs: BigInt(Date.now()),
       specSha256: this.#o.specSha256,
+      pidNamespace: this.#o.pidNamespace ?? "",
+      observerPidNamespace: spec.observerPidNamespace,
     });
     writeFileAtomic(join(runDir, RunDirFiles.markerJson), `${toJsonString(OwnerMarkerSchema, this.#marker)}\n`);
     // The binary marker last: its appearance is what launchSupervisor waits for.

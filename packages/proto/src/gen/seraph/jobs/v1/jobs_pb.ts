@@ -258,7 +258,7 @@ export type Recovery = Message<"seraph.jobs.v1.Recovery"> & {
   readbackScope: string;
 
   /**
-   * "cleanup_receipt" or "host_rebooted".
+   * "cleanup_receipt", "host_rebooted" or "pid_namespace_gone".
    *
    * @generated from field: string proof = 4;
    */
