@@ -32,6 +32,11 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_SLOT_COUNT: int(1, 1, 64),
     SERAPH_REPOSITORY_ROOTS: absolutePaths([]),
     SERAPH_EXECUTOR_DATA_DIR: str(),
+    /**
+     * The supervisor host's launch socket (the executor pod's supervisor-host container). Unset:
+     * the executor starts supervisors as its own children (bare host).
+     */
+    SERAPH_SUPERVISOR_HOST_SOCKET: optionalStr(),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
     /**
      * Where the host's boot id is read. Exists for tests that must prove the "host rebooted"

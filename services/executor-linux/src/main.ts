@@ -27,6 +27,7 @@ const executor = await startExecutor({
   bootIdFile: config.SERAPH_BOOT_ID_FILE,
   pollMs: config.SERAPH_EXECUTOR_POLL_MS,
   heartbeatMs: config.SERAPH_EXECUTOR_HEARTBEAT_MS,
+  supervisorHostSocket: config.SERAPH_SUPERVISOR_HOST_SOCKET,
   signals,
   log,
 });

@@ -48,6 +48,8 @@ export interface ExecutorRuntime {
   readonly pollMs?: number | undefined;
   /** Heartbeat interval (default 5000 ms). */
   readonly heartbeatMs?: number | undefined;
+  /** The supervisor host's launch socket; unset: supervisors are this process's children. */
+  readonly supervisorHostSocket?: string | undefined;
   /** Facility report override (tests); default: probe this host in a child process. */
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
 }
@@ -124,6 +126,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     pollMs: rt.pollMs ?? 2000,
     facilitiesOk: () => facilities.ok,
     repositoryRoots: rt.repositoryRoots,
+    supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
   return {

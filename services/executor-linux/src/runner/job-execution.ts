@@ -42,6 +42,7 @@ import {
   verifySupervisorIdentity,
   waitSupervisorGone,
   type SupervisorConnection,
+  type SupervisorHostAddress,
   type SupervisorIdentityVerdict,
 } from "../supervisor-client/index.js";
 import { readVerifiedJournal } from "./journals.js";
@@ -59,6 +60,8 @@ export interface ExecutionDeps {
   readonly facilitiesOk: () => boolean;
   /** Compiled supervisor entry (default: this package's dist/supervisor/main.js). */
   readonly supervisorEntry?: string | undefined;
+  /** Delegate supervisor starts to this supervisor host (unset: the executor's own children). */
+  readonly supervisorHost?: SupervisorHostAddress | undefined;
   /** The node's repository roots: a bundle naming a path outside them is rejected. */
   readonly repositoryRoots: readonly string[];
   /** Aborted when the runner stops: work in flight detaches (supervisors keep running). */
@@ -505,7 +508,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     const tLaunch = Date.now();
     let handle;
     try {
-      handle = await launchSupervisor(spec, deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {});
+      handle = await launchSupervisor(spec, { ...(deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {}), host: deps.supervisorHost });
     } catch (err) {
       log.error({ err }, "supervisor launch failed");
       if (i === 0) await reject("rejected_supervisor_launch", `the supervisor could not be started: ${(err as Error).message}`.slice(0, 2000));

@@ -12,10 +12,14 @@ export {
   type SupervisorConnection,
 } from "./connection.js";
 export { readFacilityReport, type FacilityReportOptions } from "./facility.js";
-export { verifySupervisorIdentity, type SupervisorIdentityVerdict } from "./identity.js";
+export { supervisorPidHere, verifySupervisorIdentity, type SupervisorIdentityVerdict } from "./identity.js";
 export {
   launchSupervisor,
+  prepareRunDir,
+  requestHostLaunch,
+  spawnSupervisorProcess,
   SupervisorLaunchError,
+  type SupervisorHostAddress,
   waitSupervisorGone,
   type LaunchOptions,
   type SupervisorHandle,

@@ -1,19 +1,25 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { connect } from "node:net";
+import { dirname, join } from "node:path";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
+  HostLaunchRequestSchema,
+  HostLaunchResponseSchema,
   OwnerMarkerSchema,
   SupervisorSpecSchema,
+  type HostLaunchResponse,
   type OwnerMarker,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { readPidNamespace } from "../native/pid-namespace.js";
 import { writeFileAtomic } from "../supervisor/atomic-file.js";
+import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { assertValidSpec } from "../supervisor/spec.js";
 import { connectSupervisor, type ConnectOptions, type SupervisorConnection } from "./connection.js";
-import { verifySupervisorIdentity, type SupervisorIdentityVerdict } from "./identity.js";
+import { supervisorPidHere, verifySupervisorIdentity, type SupervisorIdentityVerdict } from "./identity.js";
 import { defaultSupervisorEntry } from "./paths.js";
 
 /** Early stderr of the supervisor process (before its pino log exists). */
@@ -27,6 +33,8 @@ export interface LaunchOptions {
   readonly nodePath?: string;
   /** Bound on the wait for marker + socket (default 10000 ms). */
   readonly startTimeoutMs?: number;
+  /** Delegate the start to this supervisor host (default: start the supervisor as our own child). */
+  readonly host?: SupervisorHostAddress | undefined;
 }
 
 /** The supervisor could not be started or died before it was ready. */
@@ -69,7 +77,11 @@ function logTail(runDir: string): string {
   return [tail(join(runDir, RunDirFiles.log)), tail(join(runDir, STDERR_FILE))].filter((t) => t.length > 0).join("\n");
 }
 
-function prepareRunDir(runDir: string): void {
+/**
+ * Checks (and creates) a run directory for a fresh launch: a 0700 directory owned by this
+ * process's uid that holds no spec, marker or socket yet.
+ */
+export function prepareRunDir(runDir: string): void {
   mkdirSync(runDir, { recursive: true, mode: 0o700 });
   const st = lstatSync(runDir);
   if (!st.isDirectory()) throw new SupervisorLaunchError(`run dir ${runDir} is not a directory`);
@@ -94,30 +106,31 @@ export async function waitSupervisorGone(marker: OwnerMarker, timeoutMs: number)
   }
 }
 
-/**
- * Starts one supervisor for `spec`: validates the spec, creates spec.run_dir (0700; a
- * pre-created one must be 0700 and ours), writes spec.binpb (0600), starts
- * `node dist/supervisor/main.js --spec …` detached (own session, stdio ignored, empty
- * environment, unref'd), and waits (bounded) until the owner marker and the control socket
- * exist. If the supervisor dies first, the error carries the end of its log. The controller
- * only ever waits on this one pid (through libuv); it never becomes a subreaper.
- */
-export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOptions = {}): Promise<SupervisorHandle> {
-  assertValidSpec(spec, Date.now());
-  const entry = options.supervisorEntry ?? defaultSupervisorEntry();
-  if (!existsSync(entry)) {
-    throw new SupervisorLaunchError(`the compiled supervisor ${entry} does not exist; build first (npx tsc -b services/executor-linux)`);
-  }
-  const runDir = spec.runDir;
-  prepareRunDir(runDir);
-  const specPath = join(runDir, RunDirFiles.spec);
-  writeFileAtomic(specPath, toBinary(SupervisorSpecSchema, spec), 0o600);
+/** Where a supervisor host listens (the executor delegates launches to it when set). */
+export interface SupervisorHostAddress {
+  /** The host's Unix launch socket. */
+  readonly socketPath: string;
+  /** The host's 0600 capability token file. */
+  readonly tokenFile: string;
+}
 
+/**
+ * Starts `node <entry> --spec <specPath>` detached (own session, stdio ignored but stderr into
+ * the run dir, empty environment, unref'd) and waits (bounded) until the owner marker and the
+ * control socket exist. A supervisor that dies first fails with the end of its log; one not
+ * ready in time is sent SIGTERM (still our unreaped child, so its pid cannot have been reused).
+ * Returns the child's pid. Used by launchSupervisor on a bare host and by the supervisor host.
+ */
+export async function spawnSupervisorProcess(
+  specPath: string,
+  options: { readonly entry: string; readonly nodePath: string; readonly startTimeoutMs: number },
+): Promise<number> {
+  const runDir = dirname(specPath);
   const stderrFd = openSync(join(runDir, STDERR_FILE), "a", 0o600);
   let exited: string | undefined;
   let child;
   try {
-    child = spawn(options.nodePath ?? process.execPath, [entry, "--spec", specPath], {
+    child = spawn(options.nodePath, [options.entry, "--spec", specPath], {
       detached: true,
       stdio: ["ignore", "ignore", stderrFd],
       env: {},
@@ -136,21 +149,114 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
 
   const markerPath = join(runDir, RunDirFiles.marker);
   const socketPath = join(runDir, RunDirFiles.socket);
-  const until = Date.now() + (options.startTimeoutMs ?? 10_000);
+  const until = Date.now() + options.startTimeoutMs;
   for (;;) {
     if (existsSync(markerPath) && existsSync(socketPath)) break;
     if (exited !== undefined) throw new SupervisorLaunchError(`supervisor ${exited} before it was ready`, logTail(runDir));
     if (Date.now() >= until) {
-      // Still our unreaped child, so this pid cannot have been reused; SIGTERM = cancel.
       child.kill("SIGTERM");
-      throw new SupervisorLaunchError(`supervisor not ready within ${options.startTimeoutMs ?? 10_000} ms`, logTail(runDir));
+      throw new SupervisorLaunchError(`supervisor not ready within ${options.startTimeoutMs} ms`, logTail(runDir));
     }
     await new Promise((r) => setTimeout(r, 5));
   }
-  const marker = fromBinary(OwnerMarkerSchema, readFileSync(markerPath));
+  if (child.pid === undefined) throw new SupervisorLaunchError("the supervisor has no pid");
+  return child.pid;
+}
+
+/**
+ * Asks the supervisor host at `host` to start the supervisor of `specPath` (one framed
+ * HostLaunchRequest with the host's token, one HostLaunchResponse). Throws SupervisorLaunchError
+ * with the host's reason code when it refused or the supervisor did not become ready.
+ */
+export async function requestHostLaunch(host: SupervisorHostAddress, specPath: string, timeoutMs: number): Promise<{ pid: number; pidNamespace: string }> {
+  let token: string;
+  try {
+    token = readFileSync(host.tokenFile, "utf8").trim();
+  } catch (err) {
+    throw new SupervisorLaunchError(`cannot read the supervisor host's token file ${host.tokenFile}: ${(err as Error).message}`);
+  }
+  const request = encodeFrame(toBinary(HostLaunchRequestSchema, create(HostLaunchRequestSchema, { token, specPath })));
+  const response = await new Promise<HostLaunchResponse>((resolve, reject) => {
+    const socket = connect(host.socketPath);
+    const decoder = new FrameDecoder();
+    let done = false;
+    const finish = (err: Error | undefined, value?: HostLaunchResponse) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      socket.destroy();
+      if (err) reject(err);
+      else resolve(value as HostLaunchResponse);
+    };
+    const timer = setTimeout(() => finish(new SupervisorLaunchError(`the supervisor host did not answer within ${timeoutMs} ms`)), timeoutMs);
+    socket.on("connect", () => socket.write(request));
+    socket.on("error", (err) => finish(new SupervisorLaunchError(`cannot reach the supervisor host at ${host.socketPath}: ${err.message}`)));
+    socket.on("close", () => finish(new SupervisorLaunchError("the supervisor host closed the connection without an answer")));
+    socket.on("data", (chunk: Buffer) => {
+      try {
+        const frames = decoder.push(chunk);
+        const first = frames[0];
+        if (first !== undefined) finish(undefined, fromBinary(HostLaunchResponseSchema, first));
+      } catch (err) {
+        finish(new SupervisorLaunchError(`undecodable answer from the supervisor host: ${(err as Error).message}`));
+      }
+    });
+  });
+  if (!response.started) {
+    throw new SupervisorLaunchError(`the supervisor host refused: ${response.errorCode}: ${response.errorMessage}`);
+  }
+  return { pid: response.pid, pidNamespace: response.pidNamespace };
+}
+
+/**
+ * Starts one supervisor for `spec`: validates the spec, creates spec.run_dir (0700; a
+ * pre-created one must be 0700 and ours), writes spec.binpb (0600, with this process's PID
+ * namespace as observer_pid_namespace), then either starts `node dist/supervisor/main.js --spec …`
+ * itself (spawnSupervisorProcess) or, with `options.host`, asks that supervisor host to start
+ * it (so the supervisor outlives this process's container), and waits (bounded) until the owner
+ * marker and the control socket exist. The marker must name the pid (and, through a host, the
+ * PID namespace) that was started, and a supervisor in another namespace must be visible from
+ * this one, else nothing it reports could be verified here. The controller only ever waits on
+ * its own child (through libuv); it never becomes a subreaper.
+ */
+export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOptions = {}): Promise<SupervisorHandle> {
+  assertValidSpec(spec, Date.now());
+  const entry = options.supervisorEntry ?? defaultSupervisorEntry();
+  if (options.host === undefined && !existsSync(entry)) {
+    throw new SupervisorLaunchError(`the compiled supervisor ${entry} does not exist; build first (npx tsc -b services/executor-linux)`);
+  }
+  const runDir = spec.runDir;
+  prepareRunDir(runDir);
+  const specPath = join(runDir, RunDirFiles.spec);
+  const observer = readPidNamespace("/proc", "self") ?? "";
+  const written = create(SupervisorSpecSchema, { ...spec, observerPidNamespace: observer });
+  writeFileAtomic(specPath, toBinary(SupervisorSpecSchema, written), 0o600);
+  const startTimeoutMs = options.startTimeoutMs ?? 10_000;
+
+  let started: { pid: number; pidNamespace: string | undefined };
+  if (options.host !== undefined) {
+    started = await requestHostLaunch(options.host, specPath, startTimeoutMs + 5000);
+  } else {
+    started = { pid: await spawnSupervisorProcess(specPath, { entry, nodePath: options.nodePath ?? process.execPath, startTimeoutMs }), pidNamespace: undefined };
+  }
+  const marker = fromBinary(OwnerMarkerSchema, readFileSync(join(runDir, RunDirFiles.marker)));
   const pid = marker.supervisor?.pid;
-  if (pid === undefined || pid !== child.pid) {
-    throw new SupervisorLaunchError(`owner marker names pid ${pid}, but the supervisor is pid ${child.pid}`);
+  if (pid === undefined || pid !== started.pid) {
+    throw new SupervisorLaunchError(`owner marker names pid ${pid}, but the supervisor is pid ${started.pid}`);
+  }
+  if (started.pidNamespace !== undefined && marker.pidNamespace !== started.pidNamespace) {
+    throw new SupervisorLaunchError(`owner marker names PID namespace ${marker.pidNamespace || "(none)"}, but the host runs in ${started.pidNamespace}`);
+  }
+  if (supervisorPidHere(marker) === undefined) {
+    // Not verifiable from here: it is never given GO. It waits for GO until its deadline and
+    // then proves its own cleanup; cancel it now so that happens at once.
+    await connectSupervisor(runDir, randomUUID())
+      .then(async (c) => {
+        await c.cancel("not visible from the executor's PID namespace");
+        await c.close();
+      })
+      .catch(() => undefined);
+    throw new SupervisorLaunchError(`the supervisor (pid ${pid} in ${marker.pidNamespace}) is not visible from this executor's PID namespace ${observer}`);
   }
   return {
     runDir,

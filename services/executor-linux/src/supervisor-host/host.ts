@@ -1,0 +1,239 @@
+import { randomBytes, timingSafeEqual } from "node:crypto";
+import { existsSync, lstatSync, mkdirSync, readFileSync, realpathSync, unlinkSync } from "node:fs";
+import { createServer, type Server, type Socket } from "node:net";
+import { basename, dirname, join, resolve } from "node:path";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import type { Logger } from "@seraph/kit";
+import {
+  HostLaunchRequestSchema,
+  HostLaunchResponseSchema,
+  SupervisorSpecSchema,
+} from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { NativeSystem } from "../native/native-system.js";
+import { readPidNamespace } from "../native/pid-namespace.js";
+import { spawnSupervisorProcess, SupervisorLaunchError } from "../supervisor-client/launch.js";
+import { defaultSupervisorEntry } from "../supervisor-client/paths.js";
+import { writeFileAtomic } from "../supervisor/atomic-file.js";
+import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
+import { RunDirFiles } from "../supervisor/run-dir.js";
+import { specProblems } from "../supervisor/spec.js";
+
+/** The token file of the supervisor host listening on `socketPath`. */
+export function hostTokenFile(socketPath: string): string {
+  return `${socketPath}.token`;
+}
+
+/** Options of startSupervisorHost. */
+export interface SupervisorHostOptions {
+  /** The launch socket (its directory must be, or is created, 0700 and ours). */
+  readonly socketPath: string;
+  /** Specs are only accepted below this directory (the executor's data directory). */
+  readonly dataDir: string;
+  readonly log: Logger;
+  readonly native: Pick<NativeSystem, "peerCredentials">;
+  /** Compiled supervisor entry (default: this package's dist/supervisor/main.js). */
+  readonly supervisorEntry?: string;
+  /** Node for supervisors (default: process.execPath). */
+  readonly nodePath?: string;
+  /** Bound on each supervisor's start (default 10000 ms). */
+  readonly startTimeoutMs?: number;
+}
+
+/** A listening supervisor host. */
+export interface SupervisorHost {
+  /** This host's PID namespace ("pid:[inode]"). */
+  readonly pidNamespace: string;
+  /** Supervisors started and not yet exited (pids in this namespace). */
+  readonly children: ReadonlySet<number>;
+  /** Stops accepting and removes the socket (supervisors keep running). */
+  close(): Promise<void>;
+}
+
+/** A launch request refused with a stable code. */
+class Refusal extends Error {
+  override readonly name = "HostLaunchRefusal";
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Largest request frame accepted (a token and a path). */
+const MAX_REQUEST_BYTES = 16 * 1024;
+
+function privateDirOwnedByUs(dir: string, what: string): void {
+  const st = lstatSync(dir);
+  if (!st.isDirectory()) throw new Refusal("run_dir_not_private", `${what} ${dir} is not a directory`);
+  if (st.uid !== process.getuid?.()) throw new Refusal("run_dir_not_private", `${what} ${dir} is owned by uid ${st.uid}, not ${process.getuid?.()}`);
+  if ((st.mode & 0o077) !== 0) throw new Refusal("run_dir_not_private", `${what} ${dir} has mode ${(st.mode & 0o777).toString(8)}; it must be 0700`);
+}
+
+/**
+ * Checks a spec path the way launchSupervisor left it: an absolute, normalised path named
+ * spec.binpb below the data directory (after resolving links), a regular 0600 file owned by
+ * us in a 0700 run directory owned by us that holds no marker or socket yet, whose spec is
+ * valid and names that directory as its run_dir.
+ */
+function checkSpecPath(specPath: string, dataDirReal: string): void {
+  if (resolve(specPath) !== specPath) throw new Refusal("invalid_argument", "spec_path: not a normalised absolute path");
+  if (basename(specPath) !== RunDirFiles.spec) throw new Refusal("invalid_argument", `spec_path: the file must be named ${RunDirFiles.spec}`);
+  const runDir = dirname(specPath);
+  let real: string;
+  try {
+    real = realpathSync(runDir);
+  } catch (err) {
+    throw new Refusal("invalid_argument", `spec_path: ${(err as Error).message}`);
+  }
+  if (real !== runDir || !real.startsWith(`${dataDirReal}/`)) {
+    throw new Refusal("spec_path_outside_data_dir", `spec_path: ${runDir} is not a real directory below ${dataDirReal}`);
+  }
+  privateDirOwnedByUs(runDir, "run dir");
+  const st = lstatSync(specPath, { throwIfNoEntry: false });
+  if (st === undefined || !st.isFile()) throw new Refusal("invalid_argument", `spec_path: ${specPath} is not a regular file`);
+  if (st.uid !== process.getuid?.() || (st.mode & 0o077) !== 0) throw new Refusal("run_dir_not_private", `${specPath} must be ours and 0600`);
+  for (const f of [RunDirFiles.marker, RunDirFiles.socket]) {
+    if (existsSync(join(runDir, f))) throw new Refusal("run_dir_used", `run dir ${runDir} was already used (${f} exists)`);
+  }
+  let spec;
+  try {
+    spec = fromBinary(SupervisorSpecSchema, readFileSync(specPath));
+  } catch {
+    throw new Refusal("spec_invalid", "the spec file is not a SupervisorSpec");
+  }
+  const problems = specProblems(spec, Date.now());
+  if (spec.runDir !== runDir) problems.push(`run_dir ${spec.runDir} is not the directory of the spec file`);
+  if (problems.length > 0) throw new Refusal("spec_invalid", problems.join("; "));
+}
+
+/**
+ * The supervisor host: a long-lived process (PID 1's only child in its own PID namespace, e.g.
+ * `tini -- node dist/supervisor-host/main.js`) that starts per-job supervisors on behalf of the
+ * executor, so they live as long as the host and not as long as the executor's container. It
+ * listens on a Unix socket in a 0700 directory; each connection carries one HostLaunchRequest:
+ * SO_PEERCRED must show the host's own uid, the token must equal the 0600 token file it writes at
+ * start, and the spec must pass checkSpecPath. It then starts the supervisor as its own child
+ * (spawnSupervisorProcess: marker and socket exist before it answers) and answers its pid and
+ * PID namespace. It never signals a supervisor except its own unready child at the start bound,
+ * and it is not a reaper of anything but its children: orphans go to the namespace's init.
+ */
+export async function startSupervisorHost(o: SupervisorHostOptions): Promise<SupervisorHost> {
+  const log = o.log.child({ component: "supervisor-host" });
+  const dir = dirname(o.socketPath);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  privateDirOwnedByUs(dir, "socket directory");
+  const dataDirReal = realpathSync(o.dataDir);
+  const pidNamespace = readPidNamespace("/proc", "self") ?? "";
+  const token = randomBytes(32).toString("hex");
+  const expected = Buffer.from(token, "utf8");
+  const st = lstatSync(o.socketPath, { throwIfNoEntry: false });
+  if (st !== undefined) {
+    if (!st.isSocket()) throw new Error(`${o.socketPath} exists and is not a socket`);
+    unlinkSync(o.socketPath);
+  }
+  const entry = o.supervisorEntry ?? defaultSupervisorEntry();
+  const nodePath = o.nodePath ?? process.execPath;
+  const children = new Set<number>();
+
+  const answer = (socket: Socket, r: MessageInitShape<typeof HostLaunchResponseSchema>) => {
+    socket.end(encodeFrame(toBinary(HostLaunchResponseSchema, create(HostLaunchResponseSchema, r))));
+  };
+  const refuse = (socket: Socket, code: string, message: string) => {
+    log.warn({ event: "launch_refused", code }, message);
+    answer(socket, { started: false, errorCode: code, errorMessage: message });
+  };
+
+  const handle = async (socket: Socket, payload: Buffer) => {
+    let req;
+    try {
+      req = fromBinary(HostLaunchRequestSchema, payload);
+    } catch {
+      refuse(socket, "bad_frame", "the frame is not a HostLaunchRequest");
+      return;
+    }
+    const given = Buffer.from(req.token, "utf8");
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      refuse(socket, "bad_token", "token: does not match the host's token file");
+      return;
+    }
+    try {
+      if (!req.specPath.startsWith("/") || req.specPath.length > 4096) throw new Refusal("invalid_argument", "spec_path: must be an absolute path of at most 4096 bytes");
+      checkSpecPath(req.specPath, dataDirReal);
+      const pid = await spawnSupervisorProcess(req.specPath, { entry, nodePath, startTimeoutMs: o.startTimeoutMs ?? 10_000 });
+      children.add(pid);
+      log.info({ event: "supervisor_started", pid, runDir: dirname(req.specPath) }, "supervisor started");
+      answer(socket, { started: true, pid, pidNamespace });
+    } catch (err) {
+      if (err instanceof Refusal) refuse(socket, err.code, err.message);
+      else if (err instanceof SupervisorLaunchError) refuse(socket, "launch_failed", err.message);
+      else refuse(socket, "launch_failed", (err as Error).message);
+    }
+  };
+
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    let uid = -1;
+    try {
+      if (fd === undefined || fd < 0) throw new Error("accepted socket has no fd");
+      uid = o.native.peerCredentials(fd).uid;
+    } catch {
+      refuse(socket, "peer_credentials", "peer credentials unavailable");
+      return;
+    }
+    if (uid !== process.getuid?.()) {
+      refuse(socket, "peer_uid", `peer uid ${uid} is not the host's uid ${process.getuid?.()}`);
+      return;
+    }
+    const decoder = new FrameDecoder();
+    let taken = false;
+    let received = 0;
+    const timer = setTimeout(() => socket.destroy(), 10_000);
+    socket.on("close", () => clearTimeout(timer));
+    socket.on("error", () => socket.destroy());
+    socket.on("data", (chunk: Buffer) => {
+      if (taken) return;
+      received += chunk.length;
+      let frames: Buffer[];
+      try {
+        if (received > MAX_REQUEST_BYTES + 4) throw new Error(`a launch request is at most ${MAX_REQUEST_BYTES} bytes`);
+        frames = decoder.push(chunk);
+      } catch (err) {
+        taken = true;
+        refuse(socket, "frame_too_large", (err as Error).message);
+        return;
+      }
+      const first = frames[0];
+      if (first === undefined) return;
+      taken = true;
+      clearTimeout(timer);
+      void handle(socket, first);
+    });
+  });
+  await new Promise<void>((resolveListen, reject) => {
+    server.once("error", reject);
+    server.listen(o.socketPath, () => resolveListen());
+  });
+  // The token becomes readable only once the socket exists: a client that sees it can connect.
+  writeFileAtomic(hostTokenFile(o.socketPath), `${token}\n`, 0o600);
+  log.info({ event: "listening", socketPath: o.socketPath, pidNamespace }, "supervisor host listening");
+  return {
+    pidNamespace,
+    children,
+    async close() {
+      const closed = new Promise<void>((r) => server.close(() => r()));
+      for (const s of sockets) s.destroy();
+      await closed;
+      for (const f of [o.socketPath, hostTokenFile(o.socketPath)]) {
+        try {
+          unlinkSync(f);
+        } catch {
+          // already gone
+        }
+      }
+    },
+  };
+}
