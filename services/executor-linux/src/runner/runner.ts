@@ -6,11 +6,12 @@ import { CancelJobResponseSchema, ReadJobOutputResponseSchema, type ExecutorServ
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Phase } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
+import { recordPidNamespaceGone } from "./namespace-proof.js";
 import { DetachedError, reasonOf, retrying } from "./retry.js";
 
 /** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
 export interface RunnerDeps
-  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilitiesOk" | "supervisorEntry" | "repositoryRoots"> {
+  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilitiesOk" | "supervisorEntry" | "repositoryRoots" | "supervisorHost"> {
   readonly signals: Signals;
 }
 
@@ -174,7 +175,17 @@ export function startRunner(deps: RunnerDeps): Runner {
           log.warn({ err, jobId: job.id }, "late receipt not recorded");
           return false;
         });
-        if (stored) lateChecked.add(job.id);
+        if (stored) {
+          lateChecked.add(job.id);
+          continue;
+        }
+        // No receipt: a supervisor that ran in another PID namespace is proved gone when that
+        // namespace no longer exists (its init died, so the kernel killed all of it).
+        const gone = await recordPidNamespaceGone(exec, job).catch((err: unknown) => {
+          log.warn({ err, jobId: job.id }, "PID namespace observation not recorded");
+          return false;
+        });
+        if (gone) lateChecked.add(job.id);
       }
     }
   };

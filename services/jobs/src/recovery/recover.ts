@@ -17,6 +17,7 @@ import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { findSlotOfJob, moveSlot } from "../slots/slot.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
+import { namespaceProof } from "./namespace-proof.js";
 
 /** Why recovery keeps the slot held. */
 interface Refusal {
@@ -26,7 +27,7 @@ interface Refusal {
 
 /** The proof that releases a slot. */
 interface Proof {
-  readonly kind: "cleanup_receipt" | "host_rebooted";
+  readonly kind: "cleanup_receipt" | "host_rebooted" | "pid_namespace_gone";
   readonly receiptVerified: boolean;
   readonly readbackSha256: string;
 }
@@ -79,7 +80,8 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker, approvedSo
  * and that the marker's and the receipt's supervisor source hash is the originally approved one
  * (else `supervisor_source_mismatch`). It releases the slot (CAS on the job revision) only on a verified
  * cleanup receipt, or on proof that the host rebooted since the marker was written (the node
- * re-registered with a different boot id). It records cleanup_receipt_verified,
+ * re-registered with a different boot id), or on an executor's observation that the
+ * supervisor's PID namespace no longer exists (namespaceProof). It records cleanup_receipt_verified,
  * process_cleanup_readback_sha256 and readback_scope=process_cleanup_only and never changes the
  * job's state or outcome. Another root gets NOT_FOUND; a root that is no longer live,
  * PERMISSION_DENIED. Missing proof answers released=false with a refusal code and writes
@@ -133,6 +135,13 @@ export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessC
         const evidence = JSON.stringify({ node: node.id, markerBootId: markerBoot, currentBootId: node.boot_id, registeredAt: new Date(node.registered_at).toISOString(), incarnation: node.incarnation_id });
         proof = { kind: "host_rebooted", receiptVerified: false, readbackSha256: sha256Hex(evidence) };
       }
+    }
+    if (!("kind" in proof)) {
+      // The supervisor ran in a PID namespace that no longer exists (its init died, so the
+      // kernel killed every process in it): the executor observed that from the namespace it
+      // was launched from, on this boot.
+      const node = await findNode(trx, job.node_id);
+      proof = (await namespaceProof(trx, job, marker, node?.boot_id)) ?? proof;
     }
     if (!("kind" in proof)) return refuse(proof.code, proof.message);
 
