@@ -9,11 +9,13 @@ import { createNatsSignals, createRootLogger, createServiceTransport, newId, typ
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobState, JobsService, type ExecutionBundle, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Kysely, PostgresDialect } from "kysely";
 import pg from "pg";
 import { supervisorSourceOf } from "../services/executor-linux/src/executor-service/supervisor-source.js";
 import { inspectRepository } from "../services/executor-linux/src/profile/index.js";
-import { defaultSupervisorEntry } from "../services/executor-linux/src/supervisor-client/index.js";
+import { defaultSupervisorEntry, readFacilityReport } from "../services/executor-linux/src/supervisor-client/index.js";
+import { defaultContainmentSettings, nodeContainment } from "../services/executor-linux/src/supervisor-client/node-containment.js";
 import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
 import { spawnService, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
@@ -192,6 +194,8 @@ export async function bundleFor(
   repositoryPath: string,
   opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[]; selection?: Selection; supervisorSourceSha256?: string } = {},
 ): Promise<ExecutionBundle> {
+  // What the stack's executors (default containment settings, one slot) report at inspection.
+  containmentOfNodes ??= readFacilityReport().then((r) => nodeContainment(defaultContainmentSettings(1), r.containment));
   const inspection = await inspectRepository({ repositoryPath, selection: opts.selection ?? Selection.TEST, nodePath: stack.runtime });
   if (!inspection.admitted) throw new Error(`fixture not admitted: ${inspection.reasons.map((r) => r.message).join("; ")}`);
   return create(ExecutionBundleSchema, {
@@ -212,8 +216,11 @@ export async function bundleFor(
     allowedPatchPaths: opts.allowed ?? ["src/math.js"],
     // What the node reports for its compiled supervisor (the executors run from dist/).
     supervisorSourceSha256: opts.supervisorSourceSha256 ?? supervisorSourceOf(defaultSupervisorEntry()),
+    containment: await containmentOfNodes,
   });
 }
+
+let containmentOfNodes: Promise<NodeContainment> | undefined;
 
 /** Polls `check` every 100 ms until it is true; throws naming `what` after `timeoutMs`. */
 export async function pollUntil(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {

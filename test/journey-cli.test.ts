@@ -102,12 +102,19 @@ describe("seraph CLI journey", () => {
 
     const refused = await seraph(["repair", "approve", repair.id]);
     expect(refused.code).toBe(2);
-    expect(refused.out).toContain("isolation_claim     none");
+    // As root (CI) the node runs commands as a per-slot job user and the document says exactly that.
+    const claim = process.geteuid?.() === 0 ? "separate_job_uid" : "none";
+    expect(refused.out).toContain(`isolation_claim     ${claim}`);
+    if (claim !== "none") {
+      expect(refused.out).toContain("code runs as job user uid = gid = 64000 + slot index, uid range 64000");
+      expect(refused.out).toMatch(/protects:\n {4}the supervisor process/);
+      expect(refused.out).toMatch(/does not protect:\n[\s\S]*world-readable/);
+    }
     expect(refused.err).toContain("--yes");
     // The refusal says --json shows the document: it does, and nothing is approved.
     const refusedJson = await seraph(["repair", "approve", repair.id, "--json"]);
     expect(refusedJson.code).toBe(2);
-    expect(json(refusedJson.out).document.isolationClaim).toBe("none");
+    expect(json(refusedJson.out).document.isolationClaim).toBe(claim);
     expect(json(refusedJson.out).approval).toBeUndefined();
     const declined = await seraph(["repair", "approve", repair.id], { tty: true });
     expect(declined.code).toBe(1);

@@ -129,9 +129,11 @@ describe("repair journey up to an approved, queued job", () => {
 
     const { document } = await c.repairs.getApprovalDocument({ repairId, proposalId: proposed.proposal!.id });
     const doc = document!;
+    // As root (CI) the node runs commands as a per-slot job user and says so; otherwise no claim.
+    const asRoot = process.geteuid?.() === 0;
     expect(doc).toMatchObject({
       kind: "local_host_execution",
-      isolationClaim: "none",
+      isolationClaim: asRoot ? "separate_job_uid" : "none",
       resourceEnforcement: "admission_and_wall_timeout_only",
       unenforced: ["cpu", "memory", "pids"],
       noLearning: true,
@@ -148,6 +150,12 @@ describe("repair journey up to an approved, queued job", () => {
       supervisorSourceSha256: supervisorSourceOf(defaultSupervisorEntry()),
     });
     expect(doc.supervisorSourceSha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(doc.containment?.isolationClaim).toBe(doc.isolationClaim);
+    if (asRoot) {
+      expect(doc.containment?.jobUidRange).toBe("64000");
+      expect(doc.containment?.protects.join("\n")).toMatch(/cannot signal, stop or ptrace/);
+      expect(doc.containment?.doesNotProtect.join("\n")).toMatch(/world-readable/);
+    }
     expect(doc.steps[0]?.argv).toEqual(inspection.steps[0]?.argv);
     expect(doc.identities).toEqual(inspection.identities);
     expect(Number(doc.expiresUnixMs - doc.issuedUnixMs)).toBe(900_000);
@@ -197,6 +205,9 @@ describe("repair journey up to an approved, queued job", () => {
     expect(last?.state).toBe(RepairState.FINISHED);
     const job = last!.job!;
     expect(job.state).toBe(JobState.SUCCEEDED);
+    // As root the test ran as the slot's job user (slot 0: uid 64000), as the document said.
+    if (process.geteuid?.() === 0) expect(job.receipt?.containment?.jobUser).toMatchObject({ uid: 64000, gid: 64000 });
+    else expect(job.receipt?.containment).toBeUndefined();
     // The supervisor that ran it is the approved code.
     expect(job.marker?.supervisorSourceSha256).toBe(last!.approval && (await stack.operator.repairs.getApprovalDocument({ repairId: finishedRepairId, proposalId: last!.proposals[0]!.id })).document?.supervisorSourceSha256);
     expect(job.artifacts.length).toBeGreaterThan(0);

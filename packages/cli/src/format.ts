@@ -176,6 +176,17 @@ export function jobDetails(j: Job, indent = "    "): string[] {
   return out;
 }
 
+function ceilingsText(d: ApprovalDocument): string {
+  const k = d.containment?.ceilings;
+  if (k === undefined || d.containment?.enforced.length === 0) return "";
+  const parts = [
+    ...(k.cpuMillicores > 0 ? [`cpu ${k.cpuMillicores} millicores`] : []),
+    ...(k.memoryBytes > 0n ? [`memory ${k.memoryBytes} bytes`] : []),
+    ...(k.pids > 0 ? [`pids ${k.pids}`] : []),
+  ];
+  return `   (${parts.join(", ")})`;
+}
+
 /** The exact approval document, every field a person approves. */
 export function documentText(d: ApprovalDocument): string {
   return [
@@ -191,9 +202,11 @@ export function documentText(d: ApprovalDocument): string {
     `  runtime             ${d.runtimePath}`,
     `  supervisor source   sha256 ${d.supervisorSourceSha256 || "(not bound)"}`,
     `  allowed patch paths ${d.allowedPatchPaths.join(", ")}`,
-    `  isolation_claim     ${d.isolationClaim}   (code runs as the Seraph host user, with host file and network access)`,
-    `  resource_enforcement ${d.resourceEnforcement}`,
+    `  isolation_claim     ${d.isolationClaim}   (${d.isolationClaim === "none" ? "code runs as the Seraph host user, with host file and network access" : `code runs as job user ${d.containment?.jobUser ?? "?"}, uid range ${d.containment?.jobUidRange ?? "?"}`})`,
+    `  resource_enforcement ${d.resourceEnforcement}${ceilingsText(d)}`,
     `  unenforced          ${d.unenforced.join(", ")}`,
+    ...(d.containment !== undefined && d.containment.protects.length > 0 ? ["  protects:", ...d.containment.protects.map((p) => `    ${p}`)] : []),
+    ...(d.containment !== undefined && d.containment.doesNotProtect.length > 0 ? ["  does not protect:", ...d.containment.doesNotProtect.map((p) => `    ${p}`)] : []),
     `  no_learning         ${d.noLearning}`,
     `  issued / expires    ${time(d.issuedUnixMs)} / ${time(d.expiresUnixMs)}`,
     "  steps:",

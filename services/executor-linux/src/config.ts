@@ -1,5 +1,7 @@
 import { hostname } from "node:os";
-import { int, natsAuth, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
+import { int, natsAuth, oneOf, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
+import { MIN_CPU_MILLICORES, MIN_MEMORY_CEILING_BYTES, MIN_PIDS_CEILING } from "./supervisor/containment.js";
+import { defaultContainmentSettings, parseJobUserSetting, type ContainmentSettings, type JobUserSetting } from "./supervisor-client/node-containment.js";
 
 /** Executor node configuration (cluster mode). */
 export type ExecutorConfig = ReturnType<typeof loadExecutorConfig>;
@@ -14,6 +16,47 @@ function absolutePaths(fallback: string[]): EnvReader<string[]> {
   };
 }
 
+function jobUser(): EnvReader<JobUserSetting> {
+  return (env, name, problems) => {
+    const parsed = parseJobUserSetting(env[name] ?? "");
+    if (typeof parsed === "string") {
+      problems.push(`${name}: ${parsed}`);
+      return { kind: "none" };
+    }
+    return parsed;
+  };
+}
+
+function cgroupParent(fallback: string): EnvReader<string> {
+  return (env, name, problems) => {
+    const raw = env[name];
+    if (raw === undefined || raw === "") return fallback;
+    if (!/^(\/[A-Za-z0-9_.-]{1,64}){1,8}$/.test(raw) || raw.split("/").some((p) => p === "." || p === "..")) {
+      problems.push(`${name}: ${JSON.stringify(raw)} must be an absolute cgroup path of plain names, e.g. /seraph`);
+    }
+    return raw;
+  };
+}
+
+function absolutePath(fallback: string): EnvReader<string> {
+  return (env, name, problems) => {
+    const raw = env[name];
+    if (raw === undefined || raw === "") return fallback;
+    if (!raw.startsWith("/")) problems.push(`${name}: ${JSON.stringify(raw)} is not an absolute path`);
+    return raw;
+  };
+}
+
+/** 0 (no ceiling) or an integer within [min, max]. */
+function ceiling(fallback: number, min: number, max: number): EnvReader<number> {
+  const read = int(fallback, 0, max);
+  return (env, name, problems) => {
+    const v = read(env, name, problems);
+    if (v !== 0 && v < min) problems.push(`${name} must be 0 (no ceiling) or at least ${min}, got ${v}`);
+    return v;
+  };
+}
+
 /** A node id derived from the host name: lowercase, [a-z0-9.-]. */
 export function defaultNodeId(): string {
   const h = hostname().toLowerCase().replace(/[^a-z0-9.-]/g, "-").replace(/^[^a-z0-9]+/, "");
@@ -22,6 +65,7 @@ export function defaultNodeId(): string {
 
 /** Reads the executor configuration; throws ConfigError naming every bad variable. */
 export function loadExecutorConfig(env: Readonly<Record<string, string | undefined>>) {
+  const defaults = defaultContainmentSettings();
   return readConfig(env, {
     SERAPH_EXECUTOR_HOST: str("127.0.0.1"),
     SERAPH_EXECUTOR_GRPC_PORT: int(7420, 0, 65535),
@@ -47,10 +91,38 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     /** The runner's slow poll of the jobs service (NATS signals only shorten the wait). */
     SERAPH_EXECUTOR_POLL_MS: int(2000, 50, 60_000),
     SERAPH_EXECUTOR_HEARTBEAT_MS: int(5000, 100, 60_000),
+    /** "auto" (per-slot uids when root), "none", "<uid>:<gid>" or a user name from /etc/passwd. */
+    SERAPH_JOB_USER: jobUser(),
+    /** Slot i's job uid and gid: base + i. */
+    SERAPH_JOB_UID_BASE: int(defaults.uidBase, 1000, 0x7fffffff - 64),
+    /** Root of job-user staging (0711, root-owned); the data directory stays private. */
+    SERAPH_JOB_ROOT: absolutePath(defaults.jobRoot),
+    /** Per-job cgroups with enforced ceilings (opt-in). */
+    SERAPH_CGROUPS: oneOf(["off", "on"] as const, "off"),
+    SERAPH_CGROUP_PARENT: cgroupParent(defaults.cgroupParent),
+    /** Ceilings enforced through the per-job cgroup; 0 = none for that resource. */
+    SERAPH_JOB_MEMORY_BYTES: ceiling(defaults.memoryBytes, MIN_MEMORY_CEILING_BYTES, 2 ** 50),
+    SERAPH_JOB_PIDS: ceiling(defaults.pids, MIN_PIDS_CEILING, 4_194_304),
+    SERAPH_JOB_CPU_MILLICORES: ceiling(defaults.cpuMillicores, MIN_CPU_MILLICORES, 1_024_000),
     NATS_URL: str(),
     /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
     NATS_AUTH: natsAuth(),
     SERAPH_INTERNAL_TOKEN: str(),
     LOG_LEVEL: str("info"),
   });
+}
+
+/** The containment settings of a loaded configuration (see node-containment.ts). */
+export function containmentSettingsOf(c: ExecutorConfig): ContainmentSettings {
+  return {
+    jobUser: c.SERAPH_JOB_USER,
+    uidBase: c.SERAPH_JOB_UID_BASE,
+    slotCount: c.SERAPH_SLOT_COUNT,
+    cgroups: c.SERAPH_CGROUPS === "on",
+    cgroupParent: c.SERAPH_CGROUP_PARENT,
+    memoryBytes: c.SERAPH_JOB_MEMORY_BYTES,
+    pids: c.SERAPH_JOB_PIDS,
+    cpuMillicores: c.SERAPH_JOB_CPU_MILLICORES,
+    jobRoot: c.SERAPH_JOB_ROOT,
+  };
 }

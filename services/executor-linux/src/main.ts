@@ -1,5 +1,5 @@
 import { ConfigError, createNatsSignals, createRootLogger, installShutdown } from "@seraph/kit";
-import { loadExecutorConfig } from "./config.js";
+import { containmentSettingsOf, loadExecutorConfig } from "./config.js";
 import { startExecutor } from "./start.js";
 
 // Cluster-mode entry point: config → deps → servers → shutdown.
@@ -28,6 +28,7 @@ const executor = await startExecutor({
   pollMs: config.SERAPH_EXECUTOR_POLL_MS,
   heartbeatMs: config.SERAPH_EXECUTOR_HEARTBEAT_MS,
   supervisorHostSocket: config.SERAPH_SUPERVISOR_HOST_SOCKET,
+  containment: containmentSettingsOf(config),
   signals,
   log,
 });

@@ -1,6 +1,7 @@
 import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createExecutorService } from "./executor-service/executor-service.js";
 
 /** What the executor's handlers depend on. */
@@ -9,6 +10,8 @@ export interface ExecutorDeps {
   readonly repositoryRoots: readonly string[];
   readonly dataDir: string;
   readonly log: Logger;
+  /** How this node contains jobs now (what an approval would state). */
+  readonly containment?: () => Promise<NodeContainment>;
   /** ExecutorService.CancelJob, provided by the job runner. */
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
   /** ExecutorService.ReadJobOutput, provided by the job runner. */
@@ -18,6 +21,6 @@ export interface ExecutorDeps {
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}) }));
   };
 }

@@ -19,6 +19,7 @@ import { createExecutorRoutes } from "./routes.js";
 import { readBootId, registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
 import { startRunner, type Runner } from "./runner/runner.js";
 import { readFacilityReport } from "./supervisor-client/index.js";
+import { defaultContainmentSettings, nodeContainment, type ContainmentSettings } from "./supervisor-client/node-containment.js";
 
 /** Service names the executor reports in health. */
 export const EXECUTOR_SERVICE_NAMES = [ExecutorService.typeName] as const;
@@ -52,6 +53,8 @@ export interface ExecutorRuntime {
   readonly supervisorHostSocket?: string | undefined;
   /** Facility report override (tests); default: probe this host in a child process. */
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
+  /** Job users and per-job cgroups (default: job users when root, per-slot uids; cgroups off). */
+  readonly containment?: ContainmentSettings | undefined;
 }
 
 /** A running executor node. */
@@ -74,6 +77,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const bootIdFile = rt.bootIdFile ?? DEFAULT_BOOT_ID_FILE;
   const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: await readBootId(bootIdFile), incarnationId: newId() };
   const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport()))();
+  const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
   let runner: Runner | undefined;
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
   // registers as part of readiness: it reports SERVING only once the jobs service knows it.
@@ -97,6 +101,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       repositoryRoots: rt.repositoryRoots,
       dataDir: rt.dataDir,
       log,
+      containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
       cancelJob: async (req, ctx) => {
         if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
         return runner.cancelJob(req, ctx);
@@ -127,6 +132,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     facilitiesOk: () => facilities.ok,
     repositoryRoots: rt.repositoryRoots,
     supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
+    containment: { settings: containmentSettings, facilities: facilities.containment },
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
   return {

@@ -3,12 +3,13 @@ import { sha256Hex } from "@seraph/kit";
 import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { ExecutionBundleSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 
 /** The approval kind: execution on the executor host with no OS isolation. */
 export const APPROVAL_KIND = "local_host_execution";
-/** Local execution claims no OS isolation. */
+/** Local execution without a job user claims no OS isolation. */
 export const ISOLATION_CLAIM = "none";
-/** Only admission and the wall deadline are enforced locally. */
+/** Without a per-job cgroup only admission and the wall deadline are enforced locally. */
 export const RESOURCE_ENFORCEMENT = "admission_and_wall_timeout_only";
 /** Ceilings that local execution does not enforce. */
 export const UNENFORCED: readonly string[] = ["cpu", "memory", "pids"];
@@ -32,6 +33,11 @@ export interface ApprovalInputs {
   readonly expiresUnixMs: number;
   /** The node's supervisor source hash reported at inspection: the only supervisor code allowed to run the job. */
   readonly supervisorSourceSha256: string;
+  /**
+   * How the node contains jobs, as it reported at inspection: the document states its claims
+   * (absent: isolation_claim=none, admission_and_wall_timeout_only, every ceiling unenforced).
+   */
+  readonly containment?: NodeContainment | undefined;
 }
 
 /**
@@ -63,9 +69,10 @@ export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
     steps: i.inspection.steps,
     limits: i.inspection.limits,
     limitsChanged: i.inspection.limitsChanged,
-    isolationClaim: ISOLATION_CLAIM,
-    resourceEnforcement: RESOURCE_ENFORCEMENT,
-    unenforced: [...UNENFORCED],
+    isolationClaim: i.containment?.isolationClaim || ISOLATION_CLAIM,
+    resourceEnforcement: i.containment?.resourceEnforcement || RESOURCE_ENFORCEMENT,
+    unenforced: i.containment !== undefined ? [...i.containment.unenforced] : [...UNENFORCED],
+    containment: i.containment,
     goalId: i.goalId,
     goalRevision: i.goalRevision,
     settingsRevision: i.settingsRevision,
@@ -103,5 +110,6 @@ export function buildExecutionBundle(input: { doc: ApprovalDocument; approvalId:
     settingsRevision: doc.settingsRevision,
     allowedPatchPaths: [...doc.allowedPatchPaths],
     supervisorSourceSha256: doc.supervisorSourceSha256,
+    containment: doc.containment,
   });
 }

@@ -79,6 +79,8 @@ export interface ApiDatabase {
     cancel_reason: string | null;
     /** The node's supervisor source hash at inspection (bound by the approval document). */
     supervisor_source_sha256: ColumnType<string | null, string | null | undefined, string | null>;
+    /** protobuf NodeContainment the node reported at inspection (bound by the approval document). */
+    containment: ColumnType<Uint8Array | null, Uint8Array | null | undefined, Uint8Array | null>;
     revision: ColumnType<string, string | number | bigint, string | number | bigint>;
     created_at: Timestamp;
     updated_at: Timestamp;

@@ -1,4 +1,5 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { NodeContainmentSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Code, ConnectError, type Client, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   ConflictError,
@@ -86,6 +87,7 @@ const STALE_MESSAGES: Record<string, string> = {
   settings_disabled: "the repository sandbox is disabled",
   inspection_drift: "the repository changed since it was inspected",
   supervisor_source_drift: "the node's per-job supervisor code changed since the repository was inspected",
+  containment_changed: "the node's job user, cgroup or enforced ceilings changed since the repository was inspected",
 };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -328,6 +330,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
           approval_id: null,
           cancel_reason: null,
           supervisor_source_sha256: res.supervisorSourceSha256 || null,
+          containment: res.containment !== undefined ? toBinary(NodeContainmentSchema, res.containment) : null,
           revision: "1",
         });
       });
@@ -535,6 +538,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         issuedUnixMs: at.getTime(),
         expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
         supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
+        containment: row.containment !== null ? fromBinary(NodeContainmentSchema, row.containment) : undefined,
       });
       await insertDocument(db, {
         id: newId(),
@@ -602,6 +606,18 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         throw new FailedPreconditionError(
           "supervisor_source_drift",
           `The node's per-job supervisor code is ${fresh.supervisorSourceSha256 || "unknown"}, not ${doc.supervisorSourceSha256 || "unknown"} shown in the approval document; create a new repair.`,
+          { field: "document_sha256" },
+        );
+      }
+      // The containment the document states (job user, cgroup, enforced ceilings) must still be
+      // what the node would hold: a weaker or different one needs a new document.
+      const freshContainment = fresh.containment !== undefined ? toBinary(NodeContainmentSchema, fresh.containment) : new Uint8Array();
+      const shownContainment = doc.containment !== undefined ? toBinary(NodeContainmentSchema, doc.containment) : new Uint8Array();
+      if (Buffer.compare(Buffer.from(freshContainment), Buffer.from(shownContainment)) !== 0) {
+        await markStale(row, "containment_changed");
+        throw new FailedPreconditionError(
+          "containment_changed",
+          `The node now claims isolation_claim=${fresh.containment?.isolationClaim || "none"} and resource_enforcement=${fresh.containment?.resourceEnforcement || "admission_and_wall_timeout_only"}, not what the approval document shows; create a new repair.`,
           { field: "document_sha256" },
         );
       }

@@ -8,7 +8,7 @@ import {
   type PrerequisiteItem,
 } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { BlockReasonSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import {
   DEFAULT_LIMIT_VALUES,
   LIMIT_NAMES,
@@ -28,6 +28,7 @@ import {
 import { defaultSupervisorEntry, readFacilityReport } from "../supervisor-client/index.js";
 import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
 import { supervisorSourceOf } from "./supervisor-source.js";
+import { defaultContainmentSettings, nodeContainment } from "../supervisor-client/node-containment.js";
 
 /** What the executor node API depends on. */
 export interface ExecutorServiceDeps {
@@ -39,6 +40,8 @@ export interface ExecutorServiceDeps {
   readonly readFacilities?: () => Promise<FacilityReport>;
   /** The compiled supervisor entry checked as a trusted helper (default: this package's dist/supervisor/main.js). */
   readonly supervisorEntry?: string;
+  /** How this node contains jobs (default: the default settings over a fresh facility probe). */
+  readonly containment?: () => Promise<NodeContainment>;
   /** CancelJob belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
   /** ReadJobOutput belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
@@ -79,6 +82,7 @@ function item(name: string, ok: boolean, code: string, message: string): Prerequ
 export function createExecutorService(deps: ExecutorServiceDeps): Partial<ServiceImpl<typeof ExecutorService>> {
   const roots = deps.repositoryRoots;
   const readFacilities = deps.readFacilities ?? (() => readFacilityReport());
+  const containment = deps.containment ?? (async () => nodeContainment(defaultContainmentSettings(), (await readFacilities()).containment));
   return {
     ...(deps.cancelJob === undefined ? {} : { cancelJob: deps.cancelJob }),
     ...(deps.readJobOutput === undefined ? {} : { readJobOutput: deps.readJobOutput }),
@@ -105,7 +109,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       // The supervisor code this node would run the job under: the approval binds it.
       const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry());
       deps.log.info({ repository: req.repositoryPath, admitted: inspection.admitted, reasons: inspection.reasons.map((r) => r.code), supervisorSourceSha256 }, "inspected");
-      return { inspection, supervisorSourceSha256 };
+      return { inspection, supervisorSourceSha256, containment: await containment() };
     },
 
     async checkPrerequisites(req) {
@@ -150,6 +154,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
           runtimeVersion: version,
           runtimeSha256: sha256,
           supervisorSourceSha256: helper ? supervisorSourceOf(entry) : "",
+          containment: await containment(),
         }),
       };
     },

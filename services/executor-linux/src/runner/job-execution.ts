@@ -20,6 +20,9 @@ import {
   Phase,
   ReceiptSchema,
   SupervisorSpecSchema,
+  type CgroupRequest,
+  type ContainmentFacilities,
+  type JobUser,
   type OwnerMarker,
   type Receipt,
   type SupervisorSpec,
@@ -45,7 +48,9 @@ import {
   type SupervisorHostAddress,
   type SupervisorIdentityVerdict,
 } from "../supervisor-client/index.js";
+import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment, type ContainmentSettings } from "../supervisor-client/node-containment.js";
 import { readVerifiedJournal } from "./journals.js";
+import { ensureJobRoot, handStageToJobUser, jobUserStageDir } from "./job-user-staging.js";
 import type { NodeIdentity } from "./registration.js";
 import { DetachedError, isTransient, retrying } from "./retry.js";
 
@@ -71,6 +76,8 @@ export interface ExecutionDeps {
    * to the binary changes the stamp and forces a re-hash; otherwise staging skips re-reading it.
    */
   readonly runtimeDigests: RuntimeDigestCache;
+  /** Job users and per-job cgroups: the settings and what the facility probe found (default: none). */
+  readonly containment?: { readonly settings: ContainmentSettings; readonly facilities: ContainmentFacilities | undefined } | undefined;
 }
 
 /** A one-way cancellation latch for a job running in this process. */
@@ -103,6 +110,8 @@ export interface ActiveJob {
   connection: SupervisorConnection | undefined;
   /** The name of the step that connection supervises ("build", "test"). */
   step?: string | undefined;
+  /** The physical slot the job holds on this node (selects the per-slot job uid). */
+  slotIndex?: number;
 }
 
 interface Ctx {
@@ -114,6 +123,9 @@ interface Ctx {
   readonly base: string;
   /** Wall-clock deadline of the whole attempt (preparation, commands, cleanup, readback). */
   readonly deadlineMs: number;
+  /** The job user and cgroup every step's supervisor is asked for (fresh executions only). */
+  jobUser?: JobUser | undefined;
+  cgroup?: CgroupRequest | undefined;
 }
 
 /** The private directory of one attempt (short: the supervisor socket lives below it). */
@@ -176,6 +188,8 @@ function stepResultOf(name: string, receipt: Receipt): StepResult {
     signal: c?.signal,
     passed,
     durationMs: c && c.started ? Math.max(0, Number(c.endedUnixMs - c.startedUnixMs)) : 0,
+    oomKills: c?.oomKills ?? 0,
+    pidLimitHits: c?.pidLimitHits ?? 0,
   });
 }
 
@@ -268,6 +282,8 @@ function stepSpecFor(ctx: Ctx, stage: StagedRepository, index: number, outputLef
     outputLimitBytes: BigInt(Math.max(1, Math.min(limits.output_bytes, outputLeftBytes))),
     runDir: runDirOf(ctx.base, step.name),
     startBarrier: true,
+    jobUser: ctx.jobUser,
+    cgroup: ctx.cgroup,
     declaredOutputDir: step.name === "build" && stage.outputDir !== "" ? join(stage.packageDir, stage.outputDir) : "",
   });
 }
@@ -461,7 +477,31 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     await reject("rejected_runtime_changed", "the approved runtime path differs from the inspected one", [reason("runtime_changed", "Runtime path mismatch.", bundle.runtimePath)]);
     return;
   }
+  // The containment the person approved must be exactly what this node holds now.
+  const containment = deps.containment;
+  if (containment !== undefined || bundle.containment !== undefined) {
+    const now = containment !== undefined ? nodeContainment(containment.settings, containment.facilities) : undefined;
+    const differences = now !== undefined ? containmentDifferences(bundle.containment, now) : ["this node has no containment settings"];
+    if (differences.length > 0) {
+      await reject("rejected_containment_changed", `the node's containment differs from the approved one: ${differences.join("; ")}`.slice(0, 2000), [
+        reason("containment_changed", "The job user, cgroup or enforced ceilings of this node are not the approved ones; create a new repair.", deps.identity.nodeId),
+      ]);
+      return;
+    }
+    if (containment !== undefined && bundle.containment !== undefined && bundle.containment.isolationClaim !== "none") {
+      ctx.jobUser = jobUserForSlot(containment.settings, containment.facilities, active.slotIndex ?? 0);
+      ctx.cgroup = cgroupRequestFor(bundle.containment, containment.settings);
+    }
+  }
   await mkdir(ctx.base, { recursive: true, mode: 0o700 });
+  let jobDir = stageDirOf(ctx.base);
+  if (ctx.jobUser !== undefined && containment !== undefined) {
+    // The job user's tree lives under the job root; the data directory (and the run
+    // directories, base/w/run-*) stay private to the executor.
+    await ensureJobRoot(containment.settings.jobRoot);
+    jobDir = jobUserStageDir(containment.settings.jobRoot, ctx.base);
+    await mkdir(stageDirOf(ctx.base), { recursive: true, mode: 0o700 });
+  }
   const tBefore = Date.now();
   const before = await digestTree(bundle.repositoryPath).catch(() => undefined);
   await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
@@ -469,7 +509,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
   const tDigest = Date.now();
   const staged = await stageRepository({
     inspection,
-    jobDir: stageDirOf(ctx.base),
+    jobDir,
     runtime: { expectedVersion: inspection.nodeVersion || undefined, digestCache: deps.runtimeDigests },
   });
   const tStaged = Date.now();
@@ -487,6 +527,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       return;
     }
   }
+  if (ctx.jobUser !== undefined) await handStageToJobUser(stage.jobDir, ctx.jobUser);
   await store(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
   log.debug({ repoDigestMs: tDigest - tBefore, stageMs: tStaged - tDigest, patchAndStoreMs: Date.now() - tStaged }, "prepared");
 

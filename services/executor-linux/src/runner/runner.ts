@@ -11,7 +11,7 @@ import { DetachedError, reasonOf, retrying } from "./retry.js";
 
 /** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
 export interface RunnerDeps
-  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilitiesOk" | "supervisorEntry" | "repositoryRoots" | "supervisorHost"> {
+  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilitiesOk" | "supervisorEntry" | "repositoryRoots" | "supervisorHost" | "containment"> {
   readonly signals: Signals;
 }
 
@@ -105,7 +105,7 @@ export function startRunner(deps: RunnerDeps): Runner {
           log.info({ jobId: job.id, state: res.job ? JobState[res.job.state] : "?", outcome: res.job?.outcome }, "claimed job was not admitted");
           return;
         }
-        const claimed: ActiveJob = { ...act, fence: res.fence };
+        const claimed: ActiveJob = { ...act, fence: res.fence, slotIndex: res.job.slotIndex };
         active.set(job.id, claimed);
         if (res.job.cancelRequested) claimed.cancel.trigger("cancellation requested");
         await executeClaimed(exec, claimed, res.bundle, claimedAt);

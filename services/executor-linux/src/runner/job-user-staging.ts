@@ -1,0 +1,51 @@
+import { chmod, lchown, lstat, mkdir, readdir } from "node:fs/promises";
+import { basename, join } from "node:path";
+import type { JobUser } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+
+/** The job root is not a directory the executor may stage job-user trees in. */
+export class JobRootError extends Error {
+  override readonly name = "JobRootError";
+}
+
+/**
+ * Makes sure the job-user staging root exists as a real directory owned by root (this process),
+ * mode 0711: job users can traverse to their own job directory but not list the others. A path
+ * pre-created by anyone else (e.g. in a world-writable /tmp), a link, or a looser mode is refused,
+ * never repaired.
+ */
+export async function ensureJobRoot(jobRoot: string): Promise<void> {
+  await mkdir(jobRoot, { recursive: true, mode: 0o711 });
+  const st = await lstat(jobRoot);
+  const uid = process.geteuid?.() ?? -1;
+  if (!st.isDirectory()) throw new JobRootError(`the job root ${jobRoot} is not a directory`);
+  if (st.uid !== uid) throw new JobRootError(`the job root ${jobRoot} is owned by uid ${st.uid}, not by the executor (uid ${uid})`);
+  if ((st.mode & 0o7777) !== 0o711) {
+    if ((st.mode & 0o022) !== 0) throw new JobRootError(`the job root ${jobRoot} has mode ${(st.mode & 0o7777).toString(8)}; it must be 0711`);
+    await chmod(jobRoot, 0o711);
+  }
+}
+
+/** The staged job directory of an attempt under the job root (named like the attempt directory). */
+export function jobUserStageDir(jobRoot: string, attemptBase: string): string {
+  return join(jobRoot, basename(attemptBase));
+}
+
+async function chownTree(path: string, uid: number, gid: number): Promise<void> {
+  // lchown: a link is re-owned itself, never what it points at. The tree was just written by this
+  // process and no job process exists yet, so nothing can swap an entry while it is walked.
+  await lchown(path, uid, gid);
+  const st = await lstat(path);
+  if (!st.isDirectory()) return;
+  for (const name of await readdir(path)) await chownTree(join(path, name), uid, gid);
+}
+
+/**
+ * Hands a staged, patched job directory to its job user: every entry below `jobDir` (the staged
+ * package, HOME, TMPDIR, caches) is re-owned by uid:gid; `jobDir` itself stays root-owned with
+ * mode 0711, so the job can neither rename nor replace the directories the executor checks
+ * afterwards, nor list its neighbours.
+ */
+export async function handStageToJobUser(jobDir: string, user: JobUser): Promise<void> {
+  for (const name of await readdir(jobDir)) await chownTree(join(jobDir, name), user.uid, user.gid);
+  await chmod(jobDir, 0o711);
+}
