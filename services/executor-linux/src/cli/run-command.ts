@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { CgroupRequestSchema, JobUserSchema, SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { parseJobUserSetting, type JobUserSetting } from "../supervisor-client/node-containment.js";
 import {
   InvalidSpecError,
   MAX_ARGV_ENTRIES,
@@ -19,7 +20,8 @@ import {
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
 export const RUN_USAGE = `usage: seraph-exec run [--json] [--deadline-ms N] [--grace-ms N] [--cleanup-reserve-ms N]
-                       [--cwd DIR] [--keep-run-dir] -- <argv...>
+                       [--cwd DIR] [--keep-run-dir] [--job-user USER] [--cgroup]
+                       [--memory-bytes N] [--pids N] [--cpu-millicores N] -- <argv...>
 
 Runs argv under a fresh per-job supervisor (no shell) and prints its receipt: with --json as one
 JSON object on the last line of stdout; otherwise the command's output followed by a summary on
@@ -29,7 +31,11 @@ argv holds at most ${MAX_ARGV_ENTRIES} entries (the command name included).
 Defaults: --deadline-ms 180000, --grace-ms 2000, --cleanup-reserve-ms grace + 1000 (at least
 grace + ${MIN_KILL_MARGIN_MS}); the reserve is inside the deadline. Exit status: 0 succeeded, 1 failed,
 3 rejected_leftover_descendants, 4 unknown, 124 timed_out, 130 cancelled, 2 usage,
-125 supervisor could not start, 127 command not found.`;
+125 supervisor could not start, 127 command not found.
+As root, --job-user none|<uid>:<gid>|<name> runs the command as that unprivileged user (groups
+dropped, no_new_privs; default none: as this process's user). --cgroup gives the run its own
+cgroup v2 (cgroup.kill, populated 0 required beside ECHILD); --memory-bytes, --pids and
+--cpu-millicores (each implies --cgroup) are enforced ceilings. Both need root.`;
 
 /** SHA-256 of no bytes. */
 const EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -53,6 +59,11 @@ interface RunArgs {
   reserveMs: number | undefined;
   cwd: string;
   keepRunDir: boolean;
+  jobUser: JobUserSetting;
+  cgroup: boolean;
+  memoryBytes: number;
+  pids: number;
+  cpuMillicores: number;
   argv: string[];
 }
 
@@ -66,6 +77,11 @@ function parseArgs(args: readonly string[]): RunArgs {
     reserveMs: undefined,
     cwd: process.cwd(),
     keepRunDir: false,
+    jobUser: { kind: "none" },
+    cgroup: false,
+    memoryBytes: 0,
+    pids: 0,
+    cpuMillicores: 0,
     argv: [],
   };
   const int = (name: string, v: string | undefined): number => {
@@ -95,6 +111,30 @@ function parseArgs(args: readonly string[]): RunArgs {
         break;
       case "--cleanup-reserve-ms":
         out.reserveMs = int(a, args[++i]);
+        break;
+      case "--job-user": {
+        const v = args[++i];
+        if (v === undefined || v === "") throw new UsageError("--job-user needs none, <uid>:<gid> or a user name");
+        const parsed = parseJobUserSetting(v);
+        if (typeof parsed === "string") throw new UsageError(`--job-user: ${parsed}`);
+        if (parsed.kind === "auto") throw new UsageError("--job-user auto is for the executor's slots; give none, <uid>:<gid> or a user name");
+        out.jobUser = parsed;
+        break;
+      }
+      case "--cgroup":
+        out.cgroup = true;
+        break;
+      case "--memory-bytes":
+        out.memoryBytes = int(a, args[++i]);
+        out.cgroup = true;
+        break;
+      case "--pids":
+        out.pids = int(a, args[++i]);
+        out.cgroup = true;
+        break;
+      case "--cpu-millicores":
+        out.cpuMillicores = int(a, args[++i]);
+        out.cgroup = true;
         break;
       case "--cwd": {
         const v = args[++i];
@@ -217,6 +257,15 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     outputLimitBytes: BigInt(OUTPUT_LIMIT_MAX_BYTES),
     runDir,
     startBarrier: true,
+    ...(parsed.jobUser.kind === "user" ? { jobUser: create(JobUserSchema, { uid: parsed.jobUser.uid, gid: parsed.jobUser.gid, name: parsed.jobUser.name }) } : {}),
+    ...(parsed.cgroup
+      ? {
+          cgroup: create(CgroupRequestSchema, {
+            parent: "/seraph",
+            ceilings: { memoryBytes: BigInt(parsed.memoryBytes), pids: parsed.pids, cpuMillicores: parsed.cpuMillicores },
+          }),
+        }
+      : {}),
   });
 
   const abort = new AbortController();

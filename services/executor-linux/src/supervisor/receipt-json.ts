@@ -2,6 +2,7 @@ import {
   Outcome,
   Phase,
   type CommandResult,
+  type ContainmentReport,
   type Receipt,
   type StreamStats,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
@@ -39,6 +40,26 @@ export interface CommandResultJson {
   readonly leftoverDescendants: number;
   readonly stdout: StreamStatsJson;
   readonly stderr: StreamStatsJson;
+  /** OOM kills and refused forks in the job's cgroup while this command ran. */
+  readonly oomKills: number;
+  readonly pidLimitHits: number;
+}
+
+/** The receipt's containment report as JSON (null in the receipt when none was asked for). */
+export interface ContainmentJson {
+  readonly jobUser: { readonly uid: number; readonly gid: number; readonly name: string } | null;
+  readonly cgroupPath: string;
+  readonly cgroupLayout: string;
+  readonly enforced: readonly string[];
+  readonly ceilings: { readonly memoryBytes: number; readonly pids: number; readonly cpuMillicores: number };
+  readonly cgroupKillUsed: boolean;
+  readonly populatedZeroObserved: boolean;
+  readonly oomKills: number;
+  readonly pidLimitHits: number;
+  readonly memoryLimitHits: number;
+  readonly memoryPeakBytes: number;
+  readonly cgroupsRemoved: boolean;
+  readonly problem: string;
 }
 
 /** The receipt as printed by `seraph-exec run --json` (and written to receipt.json). */
@@ -64,6 +85,8 @@ export interface ReceiptJson {
   readonly goUnixMs: number;
   readonly finishedUnixMs: number;
   readonly commands: readonly CommandResultJson[];
+  /** Job user and cgroup: what held and what the kernel counted; null without containment. */
+  readonly containment: ContainmentJson | null;
   readonly cleanup: {
     readonly descendantsFound: number;
     readonly signalledTerm: number;
@@ -144,6 +167,27 @@ function commandJson(c: CommandResult): CommandResultJson {
     leftoverDescendants: c.leftoverDescendants,
     stdout: streamJson(c.stdout),
     stderr: streamJson(c.stderr),
+    oomKills: c.oomKills,
+    pidLimitHits: c.pidLimitHits,
+  };
+}
+
+function containmentJson(c: ContainmentReport | undefined): ContainmentJson | null {
+  if (c === undefined) return null;
+  return {
+    jobUser: c.jobUser !== undefined ? { uid: c.jobUser.uid, gid: c.jobUser.gid, name: c.jobUser.name } : null,
+    cgroupPath: c.cgroupPath,
+    cgroupLayout: c.cgroupLayout,
+    enforced: [...c.enforced],
+    ceilings: { memoryBytes: Number(c.ceilings?.memoryBytes ?? 0n), pids: c.ceilings?.pids ?? 0, cpuMillicores: c.ceilings?.cpuMillicores ?? 0 },
+    cgroupKillUsed: c.cgroupKillUsed,
+    populatedZeroObserved: c.populatedZeroObserved,
+    oomKills: c.oomKills,
+    pidLimitHits: c.pidLimitHits,
+    memoryLimitHits: Number(c.memoryLimitHits),
+    memoryPeakBytes: Number(c.memoryPeakBytes),
+    cgroupsRemoved: c.cgroupsRemoved,
+    problem: c.problem,
   };
 }
 
@@ -174,6 +218,7 @@ export function receiptToJson(receipt: Receipt): ReceiptJson {
     goUnixMs: Number(receipt.goUnixMs),
     finishedUnixMs: Number(receipt.finishedUnixMs),
     commands,
+    containment: containmentJson(receipt.containment),
     cleanup: {
       descendantsFound: cleanup?.descendantsFound ?? 0,
       signalledTerm: cleanup?.signalledTerm ?? 0,
