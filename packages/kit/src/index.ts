@@ -41,6 +41,8 @@ export { standardInterceptors, withHealth, createReadinessInterceptor, bootServi
 export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";
+export { decodeValidated, describeError, grpcCodeName } from "./nats-requests.js";
+export type { ErrorDescription } from "./nats-requests.js";
 export { natsAuth, natsAuthOptions, natsPermissions, renderNatsAuthorization } from "./nats-auth.js";
 export type { NatsAuth, NatsPermissions, NatsRole, NatsUserEntry } from "./nats-auth.js";
 export { createLocalSignals, createNatsSignals, createDeferredSignals, subjectMatches } from "./signals.js";

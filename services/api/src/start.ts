@@ -1,12 +1,16 @@
 import { bootService, markNotServing, type BootedService, type Logger, type Signals } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
+import { OperatorService } from "@seraph/proto/seraph/api/v1/operator_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import { migrateApi } from "./db/migrate.js";
 import type { ApiDatabase } from "./db/schema.js";
 import { ensureOperator, findPrincipalByToken } from "./principals/principal.repository.js";
+import { createJobsClient } from "./nodes/node-directory.js";
+import { startOperatorNatsService, type OperatorNatsService } from "./operator/operator-nats.js";
+import { createOperatorOps } from "./operator/operator-ops.js";
 import { createApiRoutes } from "./routes.js";
 
 /** Service names the API reports in health. */
@@ -16,6 +20,7 @@ export const API_SERVICE_NAMES = [
   SettingsService.typeName,
   RepositoryService.typeName,
   RepairService.typeName,
+  OperatorService.typeName,
 ] as const;
 
 /** Everything the API needs to run; main.ts (cluster) and the embedded composition both build this. */
@@ -41,8 +46,14 @@ export interface ApiHandle extends BootedService {
   stop(): Promise<void>;
 }
 
-/** Boots the public API: listeners first (NOT_SERVING), then migrations and the first operator, then SERVING. */
+/**
+ * Boots the public API: listeners first (NOT_SERVING), then migrations and the first operator,
+ * then (with NATS) the operator micro service, then SERVING.
+ */
 export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
+  const authenticate = (token: string) => findPrincipalByToken(rt.db, token);
+  const operatorOps = createOperatorOps({ db: rt.db, signals: rt.signals, log: rt.log, jobs: createJobsClient(rt.jobsUrl, rt.internalToken) });
+  let operatorNats: OperatorNatsService | undefined;
   const booted = await bootService({
     name: "api",
     log: rt.log,
@@ -57,19 +68,24 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
       jobsUrl: rt.jobsUrl,
       internalToken: rt.internalToken,
       watchPollMs: rt.watchPollMs,
+      operatorOps,
     }),
-    authenticate: (token) => findPrincipalByToken(rt.db, token),
+    authenticate,
     signal: rt.signal,
     prepare: async () => {
       await migrateApi(rt.db, rt.log);
       const created = await ensureOperator(rt.db);
       if (created) await rt.onOperatorCreated?.(created.secret);
+      // Last, so it answers only once the tables exist (prepare may be retried: start it once).
+      const nc = rt.signals.nats;
+      if (nc && !operatorNats) operatorNats = await startOperatorNatsService({ nc, ops: operatorOps, authenticate, log: rt.log.child({ component: "operator-nats" }) });
     },
   });
   return {
     ...booted,
     async stop() {
       markNotServing(booted.health, API_SERVICE_NAMES);
+      await operatorNats?.stop();
       await booted.server.close();
     },
   };

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 import {
+  CountJobsResponseSchema,
   GetJobResponseSchema,
   HeartbeatResponseSchema,
   JobsService,
@@ -21,6 +22,7 @@ import type { JobsCore } from "./core.js";
 import type { JobsDatabase } from "./db/schema.js";
 import type { EventPublisher } from "./events/publisher.js";
 import { enqueueJob } from "./jobs/enqueue.js";
+import { countJobsByState } from "./jobs/job.repository.js";
 import { jobView } from "./jobs/job-queries.js";
 import { toSlotProto } from "./jobs/job-view.js";
 import { heartbeat, listAllNodes, listNodeJobs, registerNode } from "./nodes/node-operations.js";
@@ -84,5 +86,10 @@ export function createJobsService(core: JobsCore): ServiceImpl<typeof JobsServic
       return create(ListSlotsResponseSchema, { slots: (await listSlots(core.db)).map(toSlotProto) });
     },
     listNodes: () => listAllNodes(core),
+    async countJobs(req) {
+      const counts = await countJobsByState(core.db, req.ownerId || undefined);
+      const n = (...states: string[]) => states.reduce((sum, k) => sum + (counts.get(k) ?? 0), 0);
+      return create(CountJobsResponseSchema, { queued: n("queued", "reserved"), running: n("preparing", "starting", "running"), unknown: n("unknown") });
+    },
   };
 }

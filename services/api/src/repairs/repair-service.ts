@@ -40,6 +40,7 @@ import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } f
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
 import { findOwnedRepository } from "../repositories/repository.repository.js";
 import { loadSettings } from "../settings/settings.repository.js";
+import { cancelOwnedRepair, recoverOwnedRepair } from "./repair-control.js";
 import { jobSubject, publishRepairEvents, repairSubject } from "./repair-events.js";
 import { checkRepairPaths, checkRequestPath, parseSelectionText } from "./repair-input.js";
 import {
@@ -658,40 +659,14 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
 
     async cancelRepair(req, ctx) {
       const p = requirePrincipal(ctx);
-      const row = await owned(p, req.repairId);
-      if (row.state === "cancelled") return { repair: await view(row) };
-      if (row.state === "finished") throw new FailedPreconditionError("already_finished", `Repair ${row.id} has finished; there is nothing to cancel.`);
-      if (row.job_id) {
-        let res;
-        try {
-          res = await jobs.cancelJob({ jobId: row.job_id, requestedBy: p.id, reason: req.reason }, { timeoutMs: 15_000 });
-        } catch (err) {
-          if (err instanceof ConnectError && err.code !== Code.Unavailable && err.code !== Code.Unimplemented) throw err;
-          throw new UnavailableError("jobs_unavailable", "The jobs service did not take the cancellation; retry.", err);
-        }
-        // A job that had already ended is not cancelled by this call: say so instead of a silent OK.
-        const ended = res.job && [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN].includes(res.job.state);
-        if (ended && res.job) {
-          const hint = res.job.state === JobState.UNKNOWN ? " Its slot is released only by Recover process cleanup." : "";
-          throw new FailedPreconditionError("already_finished", `The job of repair ${row.id} already ended ${JobState[res.job.state]} (${res.job.outcome}); there is nothing to cancel.${hint}`);
-        }
-        const updated = await updateRepairCas(db, row.id, row.revision, { cancel_reason: req.reason || "cancelled by the owner" });
-        if (updated) publishRepairEvents(signals, [updated]);
-        return { repair: await view(updated ?? row) };
-      }
-      const updated = await updateRepairCas(db, row.id, row.revision, { state: "cancelled", cancel_reason: req.reason || "cancelled by the owner" });
-      if (!updated) throw new ConflictError("revision_conflict", "The repair changed concurrently; read it again and retry.");
-      publishRepairEvents(signals, [updated]);
-      return { repair: await view(updated) };
+      const { row } = await cancelOwnedRepair(deps, p, await owned(p, req.repairId), req.reason);
+      return { repair: await view(row) };
     },
 
     async recoverProcessCleanup(req, ctx) {
       const p = requirePrincipal(ctx);
-      const row = await owned(p, req.repairId);
-      if (!row.job_id) throw new FailedPreconditionError("no_job", `Repair ${row.id} has no job; there is no process cleanup to recover.`);
-      const res = await jobs.recoverProcessCleanup({ jobId: row.job_id, rootId: p.rootId }, { timeoutMs: 60_000 });
-      signals.publish(repairSubject(row.id), new Uint8Array());
-      return { repair: await view(row), released: res.released, refusalCode: res.refusalCode, refusalMessage: res.refusalMessage };
+      const { row, result } = await recoverOwnedRepair(deps, p, await owned(p, req.repairId));
+      return { repair: await view(row), released: result.released, refusalCode: result.refusalCode, refusalMessage: result.refusalMessage };
     },
 
     async readArtifact(req, ctx) {

@@ -35,6 +35,18 @@ export async function findOwnedRepair(db: Db, ownerId: string, id: string): Prom
   return db.selectFrom("repairs").selectAll().where("id", "=", id).where("owner_id", "=", ownerId).executeTakeFirst();
 }
 
+/** The owner's repair whose job is `jobId`, or undefined (also when another principal owns it). */
+export async function findOwnedRepairByJob(db: Db, ownerId: string, jobId: string): Promise<RepairRow | undefined> {
+  return db.selectFrom("repairs").selectAll().where("job_id", "=", jobId).where("owner_id", "=", ownerId).executeTakeFirst();
+}
+
+/** Which of `jobIds` belong to repairs of `ownerId`. */
+export async function ownedJobIds(db: Db, ownerId: string, jobIds: readonly string[]): Promise<Set<string>> {
+  if (jobIds.length === 0) return new Set();
+  const rows = await db.selectFrom("repairs").select("job_id").where("owner_id", "=", ownerId).where("job_id", "in", [...jobIds]).execute();
+  return new Set(rows.map((r) => r.job_id).filter((id): id is string => id !== null));
+}
+
 /** The owner's repairs, newest first, optionally of one goal. */
 export async function listOwnedRepairs(db: Db, ownerId: string, goalId: string | undefined): Promise<RepairRow[]> {
   let q = db.selectFrom("repairs").selectAll().where("owner_id", "=", ownerId);

@@ -63,8 +63,10 @@ export async function listJobsOnNode(db: Db, nodeId: string, states: readonly Jo
 }
 
 /** Counts of jobs by state. */
-export async function countJobsByState(db: Db): Promise<Map<string, number>> {
-  const rows = await db.selectFrom("jobs").select(["state", (eb) => eb.fn.countAll<string>().as("n")]).groupBy("state").execute();
+export async function countJobsByState(db: Db, ownerId?: string): Promise<Map<string, number>> {
+  let q = db.selectFrom("jobs").select(["state", (eb) => eb.fn.countAll<string>().as("n")]);
+  if (ownerId !== undefined) q = q.where("owner_id", "=", ownerId);
+  const rows = await q.groupBy("state").execute();
   return new Map(rows.map((r) => [r.state, Number(r.n)]));
 }
 

@@ -5,7 +5,9 @@
 //   seraph.nodes.<node_id>.work       WorkSignal    a slot was reserved for a job on the node
 //   seraph.nodes.<node_id>.cancel     WorkSignal    a job on the node was asked to cancel
 //   seraph.work.queued                WorkSignal    a job was queued (scheduler wake-up)
-// Operator requests are NATS services under seraph.operator.* (status, slots, cancel, recover).
+// Operator requests are the NATS micro service "seraph-operator" served by the API, with the
+// messages of seraph/api/v1/operator.proto. The Operator* messages below are the earlier,
+// unauthenticated protocol; nothing serves them any more.
 // A lost message only delays work: every decision is a PostgreSQL transaction and every
 // waiter also polls on a slow timer.
 
@@ -23,7 +25,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/events/v1/events.proto.
  */
 export const file_seraph_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("Ch1zZXJhcGgvZXZlbnRzL3YxL2V2ZW50cy5wcm90bxIQc2VyYXBoLmV2ZW50cy52MSKwAQoISm9iRXZlbnQSDgoGam9iX2lkGAEgASgJEhEKCXJlcGFpcl9pZBgCIAEoCRIQCghvd25lcl9pZBgDIAEoCRInCgVzdGF0ZRgEIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEg8KB291dGNvbWUYBSABKAkSEAoIcmV2aXNpb24YBiABKAQSDwoHbm9kZV9pZBgHIAEoCRISCgphdF91bml4X21zGAggASgDIpABCglTbG90RXZlbnQSDwoHbm9kZV9pZBgBIAEoCRISCgpzbG90X2luZGV4GAIgASgFEigKBXN0YXRlGAMgASgOMhkuc2VyYXBoLmpvYnMudjEuU2xvdFN0YXRlEg4KBmpvYl9pZBgEIAEoCRIQCghyZXZpc2lvbhgFIAEoBBISCgphdF91bml4X21zGAYgASgDImcKC1JlcGFpckV2ZW50EhEKCXJlcGFpcl9pZBgBIAEoCRIQCghvd25lcl9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIQCghyZXZpc2lvbhgEIAEoBBISCgphdF91bml4X21zGAUgASgDIi0KCldvcmtTaWduYWwSDwoHbm9kZV9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkiFwoVT3BlcmF0b3JTdGF0dXNSZXF1ZXN0Im8KFk9wZXJhdG9yU3RhdHVzUmVzcG9uc2USDgoGcXVldWVkGAEgASgNEg8KB3J1bm5pbmcYAiABKA0SDwoHdW5rbm93bhgDIAEoDRIjCgVzbG90cxgEIAMoCzIULnNlcmFwaC5qb2JzLnYxLlNsb3QiTQoVT3BlcmF0b3JDYW5jZWxSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIUCgxyZXF1ZXN0ZWRfYnkYAiABKAkSDgoGcmVhc29uGAMgASgJIkkKFk9wZXJhdG9yQ2FuY2VsUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEg0KBWVycm9yGAIgASgJIjkKFk9wZXJhdG9yUmVjb3ZlclJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg8KB3Jvb3RfaWQYAiABKAkiZwoXT3BlcmF0b3JSZWNvdmVyUmVzcG9uc2USPQoGcmVzdWx0GAEgASgLMi0uc2VyYXBoLmpvYnMudjEuUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVzcG9uc2USDQoFZXJyb3IYAiABKAliBnByb3RvMw", [file_seraph_jobs_v1_jobs]);
+  fileDesc("Ch1zZXJhcGgvZXZlbnRzL3YxL2V2ZW50cy5wcm90bxIQc2VyYXBoLmV2ZW50cy52MSKwAQoISm9iRXZlbnQSDgoGam9iX2lkGAEgASgJEhEKCXJlcGFpcl9pZBgCIAEoCRIQCghvd25lcl9pZBgDIAEoCRInCgVzdGF0ZRgEIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEg8KB291dGNvbWUYBSABKAkSEAoIcmV2aXNpb24YBiABKAQSDwoHbm9kZV9pZBgHIAEoCRISCgphdF91bml4X21zGAggASgDIpABCglTbG90RXZlbnQSDwoHbm9kZV9pZBgBIAEoCRISCgpzbG90X2luZGV4GAIgASgFEigKBXN0YXRlGAMgASgOMhkuc2VyYXBoLmpvYnMudjEuU2xvdFN0YXRlEg4KBmpvYl9pZBgEIAEoCRIQCghyZXZpc2lvbhgFIAEoBBISCgphdF91bml4X21zGAYgASgDImcKC1JlcGFpckV2ZW50EhEKCXJlcGFpcl9pZBgBIAEoCRIQCghvd25lcl9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIQCghyZXZpc2lvbhgEIAEoBBISCgphdF91bml4X21zGAUgASgDIi0KCldvcmtTaWduYWwSDwoHbm9kZV9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkiGwoVT3BlcmF0b3JTdGF0dXNSZXF1ZXN0OgIYASJzChZPcGVyYXRvclN0YXR1c1Jlc3BvbnNlEg4KBnF1ZXVlZBgBIAEoDRIPCgdydW5uaW5nGAIgASgNEg8KB3Vua25vd24YAyABKA0SIwoFc2xvdHMYBCADKAsyFC5zZXJhcGguam9icy52MS5TbG90OgIYASJRChVPcGVyYXRvckNhbmNlbFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhQKDHJlcXVlc3RlZF9ieRgCIAEoCRIOCgZyZWFzb24YAyABKAk6AhgBIk0KFk9wZXJhdG9yQ2FuY2VsUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEg0KBWVycm9yGAIgASgJOgIYASI9ChZPcGVyYXRvclJlY292ZXJSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIPCgdyb290X2lkGAIgASgJOgIYASJrChdPcGVyYXRvclJlY292ZXJSZXNwb25zZRI9CgZyZXN1bHQYASABKAsyLS5zZXJhcGguam9icy52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRINCgVlcnJvchgCIAEoCToCGAFiBnByb3RvMw", [file_seraph_jobs_v1_jobs]);
 
 /**
  * @generated from message seraph.events.v1.JobEvent
@@ -180,6 +182,7 @@ export const WorkSignalSchema: GenMessage<WorkSignal> = /*@__PURE__*/
 
 /**
  * @generated from message seraph.events.v1.OperatorStatusRequest
+ * @deprecated
  */
 export type OperatorStatusRequest = Message<"seraph.events.v1.OperatorStatusRequest"> & {
 };
@@ -187,12 +190,14 @@ export type OperatorStatusRequest = Message<"seraph.events.v1.OperatorStatusRequ
 /**
  * Describes the message seraph.events.v1.OperatorStatusRequest.
  * Use `create(OperatorStatusRequestSchema)` to create a new message.
+ * @deprecated
  */
 export const OperatorStatusRequestSchema: GenMessage<OperatorStatusRequest> = /*@__PURE__*/
   messageDesc(file_seraph_events_v1_events, 4);
 
 /**
  * @generated from message seraph.events.v1.OperatorStatusResponse
+ * @deprecated
  */
 export type OperatorStatusResponse = Message<"seraph.events.v1.OperatorStatusResponse"> & {
   /**
@@ -219,12 +224,14 @@ export type OperatorStatusResponse = Message<"seraph.events.v1.OperatorStatusRes
 /**
  * Describes the message seraph.events.v1.OperatorStatusResponse.
  * Use `create(OperatorStatusResponseSchema)` to create a new message.
+ * @deprecated
  */
 export const OperatorStatusResponseSchema: GenMessage<OperatorStatusResponse> = /*@__PURE__*/
   messageDesc(file_seraph_events_v1_events, 5);
 
 /**
  * @generated from message seraph.events.v1.OperatorCancelRequest
+ * @deprecated
  */
 export type OperatorCancelRequest = Message<"seraph.events.v1.OperatorCancelRequest"> & {
   /**
@@ -246,12 +253,14 @@ export type OperatorCancelRequest = Message<"seraph.events.v1.OperatorCancelRequ
 /**
  * Describes the message seraph.events.v1.OperatorCancelRequest.
  * Use `create(OperatorCancelRequestSchema)` to create a new message.
+ * @deprecated
  */
 export const OperatorCancelRequestSchema: GenMessage<OperatorCancelRequest> = /*@__PURE__*/
   messageDesc(file_seraph_events_v1_events, 6);
 
 /**
  * @generated from message seraph.events.v1.OperatorCancelResponse
+ * @deprecated
  */
 export type OperatorCancelResponse = Message<"seraph.events.v1.OperatorCancelResponse"> & {
   /**
@@ -268,12 +277,14 @@ export type OperatorCancelResponse = Message<"seraph.events.v1.OperatorCancelRes
 /**
  * Describes the message seraph.events.v1.OperatorCancelResponse.
  * Use `create(OperatorCancelResponseSchema)` to create a new message.
+ * @deprecated
  */
 export const OperatorCancelResponseSchema: GenMessage<OperatorCancelResponse> = /*@__PURE__*/
   messageDesc(file_seraph_events_v1_events, 7);
 
 /**
  * @generated from message seraph.events.v1.OperatorRecoverRequest
+ * @deprecated
  */
 export type OperatorRecoverRequest = Message<"seraph.events.v1.OperatorRecoverRequest"> & {
   /**
@@ -290,12 +301,14 @@ export type OperatorRecoverRequest = Message<"seraph.events.v1.OperatorRecoverRe
 /**
  * Describes the message seraph.events.v1.OperatorRecoverRequest.
  * Use `create(OperatorRecoverRequestSchema)` to create a new message.
+ * @deprecated
  */
 export const OperatorRecoverRequestSchema: GenMessage<OperatorRecoverRequest> = /*@__PURE__*/
   messageDesc(file_seraph_events_v1_events, 8);
 
 /**
  * @generated from message seraph.events.v1.OperatorRecoverResponse
+ * @deprecated
  */
 export type OperatorRecoverResponse = Message<"seraph.events.v1.OperatorRecoverResponse"> & {
   /**
@@ -312,6 +325,7 @@ export type OperatorRecoverResponse = Message<"seraph.events.v1.OperatorRecoverR
 /**
  * Describes the message seraph.events.v1.OperatorRecoverResponse.
  * Use `create(OperatorRecoverResponseSchema)` to create a new message.
+ * @deprecated
  */
 export const OperatorRecoverResponseSchema: GenMessage<OperatorRecoverResponse> = /*@__PURE__*/
   messageDesc(file_seraph_events_v1_events, 9);

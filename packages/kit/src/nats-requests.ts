@@ -1,0 +1,70 @@
+import { fromBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { pathToString } from "@bufbuild/protobuf/reflect";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { createValidator } from "@bufbuild/protovalidate";
+import { InvalidArgumentError, SeraphError } from "./errors.js";
+
+const validator = createValidator();
+
+/**
+ * Decodes a request body (protobuf binary) and checks it with the proto's protovalidate rules,
+ * the same rules the Connect validate interceptor applies on gRPC. Undecodable bytes are
+ * INVALID_ARGUMENT `malformed_payload`; a rule violation is INVALID_ARGUMENT naming the field,
+ * with the rule id (e.g. `string.uuid`) as the reason.
+ */
+export function decodeValidated<D extends DescMessage>(schema: D, data: Uint8Array): MessageShape<D> {
+  let msg: MessageShape<D>;
+  try {
+    msg = fromBinary(schema, data);
+  } catch (err) {
+    throw new InvalidArgumentError("", "malformed_payload", `the request body is not a valid ${schema.typeName} in protobuf binary`, err);
+  }
+  const result = validator.validate(schema, msg);
+  if (result.kind === "valid") return msg;
+  if (result.kind === "error") throw result.error;
+  const first = result.violations[0];
+  const field = first ? pathToString(first.field) : "";
+  const all = result.violations.map((v) => `${pathToString(v.field)}: ${v.message}`).join("; ");
+  throw new InvalidArgumentError(field, first?.ruleId || "invalid_argument", all);
+}
+
+/** A precise error as a non-Connect plane (NATS) reports it. */
+export interface ErrorDescription {
+  readonly code: Code;
+  /** gRPC code name: "NOT_FOUND", "INVALID_ARGUMENT", ... */
+  readonly codeName: string;
+  readonly reason: string;
+  readonly field: string;
+  readonly message: string;
+  /** True for an error that is not a domain error (log it once; its message is not shown). */
+  readonly unexpected: boolean;
+}
+
+/** `InvalidArgument` → `INVALID_ARGUMENT`. */
+export function grpcCodeName(code: Code): string {
+  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+}
+
+/**
+ * Maps an error the way the Connect error interceptor does: a domain error keeps its code,
+ * reason and field; a ConnectError from a downstream service keeps its code and message (its
+ * reason is the trailing `(reason)` the services put there); anything else is INTERNAL with
+ * no detail.
+ */
+export function describeError(err: unknown, requestId: string): ErrorDescription {
+  if (err instanceof SeraphError) {
+    return { code: err.code, codeName: grpcCodeName(err.code), reason: err.reason, field: err.field ?? "", message: err.message, unexpected: false };
+  }
+  if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) {
+    const m = /^(?:([a-z_][a-z0-9_.[\]]*): )?(.*) \(([a-z0-9_.]+)\)$/s.exec(err.rawMessage);
+    return {
+      code: err.code,
+      codeName: grpcCodeName(err.code),
+      reason: m?.[3] ?? grpcCodeName(err.code).toLowerCase(),
+      field: m?.[1] ?? "",
+      message: m?.[2] ?? err.rawMessage,
+      unexpected: false,
+    };
+  }
+  return { code: Code.Internal, codeName: "INTERNAL", reason: "internal", field: "", message: `internal error (request ${requestId})`, unexpected: true };
+}

@@ -1,0 +1,131 @@
+import { randomUUID } from "node:crypto";
+import { create, toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { Svcm, type Service, type ServiceMsg } from "@nats-io/services";
+import type { NatsConnection } from "@nats-io/transport-node";
+import {
+  bearerToken,
+  decodeValidated,
+  describeError,
+  UnauthenticatedError,
+  type Authenticate,
+  type AuthenticatedPrincipal,
+  type Logger,
+} from "@seraph/kit";
+import {
+  CancelOperatorJobRequestSchema,
+  CancelOperatorJobResponseSchema,
+  GetOperatorStatusRequestSchema,
+  GetOperatorStatusResponseSchema,
+  ListOperatorSlotsRequestSchema,
+  ListOperatorSlotsResponseSchema,
+  OperatorErrorSchema,
+  OperatorService,
+  RecoverOperatorJobRequestSchema,
+  RecoverOperatorJobResponseSchema,
+} from "@seraph/proto/seraph/api/v1/operator_pb.js";
+import type { OperatorOps } from "./operator-ops.js";
+
+/** The micro service's name, as `$SRV.PING|INFO|STATS.seraph-operator` and `nats micro ls` show it. */
+export const OPERATOR_SERVICE_NAME = "seraph-operator";
+/** The subject prefix of its endpoints: seraph.operator.status, .slots, .cancel, .recover. */
+export const OPERATOR_SUBJECT_PREFIX = "seraph.operator";
+/** The header that carries the principal's token: `authorization: Bearer <token>`. */
+export const OPERATOR_TOKEN_HEADER = "authorization";
+
+/** What the operator micro service needs. */
+export interface OperatorNatsDeps {
+  readonly nc: NatsConnection;
+  readonly ops: OperatorOps;
+  /** The API's own authenticator (its principal and token tables). */
+  readonly authenticate: Authenticate;
+  readonly log: Logger;
+  /** The API's version string for `$SRV.INFO` (semver). */
+  readonly version?: string;
+}
+
+/** A running micro service. */
+export interface OperatorNatsService {
+  readonly service: Service;
+  stop(): Promise<void>;
+}
+
+/**
+ * Serves the operator requests as a NATS micro service (`@nats-io/services`): `$SRV.PING`,
+ * `$SRV.INFO` and `$SRV.STATS` answer for "seraph-operator", with four endpoints in the queue
+ * group "seraph-api" (one API replica answers each request). Every request must carry a
+ * principal's token in the `authorization: Bearer <token>` header, checked against the API's
+ * token table exactly as its gRPC interceptor checks it; the body is validated with the
+ * proto's rules; then the same `OperatorOps` the gRPC OperatorService uses runs. A success is
+ * the typed response message; a failure is an `OperatorError` body with the micro protocol's
+ * error headers (`Nats-Service-Error-Code`: the gRPC code number, `Nats-Service-Error`:
+ * "<CODE> <reason>: <message>"). A refused request changes nothing.
+ */
+export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<OperatorNatsService> {
+  const { nc, ops, authenticate, log } = deps;
+  const svc = await new Svcm(nc).add({
+    name: OPERATOR_SERVICE_NAME,
+    version: deps.version ?? "0.1.0",
+    description: "Seraph operator requests (status, slots, cancel, recover) under the API's rules; send the principal's token as 'authorization: Bearer <token>'",
+    queue: "seraph-api",
+    metadata: {
+      "seraph.encoding": "application/protobuf",
+      "seraph.proto": "seraph/api/v1/operator.proto",
+      "seraph.grpc_service": OperatorService.typeName,
+      "seraph.auth": "header authorization: Bearer <principal token>",
+      "seraph.error": OperatorErrorSchema.typeName,
+    },
+  });
+  const group = svc.addGroup(OPERATOR_SUBJECT_PREFIX);
+
+  const endpoint = <I extends DescMessage, O extends DescMessage>(
+    name: string,
+    input: I,
+    output: O,
+    run: (p: AuthenticatedPrincipal, req: MessageShape<I>) => Promise<MessageShape<O>>,
+  ) => {
+    const handle = async (msg: ServiceMsg) => {
+      const requestId = msg.headers?.get("x-request-id") || randomUUID();
+      const child = log.child({ nats: `${OPERATOR_SUBJECT_PREFIX}.${name}`, requestId });
+      try {
+        const token = bearerToken(msg.headers?.get(OPERATOR_TOKEN_HEADER) || null);
+        if (token === undefined) throw new UnauthenticatedError("a principal's token is required in the NATS header 'authorization: Bearer <token>'");
+        const principal = await authenticate(token);
+        if (principal === undefined) throw new UnauthenticatedError("the bearer token is unknown or revoked");
+        const req = decodeValidated(input, msg.data);
+        const res = await run(principal, req);
+        msg.respond(toBinary(output, res));
+        child.debug({ principal: principal.id }, "operator request ok");
+      } catch (err) {
+        const d = describeError(err, requestId);
+        if (d.unexpected) child.error({ err }, "operator request failed unexpectedly");
+        else child.info({ code: d.codeName, reason: d.reason, field: d.field }, d.message);
+        const body = toBinary(OperatorErrorSchema, create(OperatorErrorSchema, { code: d.codeName, reason: d.reason, field: d.field, message: d.message }));
+        const field = d.field ? `${d.field}: ` : "";
+        // A header value is one line.
+        const description = `${d.codeName} ${d.reason}: ${field}${d.message}`.replace(/[\r\n]+/g, " ").slice(0, 1000);
+        msg.respondError(d.code, description, body);
+      }
+    };
+    group.addEndpoint(name, {
+      handler: (err, msg) => {
+        if (err) return;
+        void handle(msg);
+      },
+      metadata: { request: input.typeName, response: output.typeName, error: OperatorErrorSchema.typeName },
+    });
+  };
+
+  endpoint("status", GetOperatorStatusRequestSchema, GetOperatorStatusResponseSchema, (p) => ops.getStatus(p));
+  endpoint("slots", ListOperatorSlotsRequestSchema, ListOperatorSlotsResponseSchema, (p) => ops.listSlots(p));
+  endpoint("cancel", CancelOperatorJobRequestSchema, CancelOperatorJobResponseSchema, (p, req) => ops.cancelJob(p, req));
+  endpoint("recover", RecoverOperatorJobRequestSchema, RecoverOperatorJobResponseSchema, (p, req) => ops.recoverJob(p, req));
+  void svc.stopped.then((err) => {
+    if (err) log.error({ err }, "the operator micro service stopped");
+  });
+  return {
+    service: svc,
+    async stop() {
+      if (!svc.isStopped) await svc.stop();
+    },
+  };
+}
