@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { newId } from "@seraph/kit";
@@ -34,7 +34,11 @@ async function startHost(): Promise<{ unshare: ChildProcess; initPid: number; na
     stdio: ["ignore", "ignore", "pipe"],
   });
   let stderr = "";
-  unshare.stderr?.on("data", (c: Buffer) => (stderr += c.toString()));
+  const log = createWriteStream(join(stack.dir, `supervisor-host-${hosts.length}.log`));
+  unshare.stderr?.on("data", (c: Buffer) => {
+    stderr += c.toString();
+    log.write(c);
+  });
   hosts.push(unshare);
   await pollUntil(async () => existsSync(`${socketPath}.token`), 15_000, `the supervisor host to listen (${stderr})`);
   const initPid = descendantsOf(unshare.pid!)[0];
@@ -117,6 +121,27 @@ describe("executor pod: supervisors in the supervisor host's PID namespace", () 
     expect(done.slotHeld).toBe(false);
     await stack.killExecutor(stack.node, "SIGTERM");
     host.unshare.kill("SIGKILL");
+  }, 90_000);
+
+  it("SIGTERM to the supervisor host (a pod rollout) drains: no new launches, the running job finishes, then the namespace ends", async () => {
+    const host = await startHost();
+    await stack.startExecutor(stack.node, { SERAPH_SUPERVISOR_HOST_SOCKET: socketPath });
+    const r = await slowRepo(4000);
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir) });
+    const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
+    const outer = findInPidNamespace("/proc", running.marker!.pidNamespace, running.marker!.supervisor!.pid)!;
+    const exited = new Promise<void>((res) => host.unshare.once("exit", () => res()));
+    // tini forwards SIGTERM to the host only; the supervisor is not signalled.
+    process.kill(host.initPid, "SIGTERM");
+    await pollUntil(async () => !existsSync(socketPath), 5000, "the launch socket to close");
+    await new Promise((res) => setTimeout(res, 1000));
+    expect(alive(outer)).toBe(true);
+    expect(alive(host.initPid)).toBe(true);
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.UNKNOWN, JobState.REJECTED], 40_000);
+    expect([JobState[done.state], done.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    await exited;
+    expect(alive(outer)).toBe(false);
+    await stack.killExecutor(stack.node, "SIGTERM");
   }, 90_000);
 
   it("the supervisor host's init dies: the kernel kills its namespace, the job is UNKNOWN, and recovery releases the slot only on the executor's namespace-gone observation", async () => {

@@ -123,7 +123,7 @@ export interface SupervisorHostAddress {
  */
 export async function spawnSupervisorProcess(
   specPath: string,
-  options: { readonly entry: string; readonly nodePath: string; readonly startTimeoutMs: number },
+  options: { readonly entry: string; readonly nodePath: string; readonly startTimeoutMs: number; readonly onExit?: (pid: number) => void },
 ): Promise<number> {
   const runDir = dirname(specPath);
   const stderrFd = openSync(join(runDir, STDERR_FILE), "a", 0o600);
@@ -144,6 +144,7 @@ export async function spawnSupervisorProcess(
   });
   child.once("exit", (code, signal) => {
     exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}`;
+    if (child.pid !== undefined) options.onExit?.(child.pid);
   });
   child.unref();
 

@@ -47,6 +47,8 @@ export interface SupervisorHost {
   readonly children: ReadonlySet<number>;
   /** Stops accepting and removes the socket (supervisors keep running). */
   close(): Promise<void>;
+  /** Resolves once every supervisor this host started has exited. */
+  idle(): Promise<void>;
 }
 
 /** A launch request refused with a stable code. */
@@ -135,6 +137,7 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
   const entry = o.supervisorEntry ?? defaultSupervisorEntry();
   const nodePath = o.nodePath ?? process.execPath;
   const children = new Set<number>();
+  const waiters: (() => void)[] = [];
 
   const answer = (socket: Socket, r: MessageInitShape<typeof HostLaunchResponseSchema>) => {
     socket.end(encodeFrame(toBinary(HostLaunchResponseSchema, create(HostLaunchResponseSchema, r))));
@@ -160,8 +163,18 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
     try {
       if (!req.specPath.startsWith("/") || req.specPath.length > 4096) throw new Refusal("invalid_argument", "spec_path: must be an absolute path of at most 4096 bytes");
       checkSpecPath(req.specPath, dataDirReal);
-      const pid = await spawnSupervisorProcess(req.specPath, { entry, nodePath, startTimeoutMs: o.startTimeoutMs ?? 10_000 });
-      children.add(pid);
+      let exitedEarly = false;
+      const pid = await spawnSupervisorProcess(req.specPath, {
+        entry,
+        nodePath,
+        startTimeoutMs: o.startTimeoutMs ?? 10_000,
+        onExit: (p) => {
+          exitedEarly = !children.delete(p);
+          log.info({ event: "supervisor_exited", pid: p }, "supervisor exited");
+          if (children.size === 0) for (const w of waiters.splice(0)) w();
+        },
+      });
+      if (!exitedEarly) children.add(pid);
       log.info({ event: "supervisor_started", pid, runDir: dirname(req.specPath) }, "supervisor started");
       answer(socket, { started: true, pid, pidNamespace });
     } catch (err) {
@@ -223,6 +236,13 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
   return {
     pidNamespace,
     children,
+    idle: () => {
+      if (children.size === 0) return Promise.resolve();
+      // The children are unref'd (spawnSupervisorProcess): without a ref'd handle, a host whose
+      // server is closed would simply exit, and its namespace (with every supervisor) with it.
+      const hold = setInterval(() => undefined, 60_000);
+      return new Promise<void>((r) => waiters.push(r)).finally(() => clearInterval(hold));
+    },
     async close() {
       const closed = new Promise<void>((r) => server.close(() => r()));
       for (const s of sockets) s.destroy();
