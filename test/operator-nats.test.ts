@@ -6,6 +6,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ServiceError, ServiceErrorCodeHeader, ServiceErrorHeader, Svcm } from "@nats-io/services";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
+import { main, type CliIo } from "@seraph/cli";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { OperatorCancelRequestSchema, OperatorRecoverRequestSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
@@ -92,6 +93,27 @@ async function until<T>(what: string, get: () => Promise<T>, done: (v: T) => boo
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(last, (_k, v) => (typeof v === "bigint" ? String(v) : v))?.slice(0, 500)})`);
+}
+
+/** Runs the `seraph` CLI in this process with its own I/O (no stored login). */
+async function seraph(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
+  let out = "";
+  let err = "";
+  const io: CliIo = {
+    env: { SERAPH_CONFIG_DIR: join(reposRoot, "no-cli-config"), ...env },
+    stdout: { write: (x: string) => (out += x) },
+    stderr: { write: (x: string) => (err += x) },
+    stdinIsTTY: false,
+    home: reposRoot,
+    readLine: async () => "",
+  };
+  const code = await main(args, io);
+  return { code, out, err };
+}
+
+/** `--nats URL --user U --password P` of the operator-tooling NATS user. */
+function natsFlags(): string[] {
+  return ["--nats", cluster.nats.url, "--user", cluster.nats.users.ops.user, "--password", cluster.nats.users.ops.password];
 }
 
 let repairId = "";
@@ -260,6 +282,32 @@ describe("operator requests over NATS", () => {
     expect([after.revision, after.cancelRequested, JobState[after.state]]).toEqual([before.revision, false, "RUNNING"]);
   });
 
+  it("seraph ops: status and slots with --json, a refused cancel exits 1 with the precise error, and NATS credentials are required", async () => {
+    const st = await seraph(["ops", "status", ...natsFlags(), "--token", tokens.operator, "--json"]);
+    expect([st.code, st.err]).toEqual([0, ""]);
+    const status = JSON.parse(st.out.trim()) as { scope: string; running: number; slots: { nodeId: string; state: string; jobId: string }[] };
+    expect(status.scope).toBe("OPERATOR_SCOPE_ALL");
+    expect(status.running).toBe(1);
+    expect(status.slots.find((x) => x.nodeId === "node-o")).toMatchObject({ state: "SLOT_STATE_HELD", jobId });
+    const human = await seraph(["ops", "slots", ...natsFlags()], { SERAPH_TOKEN: tokens.a });
+    expect(human.code).toBe(0);
+    expect(human.out).toContain("scope: your own jobs");
+    expect(human.out).toMatch(new RegExp(`node-o  slot 0  held      job ${jobId}`));
+    const refused = await seraph(["ops", "cancel", jobId, ...natsFlags(), "--token", tokens.b, "--json"]);
+    expect(refused.code).toBe(1);
+    expect(JSON.parse(refused.err.trim())).toEqual({ error: { code: "NOT_FOUND", reason: "not_found", field: "", message: `job ${jobId} not found` } });
+    const bad = await seraph(["ops", "recover", "not-a-uuid", ...natsFlags(), "--token", tokens.a]);
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/^error: INVALID_ARGUMENT string\.uuid: job_id: /);
+    const anonymous = await seraph(["ops", "status", "--nats", cluster.nats.url, "--token", tokens.a]);
+    expect(anonymous.code).toBe(2);
+    expect(anonymous.err).toContain("NATS credentials are required");
+    const wrong = await seraph(["ops", "status", "--nats", cluster.nats.url, "--user", "seraph-ops", "--password", "wrong", "--token", tokens.a]);
+    expect(wrong.code).toBe(1);
+    expect(wrong.err).toContain("refused the credentials");
+    expect((await repairOf(tokens.a, repairId)).job?.cancelRequested).toBe(false);
+  });
+
   it("the owner cancels over NATS: the exact supervisor reaps everything, the job is UNKNOWN with its slot held; a non-owner's recovery is refused, the owner's releases the slot on the verified receipt", async () => {
     const res = await ok(CancelOperatorJobResponseSchema, "cancel", cancelBody(jobId), tokens.a);
     expect(res.job).toMatchObject({ id: jobId, cancelRequested: true });
@@ -287,6 +335,9 @@ describe("operator requests over NATS", () => {
     // Asking again answers as the gRPC API does for a released slot.
     const grpcRec = await repairsOf(tokens.a).recoverProcessCleanup({ repairId });
     expect(grpcRec.released).toBe(true);
+    const cli = await seraph(["ops", "recover", jobId, ...natsFlags(), "--token", tokens.a]);
+    expect([cli.code, cli.err]).toEqual([0, ""]);
+    expect(cli.out).toMatch(new RegExp(`^slot released: job ${jobId}  proof cleanup_receipt, receipt verified true, readback [0-9a-f]{64} \\(process_cleanup_only\\)`));
   });
 
   it("events and operator replies carry no secrets or host details", async () => {

@@ -7,6 +7,7 @@ import { settings } from "./commands/settings.js";
 import { commandUsage, GLOBAL_FLAGS, groupUsage, isGroup, parseCommand, synopsis, type Command, type CommandGroup } from "./command-spec.js";
 import { readFileSync } from "node:fs";
 import { artifact } from "./commands/artifact.js";
+import { ops } from "./commands/ops.js";
 import { slots } from "./commands/slots.js";
 import { DEFAULT_API_URL, readLogin, resolveApiUrl } from "./config.js";
 import { createContext } from "./context.js";
@@ -30,6 +31,7 @@ export const COMMANDS: Readonly<Record<string, Command | CommandGroup>> = {
   slots,
   repair,
   artifact,
+  ops,
 };
 
 /** The top-level usage, generated from the command table. */
@@ -50,6 +52,7 @@ export function usage(): string {
     "  SERAPH_TOKEN       the token to use; overrides the stored one",
     `  SERAPH_API_URL     the API address when --api is not given (default ${DEFAULT_API_URL})`,
     "  SERAPH_CONFIG_DIR  where login.json is kept (default $XDG_CONFIG_HOME/seraph, else ~/.config/seraph)",
+    "  SERAPH_NATS_URL, SERAPH_NATS_USER, SERAPH_NATS_PASSWORD  seraph ops: the NATS address and user when no flag gives them",
     "",
     "exit status: 0 ok; 1 refused or failed (the gRPC code and message are printed on stderr, with the next step); 2 usage error;",
     "  repair watch --exit-status: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown; --timeout passed: 7.",
