@@ -1,6 +1,8 @@
 import { parseArgs } from "node:util";
 import { blockReason, limitValues, runRepair, type RunSteps } from "../profile/index.js";
 import { formatRepairText } from "../profile/report-text.js";
+import { create } from "@bufbuild/protobuf";
+import { ControllerLossPolicy, SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { runToReceipt } from "../supervisor-client/index.js";
 import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
 import { INSPECTION_OPTIONS, inspectionFromValues } from "./inspection-args.js";
@@ -19,8 +21,11 @@ one JSON object (last line with --json): the inspection hash, each step's receip
   (--node, --node-sha256, --source, --build-output-dir, --limit: as for inspect)
 Exit status: 0 succeeded, 1 any other outcome, 2 usage.`;
 
-/** Each step under a fresh detached supervisor (the CLI itself never becomes a subreaper). */
-const supervisedRunSteps: RunSteps = (spec) => runToReceipt(spec);
+/**
+ * Each step under a fresh detached supervisor (the CLI itself never becomes a subreaper), with
+ * policy cancel: this process cannot re-adopt it, so if it dies the supervisor cancels the step.
+ */
+const supervisedRunSteps: RunSteps = (spec) => runToReceipt(create(SupervisorSpecSchema, { ...spec, controllerLossPolicy: ControllerLossPolicy.CANCEL }));
 
 /**
  * `seraph-exec repair-run`: inspects, stages, applies the patch to the staged copy, runs the

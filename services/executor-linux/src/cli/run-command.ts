@@ -3,19 +3,25 @@ import { tmpdir } from "node:os";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { CgroupRequestSchema, JobUserSchema, SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { CgroupRequestSchema, ControllerLossPolicy, JobUserSchema, SupervisorSpecSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { parseJobUserSetting, type JobUserSetting } from "../supervisor-client/node-containment.js";
 import {
+  CONTROLLER_DEADLINE_MARGIN_MS,
+  CONTROLLER_LOSS_GRACE_DEFAULT_MS,
+  ControllerUnknownError,
   InvalidSpecError,
+  JournalMismatchError,
   MAX_ARGV_ENTRIES,
   MIN_KILL_MARGIN_MS,
   OUTPUT_LIMIT_MAX_BYTES,
   STREAM_LIMIT_MAX_BYTES,
   SupervisorLaunchError,
+  readVerifiedJournal,
   receiptToJson,
   runToReceipt,
   type OutcomeName,
   type SupervisorHandle,
+  type VerifiedJournal,
 } from "../supervisor-client/index.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
@@ -24,8 +30,11 @@ export const RUN_USAGE = `usage: seraph-exec run [--json] [--deadline-ms N] [--g
                        [--memory-bytes N] [--pids N] [--cpu-millicores N] -- <argv...>
 
 Runs argv under a fresh per-job supervisor (no shell) and prints its receipt: with --json as one
-JSON object on the last line of stdout; otherwise the command's output followed by a summary on
-stderr. argv[0] may be a bare name: it is resolved against PATH here and recorded as an absolute
+JSON object on the last line of stdout; otherwise the command's output (read back and checked
+against the receipt's SHA-256 first; head, an elision line, tail) followed by a summary on
+stderr. Without a receipt it can trust (none by the deadline + ${CONTROLLER_DEADLINE_MARGIN_MS} ms, supervisor
+gone, connection taken over, journal rewritten) it prints outcome unknown with a reason.
+If seraph-exec dies, its supervisor cancels the job ${CONTROLLER_LOSS_GRACE_DEFAULT_MS} ms later (policy cancel). argv[0] may be a bare name: it is resolved against PATH here and recorded as an absolute
 path. The command's environment is this process's environment minus NODE_OPTIONS.
 argv holds at most ${MAX_ARGV_ENTRIES} entries (the command name included).
 Defaults: --deadline-ms 180000, --grace-ms 2000, --cleanup-reserve-ms grace + 1000 (at least
@@ -266,47 +275,45 @@ export async function runCommand(args: readonly string[]): Promise<number> {
           }),
         }
       : {}),
+    // seraph-exec cannot re-adopt a supervisor: when it is gone, its job is cancelled.
+    controllerLossPolicy: ControllerLossPolicy.CANCEL,
   });
 
+  // After SIGHUP the terminal may be gone: a failed write must not end the run without its cleanup.
+  for (const out of [process.stdout, process.stderr]) out.on("error", () => undefined);
   const abort = new AbortController();
   const onSignal = (): void => abort.abort();
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  // SIGHUP too: a closed terminal cancels the job (the supervisor is in its own session).
+  for (const sig of CANCEL_SIGNALS) process.on(sig, onSignal);
   let handle: SupervisorHandle | undefined;
+  const startedMs = Date.now();
   try {
-    const receipt = await runToReceipt(spec, {
-      signal: abort.signal,
-      onLaunched: (h) => {
-        handle = h;
-      },
-      ...(parsed.json
-        ? {}
-        : {
-            onOutput: (chunk) => {
-              (chunk.stream === "stdout" ? process.stdout : process.stderr).write(chunk.data);
-            },
-          }),
-    });
-    const json = receiptToJson(receipt);
-    const gone = handle === undefined || (await handle.verify()) !== "alive";
-    const keep = parsed.keepRunDir || !gone;
-    if (!keep) rmSync(runDir, { recursive: true, force: true });
-    if (parsed.json) {
-      const extra = { resolvedExecutable: executable, runDir: keep ? runDir : null };
-      process.stdout.write(`${JSON.stringify({ ...json, ...extra })}\n`);
-    } else {
-      const how = json.exitCode !== null ? `exit code ${json.exitCode}` : json.signal !== null ? `signal ${json.signal}` : "not started";
-      process.stderr.write(
-        `seraph-exec: ${json.outcome} (${json.reason}): ${how}, ${json.durationMs} ms; ` +
-          `leftover descendants ${json.leftoverDescendants}; ECHILD ${json.echildObserved ? "observed" : "NOT observed"}; ` +
-          `cleanup ${json.cleanup.cleanupMs} ms (found ${json.cleanup.descendantsFound}, reaped ${json.cleanup.reaped}); ` +
-          `stdout ${humanBytes(json.stdout.bytes)}${json.stdout.truncated ? " (truncated)" : ""}, ` +
-          `stderr ${humanBytes(json.stderr.bytes)}${json.stderr.truncated ? " (truncated)" : ""}` +
-          `${keep ? `; run dir ${runDir}` : ""}\n` +
-          `seraph-exec: ${json.message}\n`,
-      );
+    let receipt: Receipt | undefined;
+    try {
+      receipt = await runToReceipt(spec, {
+        signal: abort.signal,
+        onLaunched: (h) => {
+          handle = h;
+        },
+      });
+      // Checked against the receipt before anything is shown: the command could have rewritten
+      // its journal through /proc/<supervisor>/fd.
+      const c = receipt.commands[0];
+      const journals = c?.started
+        ? { stdout: await readVerifiedJournal(runDir, 0, "stdout", c.stdout), stderr: await readVerifiedJournal(runDir, 0, "stderr", c.stderr) }
+        : undefined;
+      return await printReceipt(parsed, receipt, journals, handle, executable, runDir);
+    } catch (err) {
+      if (err instanceof InvalidSpecError || err instanceof SupervisorLaunchError) throw err;
+      const unknown =
+        err instanceof ControllerUnknownError
+          ? err
+          : err instanceof JournalMismatchError
+            ? new ControllerUnknownError("journal_mismatch", `${err.message}; the output is not shown`, handle, receipt, { cause: err })
+            : new ControllerUnknownError("controller_error", `seraph-exec failed while supervising: ${(err as Error)?.message ?? String(err)}`, handle, receipt, { cause: err });
+      printUnknown(parsed, unknown, executable, runDir, Date.now() - startedMs);
+      return EXIT_STATUS.unknown;
     }
-    return EXIT_STATUS[json.outcome];
   } catch (err) {
     if (err instanceof InvalidSpecError || err instanceof SupervisorLaunchError) {
       process.stderr.write(`seraph-exec run: ${err.message}\n(run dir kept: ${runDir})\n`);
@@ -314,7 +321,104 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     }
     throw err;
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    for (const sig of CANCEL_SIGNALS) process.off(sig, onSignal);
+  }
+}
+
+const CANCEL_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
+/** Writes a journal: the head, one line naming the elided byte count, the tail. */
+function writeJournal(out: NodeJS.WriteStream, name: string, j: VerifiedJournal): void {
+  if (j.elidedBytes === 0) {
+    out.write(j.data);
+    return;
+  }
+  out.write(j.data.subarray(0, j.headBytes));
+  out.write(`\n[seraph-exec: ${j.elidedBytes} bytes of ${name} elided]\n`);
+  out.write(j.data.subarray(j.headBytes));
+}
+
+async function printReceipt(
+  parsed: RunArgs,
+  receipt: Receipt,
+  journals: { stdout: VerifiedJournal; stderr: VerifiedJournal } | undefined,
+  handle: SupervisorHandle | undefined,
+  executable: string,
+  runDir: string,
+): Promise<number> {
+  const json = receiptToJson(receipt);
+  const gone = handle === undefined || (await handle.verify()) !== "alive";
+  const keep = parsed.keepRunDir || !gone;
+  if (!keep) rmSync(runDir, { recursive: true, force: true });
+  if (parsed.json) {
+    const extra = { resolvedExecutable: executable, runDir: keep ? runDir : null };
+    process.stdout.write(`${JSON.stringify({ ...json, ...extra })}\n`);
+  } else {
+    if (journals !== undefined) {
+      writeJournal(process.stdout, "stdout", journals.stdout);
+      writeJournal(process.stderr, "stderr", journals.stderr);
+    }
+    const how = json.exitCode !== null ? `exit code ${json.exitCode}` : json.signal !== null ? `signal ${json.signal}` : "not started";
+    const elided = (s: typeof json.stdout): string => (s.elidedBytes > 0 ? ` (${humanBytes(s.elidedBytes)} elided)` : s.truncated ? " (truncated)" : "");
+    process.stderr.write(
+      `seraph-exec: ${json.outcome} (${json.reason}): ${how}, ${json.durationMs} ms; ` +
+        `leftover descendants ${json.leftoverDescendants}; ECHILD ${json.echildObserved ? "observed" : "NOT observed"}; ` +
+        `cleanup ${json.cleanup.cleanupMs} ms (found ${json.cleanup.descendantsFound}, reaped ${json.cleanup.reaped}); ` +
+        `stdout ${humanBytes(json.stdout.bytes)}${elided(json.stdout)}, ` +
+        `stderr ${humanBytes(json.stderr.bytes)}${elided(json.stderr)}` +
+        `${keep ? `; run dir ${runDir}` : ""}\n` +
+        `seraph-exec: ${json.message}\n`,
+    );
+  }
+  return EXIT_STATUS[json.outcome];
+}
+
+/**
+ * The one object printed when there is no receipt to trust (or its journals do not match it):
+ * the receipt's top-level shape with outcome unknown and the controller's reason. The run dir
+ * is kept; `supervisor` names the process (it may still be running).
+ */
+function printUnknown(parsed: RunArgs, err: ControllerUnknownError, executable: string, runDir: string, durationMs: number): void {
+  const marker = err.handle?.marker;
+  const empty = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256, producedSha256: EMPTY_SHA256, headBytes: 0, tailBytes: 0, elidedBytes: 0 };
+  const supervisor = {
+    pid: marker?.supervisor?.pid ?? 0,
+    startTimeTicks: String(marker?.supervisor?.startTimeTicks ?? 0n),
+    bootId: marker?.supervisor?.bootId ?? "",
+    sourceSha256: marker?.supervisorSourceSha256 ?? "",
+    specSha256: marker?.specSha256 ?? "",
+  };
+  const fromReceipt = err.receipt !== undefined ? receiptToJson(err.receipt) : undefined;
+  const object = {
+    ...(fromReceipt ?? {
+      exitCode: null,
+      signal: null,
+      leftoverDescendants: 0,
+      echildObserved: false,
+      stdout: empty,
+      stderr: empty,
+      durationMs,
+      commands: [{ name: "command", argv: parsed.argv, started: null }],
+      supervisor,
+      containment: null,
+      controllerLossPolicy: "cancel",
+      controllerLost: false,
+    }),
+    outcome: "unknown" as const,
+    reason: err.reason,
+    message: err.message,
+    // What the supervisor's own receipt said, when there is one (journal_mismatch).
+    supervisorOutcome: fromReceipt?.outcome ?? null,
+    supervisorReason: fromReceipt?.reason ?? null,
+    resolvedExecutable: executable,
+    runDir,
+  };
+  if (parsed.json) {
+    process.stdout.write(`${JSON.stringify(object)}\n`);
+  } else {
+    process.stderr.write(
+      `seraph-exec: unknown (${err.reason}): ${err.message}\n` +
+        `seraph-exec: supervisor pid ${supervisor.pid}; run dir ${runDir} (kept)\n`,
+    );
   }
 }

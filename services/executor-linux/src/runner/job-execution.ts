@@ -15,6 +15,7 @@ import {
 import { BlockReasonSchema, type BlockReason, type Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import {
   CommandSpecSchema,
+  ControllerLossPolicy,
   OwnerMarkerSchema,
   Outcome,
   Phase,
@@ -38,10 +39,14 @@ import {
   type StagedRepository,
 } from "../profile/index.js";
 import {
+  CONTROLLER_DEADLINE_MARGIN_MS,
   connectSupervisor,
+  JournalMismatchError,
   launchSupervisor,
+  readVerifiedJournal,
   receiptToJson,
   RunDirFiles,
+  SupervisorProtocolError,
   verifySupervisorIdentity,
   waitSupervisorGone,
   type SupervisorConnection,
@@ -49,7 +54,6 @@ import {
   type SupervisorIdentityVerdict,
 } from "../supervisor-client/index.js";
 import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment, type ContainmentSettings } from "../supervisor-client/node-containment.js";
-import { readVerifiedJournal } from "./journals.js";
 import { ensureJobRoot, handStageToJobUser, jobUserStageDir } from "./job-user-staging.js";
 import type { NodeIdentity } from "./registration.js";
 import { DetachedError, isTransient, retrying } from "./retry.js";
@@ -284,21 +288,54 @@ function stepSpecFor(ctx: Ctx, stage: StagedRepository, index: number, outputLef
     startBarrier: true,
     jobUser: ctx.jobUser,
     cgroup: ctx.cgroup,
+    // The executor re-adopts its supervisors after a restart: a lost connection changes nothing.
+    controllerLossPolicy: ControllerLossPolicy.KEEP,
     declaredOutputDir: step.name === "build" && stage.outputDir !== "" ? join(stage.packageDir, stage.outputDir) : "",
   });
 }
 
-/** Stores a finished step's evidence: both journals (verified against the receipt) and the receipt. */
-async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, receipt: Receipt): Promise<void> {
+/**
+ * Stores a finished step's evidence: both journals (verified against the receipt) and the
+ * receipt. A journal that does not match its receipt is never stored; the receipt still is,
+ * and the mismatch is returned (the job is then UNKNOWN `unknown_journal_mismatch`).
+ */
+async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, receipt: Receipt): Promise<JournalMismatchError | undefined> {
   const c = receipt.commands[0];
+  let mismatch: JournalMismatchError | undefined;
   if (c?.started) {
-    const out = await readVerifiedJournal(runDir, 0, "stdout", c.stdout);
-    const err = await readVerifiedJournal(runDir, 0, "stderr", c.stderr);
-    await store(ctx, `${name}_output`, `${name}.stdout`, out.data);
-    await store(ctx, `${name}_output`, `${name}.stderr`, err.data);
+    try {
+      const out = await readVerifiedJournal(runDir, 0, "stdout", c.stdout);
+      const err = await readVerifiedJournal(runDir, 0, "stderr", c.stderr);
+      await store(ctx, `${name}_output`, `${name}.stdout`, out.data);
+      await store(ctx, `${name}_output`, `${name}.stderr`, err.data);
+    } catch (err) {
+      if (!(err instanceof JournalMismatchError)) throw err;
+      ctx.log.error({ err, step: name }, "journal does not match its receipt; not stored");
+      mismatch = err;
+    }
   }
   await store(ctx, "receipt", `${name}.receipt.json`, Buffer.from(`${JSON.stringify(receiptToJson(receipt), null, 2)}\n`));
   await store(ctx, "step_receipt", `${name}.receipt.binpb`, toBinary(ReceiptSchema, receipt));
+  return mismatch;
+}
+
+/** The job verdict for a step whose journal did not match its receipt. */
+function journalMismatchVerdict(err: JournalMismatchError): StepVerdict {
+  return { state: JobState.UNKNOWN, outcome: "unknown_journal_mismatch", message: `${err.message}; the output was not stored`, next: false };
+}
+
+/** Why supervision ended without a receipt (job outcome `unknown_<reason>`). */
+type LostReason = "supervisor_unresponsive" | "supervisor_lost" | "controller_superseded";
+
+function lostMessage(reason: LostReason | undefined): string {
+  switch (reason) {
+    case "supervisor_unresponsive":
+      return `the supervisor served no receipt by the runner's deadline (the attempt's + ${CONTROLLER_DEADLINE_MARGIN_MS} ms); cleanup cannot be proved`;
+    case "controller_superseded":
+      return "another process presented the supervisor's token and took over its control connection; no receipt can be trusted";
+    default:
+      return "the supervisor ended without a receipt";
+  }
 }
 
 /**
@@ -306,38 +343,47 @@ async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, receipt
  * the slow ReportProgress poll both lead to one CANCEL to the exact supervisor. Undefined when
  * the connection was lost without a receipt.
  */
-async function superviseUntilReceipt(ctx: Ctx, conn: SupervisorConnection): Promise<Receipt | undefined> {
-  type Ev = { kind: "receipt"; receipt: Receipt | undefined } | { kind: "lost" } | { kind: "tick" } | { kind: "cancel" } | { kind: "detach" };
+async function superviseUntilReceipt(ctx: Ctx, conn: SupervisorConnection): Promise<Receipt | LostReason> {
+  type Ev = { kind: "receipt"; receipt: Receipt | undefined } | { kind: "lost"; reason: LostReason } | { kind: "tick" } | { kind: "cancel" } | { kind: "detach" };
   const receiptP: Promise<Ev> = conn.receipt(true).then(
     (receipt) => ({ kind: "receipt", receipt }),
-    () => ({ kind: "lost" }),
+    (err: unknown) => ({ kind: "lost", reason: err instanceof SupervisorProtocolError && err.code === "superseded" ? "controller_superseded" : "supervisor_lost" }),
   );
+  // The runner's own absolute deadline: the attempt's plus a fixed margin, whatever the supervisor does.
+  let deadlineTimer: NodeJS.Timeout | undefined;
+  const expired = new Promise<Ev>((r) => {
+    deadlineTimer = setTimeout(() => r({ kind: "lost", reason: "supervisor_unresponsive" }), Math.max(0, ctx.deadlineMs + CONTROLLER_DEADLINE_MARGIN_MS - Date.now()));
+  });
   let cancelSent = false;
   const signal = ctx.deps.signal;
   const detached = new Promise<Ev>((r) => {
     if (signal.aborted) r({ kind: "detach" });
     else signal.addEventListener("abort", () => r({ kind: "detach" }), { once: true });
   });
-  for (;;) {
-    const waits: Promise<Ev>[] = [receiptP, detached, new Promise<Ev>((r) => setTimeout(() => r({ kind: "tick" }), ctx.deps.pollMs))];
-    if (!cancelSent) waits.push(ctx.active.cancel.requested.then((): Ev => ({ kind: "cancel" })));
-    const ev = await Promise.race(waits);
-    if (ev.kind === "receipt") return ev.receipt;
-    if (ev.kind === "lost") return undefined;
-    if (ev.kind === "detach") throw new DetachedError("supervision");
-    if (ev.kind === "cancel" && !cancelSent) {
-      cancelSent = true;
-      ctx.log.info({ reason: ctx.active.cancel.reason }, "cancellation: asking the supervisor to terminate and reap");
-      await conn.cancel(ctx.active.cancel.reason ?? "cancelled").catch((err: unknown) => ctx.log.warn({ err }, "cancel not delivered"));
-    }
-    if (ev.kind === "tick") {
-      try {
-        const p = await ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING }, { timeoutMs: 2000 });
-        if (p.cancelRequested) ctx.active.cancel.trigger("cancellation requested");
-      } catch (err) {
-        if (!isTransient(err)) ctx.log.warn({ err }, "progress refused");
+  try {
+    for (;;) {
+      const waits: Promise<Ev>[] = [receiptP, detached, expired, new Promise<Ev>((r) => setTimeout(() => r({ kind: "tick" }), ctx.deps.pollMs))];
+      if (!cancelSent) waits.push(ctx.active.cancel.requested.then((): Ev => ({ kind: "cancel" })));
+      const ev = await Promise.race(waits);
+      if (ev.kind === "receipt") return ev.receipt ?? "supervisor_lost";
+      if (ev.kind === "lost") return ev.reason;
+      if (ev.kind === "detach") throw new DetachedError("supervision");
+      if (ev.kind === "cancel" && !cancelSent) {
+        cancelSent = true;
+        ctx.log.info({ reason: ctx.active.cancel.reason }, "cancellation: asking the supervisor to terminate and reap");
+        await conn.cancel(ctx.active.cancel.reason ?? "cancelled").catch((err: unknown) => ctx.log.warn({ err }, "cancel not delivered"));
+      }
+      if (ev.kind === "tick") {
+        try {
+          const p = await ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING }, { timeoutMs: 2000 });
+          if (p.cancelRequested) ctx.active.cancel.trigger("cancellation requested");
+        } catch (err) {
+          if (!isTransient(err)) ctx.log.warn({ err }, "progress refused");
+        }
       }
     }
+  } finally {
+    clearTimeout(deadlineTimer);
   }
 }
 
@@ -348,6 +394,8 @@ interface StepRun {
   readonly markerRecorded: boolean;
   readonly marker: OwnerMarker;
   readonly runDir: string;
+  /** Why supervision ended without a receipt over the socket (a receipt file may still exist). */
+  readonly lost?: LostReason | undefined;
 }
 
 /** Runs (or, after a restart, resumes) one supervised step from its start barrier to its receipt. */
@@ -387,8 +435,11 @@ async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: OwnerMark
         ctx.active.cancel.trigger(ctx.active.cancel.reason ?? "cancellation committed before the start token");
       }
     }
-    const receipt = (await superviseUntilReceipt(ctx, conn)) ?? (await readReceiptFile(runDir, marker))?.receipt;
-    return { receipt, marker, runDir, markerRecorded };
+    const supervised = await superviseUntilReceipt(ctx, conn);
+    if (typeof supervised !== "string") return { receipt: supervised, marker, runDir, markerRecorded };
+    ctx.log.error({ reason: supervised, pid: marker.supervisor?.pid }, "supervision ended without a receipt");
+    const file = supervised === "supervisor_unresponsive" ? undefined : (await readReceiptFile(runDir, marker))?.receipt;
+    return { receipt: file, marker, runDir, markerRecorded, lost: supervised };
   } finally {
     ctx.active.connection = undefined;
     ctx.active.step = undefined;
@@ -590,14 +641,14 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       return;
     }
     if (!run.receipt) {
-      await complete(ctx, { state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", message: "the supervisor ended without a receipt", steps });
+      await complete(ctx, { state: JobState.UNKNOWN, outcome: `unknown_${run.lost ?? "supervisor_lost"}`, message: lostMessage(run.lost), steps });
       return;
     }
     last = run.receipt;
     outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
-    await storeStepEvidence(ctx, step.name, run.runDir, run.receipt);
-    const verdict = verdictOf(run.receipt, i === 0, i === stage.steps.length - 1);
+    const mismatch = await storeStepEvidence(ctx, step.name, run.runDir, run.receipt);
+    const verdict = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, i === 0, i === stage.steps.length - 1);
     if (!verdict.next) {
       await finish(ctx, verdict, last, steps);
       return;
@@ -682,8 +733,8 @@ export async function adoptClaimed(
     return r ? [stepResultOf(n, r)] : [];
   });
   steps.push(stepResultOf(stepName, run.receipt));
-  await storeStepEvidence(ctx, stepName, run.runDir, run.receipt);
-  const v = verdictOf(run.receipt, index === 0, index === names.length - 1);
+  const mismatch = await storeStepEvidence(ctx, stepName, run.runDir, run.receipt);
+  const v = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, index === 0, index === names.length - 1);
   if (v.next) {
     // The staged tree of a later step is not rebuilt after a restart: nothing further runs.
     await finish(ctx, { state: JobState.FAILED, outcome: "executor_restarted_between_steps", message: `the executor restarted during ${stepName}; the remaining steps were not run`, next: false }, run.receipt, steps);

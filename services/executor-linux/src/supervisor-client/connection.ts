@@ -41,6 +41,15 @@ export class SupervisorConnectionClosedError extends Error {
   }
 }
 
+/** The supervisor did not answer HELLO in time (e.g. it is stopped or hung). */
+export class SupervisorUnresponsiveError extends Error {
+  override readonly name = "SupervisorUnresponsiveError";
+  /** @param timeoutMs the bound that passed */
+  constructor(readonly timeoutMs: number) {
+    super(`the supervisor did not answer HELLO within ${timeoutMs} ms`);
+  }
+}
+
 /** An authenticated connection to one supervisor (one controller incarnation). */
 export interface SupervisorConnection {
   /** The owner marker the supervisor reported in its HelloAck. */
@@ -172,7 +181,11 @@ export async function connectSupervisor(
   const token = (await readFile(join(runDir, RunDirFiles.token), "utf8")).trim();
   const timeoutMs = options.timeoutMs ?? 5000;
   const socket = connect(join(runDir, RunDirFiles.socket));
-  const timer = setTimeout(() => socket.destroy(new Error(`no HelloAck within ${timeoutMs} ms`)), timeoutMs);
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    socket.destroy(new SupervisorUnresponsiveError(timeoutMs));
+  }, timeoutMs);
   try {
     await new Promise<void>((resolve, reject) => {
       socket.once("connect", resolve);
@@ -205,7 +218,7 @@ export async function connectSupervisor(
     };
   } catch (err) {
     socket.destroy();
-    throw err;
+    throw timedOut ? new SupervisorUnresponsiveError(timeoutMs) : err;
   } finally {
     clearTimeout(timer);
   }

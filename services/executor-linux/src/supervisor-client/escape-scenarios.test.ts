@@ -230,7 +230,7 @@ describe.skipIf(skipReason !== undefined)("supervisor: escaping descendants", ()
 
   test.concurrent("a direct command whose leader exited while a thread runs times out and is killed and reaped", async () => {
     const tag = newTag();
-    const spec = scenarioSpec({ tag, deadlineMs: 3000, graceMs: 300, reserveMs: 1200, commands: [{ script: "true" }] });
+    const spec = scenarioSpec({ tag, deadlineMs: 5000, graceMs: 300, reserveMs: 1200, commands: [{ script: "true" }] });
     const helper = writeZombieLeaderHelper(spec.runDir);
     const heartbeat = join(spec.runDir, "heartbeat");
     spec.commands[0]!.argv = ["/usr/bin/python3", helper, heartbeat];

@@ -8,6 +8,7 @@ export {
   connectSupervisor,
   SupervisorConnectionClosedError,
   SupervisorProtocolError,
+  SupervisorUnresponsiveError,
   type ConnectOptions,
   type SupervisorConnection,
 } from "./connection.js";
@@ -25,7 +26,14 @@ export {
   type SupervisorHandle,
 } from "./launch.js";
 export { defaultSupervisorEntry } from "./paths.js";
-export { runToReceipt, type OutputChunk, type RunToReceiptOptions } from "./run-to-receipt.js";
+export {
+  CONTROLLER_DEADLINE_MARGIN_MS,
+  ControllerUnknownError,
+  runToReceipt,
+  type ControllerUnknownReason,
+  type RunToReceiptOptions,
+} from "./run-to-receipt.js";
+export { JournalMismatchError, readVerifiedJournal, type VerifiedJournal } from "./journals.js";
 export {
   outcomeName,
   phaseName,
@@ -38,6 +46,7 @@ export {
 export {
   InvalidSpecError,
   MAX_ARGV_ENTRIES,
+  CONTROLLER_LOSS_GRACE_DEFAULT_MS,
   MIN_KILL_MARGIN_MS,
   OUTPUT_LIMIT_MAX_BYTES,
   STREAM_LIMIT_MAX_BYTES,

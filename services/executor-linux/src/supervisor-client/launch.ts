@@ -62,6 +62,12 @@ export interface SupervisorHandle {
   verify(): Promise<SupervisorIdentityVerdict>;
   /** Resolves true once the supervisor's identity is no longer alive, false after `timeoutMs`. */
   waitGone(timeoutMs?: number): Promise<boolean>;
+  /**
+   * Sends `signal` to the supervisor through the launching process's own child handle (the pid
+   * cannot be reused while that child is unreaped; false once it exited). For a controller
+   * giving up on a stopped supervisor: SIGCONT lets it run its own cleanup.
+   */
+  signal(signal: NodeJS.Signals): boolean;
 }
 
 function tail(path: string, bytes = 4000): string {
@@ -266,5 +272,6 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
     connect: (incarnationId = randomUUID(), connectOptions) => connectSupervisor(runDir, incarnationId, connectOptions),
     verify: () => verifySupervisorIdentity(marker),
     waitGone: (timeoutMs = 5000) => waitSupervisorGone(marker, timeoutMs),
+    signal: (sig) => exited === undefined && child.kill(sig),
   };
 }

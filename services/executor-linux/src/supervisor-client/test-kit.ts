@@ -164,6 +164,19 @@ export async function killTagged(tag: string, timeoutMs = 5000): Promise<void> {
 }
 
 /**
+ * A test's own cleanup of a supervisor it launched: SIGTERM (a cancel: the supervisor reaps
+ * its tree) through the launching handle, then SIGKILL if it is still there, then every
+ * process carrying `tag`. Does nothing when the supervisor is already gone.
+ */
+export async function stopScenario(handle: { verify(): Promise<string>; signal(s: NodeJS.Signals): boolean; waitGone(ms?: number): Promise<boolean> } | undefined, tag: string): Promise<void> {
+  if (handle !== undefined && (await handle.verify()) === "alive") {
+    handle.signal("SIGTERM");
+    if (!(await handle.waitGone(5000))) handle.signal("SIGKILL");
+  }
+  await killTagged(tag);
+}
+
+/**
  * Writes a scenario helper (python3; ctypes releases the GIL around the call) whose main thread
  * starts a worker thread and then ends with the raw SYS_exit syscall — what `pthread_exit` in
  * `main` does in C: the thread-group leader becomes a zombie (`Z` in /proc/<tgid>/stat) while

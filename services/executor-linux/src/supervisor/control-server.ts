@@ -21,7 +21,8 @@ import { FrameDecoder, FrameTooLargeError, encodeFrame } from "./framing.js";
 
 /** Largest read the protocol allows (mirrors ReadOutputRequest.max_bytes lte). */
 export const MAX_READ_BYTES = 1024 * 1024;
-const HELLO_TIMEOUT_MS = 10_000;
+/** Time a new connection has to send HELLO (also the first controller's, under policy CANCEL). */
+export const HELLO_TIMEOUT_MS = 10_000;
 const MAX_INCARNATION_ID_LENGTH = 256;
 
 /** What the control socket asks of the supervisor. */
@@ -40,6 +41,8 @@ export interface ControlHandlers {
   receipt(wait: boolean): Promise<Receipt | undefined>;
   /** Called after a receipt was written to a controller. */
   receiptDelivered(): void;
+  /** Called whenever the number of attached controllers (connections past HELLO) changes. */
+  controllersChanged?(attached: number): void;
 }
 
 /** Options of the control server. */
@@ -99,6 +102,17 @@ export class ControlServer {
     return this.#connections.size;
   }
 
+  /** Connections whose HELLO was accepted and that are still open: the attached controllers. */
+  get attachedControllers(): number {
+    let n = 0;
+    for (const c of this.#connections) if (c.incarnationId !== undefined && !c.closed) n++;
+    return n;
+  }
+
+  #notifyControllers(): void {
+    this.#options.handlers.controllersChanged?.(this.attachedControllers);
+  }
+
   /** Stops accepting, closes every connection and removes the socket file. */
   async close(): Promise<void> {
     for (const c of this.#connections) c.socket.destroy();
@@ -137,8 +151,10 @@ export class ControlServer {
     helloTimer.unref();
     socket.on("close", () => {
       clearTimeout(helloTimer);
+      const wasAttached = state.incarnationId !== undefined;
       state.closed = true;
       this.#connections.delete(state);
+      if (wasAttached) this.#notifyControllers();
     });
     socket.on("error", () => socket.destroy());
     socket.on("data", (chunk: Buffer) => {
@@ -194,6 +210,7 @@ export class ControlServer {
       }
       log.info({ event: "hello", incarnationId: id, previousIncarnationId: previous, peerPid: state.peerPid }, "controller attached");
       this.#send(state.socket, create(ServerFrameSchema, { body: { case: "helloAck", value: handlers.helloAck(previous) } }));
+      this.#notifyControllers();
       return;
     }
     try {
@@ -259,7 +276,9 @@ export class ControlServer {
 
   #refuse(state: ConnectionState, code: string, message: string): void {
     if (state.closed) return;
+    const wasAttached = state.incarnationId !== undefined;
     state.closed = true;
+    if (wasAttached) this.#notifyControllers();
     this.#options.log.warn(
       { event: "refused", code, peerPid: state.peerPid, incarnationId: state.incarnationId },
       `control connection refused: ${message}`,

@@ -1,4 +1,5 @@
 import {
+  ControllerLossPolicy,
   Outcome,
   Phase,
   type CommandResult,
@@ -23,8 +24,16 @@ export interface StreamStatsJson {
   /** Bytes kept in the journal (≤ the stream limit and the job budget). */
   readonly keptBytes: number;
   readonly truncated: boolean;
-  /** SHA-256 of the kept bytes. */
+  /** SHA-256 of the kept bytes (head then tail, as the journal holds them). */
   readonly sha256: string;
+  /** SHA-256 of every byte produced, kept or not. */
+  readonly producedSha256: string;
+  /** Kept head: produced bytes [0, headBytes). */
+  readonly headBytes: number;
+  /** Kept tail: produced bytes [bytes - tailBytes, bytes). */
+  readonly tailBytes: number;
+  /** Produced bytes dropped between head and tail. */
+  readonly elidedBytes: number;
 }
 
 /** One command's result as JSON. */
@@ -107,6 +116,10 @@ export interface ReceiptJson {
   readonly jobId: string;
   readonly attempt: number;
   readonly fence: string;
+  /** What the supervisor does without a controller: "keep" (re-adoption) or "cancel". */
+  readonly controllerLossPolicy: "keep" | "cancel";
+  /** The supervisor cancelled because its controller was gone (policy cancel). */
+  readonly controllerLost: boolean;
 }
 
 /** Maps the proto enum to its lowercase JSON name (unspecified → "unknown"). */
@@ -149,6 +162,10 @@ function streamJson(s: StreamStats | undefined): StreamStatsJson {
     keptBytes: Number(s?.keptBytes ?? 0n),
     truncated: s?.truncated ?? false,
     sha256: s?.sha256 ?? "",
+    producedSha256: s?.producedSha256 ?? "",
+    headBytes: Number(s?.headBytes ?? 0n),
+    tailBytes: Number(s?.tailBytes ?? 0n),
+    elidedBytes: Number(s?.elidedBytes ?? 0n),
   };
 }
 
@@ -239,5 +256,7 @@ export function receiptToJson(receipt: Receipt): ReceiptJson {
     jobId: marker?.jobId ?? "",
     attempt: marker?.attempt ?? 0,
     fence: String(marker?.fence ?? 0n),
+    controllerLossPolicy: receipt.controllerLossPolicy === ControllerLossPolicy.CANCEL ? "cancel" : "keep",
+    controllerLost: receipt.controllerLost,
   };
 }

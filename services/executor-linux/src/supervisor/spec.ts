@@ -1,5 +1,5 @@
 import { isAbsolute, join } from "node:path";
-import type { SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { ControllerLossPolicy, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { containmentProblems } from "./containment.js";
 import { MAX_SOCKET_PATH_BYTES, RunDirFiles } from "./run-dir.js";
 
@@ -12,6 +12,16 @@ export const OUTPUT_LIMIT_MAX_BYTES = 16 * 1024 * 1024;
  * and writing the receipt. A reserve below grace + this margin is refused.
  */
 export const MIN_KILL_MARGIN_MS = 250;
+
+/** Default grace for a new HELLO after the last controller left (policy CANCEL). */
+export const CONTROLLER_LOSS_GRACE_DEFAULT_MS = 2000;
+/** Largest controller_loss_grace_ms the schema allows. */
+export const CONTROLLER_LOSS_GRACE_MAX_MS = 60_000;
+
+/** The spec's controller-loss grace (0 → the 2 s default). */
+export function controllerLossGraceMs(spec: SupervisorSpec): number {
+  return spec.controllerLossGraceMs === 0 ? CONTROLLER_LOSS_GRACE_DEFAULT_MS : spec.controllerLossGraceMs;
+}
 
 /** Most argv entries (argv[0] included) one command may have (the schema's bound). */
 export const MAX_ARGV_ENTRIES = 64;
@@ -69,6 +79,12 @@ export function specProblems(spec: SupervisorSpec, nowUnixMs?: number): string[]
   }
   if (spec.cleanupReserveMs < spec.graceMs + MIN_KILL_MARGIN_MS) {
     problems.push(`cleanup_reserve_ms (${spec.cleanupReserveMs}) must be at least grace_ms (${spec.graceMs}) + ${MIN_KILL_MARGIN_MS} ms`);
+  }
+  if (!Object.values(ControllerLossPolicy).includes(spec.controllerLossPolicy)) {
+    problems.push(`controller_loss_policy ${spec.controllerLossPolicy} is not a defined value`);
+  }
+  if (spec.controllerLossGraceMs > CONTROLLER_LOSS_GRACE_MAX_MS) {
+    problems.push(`controller_loss_grace_ms exceeds ${CONTROLLER_LOSS_GRACE_MAX_MS}`);
   }
   const limits = effectiveLimits(spec);
   if (limits.streamLimitBytes > STREAM_LIMIT_MAX_BYTES) problems.push(`stream_limit_bytes exceeds ${STREAM_LIMIT_MAX_BYTES}`);

@@ -7,6 +7,7 @@ import {
   CancelAckSchema,
   CleanupStatsSchema,
   CommandResultSchema,
+  ControllerLossPolicy,
   GoAckSchema,
   HelloAckSchema,
   Outcome,
@@ -35,12 +36,12 @@ import { signalDisposition, type ProcFs, type ProcStat } from "../native/proc-fs
 import { writeFileAtomic, writeFileAtomicAsync } from "./atomic-file.js";
 import { runCleanup, type CleanupResult } from "./cleanup.js";
 import type { Containment } from "./containment.js";
-import { ControlServer } from "./control-server.js";
+import { ControlServer, HELLO_TIMEOUT_MS } from "./control-server.js";
 import { DescendantLedger, findDescendants, liveOnly } from "./process-tree.js";
 import { Reaper } from "./reaper.js";
 import { outcomeName, receiptToJson } from "./receipt-json.js";
 import { RunDirFiles, journalFileName } from "./run-dir.js";
-import { MIN_KILL_MARGIN_MS, effectiveLimits } from "./spec.js";
+import { MIN_KILL_MARGIN_MS, controllerLossGraceMs, effectiveLimits } from "./spec.js";
 import { OutputBudget, StreamJournal } from "./journal.js";
 import { Wake } from "./wake.js";
 
@@ -93,6 +94,13 @@ interface CommandState {
 
 const SIGCHLD = 17;
 
+/**
+ * Cleanup time a supervisor takes when it finds itself already past its deadline (it was
+ * stopped, e.g. SIGSTOP from the command, or starved): the deadline is lost either way — the
+ * receipt says unknown, `deadline_overrun` — but the tree is still killed and reaped.
+ */
+export const LATE_CLEANUP_MS = 2000;
+
 const SIGNAL_NAMES: ReadonlyMap<number, string> = new Map(
   Object.entries(osConstants.signals).map(([name, num]) => [num, name] as const),
 );
@@ -132,6 +140,11 @@ export class Supervisor {
   #receipt: Receipt | undefined;
   #receiptDelivered = false;
   readonly #receiptWaiters: Array<(r: Receipt) => void> = [];
+  /** Policy CANCEL: armed while no controller is attached and the job has not reached cleanup. */
+  #lossTimer: NodeJS.Timeout | undefined;
+  #controllerLost = false;
+  /** Cleanup began after the deadline itself had passed. */
+  #overran = false;
 
   /** Prepares (nothing runs until run()). */
   constructor(options: SupervisorOptions) {
@@ -199,9 +212,12 @@ export class Supervisor {
           this.#receiptDelivered = true;
           this.#wake.notify();
         },
+        controllersChanged: (attached) => this.#controllersChanged(attached),
       },
     });
     await this.#server.listen();
+    // The first controller must attach within the HELLO timeout (it connects right after launch).
+    this.#armLossTimer(Math.max(HELLO_TIMEOUT_MS, controllerLossGraceMs(spec)));
     this.#marker = create(OwnerMarkerSchema, {
       supervisor: { pid: this.#selfPid, startTimeTicks: this.#o.selfStartTimeTicks, bootId: this.#o.bootId },
       jobId: spec.jobId,
@@ -244,6 +260,7 @@ export class Supervisor {
       log.error({ event: "cleanup_error", err }, "cleanup failed; outcome unknown");
     }
     await this.#drainStreams(cleanup?.echild === true);
+    this.#disarmLossTimer();
     const receipt = this.#buildReceipt(cleanup);
     log.info({ event: "receipt_built" }, "receipt built; serving it");
     // Served first: the fsyncs below can take tens of ms on a busy disk, and a controller acts
@@ -331,6 +348,37 @@ export class Supervisor {
   receipt(wait: boolean): Promise<Receipt | undefined> {
     if (this.#receipt !== undefined || !wait) return Promise.resolve(this.#receipt);
     return new Promise((resolve) => this.#receiptWaiters.push(resolve));
+  }
+
+  #cancelsOnLoss(): boolean {
+    return this.#o.spec.controllerLossPolicy === ControllerLossPolicy.CANCEL;
+  }
+
+  /**
+   * Policy CANCEL: with no controller attached the loss timer runs; a HELLO stops it. Once the
+   * receipt is being built nothing is armed any more (the job is over either way).
+   */
+  #controllersChanged(attached: number): void {
+    if (attached > 0) this.#disarmLossTimer();
+    else this.#armLossTimer(controllerLossGraceMs(this.#o.spec));
+  }
+
+  #armLossTimer(ms: number): void {
+    if (!this.#cancelsOnLoss() || this.#lossTimer !== undefined || this.#spawnClosed || this.#cancelReason !== undefined) return;
+    if ((this.#server?.attachedControllers ?? 0) > 0) return;
+    this.#lossTimer = setTimeout(() => {
+      this.#lossTimer = undefined;
+      if ((this.#server?.attachedControllers ?? 0) > 0 || this.#spawnClosed || this.#cancelReason !== undefined) return;
+      this.#controllerLost = true;
+      this.#o.log.warn({ event: "controller_lost", graceMs: ms }, "no controller attached within the grace; cancelling (policy cancel)");
+      this.cancel(`controller lost: no controller attached for ${ms} ms (policy cancel)`);
+    }, ms);
+  }
+
+  #disarmLossTimer(): void {
+    if (this.#lossTimer === undefined) return;
+    clearTimeout(this.#lossTimer);
+    this.#lossTimer = undefined;
   }
 
   #helloAck(previousIncarnationId: string): HelloAck {
@@ -490,6 +538,8 @@ export class Supervisor {
     this.#phase = Phase.CLEANING_UP;
     // A prepared command that never started: its journals see EOF once our write ends go.
     for (const c of this.#commands) this.#closeWriteEnds(c);
+    this.#overran = this.#now() >= this.#deadline;
+    if (this.#overran) log.warn({ event: "cleanup_late" }, "cleanup starts past the deadline; SIGKILL rounds for up to the late-cleanup time");
     log.info({ event: "cleanup_started" }, "cleanup started");
     const result = await runCleanup(
       {
@@ -503,8 +553,9 @@ export class Supervisor {
         ...(this.#o.containment !== undefined ? { onKillPhase: () => this.#o.containment?.killAll() } : {}),
       },
       {
-        budgetEnd: this.#deadline,
-        graceMs: spec.graceMs,
+        // Never beyond the deadline, unless it has already passed: then a bounded late cleanup.
+        budgetEnd: this.#overran ? this.#now() + LATE_CLEANUP_MS : this.#deadline,
+        graceMs: this.#overran ? 0 : spec.graceMs,
         killMarginMs: MIN_KILL_MARGIN_MS,
         ...(this.#leftoverScan !== undefined ? { initialScan: this.#leftoverScan } : {}),
       },
@@ -576,6 +627,10 @@ export class Supervisor {
       outcome = Outcome.UNKNOWN;
       reason = "supervisor_error";
       message = `The supervisor hit an internal error (${String((this.#fatal as Error)?.message ?? this.#fatal)}); ${echild ? "cleanup reached ECHILD but the task outcome cannot be proved" : "cleanup could not be proved"}.`;
+    } else if (this.#overran) {
+      outcome = Outcome.UNKNOWN;
+      reason = "deadline_overrun";
+      message = `The supervisor could not act before its deadline (it was stopped or starved); cleanup started late and ${echild ? "reached ECHILD after the deadline" : "did not reach ECHILD"}.`;
     } else if (!echild) {
       outcome = Outcome.UNKNOWN;
       reason = "cleanup_unproved";
@@ -586,6 +641,12 @@ export class Supervisor {
       outcome = Outcome.UNKNOWN;
       reason = problem.slice(0, problem.indexOf(":"));
       message = `ECHILD was observed, but the job's cgroup did not prove empty (${problem}).`;
+    } else if (this.#controllerLost && this.#cancelEffective) {
+      outcome = Outcome.CANCELLED;
+      reason = "controller_lost";
+      message = this.#cancelledBeforeGo
+        ? "The controller was gone before GO and the policy is cancel; no command started."
+        : "The controller's connection was gone for the grace and the policy is cancel; the tree was terminated and reaped to ECHILD.";
     } else if (this.#cancelledBeforeGo) {
       outcome = Outcome.CANCELLED;
       reason = "cancelled_before_go";
@@ -653,6 +714,8 @@ export class Supervisor {
       durationMs: Math.max(0, finishedUnixMs - from),
       outputKeptBytes: kept,
       containment: this.#o.containment?.report(),
+      controllerLossPolicy: this.#cancelsOnLoss() ? ControllerLossPolicy.CANCEL : ControllerLossPolicy.KEEP,
+      controllerLost: this.#controllerLost,
     });
   }
 

@@ -1,0 +1,224 @@
+// `seraph-exec run` (the compiled bin) against commands that attack their supervisor with the
+// same uid, and against its own death: every run ends with exactly one JSON object (a receipt,
+// or outcome unknown with a reason) and exit 4 when nothing can be trusted, never a stack
+// trace; when seraph-exec dies its supervisor cancels (policy cancel) and writes its receipt.
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, test } from "vitest";
+import { createProcFs, isExited } from "../native/proc-fs.js";
+import { CONTROLLER_DEADLINE_MARGIN_MS } from "../supervisor-client/run-to-receipt.js";
+import { facilityGate, killTagged, newTag, processesTagged, waitFor } from "../supervisor-client/test-kit.js";
+import { RunDirFiles } from "../supervisor/run-dir.js";
+
+const skipReason = await facilityGate();
+const BIN = fileURLToPath(new URL("../../bin/seraph-exec.js", import.meta.url));
+const proc = createProcFs();
+const roots: string[] = [];
+
+interface CliRun {
+  readonly child: ChildProcess;
+  readonly tag: string;
+  /** TMPDIR of this run: its run dir (seraph-exec-*) is created inside. */
+  readonly root: string;
+  readonly done: Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>;
+}
+
+/** Starts `seraph-exec run <args>` with a private TMPDIR; every process of the run carries the tag. */
+function startCli(args: readonly string[]): CliRun {
+  const tag = newTag();
+  const root = mkdtempSync(join(tmpdir(), "sxc-"));
+  roots.push(root);
+  const child = spawn(process.execPath, [BIN, "run", ...args], {
+    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", TMPDIR: root, SERAPH_SCENARIO: tag },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout?.on("data", (d: Buffer) => (stdout += d.toString()));
+  child.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+  const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>((resolve) =>
+    child.once("close", (code, signal) => resolve({ code, signal, stdout, stderr })),
+  );
+  return { child, tag, root, done };
+}
+
+function runDirOf(run: CliRun): string | undefined {
+  const name = readdirSync(run.root).find((n) => n.startsWith("seraph-exec-"));
+  return name === undefined ? undefined : join(run.root, name);
+}
+
+/** The supervisor named by the run dir's marker (pid + start time), if still alive. */
+function supervisorOf(runDir: string | undefined): { pid: number; start: bigint } | undefined {
+  if (runDir === undefined) return undefined;
+  try {
+    const marker = JSON.parse(readFileSync(join(runDir, RunDirFiles.markerJson), "utf8")) as { supervisor: { pid: number; startTimeTicks: string } };
+    return { pid: marker.supervisor.pid, start: BigInt(marker.supervisor.startTimeTicks) };
+  } catch {
+    return undefined;
+  }
+}
+
+function alive(s: { pid: number; start: bigint } | undefined): boolean {
+  if (s === undefined) return false;
+  const stat = proc.readStat(s.pid);
+  return stat !== undefined && stat.startTimeTicks === s.start && !isExited(stat);
+}
+
+/**
+ * The test's own cleanup: the supervisor of this run (identity-checked against its marker;
+ * SIGCONT + SIGTERM = cancel, then SIGKILL), then every process carrying the run's tag.
+ */
+async function cleanUp(run: CliRun): Promise<void> {
+  run.child.kill("SIGKILL");
+  const sup = supervisorOf(runDirOf(run));
+  if (alive(sup)) {
+    process.kill(sup!.pid, "SIGCONT");
+    process.kill(sup!.pid, "SIGTERM");
+    if (!(await waitFor(() => !alive(sup), 5000)) && alive(sup)) process.kill(sup!.pid, "SIGKILL");
+  }
+  await killTagged(run.tag);
+}
+
+/** The one JSON object the CLI printed (stdout has exactly one line). */
+function onlyJson(stdout: string): Record<string, unknown> {
+  const lines = stdout.trim().split("\n");
+  expect(lines).toHaveLength(1);
+  return JSON.parse(lines[0] ?? "") as Record<string, unknown>;
+}
+
+describe.skipIf(skipReason !== undefined)("seraph-exec run: the controller always ends with a receipt or unknown", () => {
+  afterAll(() => {
+    for (const r of roots) rmSync(r, { recursive: true, force: true });
+  });
+
+  test.concurrent("a descendant SIGSTOPs the supervisor: unknown supervisor_unresponsive (exit 4) by deadline + margin; resumed, it cleans up", async () => {
+    const run = startCli(["--json", "--deadline-ms", "6000", "--grace-ms", "200", "--", "/bin/sh", "-c", "kill -STOP $PPID; sleep 120"]);
+    try {
+      const started = Date.now();
+      const r = await run.done;
+      expect(r.code).toBe(4);
+      const json = onlyJson(r.stdout);
+      expect(json).toMatchObject({ outcome: "unknown", reason: "supervisor_unresponsive", echildObserved: false });
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+      // It ends at all (it used to wait forever): bounded by its own deadline, with generous
+      // slack for process start-up on a loaded host (this is no performance claim).
+      expect(Date.now() - started).toBeLessThan(6000 + CONTROLLER_DEADLINE_MARGIN_MS + 20_000);
+      // On its way out the CLI resumed the supervisor: past its deadline and without a
+      // controller it cleans up to ECHILD and writes its receipt.
+      const runDir = json["runDir"] as string;
+      expect(await waitFor(() => existsSync(join(runDir, RunDirFiles.receiptJson)), 10_000)).toBe(true);
+      const receipt = JSON.parse(readFileSync(join(runDir, RunDirFiles.receiptJson), "utf8")) as Record<string, unknown>;
+      // Stopped past its deadline, it says so (unknown) even though it reaped everything late.
+      expect(receipt).toMatchObject({ outcome: "unknown", reason: "deadline_overrun", echildObserved: true });
+      expect(await waitFor(() => processesTagged(run.tag).length === 0, 5000)).toBe(true);
+    } finally {
+      await cleanUp(run);
+    }
+  });
+
+  test.concurrent("a descendant SIGKILLs the supervisor: unknown supervisor_lost (exit 4), one JSON object, no stack trace", async () => {
+    const run = startCli(["--json", "--deadline-ms", "30000", "--", "/bin/sh", "-c", "kill -KILL $PPID; sleep 120"]);
+    try {
+      const r = await run.done;
+      expect(r.code).toBe(4);
+      expect(onlyJson(r.stdout)).toMatchObject({ outcome: "unknown", reason: "supervisor_lost", echildObserved: false });
+      expect(r.stderr).not.toMatch(/SupervisorConnectionClosedError|\n\s+at /);
+    } finally {
+      // Without a job user the orphaned sleep survives its killed supervisor (a known limit).
+      await cleanUp(run);
+    }
+  });
+
+  test.concurrent("a descendant reads the token from the run dir and sends its own HELLO: unknown controller_superseded; the supervisor then cancels", async () => {
+    const root = mkdtempSync(join(tmpdir(), "sxa-"));
+    roots.push(root);
+    const attacker = join(root, "hello.py");
+    writeFileSync(
+      attacker,
+      `import socket, struct, sys, time
+d = "/proc/%s/cwd" % sys.argv[1]
+token = open(d + "/token").read().strip().encode()
+inc = b"attacker"
+hello = b"\\x0a" + bytes([len(token)]) + token + b"\\x12" + bytes([len(inc)]) + inc
+frame = b"\\x0a" + bytes([len(hello)]) + hello
+s = socket.socket(socket.AF_UNIX)
+s.connect(d + "/ctl.sock")
+s.sendall(struct.pack(">I", len(frame)) + frame)
+s.recv(65536)
+time.sleep(1)
+`,
+    );
+    const run = startCli(["--json", "--deadline-ms", "60000", "--", "/bin/sh", "-c", `/usr/bin/python3 ${attacker} $PPID; sleep 120`]);
+    try {
+      const r = await run.done;
+      expect(r.code).toBe(4);
+      const json = onlyJson(r.stdout);
+      expect(json).toMatchObject({ outcome: "unknown", reason: "controller_superseded" });
+      // Once the attacker's connection is gone too, policy cancel ends the job well before its deadline.
+      const runDir = json["runDir"] as string;
+      expect(await waitFor(() => existsSync(join(runDir, RunDirFiles.receiptJson)), 15_000)).toBe(true);
+      const receipt = JSON.parse(readFileSync(join(runDir, RunDirFiles.receiptJson), "utf8")) as Record<string, unknown>;
+      expect(receipt).toMatchObject({ outcome: "cancelled", reason: "controller_lost", controllerLossPolicy: "cancel", echildObserved: true });
+      expect(await waitFor(() => processesTagged(run.tag).length === 0, 5000)).toBe(true);
+    } finally {
+      await cleanUp(run);
+    }
+  });
+
+  const forge = 'for f in /proc/$PPID/fd/*; do case "$(readlink "$f")" in */cmd-0.stdout) printf "FORGED-OUTPUT" > "$f";; esac; done';
+
+  test.concurrent("the command rewrites its journal through /proc/<ppid>/fd: journal_mismatch (exit 4), the forged bytes are never shown", async () => {
+    const run = startCli(["--", "/bin/sh", "-c", `echo original-output; ${forge}; echo more`]);
+    try {
+      const r = await run.done;
+      expect(r.code).toBe(4);
+      expect(r.stdout).not.toContain("FORGED");
+      expect(r.stdout).not.toContain("original-output");
+      expect(r.stderr).toContain("unknown (journal_mismatch)");
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+    } finally {
+      await cleanUp(run);
+    }
+  });
+
+  test.concurrent("journal_mismatch with --json: one object, outcome unknown, the supervisor's own outcome beside it", async () => {
+    const run = startCli(["--json", "--", "/bin/sh", "-c", `echo original-output; ${forge}`]);
+    try {
+      const r = await run.done;
+      expect(r.code).toBe(4);
+      expect(onlyJson(r.stdout)).toMatchObject({ outcome: "unknown", reason: "journal_mismatch", supervisorOutcome: "succeeded", echildObserved: true });
+    } finally {
+      await cleanUp(run);
+    }
+  });
+
+  for (const sig of ["SIGKILL", "SIGHUP"] as const) {
+    test.concurrent(`${sig} to seraph-exec: its supervisor cancels, cleans to ECHILD and writes its receipt (policy cancel)`, async () => {
+      const run = startCli(["--json", "--keep-run-dir", "--deadline-ms", "60000", "--grace-ms", "300", "--", "/bin/sh", "-c", "sleep 120 & echo started; sleep 120"]);
+      try {
+        expect(await waitFor(() => processesTagged(run.tag).filter((p) => p.comm === "sleep").length === 2, 10_000)).toBe(true);
+        const runDir = runDirOf(run);
+        expect(runDir).toBeDefined();
+        run.child.kill(sig);
+        const r = await run.done;
+        expect(await waitFor(() => existsSync(join(runDir!, RunDirFiles.receiptJson)), 15_000)).toBe(true);
+        const receipt = JSON.parse(readFileSync(join(runDir!, RunDirFiles.receiptJson), "utf8")) as Record<string, unknown>;
+        expect(receipt).toMatchObject({ outcome: "cancelled", controllerLossPolicy: "cancel", echildObserved: true, deadlineReached: false });
+        if (sig === "SIGKILL") {
+          expect(r.signal).toBe("SIGKILL");
+          expect(receipt).toMatchObject({ reason: "controller_lost", controllerLost: true });
+        } else {
+          // SIGHUP (the terminal closed) is a cancellation: seraph-exec still prints the receipt.
+          expect(r.code).toBe(130);
+          expect(onlyJson(r.stdout)).toMatchObject({ outcome: "cancelled", reason: "cancelled", cancelRequested: true });
+        }
+        expect(await waitFor(() => processesTagged(run.tag).length === 0, 5000)).toBe(true);
+      } finally {
+        await cleanUp(run);
+      }
+    });
+  }
+});
