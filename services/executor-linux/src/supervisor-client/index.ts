@@ -31,6 +31,7 @@ export {
   ControllerUnknownError,
   runToReceipt,
   type ControllerUnknownReason,
+  type OutputChunk,
   type RunToReceiptOptions,
 } from "./run-to-receipt.js";
 export { JournalMismatchError, readVerifiedJournal, type VerifiedJournal } from "./journals.js";

@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
@@ -63,9 +63,10 @@ export interface SupervisorHandle {
   /** Resolves true once the supervisor's identity is no longer alive, false after `timeoutMs`. */
   waitGone(timeoutMs?: number): Promise<boolean>;
   /**
-   * Sends `signal` to the supervisor through the launching process's own child handle (the pid
-   * cannot be reused while that child is unreaped; false once it exited). For a controller
-   * giving up on a stopped supervisor: SIGCONT lets it run its own cleanup.
+   * Sends `signal` to the supervisor through this process's own child handle (the pid cannot
+   * be reused while that child is unreaped); false once it exited, or when a supervisor host
+   * started it (not our child). For a controller giving up on a stopped supervisor: SIGCONT
+   * lets it run its own cleanup.
    */
   signal(signal: NodeJS.Signals): boolean;
 }
@@ -120,6 +121,9 @@ export interface SupervisorHostAddress {
   readonly tokenFile: string;
 }
 
+/** Supervisors this process started itself and has not seen exit, by pid (for SupervisorHandle.signal). */
+const ownChildren = new Map<number, ChildProcess>();
+
 /**
  * Starts `node <entry> --spec <specPath>` detached (own session, stdio ignored but stderr into
  * the run dir, empty environment, unref'd) and waits (bounded) until the owner marker and the
@@ -151,8 +155,10 @@ export async function spawnSupervisorProcess(
   child.once("exit", (code, signal) => {
     exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}`;
     if (child.pid !== undefined) options.onExit?.(child.pid);
+    if (child.pid !== undefined) ownChildren.delete(child.pid);
   });
   child.unref();
+  if (child.pid !== undefined) ownChildren.set(child.pid, child);
 
   const markerPath = join(runDir, RunDirFiles.marker);
   const socketPath = join(runDir, RunDirFiles.socket);
@@ -272,6 +278,6 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
     connect: (incarnationId = randomUUID(), connectOptions) => connectSupervisor(runDir, incarnationId, connectOptions),
     verify: () => verifySupervisorIdentity(marker),
     waitGone: (timeoutMs = 5000) => waitSupervisorGone(marker, timeoutMs),
-    signal: (sig) => exited === undefined && child.kill(sig),
+    signal: (sig) => ownChildren.get(pid)?.kill(sig) ?? false,
   };
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { Receipt, SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { Stream, type Receipt, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import {
   SupervisorProtocolError,
   SupervisorUnresponsiveError,
@@ -47,8 +47,50 @@ export class ControllerUnknownError extends Error {
   }
 }
 
+/** A piece of a command's captured output, delivered in order per (command, stream). */
+export interface OutputChunk {
+  readonly command: number;
+  readonly stream: "stdout" | "stderr";
+  /** Offset of `data` in the kept journal. */
+  readonly offset: number;
+  readonly data: Uint8Array;
+}
+
+const STREAMS = [
+  ["stdout", Stream.STDOUT],
+  ["stderr", Stream.STDERR],
+] as const;
+
+async function pumpOutput(
+  conn: SupervisorConnection,
+  upTo: number,
+  offsets: Map<string, number>,
+  onOutput: (chunk: OutputChunk) => void,
+): Promise<void> {
+  for (let command = 0; command <= upTo; command++) {
+    for (const [name, stream] of STREAMS) {
+      const key = `${command}:${name}`;
+      for (;;) {
+        const offset = offsets.get(key) ?? 0;
+        const r = await conn.readOutput(stream, command, offset, 1024 * 1024);
+        if (r.data.length === 0) break;
+        offsets.set(key, offset + r.data.length);
+        onOutput({ command, stream: name, offset, data: r.data });
+      }
+    }
+  }
+}
+
 /** Options of runToReceipt. */
 export interface RunToReceiptOptions extends LaunchOptions {
+  /**
+   * Receives kept output over the socket while the job runs (polled) and the rest after the
+   * receipt. These bytes come from the journal files and are NOT checked against the receipt:
+   * for tests and progress only; show output only through readVerifiedJournal.
+   */
+  readonly onOutput?: (chunk: OutputChunk) => void;
+  /** Output poll interval while running (default 50 ms). */
+  readonly outputPollMs?: number;
   /** Abort = cancel (before GO the commands never start). */
   readonly signal?: AbortSignal;
   /** Controller incarnation id (default: a fresh UUID). */
@@ -116,7 +158,24 @@ export async function runToReceipt(spec: SupervisorSpec, options: RunToReceiptOp
     if (options.signal?.aborted === true) await bounded(conn.cancel("aborted by the controller"));
     options.signal?.addEventListener("abort", onAbort, { once: true });
     if (spec.startBarrier) await bounded(conn.go());
-    const receipt = await bounded(conn.receipt(true));
+    const receiptPromise = conn.receipt(true);
+    const onOutput = options.onOutput;
+    if (onOutput !== undefined) {
+      let settled = false;
+      void receiptPromise.then(
+        () => (settled = true),
+        () => (settled = true),
+      );
+      const offsets = new Map<string, number>();
+      while (!settled) {
+        const status = await bounded(conn.status());
+        await bounded(pumpOutput(conn, Math.max(0, status.currentCommand), offsets, onOutput));
+        await bounded(Promise.race([receiptPromise, new Promise((r) => setTimeout(r, options.outputPollMs ?? 50))]));
+      }
+      await bounded(receiptPromise);
+      await bounded(pumpOutput(conn, spec.commands.length - 1, offsets, onOutput));
+    }
+    const receipt = await bounded(receiptPromise);
     if (receipt === undefined) throw new Error("the supervisor answered a waiting receipt request without a receipt");
     return receipt;
   } catch (err) {
