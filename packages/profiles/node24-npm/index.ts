@@ -8,3 +8,4 @@ export { FOREIGN_LOCKFILES, NPM_LOCKFILES, parseNpmLock } from "./lockfile.js";
 export type { NpmLock } from "./lockfile.js";
 export { inspectTsconfigChain, parseTsconfigText } from "./tsconfig-chain.js";
 export type { TsconfigChain, TsconfigReader } from "./tsconfig-chain.js";
+export { NODE_CLEANUP_CLAIM } from "./approval.js";

@@ -3,7 +3,7 @@ import { DriftSchema, IdentityKind, type Drift, type Identity, type Inspection }
 
 function key(i: Identity): string {
   // There is one runtime per inspection; a re-inspection may reach it by another path.
-  return i.kind === IdentityKind.NODE_EXECUTABLE ? `${i.kind}` : `${i.kind}\u0000${i.name}`;
+  return i.kind === IdentityKind.NODE_EXECUTABLE || i.kind === IdentityKind.PYTHON_EXECUTABLE ? `${i.kind}` : `${i.kind}\u0000${i.name}`;
 }
 
 /**
@@ -36,6 +36,8 @@ const KIND_WORDS: Record<number, string> = {
   [IdentityKind.TYPESCRIPT_COMPILER]: "TypeScript compiler",
   [IdentityKind.BIN_ALIAS_MAP]: ".bin alias map",
   [IdentityKind.DEPENDENCY_MANIFEST]: "dependency manifest",
+  [IdentityKind.PYTHON_EXECUTABLE]: "Python interpreter",
+  [IdentityKind.PYTHON_CONFIG]: "Python configuration file",
 };
 
 /** One sentence for a drift ("the source file src/a.js changed since inspection"). */

@@ -3,6 +3,9 @@ import { canonicalJson, type CanonicalValue } from "./canonical-json.js";
 import { sha256Hex } from "./digest.js";
 import { LIMIT_NAMES, limitValues } from "./limits.js";
 
+/** The Python profile's name (its inspections hash their own inputs too). */
+const PYTHON_PROFILE_NAME = "repo-python3-v1";
+
 /** The domain tag that starts the hashed bytes; bump the trailing number if the encoding changes. */
 export const INSPECTION_HASH_DOMAIN = "seraph.profile.v1.inspection/1\n";
 
@@ -19,13 +22,27 @@ export function sortIdentities(identities: readonly Identity[]): Identity[] {
  * identities[{kind, name, sha256, size}]}`.
  * Host-specific values are left out so the same inputs hash the same on every executor: the
  * repository path, the time, the absolute argv and the node executable's path (its identity
- * enters by SHA-256, size and version, under the name "node").
+ * enters by SHA-256, size and version, under the name "node"). A repo-python3-v1 inspection also
+ * covers test_paths, python_version, site_packages, framework and framework_version, and its
+ * interpreter enters under the name "python".
  */
 export function inspectionHashInput(inspection: Inspection): string {
   const limits = limitValues(inspection.limits ?? ({} as never));
   const limitsJson: Record<string, CanonicalValue> = {};
   for (const n of LIMIT_NAMES) limitsJson[n] = String(limits[n]);
+  // repo-python3-v1 adds its own inputs; Node inspections hash exactly as before.
+  const python: Record<string, CanonicalValue> =
+    inspection.profile === PYTHON_PROFILE_NAME
+      ? {
+          test_paths: [...inspection.testPaths],
+          python_version: inspection.pythonVersion,
+          site_packages: inspection.sitePackages,
+          framework: inspection.framework,
+          framework_version: inspection.frameworkVersion,
+        }
+      : {};
   const value: CanonicalValue = {
+    ...python,
     profile: inspection.profile,
     selection: Selection[inspection.selection] ?? String(inspection.selection),
     source_paths: [...inspection.sourcePaths],
@@ -37,7 +54,7 @@ export function inspectionHashInput(inspection: Inspection): string {
     suppressed_hooks: inspection.suppressedHooks.map((h) => ({ script_name: h.scriptName, body: h.body })),
     identities: sortIdentities(inspection.identities).map((i) => ({
       kind: IdentityKind[i.kind] ?? String(i.kind),
-      name: i.kind === IdentityKind.NODE_EXECUTABLE ? "node" : i.name,
+      name: i.kind === IdentityKind.NODE_EXECUTABLE ? "node" : i.kind === IdentityKind.PYTHON_EXECUTABLE ? "python" : i.name,
       sha256: i.sha256,
       size: String(i.size),
     })),

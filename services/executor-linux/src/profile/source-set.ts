@@ -65,7 +65,15 @@ export const SOURCE_WALK_CAP = 100_000;
 export const SOURCE_LINK_HOPS = 16;
 
 /** Directory names never walked for sources (wherever they appear). */
-const SKIPPED_DIRS = new Set(["node_modules", ".git"]);
+const SKIPPED_DIRS: ReadonlySet<string> = new Set(["node_modules", ".git"]);
+
+/** How a profile narrows the source walk beyond the Node defaults. */
+export interface SourceWalkOptions {
+  /** Directory names never walked, wherever they appear (default: node_modules and .git). */
+  readonly skippedNames?: ReadonlySet<string>;
+  /** What the excluded directory (`outputDir`) is, for messages (default "the build output directory"). */
+  readonly excludedLabel?: string;
+}
 
 type LinkResolution = { readonly ok: true; readonly link: SourceLink } | { readonly ok: false; readonly reason: BlockReason };
 
@@ -77,7 +85,8 @@ type LinkResolution = { readonly ok: true; readonly link: SourceLink } | { reado
  * end must be an existing regular file or directory — not the package root, and for a directory
  * not the link's own directory or one of its ancestors (that would make the tree infinite).
  */
-export async function resolveSourceLink(root: string, rel: string, outputDir: string | undefined): Promise<LinkResolution> {
+export async function resolveSourceLink(root: string, rel: string, outputDir: string | undefined, walk: SourceWalkOptions = {}): Promise<LinkResolution> {
+  const skipped = walk.skippedNames ?? SKIPPED_DIRS;
   const fail = (code: Parameters<typeof blockReason>[0], message: string): LinkResolution => ({ ok: false, reason: blockReason(code, message, rel) });
   let target: string;
   try {
@@ -111,10 +120,10 @@ export async function resolveSourceLink(root: string, rel: string, outputDir: st
     }
     done.push(seg);
     const current = done.join("/");
-    if (SKIPPED_DIRS.has(seg) || (outputDir !== undefined && current === outputDir)) {
+    if (skipped.has(seg) || (outputDir !== undefined && current === outputDir)) {
       return fail(
         "link_target_excluded",
-        `${rel} is a link to ${target}, which resolves into ${current} — ${seg === "node_modules" ? "the dependency tree" : seg === ".git" ? "Git metadata" : "the build output directory"}, which is not part of the source snapshot; links must resolve to source files inside the snapshot.`,
+        `${rel} is a link to ${target}, which resolves into ${current} — ${seg === "node_modules" ? "the dependency tree" : seg === ".git" ? "Git metadata" : skipped.has(seg) ? "an excluded directory" : (walk.excludedLabel ?? "the build output directory")}, which is not part of the source snapshot; links must resolve to source files inside the snapshot.`,
       );
     }
     let st;
@@ -159,7 +168,8 @@ export async function resolveSourceLink(root: string, rel: string, outputDir: st
  * each must resolve (resolveSourceLink) to a regular file or directory inside the package; the
  * caller checks that what it resolves to is in the snapshot.
  */
-export async function listSourceSet(root: string, _rootReal: string, named: readonly string[], outputDir: string | undefined): Promise<SourceListing> {
+export async function listSourceSet(root: string, _rootReal: string, named: readonly string[], outputDir: string | undefined, walkOptions: SourceWalkOptions = {}): Promise<SourceListing> {
+  const skipped = walkOptions.skippedNames ?? SKIPPED_DIRS;
   const files = new Map<string, SourceEntry>();
   const links = new Map<string, SourceLink>();
   const walkRoots: string[] = [];
@@ -169,7 +179,7 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
 
   const addLink = async (rel: string): Promise<void> => {
     if (links.has(rel)) return;
-    const r = await resolveSourceLink(root, rel, outputDir);
+    const r = await resolveSourceLink(root, rel, outputDir, walkOptions);
     if (r.ok) links.set(rel, r.link);
     else reasons.push(r.reason);
   };
@@ -186,7 +196,7 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
       if (name === ".git") continue;
       const st = await lstat(join(root, rel));
       if (st.isDirectory()) {
-        if (SKIPPED_DIRS.has(name) || (outputDir !== undefined && rel === outputDir)) continue;
+        if (skipped.has(name) || (outputDir !== undefined && rel === outputDir)) continue;
         await walk(rel);
         if (truncated) return;
       } else if (st.isFile()) {
@@ -211,7 +221,8 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
       }
       const rel = checked.path;
       if (rel !== "" && outputDir !== undefined && isWithin(rel, outputDir)) {
-        reasons.push(blockReason("source_in_output_dir", `The source path ${raw} is inside the build output directory ${outputDir}, which the build writes.`, raw));
+        const what = walkOptions.excludedLabel === undefined ? `the build output directory ${outputDir}, which the build writes` : `${walkOptions.excludedLabel} ${outputDir}, which is not source`;
+        reasons.push(blockReason("source_in_output_dir", `The source path ${raw} is inside ${what}.`, raw));
         continue;
       }
       if (rel === "") {

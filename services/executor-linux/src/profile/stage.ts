@@ -4,7 +4,8 @@ import { create } from "@bufbuild/protobuf";
 import { StepSchema, type BlockReason, type Drift, type Inspection, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason, checkDrift, describeDrift, sha256Hex } from "@seraph/profiles";
 import { inspectSnapshot } from "./inspect.js";
-import { buildJobEnv, jobDirs } from "./job-env.js";
+import { PYTHON_PROFILE, pythonArgv } from "@seraph/profiles/python3";
+import { buildJobEnv, buildPythonJobEnv, jobDirs } from "./job-env.js";
 import { checkPatchApplies, checkPatchPaths } from "./patch.js";
 import type { RuntimeExpectation } from "./runtime.js";
 import { readFileBounded, sortedEntries } from "./safe-fs.js";
@@ -145,16 +146,28 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
   const dirs = jobDirs(jobDir);
   for (const d of [packageDir, dirs.home, dirs.tmp, dirs.npmCache, dirs.cache, dirs.config]) await mkdir(d, { recursive: true, mode: 0o700 });
 
+  const python = inspection.profile === PYTHON_PROFILE;
   const staged = await inspectSnapshot(
-    {
-      repositoryPath: inspection.repositoryPath,
-      selection: inspection.selection,
-      nodePath: inspection.nodePath,
-      sourcePaths: inspection.sourcePaths,
-      limits: inspection.limits,
-      buildOutputDir: inspection.buildOutputDir || undefined,
-      runtime: options.runtime ?? { expectedVersion: inspection.nodeVersion || undefined },
-    },
+    python
+      ? {
+          profile: PYTHON_PROFILE,
+          repositoryPath: inspection.repositoryPath,
+          selection: inspection.selection,
+          testPaths: inspection.testPaths,
+          pythonPath: inspection.pythonPath,
+          sourcePaths: inspection.sourcePaths,
+          limits: inspection.limits,
+          runtime: { ...options.runtime, expectedVersion: inspection.pythonVersion || undefined },
+        }
+      : {
+          repositoryPath: inspection.repositoryPath,
+          selection: inspection.selection,
+          nodePath: inspection.nodePath,
+          sourcePaths: inspection.sourcePaths,
+          limits: inspection.limits,
+          buildOutputDir: inspection.buildOutputDir || undefined,
+          runtime: options.runtime ?? { expectedVersion: inspection.nodeVersion || undefined },
+        },
     stagedSink(packageDir),
   );
   const re = staged.inspection;
@@ -193,13 +206,14 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
     }
   }
   if (linkProblems.length > 0) return { ok: false, drift: [], reasons: linkProblems.slice(0, 10) };
-  const steps = re.steps.map((s) => create(StepSchema, { ...s, argv: stagedArgv(s, re.nodePath, packageDir) }));
+  // Python argv is relative to the staged root (the cwd); Node's names package files absolutely.
+  const steps = re.steps.map((s) => create(StepSchema, { ...s, argv: python ? pythonArgv(s.displayArgv, re.pythonPath) : stagedArgv(s, re.nodePath, packageDir) }));
   return {
     ok: true,
     stage: {
       jobDir,
       packageDir,
-      env: buildJobEnv(jobDir),
+      env: python ? buildPythonJobEnv(jobDir) : buildJobEnv(jobDir),
       inspection: re,
       steps,
       outputDir: re.buildOutputDir,

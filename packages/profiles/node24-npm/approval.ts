@@ -1,0 +1,3 @@
+/** What the approval document says about cleanup for repo-node24-npm-v1 (the same per-job supervisor as Python). */
+export const NODE_CLEANUP_CLAIM =
+  "per_job_subreaper_echild: each step runs under its own per-job supervisor, a child subreaper, so node and every process it starts stay its descendants. A descendant still alive when node exits makes the step rejected_leftover_descendants; at the end, on a timeout or a cancel, the supervisor signals every live descendant (pidfd, start time re-checked; SIGTERM, then SIGKILL) and reports cleanup proved only when waitpid returns ECHILD. Without ECHILD the outcome is unknown, never succeeded. This is reaping, not isolation: it claims nothing about namespaces, files or network.";
