@@ -60,7 +60,7 @@ describe("seraph CLI journey", () => {
     expect(revoked.err).toMatch(/^error: UNAUTHENTICATED: /);
 
     const set = await seraph([
-      "settings", "set", "--enable", "--runtime", stack.node, "--root", stack.root,
+      "settings", "set", "--enable", "--profile", "repo-node24-npm-v1", "--runtime", stack.node, "--root", stack.root,
       "--model-route", "default", "--model-base-url", model.baseUrl, "--model", "fake", "--model-key-env", "MODEL_KEY", "--model-timeout-ms", "5000",
     ]);
     expect(set.code, set.err).toBe(0);

@@ -44,7 +44,7 @@ describe("repair journey in cluster mode", () => {
     const settings = createClient(SettingsService, transport);
     const repairs = createClient(RepairService, transport);
 
-    await settings.updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, runtimePath: node, enabled: true } });
+    await settings.updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: node, enabled: true } });
     const repo = await createJsTestProject({ parent: root, failing: true });
     const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
     expect(repository?.nodeId).toBe("node-c");

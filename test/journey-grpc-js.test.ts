@@ -52,7 +52,7 @@ describe("the journey with a stock @grpc/grpc-js client", () => {
   it("creates, watches, proposes, approves and gets the queued job; refusals carry gRPC status codes", async () => {
     await unary(SettingsService.method.updateSandboxSettings, {
       expectedRevision: 0n,
-      settings: { backend: SandboxBackend.LOCAL, runtimePath: stack.node, enabled: true },
+      settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: stack.node, enabled: true },
     });
     const repo = await createJsTestProject({ parent: stack.root, failing: true });
     const { repository } = await unary(RepositoryService.method.registerRepository, { path: repo.dir });

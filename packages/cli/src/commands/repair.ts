@@ -56,7 +56,7 @@ export const repair: CommandGroup = {
           allow: { type: "string", value: "PATH", multiple: true, required: true, help: "a repository-relative path a patch may change" },
           criteria: { type: "string", value: "TEXT", help: "the acceptance criteria, in words" },
           "criteria-file": { type: "string", value: "FILE", help: "read the acceptance criteria from FILE" },
-          selection: { type: "string", value: "STEPS", default: "npm test", help: 'the steps to run: "npm test", "npm run build" or "npm run build test"' },
+          selection: { type: "string", value: "STEPS", default: "npm test", help: 'the steps to run, in the settings profile\'s words: "npm test", "npm run build" or "npm run build test" (repo-node24-npm-v1); "test" (the declared command), "python -m unittest FILE..." or "python -m pytest FILE..." (repo-python3-v1)' },
         },
         oneOf: [{ flags: ["criteria", "criteria-file"], required: true }],
         notes: ["Exit status 1 when the inspection blocks the repair (the reasons are printed)."],

@@ -38,7 +38,9 @@ export const settings: CommandGroup = {
         summary: "Change the settings: reads the current ones, applies the flags, saves with a compare-and-set on the revision. Starts nothing and grants nothing.",
         flags: {
           backend: { type: "string", value: "local|docker", help: "the sandbox backend (docker is shown but blocked for Node)", defaultText: "unchanged" },
-          runtime: { type: "string", value: "ABS_PATH", help: "absolute path of the Node 24 executable the steps run with", defaultText: "unchanged" },
+          profile: { type: "string", value: "NAME", help: "the execution profile: repo-python3-v1 (the default of a new instance) or repo-node24-npm-v1; never falls back to the other", defaultText: "unchanged" },
+          runtime: { type: "string", value: "ABS_PATH", help: "absolute path of the profile's runtime: a CPython 3.11 interpreter for repo-python3-v1, a Node 24 executable for repo-node24-npm-v1", defaultText: "unchanged" },
+          "runtime-sha256": { type: "string", value: "HEX", help: "require the runtime executable to have this SHA-256 (empty: any hash; the inspected hash is bound by every approval either way)", defaultText: "unchanged" },
           enable: { type: "boolean", help: "enable execution" },
           disable: { type: "boolean", help: "disable execution" },
           root: { type: "string", value: "DIR", multiple: true, help: "add an absolute directory under which repositories may be registered" },
@@ -67,8 +69,12 @@ export const settings: CommandGroup = {
           else if (backend === "docker") next.backend = SandboxBackend.DOCKER;
           else throw new UsageError("--backend is local or docker");
         }
+        const profile = str(values, "profile");
+        if (profile !== undefined) next.profile = profile;
         const runtime = str(values, "runtime");
         if (runtime !== undefined) next.runtimePath = runtime;
+        const runtimeSha256 = str(values, "runtime-sha256");
+        if (runtimeSha256 !== undefined) next.runtimeSha256 = runtimeSha256;
         if (values["enable"] === true) next.enabled = true;
         if (values["disable"] === true) next.enabled = false;
         if (values["clear-roots"] === true) next.repositoryRoots = [];

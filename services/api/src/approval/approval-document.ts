@@ -4,6 +4,8 @@ import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/ser
 import { ExecutionBundleSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { NODE_CLEANUP_CLAIM } from "@seraph/profiles/node24-npm";
+import { PYTHON_CLEANUP_CLAIM, PYTHON_PROFILE } from "@seraph/profiles/python3";
 
 /** The approval kind: execution on the executor host with no OS isolation. */
 export const APPROVAL_KIND = "local_host_execution";
@@ -13,6 +15,11 @@ export const ISOLATION_CLAIM = "none";
 export const RESOURCE_ENFORCEMENT = "admission_and_wall_timeout_only";
 /** Ceilings that local execution does not enforce. */
 export const UNENFORCED: readonly string[] = ["cpu", "memory", "pids"];
+
+/** The cleanup statement of each profile's approval documents, in the profile's own words. */
+export function cleanupClaim(profile: string): string {
+  return profile === PYTHON_PROFILE ? PYTHON_CLEANUP_CLAIM : NODE_CLEANUP_CLAIM;
+}
 
 /** Everything an approval document is built from. */
 export interface ApprovalInputs {
@@ -56,7 +63,8 @@ export function approvalDocumentSha256(doc: ApprovalDocument): string {
  * The exact local_host_execution document: proposal and inspection hashes, every identity, the
  * script bodies with their direct argv, the limits (and which differ from the profile), the
  * isolation and enforcement claims, the goal, settings, node, runtime and supervisor source hash
- * it binds, its validity, no_learning, and the allowed patch paths; with its own hash filled in.
+ * it binds, its validity, no_learning, the allowed patch paths, the profile and the profile's
+ * cleanup statement; with its own hash filled in.
  */
 export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
   const doc = create(ApprovalDocumentSchema, {
@@ -85,6 +93,8 @@ export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
     noLearning: true,
     allowedPatchPaths: [...i.allowedPatchPaths],
     supervisorSourceSha256: i.supervisorSourceSha256,
+    profile: i.inspection.profile,
+    cleanupClaim: cleanupClaim(i.inspection.profile),
   });
   doc.documentSha256 = approvalDocumentSha256(doc);
   return doc;

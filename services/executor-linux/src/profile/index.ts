@@ -32,7 +32,10 @@ export type { StageOptions, StageResult, StagedRepository, TreeDifference } from
 export { checkPatchApplies, checkPatchPaths, immutableInputReason, parseBoundedPatch } from "./patch.js";
 export type { ParsedPatch, PatchFile, PatchResult } from "./patch.js";
 export { validateBuildOutput } from "./build-output.js";
-export { buildJobEnv, jobDirs, JOB_PATH } from "./job-env.js";
+export { buildJobEnv, buildPythonJobEnv, jobDirs, JOB_PATH } from "./job-env.js";
+export { inspectPythonSnapshot } from "./python/inspect-python.js";
+export type { PythonInspectOptions, PythonSnapshotInspection } from "./python/inspect-python.js";
+export { checkPythonRuntime, DEFAULT_PYTHON_PATH } from "./python/runtime.js";
 export { digestTree } from "./tree-digest.js";
 export type { TreeDigest, TreeDigestBounds } from "./tree-digest.js";
 export { deadlineBudget, runRepair, stepSpec } from "./repair-run.js";

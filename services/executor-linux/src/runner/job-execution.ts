@@ -1,4 +1,4 @@
-import { mkdir, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, readdir, realpath, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
@@ -526,6 +526,11 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
   }
   if (bundle.runtimePath !== "" && inspection.nodePath !== "" && bundle.runtimePath !== inspection.nodePath) {
     await reject("rejected_runtime_changed", "the approved runtime path differs from the inspected one", [reason("runtime_changed", "Runtime path mismatch.", bundle.runtimePath)]);
+    return;
+  }
+  if (inspection.pythonPath !== "" && bundle.runtimePath !== "" && (await realpath(bundle.runtimePath).catch(() => "")) !== inspection.pythonPath) {
+    // The configured interpreter path may be a link (/usr/bin/python3); what it resolves to must be what was inspected.
+    await reject("rejected_runtime_changed", "the approved interpreter path no longer resolves to the inspected interpreter", [reason("runtime_changed", "Runtime path mismatch.", bundle.runtimePath)]);
     return;
   }
   // The containment the person approved must be exactly what this node holds now.

@@ -158,7 +158,11 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
         currentBlocked ? h("p", { class: "error", role: "alert" }, `The saved selection ${currentBlocked.profile} is blocked: ${currentBlocked.blockedCode} — ${currentBlocked.blockedMessage}`) : null,
         h("p", { class: "hint" }, "Blocked options stay blocked; Seraph never silently substitutes another profile or backend."),
       ),
-      field("Runtime path (absolute path of an installed Node 24 executable)", runtime, "Seraph does not download Node or dependencies; the server checks this runtime's version and hash."),
+      field(
+        "Runtime path (absolute path of the profile's installed runtime: CPython 3.11 for repo-python3-v1, Node 24 for repo-node24-npm-v1)",
+        runtime,
+        "Seraph downloads no interpreter, runtime or dependency and never searches PATH; the server checks this runtime's version and hash.",
+      ),
       h("div", { class: "field checkbox" }, enabled, " ", h("label", { for: enabledId }, "Enabled")),
       field("Repository roots (absolute directories, one per line)", roots),
       field("Approval validity (seconds, 0 = default)", ttl),
