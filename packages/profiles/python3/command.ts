@@ -119,6 +119,7 @@ export function reduceCommand(text: string): ReducedCommand | RefusedCommand {
     const checked = checkRelativePath(rel, "test path");
     if (!checked.ok) {
       if (checked.reason.code === "script_flag_not_allowed") return refuse("python_flag_not_allowed", checked.reason.message, token);
+      if (checked.reason.code === "path_is_directory") return refuse("python_discovery", `"${shown}" names ${token}, a directory the runner would discover tests in; name test files exactly.`, token);
       return { ok: false, reason: checked.reason };
     }
     const segments = checked.path.split("/");

@@ -125,20 +125,24 @@ export function addoptsTokens(value: PytestValue): string[] {
  * bound into the server-built argv, and the file's own addopts is overridden (`-o addopts=`), so
  * the approved argv is everything pytest is told. Anything else is refused: `-p` plugins
  * (`python_plugin_not_allowed`), paths (`python_discovery`), every other flag or quoting
- * (`python_addopts_not_allowed`).
+ * (`python_addopts_not_allowed`); the first refused token is reported.
  */
 export function checkAddopts(file: string, value: PytestValue): { readonly tokens: readonly string[]; readonly reasons: readonly BlockReason[] } {
   const tokens = addoptsTokens(value);
   const reasons: BlockReason[] = [];
-  for (const t of tokens) {
+  for (let i = 0; i < tokens.length; i++) {
+    const t = tokens[i] as string;
     if (ADDOPTS_EXACT.has(t) || ADDOPTS_PATTERNS.some((re) => re.test(t))) continue;
     if (t === "-p" || t.startsWith("-p") || t.startsWith("--plugin")) {
-      reasons.push(blockReason("python_plugin_not_allowed", `${file} addopts loads or disables a plugin with ${t}; plugins are not admitted.`, file));
+      const name = t === "-p" ? (tokens[++i] ?? "") : t;
+      reasons.push(blockReason("python_plugin_not_allowed", `${file} addopts loads or disables a plugin with ${t === "-p" ? `-p ${name}` : t}; plugins are not admitted.`, file));
     } else if (!t.startsWith("-")) {
       reasons.push(blockReason("python_discovery", `${file} addopts names ${t}, a path or argument the runner would collect or read; only output flags are admitted in addopts.`, file));
     } else {
       reasons.push(blockReason("python_addopts_not_allowed", `${file} addopts passes ${t}, which is not one of the admitted output flags (-q, -v, -r…, --tb=…, --strict-markers, --import-mode=…).`, file));
     }
+    // One precise reason: what follows a refused token may be its value, not a token of its own.
+    break;
   }
   return { tokens: reasons.length === 0 ? tokens : [], reasons };
 }
@@ -194,15 +198,16 @@ export function declaredTestCommands(pyproject: Record<string, unknown>): Declar
     const v = table(pyproject, ...path, "test");
     if (v === undefined) continue;
     const source = `pyproject.toml [${path.join(".")}] test`;
-    const cmd = typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>).cmd : v;
-    if (typeof v === "object" && v !== null && !Array.isArray(v) && "shell" in (v as object)) {
+    const isTable = typeof v === "object" && v !== null && !Array.isArray(v);
+    const cmd = isTable ? (v as Record<string, unknown>).cmd : v;
+    if (isTable && "shell" in (v as object)) {
       out.push({ source, reason: blockReason("python_shell_syntax", `${source} is a shell task; Seraph runs no shell.`, "pyproject.toml") });
     } else if (typeof cmd === "string") {
       out.push({ source, command: cmd });
     } else if (Array.isArray(cmd) && cmd.length === 1 && typeof cmd[0] === "string") {
       out.push({ source, command: cmd[0] });
-    } else if (Array.isArray(cmd) && path[1] !== "hatch" && cmd.every((x) => typeof x === "string")) {
-      // PDM and Poe arrays are one argv; a Hatch array is a sequence of commands (refused below).
+    } else if (isTable && Array.isArray(cmd) && cmd.every((x) => typeof x === "string")) {
+      // `{cmd = ["pytest", "tests/test_a.py"]}` (PDM, Poe) is one argv; a bare array is a sequence (refused below).
       out.push({ source, command: (cmd as string[]).join(" ") });
     } else {
       out.push({ source, reason: blockReason("python_runner_not_allowed", `${source} is not a single command (a sequence or reference of tasks); only one command can reduce to a test form.`, "pyproject.toml") });

@@ -20,3 +20,5 @@ export { createDirectRunSteps } from "./direct-run-steps.js";
 export type { DirectRunOutput } from "./direct-run-steps.js";
 export { pinnedNodeForTests, PinnedRuntimeMissingError } from "./runtime-fixture.js";
 export { digestTree as digestFixtureTree } from "../profile/tree-digest.js";
+export { addPytestVenv, createPythonProject, DEBIAN_DIST_PACKAGES, fixPythonAddPatch, pythonAddModule, pythonForTests, PythonRuntimeMissingError } from "./python-projects.js";
+export type { PythonProjectOptions } from "./python-projects.js";
