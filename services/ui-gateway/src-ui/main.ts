@@ -70,10 +70,10 @@ function route(): void {
       window.location.hash = to;
     },
   };
-  const repair = /^\/repair\/(.+)$/.exec(hash);
+  const repair = /^\/repair\/([^/]+)(?:\/([a-z]+))?$/.exec(hash);
   if (repair && UUID.test(repair[1] ?? "")) {
     document.title = "Repair inspector — Seraph";
-    renderInspector(shell(session, "work"), ctx, repair[1] ?? "");
+    renderInspector(shell(session, "work"), ctx, repair[1] ?? "", repair[2] ?? "");
   } else if (hash === "/settings") {
     document.title = "Settings → Repository sandbox — Seraph";
     renderSettings(shell(session, "settings"), ctx);
@@ -90,10 +90,10 @@ async function boot(): Promise<void> {
   const api = createApi(token);
   const st = status();
   replace(app, h("main", null, h("h1", null, "Seraph"), st.el));
-  st.busy("Checking the stored session (WhoAmI)…");
+  st.busy("Checking the stored session…");
   try {
     const res = await api.principals.whoAmI({});
-    if (!res.principal) throw new Error("WhoAmI returned no principal");
+    if (!res.principal) throw new Error("the server returned no principal");
     session = { api, principal: res.principal };
     route();
   } catch (err) {

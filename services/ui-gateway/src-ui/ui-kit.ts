@@ -12,7 +12,8 @@ export interface Status {
 
 /** Creates a {@link Status}; errors render as role="alert" with the Connect code and message. */
 export function status(): Status {
-  const el = h("div", { class: "status", "aria-live": "polite" });
+  // Focusable (not in the tab order) so an action can move focus to its own result.
+  const el = h("div", { class: "status", "aria-live": "polite", tabindex: -1 });
   return {
     el,
     busy(text) {
@@ -49,6 +50,13 @@ export async function act<T>(button: HTMLButtonElement | null, where: Status, bu
     return undefined;
   } finally {
     if (button) button.disabled = wasDisabled;
+    // The button was disabled while the request ran, which drops focus to <body>: put it on
+    // the result (an error or note in `where`) or back on the button, never on the page.
+    const active = document.activeElement;
+    if (!active || active === document.body) {
+      if (where.el.childElementCount > 0) where.el.focus();
+      else if (button && !button.disabled && button.isConnected) button.focus();
+    }
   }
 }
 
@@ -94,15 +102,16 @@ export function kv(pairs: ReadonlyArray<readonly [string, Child]>, cls = "kv"): 
 }
 
 /** An accessible table with a caption and column headers. */
-export function table(caption: string, headers: readonly string[], rows: ReadonlyArray<readonly Child[]>, cls = "grid"): HTMLTableElement | HTMLParagraphElement {
+export function table(caption: string, headers: readonly string[], rows: ReadonlyArray<readonly Child[]>, cls = "grid"): HTMLElement {
   if (rows.length === 0) return h("p", { class: "empty" }, `${caption}: none.`);
-  return h(
+  // In a box of its own that scrolls sideways when needed, so the page never does.
+  return h("div", { class: "table-wrap" }, h(
     "table",
     { class: cls },
     h("caption", null, caption),
     h("thead", null, h("tr", null, headers.map((x) => h("th", { scope: "col" }, x)))),
     h("tbody", null, rows.map((r) => h("tr", null, r.map((c) => h("td", null, c))))),
-  );
+  ));
 }
 
 /** Preformatted, scrollable, focusable text (script bodies, diffs, files). */

@@ -1,7 +1,8 @@
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer, get as httpGet, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { bootService, createRootLogger, type BootedService } from "@seraph/kit";
@@ -9,7 +10,7 @@ import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startGateway, type GatewayHandle } from "./start.js";
-import { CONTENT_SECURITY_POLICY, createStaticHandler } from "./static-files.js";
+import { CONTENT_SECURITY_POLICY, createStaticHandler, IMMUTABLE_CACHE } from "./static-files.js";
 
 const TOKEN = "sk_gateway-test-token-0123456789";
 const REPAIR = "8f14e45f-ceea-4e7a-9f4b-7a1f1c3b9c2d";
@@ -96,6 +97,8 @@ describe("static files", () => {
     dir = await mkdtemp(join(tmpdir(), "gateway-static-"));
     await writeFile(join(dir, "index.html"), "<!doctype html><title>x</title>");
     await writeFile(join(dir, "app.js"), "export {};");
+    await mkdir(join(dir, "assets"));
+    await writeFile(join(dir, "assets", "app-ABCD1234.js"), `export const big = ${JSON.stringify("x".repeat(20_000))};\n`);
     const handler = createStaticHandler(dir);
     server = createServer((req, res) => {
       if (!handler(req, res)) res.writeHead(404).end();
@@ -120,9 +123,45 @@ describe("static files", () => {
     expect((await fetch(`${base}/app.js`)).headers.get("content-type")).toBe("text/javascript; charset=utf-8");
   });
 
+  it("sends a strong ETag and 304 on If-None-Match, compresses text when accepted, and caches hashed names for a year", async () => {
+    const url = `${base}/assets/app-ABCD1234.js`;
+    const raw = await request(url, { "accept-encoding": "identity" });
+    expect(raw.status).toBe(200);
+    expect(raw.headers["content-encoding"]).toBeUndefined();
+    expect(raw.headers["cache-control"]).toBe(IMMUTABLE_CACHE);
+    const etag = raw.headers["etag"] as string;
+    expect(etag).toMatch(/^"[A-Za-z0-9_-]{32}"$/);
+    const br = await request(url, { "accept-encoding": "gzip, br" });
+    expect(br.headers["content-encoding"]).toBe("br");
+    expect(br.headers["vary"]).toBe("accept-encoding");
+    expect(br.body.length).toBeLessThan(raw.body.length / 10);
+    expect(brotliDecompressSync(br.body).equals(raw.body)).toBe(true);
+    const gz = await request(url, { "accept-encoding": "gzip" });
+    expect(gz.headers["content-encoding"]).toBe("gzip");
+    expect(gunzipSync(gz.body).equals(raw.body)).toBe(true);
+    const again = await request(url, { "if-none-match": etag });
+    expect(again.status).toBe(304);
+    expect(again.body.length).toBe(0);
+    const index = await request(`${base}/`, {});
+    expect(index.headers["cache-control"]).toBe("no-cache");
+    expect(index.headers["etag"]).not.toBe(etag);
+    expect((await request(`${base}/`, { "if-none-match": '"stale"' })).status).toBe(200);
+  });
+
   it("never serves outside its root or malformed paths", async () => {
     expect((await fetch(`${base}/..%2f..%2fetc%2fpasswd`)).status).toBe(404);
     expect((await fetch(`${base}/%E0%A4%A`)).status).toBe(404);
     expect((await fetch(`${base}/missing.js`)).status).toBe(404);
   });
 });
+
+/** A raw HTTP GET (fetch would decompress and hide Content-Encoding). */
+function request(url: string, headers: Record<string, string>): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    httpGet(url, { headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+    }).on("error", reject);
+  });
+}

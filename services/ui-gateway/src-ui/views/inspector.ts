@@ -4,10 +4,39 @@ import { JobState, type Artifact, type Job } from "@seraph/proto/seraph/jobs/v1/
 import { IdentityKind } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { Outcome } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { field, h, replace } from "../dom.js";
+import { badge, isSettled, statusOf } from "../outcome.js";
+import { tabs as makeTabs, type Tabs } from "../tabs.js";
 import { Code, errorCode, errorText, isAccessLost, isUncertain } from "../rpc.js";
 import { act, argvList, button, bytes, enumName, hash, kv, pre, section, status, table, time, yesNo } from "../ui-kit.js";
 import type { ViewContext } from "../view.js";
+import { diffView } from "./diff-view.js";
 import { driftTable, identitiesTable, limitsTable, reasonsTable, selectionName, stepView } from "./profile-render.js";
+import { stepLog, type StepLog } from "./step-logs.js";
+
+/** The inspector's tabs, in order; the key is the last part of the URL (#/repair/ID/KEY). */
+export const INSPECTOR_TABS = [
+  ["request", "Request"],
+  ["inspection", "Inspection"],
+  ["proposal", "Consent & proposal"],
+  ["approval", "Approval"],
+  ["job", "Job & logs"],
+  ["artifacts", "Artifacts"],
+  ["recovery", "Recovery"],
+] as const;
+
+/** "1:05" (minutes:seconds) or "1:02:05". */
+function elapsed(ms: number): string {
+  const t = Math.max(0, Math.floor(ms / 1000));
+  const hh = Math.floor(t / 3600);
+  const mm = Math.floor((t % 3600) / 60);
+  const ss = String(t % 60).padStart(2, "0");
+  return hh > 0 ? `${hh}:${String(mm).padStart(2, "0")}:${ss}` : `${mm}:${ss}`;
+}
+
+/** The server's time of the latest change of the repair or its job. */
+function changedAt(r: Repair): bigint {
+  return r.job && r.job.updatedUnixMs > r.updatedUnixMs ? r.job.updatedUnixMs : r.updatedUnixMs;
+}
 
 const TERMINAL_REPAIR = new Set([RepairState.FINISHED, RepairState.CANCELLED]);
 const MAX_SHOWN = 1024 * 1024;
@@ -40,10 +69,10 @@ function until(unixMs: bigint): string {
 /**
  * The Inspector of one repair: request, inspection (script bodies, direct argv, identities,
  * limits), source files, consent, proposals, the exact approval document, the live job
- * (WatchRepair), results with artifacts, and the explicit "Recover process cleanup" action.
+ *, results with artifacts, and the explicit "Recover process cleanup" action.
  * Opening or reloading it only reads: nothing is submitted without a button press.
  */
-export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: string): void {
+export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: string, initialTab = ""): void {
   let repair: Repair | undefined;
   let modelRoutes: ModelRoute[] = [];
   let shownDocument: ApprovalDocument | undefined;
@@ -78,12 +107,19 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   const artifactView = h("div", { "data-testid": "artifact-view" });
   const artifactStatus = status();
   const recoverySection = h("section", { class: "panel level-2 recovery", hidden: true, "aria-labelledby": "recovery-title" });
+  // Assigned once the panels exist (below); renderAll only runs after the first load.
+  let tabsApi: Tabs = { el: h("div"), selected: "", select: () => undefined, mark: () => undefined };
   const recoveryBody = h("div", { "data-testid": "recovery" });
   const recoverButton = h("button", { type: "button", class: "danger" }, "Recover process cleanup");
   const recoverResult = h("div", { "data-testid": "recovery-result", "aria-live": "polite" });
   const recoverStatus = status();
 
   // ---- state changes (live job) ----
+  let lastStatus: string | undefined;
+  const announcer = h("p", { class: "visually-hidden", role: "status", "aria-live": "polite", "data-testid": "announcer" });
+  const announce = (text: string) => {
+    announcer.textContent = text;
+  };
   let last: { repair: string; job: string; outcome: string; slot: string; recovery: string; stale: string } | undefined;
   const logChange = (r: Repair, via: string) => {
     const job = r.job;
@@ -107,8 +143,14 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     note("physical slot", last?.slot, now.slot);
     note("recovery", last?.recovery, now.recovery);
     note("stale", last?.stale, now.stale);
+    const first = last === undefined;
     last = now;
-    for (const c of changes) liveLog.append(h("li", null, h("span", { class: "when" }, time(Date.now())), ` ${c} `, h("span", { class: "via" }, `(${via})`)));
+    const when = time(changedAt(r));
+    for (const c of changes) liveLog.append(h("li", null, h("span", { class: "when" }, first ? `as of ${when}` : when), ` ${c}`));
+    const word = statusOf(r);
+    if (lastStatus !== undefined && lastStatus !== word) announce(`Repair status: ${lastStatus} → ${word}.`);
+    lastStatus = word;
+    void via;
   };
 
   // ---- applying a fresh Repair from any source ----
@@ -141,7 +183,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   const refresh = async (btn: HTMLButtonElement | null, why: string) => {
     try {
       if (btn) btn.disabled = true;
-      loadStatus.busy(`${why} (GetRepair)…`);
+      loadStatus.busy(`${why}…`);
       const res = await ctx.api.repairs.getRepair({ repairId }, { signal: ctx.signal });
       loadStatus.clear();
       if (res.repair) apply(res.repair, "GetRepair");
@@ -149,7 +191,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     } catch (err) {
       if (ctx.signal.aborted) return false;
       if (isAccessLost(err)) clearPrivate(err);
-      else loadStatus.error(err, "GetRepair");
+      else loadStatus.error(err, "Reading the repair failed");
       return false;
     } finally {
       if (btn) btn.disabled = false;
@@ -158,20 +200,21 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
 
   const watch = async () => {
     watchAgain.hidden = true;
-    watchStatus.busy("Connecting to the live stream (WatchRepair)…");
+    watchStatus.busy("Connecting to the live stream…");
     try {
       let first = true;
       for await (const res of ctx.api.repairs.watchRepair({ repairId }, { signal: ctx.signal })) {
-        if (first) watchStatus.ok("Live: every change of this repair and its job is shown below as it happens.");
+        if (first) watchStatus.ok("Live: changes of this repair and its job appear here as they happen.");
         first = false;
         if (res.repair) apply(res.repair, "WatchRepair");
+        if (res.repair && isSettled(res.repair)) watchStatus.ok(`This repair's job has ended (${statusOf(res.repair)}); only recovery can still change it.`);
       }
-      watchStatus.ok("The server ended the live stream.");
+      watchStatus.ok(repair && isSettled(repair) ? `Ended: this repair is ${statusOf(repair)} and will not change any more.` : "The server ended the live stream.");
       watchAgain.hidden = false;
     } catch (err) {
       if (ctx.signal.aborted) return;
       if (isAccessLost(err)) return clearPrivate(err);
-      watchStatus.error(err, "WatchRepair (live updates stopped)");
+      watchStatus.error(err, "Live updates stopped");
       watchAgain.hidden = false;
     }
   };
@@ -237,7 +280,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     const paths = expected.size > 0 ? [...expected.keys()] : r.sourcePaths;
     replace(
       sourcesBody,
-      h("p", { class: "hint" }, "Read the inspected private source before consenting to send it to a model route (ReadRepairSource)."),
+      h("p", { class: "hint" }, "Read the inspected private source before consenting to send it to a model route."),
       h(
         "ul",
         { class: "files" },
@@ -247,7 +290,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
             null,
             button(`View ${p}`, (ev) => {
               const btn = ev.currentTarget as HTMLButtonElement;
-              void act(btn, sourceStatus, `Reading ${p} (ReadRepairSource)…`, () => ctx.api.repairs.readRepairSource({ repairId, path: p }, { signal: ctx.signal }), guard).then((res) => {
+              void act(btn, sourceStatus, `Reading ${p}…`, () => ctx.api.repairs.readRepairSource({ repairId, path: p }, { signal: ctx.signal }), guard).then((res) => {
                 if (!res) return;
                 const want = expected.get(res.path || p);
                 replace(
@@ -312,7 +355,8 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         ["Created", `${time(p.createdUnixMs)} by ${p.createdBy}`],
       ]),
       p.reasons.length ? reasonsTable("Why it is not valid", p.reasons) : null,
-      h("details", null, h("summary", null, `Diff (${bytes(new TextEncoder().encode(p.diff).length)})`), pre(p.diff, `Diff of proposal ${p.id}`)),
+      diffView(p.diff, `Diff of proposal ${p.id.slice(0, 8)}`),
+      h("details", null, h("summary", null, `Raw diff (${bytes(new TextEncoder().encode(p.diff).length)})`), pre(p.diff, `Raw diff of proposal ${p.id}`)),
       h("div", { class: "actions" }, docButton),
     );
   };
@@ -342,10 +386,11 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     const approve = h("button", { type: "button", class: "primary", disabled: expired || !d.documentSha256 || repair?.approval !== undefined }, `Approve exactly this document (SHA-256 ${d.documentSha256.slice(0, 12)}…)`);
     approveButton = approve;
     approve.addEventListener("click", () => {
-      void act(approve, approvalStatus, "Approving (Approve)…", () => ctx.api.repairs.approve({ repairId, documentSha256: d.documentSha256 }, { signal: ctx.signal }), guard).then((res) => {
+      void act(approve, approvalStatus, "Approving…", () => ctx.api.repairs.approve({ repairId, documentSha256: d.documentSha256 }, { signal: ctx.signal }), guard).then((res) => {
         if (!res) return;
         approvalStatus.ok(`Approved: approval ${res.approval?.id ?? "?"}, job ${res.approval?.jobId || "(queued)"}.`);
         if (res.repair) apply(res.repair, "Approve");
+        tabsApi.select("job", true);
       });
     });
     replace(
@@ -390,12 +435,12 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   };
 
   const showDocument = async (p: Proposal, btn: HTMLButtonElement) => {
-    const res = await act(btn, approvalStatus, "Fetching the approval document (GetApprovalDocument)…", () => ctx.api.repairs.getApprovalDocument({ repairId, proposalId: p.id }, { signal: ctx.signal }), guard);
+    const res = await act(btn, approvalStatus, "Fetching the approval document…", () => ctx.api.repairs.getApprovalDocument({ repairId, proposalId: p.id }, { signal: ctx.signal }), guard);
     if (!res) return;
-    if (!res.document) return approvalStatus.ok("GetApprovalDocument answered without a document.");
+    if (!res.document) return approvalStatus.ok("The server answered without a document.");
     shownDocument = res.document;
     renderDocument(res.document);
-    documentBody.scrollIntoView({ block: "start" });
+    tabsApi.select("approval", true);
   };
 
   const renderApprovalRecord = (r: Repair) => {
@@ -484,7 +529,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
 
   const artifactRow = (a: Artifact) => {
     const read: HTMLButtonElement = button(`Read ${a.name || a.kind}`, () => {
-      void act(read, artifactStatus, `Reading artifact ${a.name} (ReadArtifact)…`, () => ctx.api.repairs.readArtifact({ repairId, artifactId: a.id }, { signal: ctx.signal }), guard).then(async (res) => {
+      void act(read, artifactStatus, `Reading artifact ${a.name}…`, () => ctx.api.repairs.readArtifact({ repairId, artifactId: a.id }, { signal: ctx.signal }), guard).then(async (res) => {
         if (!res) return;
         const art = res.artifact ?? a;
         const local = await browserSha256(res.content);
@@ -518,7 +563,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         ["Step", "Argv", "Started", "Exit code", "Signal", "Passed", "Duration"],
         job.steps.map((s) => [s.name, argvList(s.argv, `Argv of ${s.name}`), yesNo(s.started), s.exitCode === undefined ? "—" : h("strong", null, String(s.exitCode)), s.signal ?? "—", h("span", { class: s.passed ? "ok" : "blocked" }, yesNo(s.passed)), `${s.durationMs} ms`]),
       ),
-      table("Artifacts", ["Kind", "Name", "SHA-256", "Size", "readback_verified", ""], job.artifacts.map(artifactRow)),
+      table("Artifacts", ["Kind", "Name", "SHA-256", "Size", "readback_verified", "Contents"], job.artifacts.map(artifactRow)),
       h("p", null, "no_learning: ", h("strong", null, yesNo(r.noLearning && job.noLearning))),
     );
   };
@@ -564,9 +609,120 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     );
   };
 
+  // ---- status header, recovery banner, step logs ----
+  const headerBadge = h("span", { class: "header-badge" });
+  const headerFacts = h("dl", { class: "facts", "data-testid": "status-facts" });
+  const bannerBody = h("div");
+  const banner = h("section", { class: "banner recovery-banner", hidden: true, "data-testid": "recovery-banner", "aria-labelledby": "banner-title", tabindex: -1 });
+  const logsBody = h("div", { "data-testid": "step-logs" });
+  const logs = new Map<string, { out: StepLog; err: StepLog; meta: HTMLElement; stderrBox: HTMLDetailsElement }>();
+  let logsStarted = false;
+
+  const stepNames = (r: Repair): string[] => (r.inspection?.steps ?? []).map((x) => x.name);
+  /** The step the job is in now: the first one without a result whose output is not complete. */
+  const currentStep = (r: Repair): string => {
+    const j = r.job;
+    if (!j || (j.state !== JobState.RUNNING && j.state !== JobState.STARTING && j.state !== JobState.PREPARING)) return "";
+    for (const n of stepNames(r)) if (!j.steps.some((x) => x.name === n) && !(logs.get(n)?.out.complete ?? false)) return n;
+    return stepNames(r).at(-1) ?? "";
+  };
+
+  const renderHeader = () => {
+    const r = repair;
+    if (!r) return;
+    const j = r.job;
+    const word = statusOf(r);
+    replace(headerBadge, badge(word, "outcome-badge"));
+    const step = currentStep(r);
+    const settled = isSettled(r);
+    const pairs: [string, string | HTMLElement][] = [["State", enumName(RepairState, r.state) + (r.staleReason ? ` (stale: ${r.staleReason})` : "")]];
+    if (j) {
+      pairs.push(["Job", `${enumName(JobState, j.state)}${j.outcome ? ` — ${j.outcome}` : ""}`]);
+      pairs.push(["Step", step ? `${step} (running)` : j.steps.length ? j.steps.map((x) => `${x.name} ${x.passed ? "passed" : "not passed"}`).join(", ") : settled ? "none ran" : "not started"]);
+      const startMs = Number(j.createdUnixMs);
+      const endMs = settled ? Number(j.updatedUnixMs) : Date.now();
+      pairs.push(["Elapsed", h("span", { "data-testid": "elapsed" }, `${elapsed(endMs - startMs)} since approval${settled ? "" : " (running clock)"}`)]);
+      pairs.push(["Node / slot", j.nodeId ? `${j.nodeId} / slot ${j.slotIndex >= 0 ? j.slotIndex : "—"}${j.slotHeld ? " (held)" : ""}` : "not placed yet"]);
+    }
+    if (r.waitReason) pairs.push(["Waiting", h("span", { "data-testid": "wait-reason" }, r.waitReason)]);
+    replace(headerFacts, pairs.map(([k, v]) => h("div", null, h("dt", null, k), h("dd", null, v))));
+  };
+  const headerTimer = setInterval(() => {
+    if (repair && !isSettled(repair)) renderHeader();
+  }, 1000);
+  ctx.signal.addEventListener("abort", () => clearInterval(headerTimer));
+
+  const renderBanner = (r: Repair) => {
+    const j = r.job;
+    const unknown = j?.state === JobState.UNKNOWN;
+    banner.hidden = !unknown;
+    if (!j || !unknown) return;
+    const released = j.recovery !== undefined && j.recovery.cleanupReceiptVerified && !j.slotHeld;
+    replace(
+      bannerBody,
+      h("p", null, "The outcome of this job is ", h("strong", null, "unknown"), j.outcome ? [" (", h("code", null, j.outcome), ")"] : "", j.outcomeMessage ? `: ${j.outcomeMessage}.` : ".", " It stays unknown: recovery never decides it."),
+      released
+        ? h("p", { class: "ok" }, `Process cleanup was proved and slot ${j.slotIndex} on node ${j.nodeId} was released.`)
+        : h("p", null, `Slot ${j.slotIndex} on node ${j.nodeId || "?"} stays held, and jobs queued behind it wait, until process cleanup is proved. Recovering asks the node to verify the supervisor's cleanup receipt; it releases only the slot.`),
+    );
+  };
+
+  const ensureLogs = (r: Repair) => {
+    const j = r.job;
+    if (!j) {
+      replace(logsBody, h("p", { class: "empty" }, "The steps' output appears here once the approved job runs."));
+      return;
+    }
+    if (logs.size === 0) {
+      const parts: HTMLElement[] = [];
+      for (const name of stepNames(r)) {
+        const out = stepLog(ctx.api, repairId, name, "stdout", ctx.signal);
+        const err = stepLog(ctx.api, repairId, name, "stderr", ctx.signal);
+        const meta = h("span", { class: "step-meta", "data-testid": `step-meta-${name}` });
+        const stderrBox = h("details", { class: "stderr" }, h("summary", null, `${name} stderr`), err.el);
+        out.onChange = () => renderHeader();
+        err.onChange = () => {
+          if (err.received > 0) stderrBox.open = true;
+        };
+        logs.set(name, { out, err, meta, stderrBox });
+        parts.push(h("section", { class: "step-output", "data-testid": `step-output-${name}` }, h("h3", null, `Step ${name} `, meta), out.el, stderrBox));
+      }
+      replace(logsBody, parts.length ? parts : h("p", { class: "empty" }, "No steps."));
+    }
+    if (!logsStarted) {
+      logsStarted = true;
+      const live = !isSettled(r);
+      for (const l of logs.values()) {
+        l.out.start(live);
+        l.err.start(live);
+      }
+    }
+    const step = currentStep(r);
+    for (const [name, l] of logs) {
+      const res = j.steps.find((x) => x.name === name);
+      l.meta.textContent = res
+        ? `— ${res.passed ? "passed" : "not passed"}, ${res.started ? (res.signal ? `signal ${res.signal}` : `exit ${res.exitCode ?? "?"}`) : "not started"}, ${elapsed(res.durationMs)}`
+        : step === name
+          ? "— running"
+          : isSettled(r)
+            ? "— did not run"
+            : "— waiting";
+    }
+  };
+
+  let autoTabDone = initialTab !== "";
   const renderAll = () => {
     const r = repair;
     if (!r) return;
+    if (!autoTabDone) {
+      autoTabDone = true;
+      tabsApi.select(r.job ? "job" : r.approval ? "approval" : r.proposals.length || r.consent ? "proposal" : "inspection");
+    }
+    renderHeader();
+    renderBanner(r);
+    ensureLogs(r);
+    tabsApi.mark("recovery", r.job?.state === JobState.UNKNOWN && r.job.slotHeld ? "needed" : "");
+    tabsApi.mark("job", statusOf(r) === "running" ? "running" : "");
     renderSummary(r);
     renderInspection(r);
     renderConsent(r);
@@ -593,7 +749,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     const r = repair;
     const sha = r?.inspection?.inspectionSha256;
     if (!r || !sha) return;
-    void act(consentButton, consentStatus, "Recording consent (GiveConsent)…", () => ctx.api.repairs.giveConsent({ repairId, inspectionSha256: sha, modelRouteId: routeSelect.value }, { signal: ctx.signal }), guard).then((res) => {
+    void act(consentButton, consentStatus, "Recording consent…", () => ctx.api.repairs.giveConsent({ repairId, inspectionSha256: sha, modelRouteId: routeSelect.value }, { signal: ctx.signal }), guard).then((res) => {
       if (res?.repair) apply(res.repair, "GiveConsent");
     });
   });
@@ -604,19 +760,55 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     if (p) proposeStatus.ok(`Proposal ${p.id.slice(0, 8)} recorded: ${p.valid ? "valid" : `invalid (${p.reasons.map((x) => x.code).join(", ") || "no reason given"})`}.`);
   };
   manualButton.addEventListener("click", () => {
-    void act(manualButton, proposeStatus, "Checking the manual patch (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "manualDiff", value: manualDiff.value } }, { signal: ctx.signal }), guard).then(afterPropose);
+    void act(manualButton, proposeStatus, "Checking the manual patch…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "manualDiff", value: manualDiff.value } }, { signal: ctx.signal }), guard).then(afterPropose);
   });
   modelButton.addEventListener("click", () => {
-    void act(modelButton, proposeStatus, "Asking the consented model route (ProposePatch)…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "model", value: true } }, { signal: ctx.signal }), guard).then(afterPropose);
+    void act(modelButton, proposeStatus, "Asking the consented model route…", () => ctx.api.repairs.proposePatch({ repairId, route: { case: "model", value: true } }, { signal: ctx.signal }), guard).then(afterPropose);
+  });
+  // Cancelling asks first, and says what follows: a running job's outcome becomes unknown.
+  const confirmTitle = h("h2", { id: "confirm-title" }, "");
+  const confirmText = h("div");
+  const confirmYes = h("button", { type: "button", class: "danger" }, "Yes, cancel it");
+  const confirmNo = h("button", { type: "button" }, "No, keep it");
+  const confirmDialog = h("dialog", { class: "confirm", "aria-labelledby": "confirm-title", "data-testid": "cancel-confirm" }, confirmTitle, confirmText, h("div", { class: "actions" }, confirmNo, confirmYes));
+  confirmNo.addEventListener("click", () => {
+    confirmDialog.close();
+    cancelButton.focus();
   });
   cancelButton.addEventListener("click", () => {
-    void act(cancelButton, cancelStatus, "Requesting cancellation (CancelRepair)…", () => ctx.api.repairs.cancelRepair({ repairId, reason: cancelReason.value }, { signal: ctx.signal }), guard).then((res) => {
-      if (res?.repair) apply(res.repair, "CancelRepair");
+    const j = repair?.job;
+    const running = j !== undefined && (j.state === JobState.RUNNING || j.state === JobState.STARTING || j.state === JobState.PREPARING || j.state === JobState.RESERVED);
+    if (running) {
+      confirmTitle.textContent = "Cancel the running job?";
+      replace(
+        confirmText,
+        h("p", null, "The job is running. Cancelling makes its supervisor terminate and reap every process it started — but what already ran may have had effects outside the job, so ", h("strong", null, "the outcome becomes Unknown"), "."),
+        h("p", null, `Its slot${j.nodeId ? ` (slot ${j.slotIndex} on node ${j.nodeId})` : ""} then `, h("strong", null, "stays held until you recover process cleanup"), " with the button that appears at the top of this page; jobs behind it wait until then."),
+      );
+      confirmYes.textContent = "Yes, cancel the running job";
+    } else {
+      confirmTitle.textContent = "Cancel this repair?";
+      replace(confirmText, h("p", null, j ? "Its job has not started, so nothing ran: the job ends cancelled and frees its place in the queue." : "No job exists, so nothing ran: the repair ends cancelled and cannot be approved any more."));
+      confirmYes.textContent = "Yes, cancel the repair";
+    }
+    confirmDialog.showModal();
+    confirmNo.focus();
+  });
+  confirmYes.addEventListener("click", () => {
+    confirmDialog.close();
+    void act(cancelButton, cancelStatus, "Requesting cancellation…", () => ctx.api.repairs.cancelRepair({ repairId, reason: cancelReason.value }, { signal: ctx.signal }), guard).then(async (res) => {
+      if (!res?.repair) return;
+      apply(res.repair, "CancelRepair");
+      cancelStatus.ok(res.repair.job?.cancelRequested ? "Cancellation requested: the node stops the job and its supervisor proves the cleanup." : "Cancelled.");
+      // Wait for the cancel receipt (the job's final state), then put focus on what follows.
+      for (let i = 0; i < 150 && repair && !isSettled(repair) && !ctx.signal.aborted; i++) await new Promise((r) => setTimeout(r, 200));
+      if (repair?.job?.state === JobState.UNKNOWN) banner.focus();
+      else cancelStatus.el.focus();
     });
   });
   recoverButton.addEventListener("click", () => {
     recoverButton.disabled = true;
-    recoverStatus.busy("Asking the server to verify cleanup and release the physical slot (RecoverProcessCleanup)…");
+    recoverStatus.busy("Asking the server to verify cleanup and release the physical slot…");
     void ctx.api.repairs
       .recoverProcessCleanup({ repairId }, { signal: ctx.signal })
       .then(async (res) => {
@@ -633,7 +825,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       })
       .catch(async (err: unknown) => {
         if (ctx.signal.aborted) return;
-        recoverStatus.error(err, "RecoverProcessCleanup");
+        recoverStatus.error(err, "Recovery request failed");
         if (isAccessLost(err)) return clearPrivate(err);
         if (isUncertain(err)) {
           replace(recoverResult, h("p", { class: "error" }, "The answer was lost, so the result is uncertain. Only the status is read again below; nothing is retried. Press the button again to make another explicit attempt."));
@@ -646,37 +838,60 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   });
 
   const refreshButton: HTMLButtonElement = button("Refresh", () => void refresh(refreshButton, "Reading the repair"));
+  replace(recoverySection, h("h2", { id: "recovery-title" }, "Recovery details"), recoveryBody);
   replace(
-    recoverySection,
-    h("h2", { id: "recovery-title" }, "Recovery"),
-    recoveryBody,
-    h("div", { class: "actions" }, recoverButton),
+    banner,
+    h("h2", { id: "banner-title" }, "Recovery needed"),
+    bannerBody,
+    h("div", { class: "actions" }, recoverButton, button("Recovery details", () => tabsApi.select("recovery", true))),
     recoverStatus.el,
     recoverResult,
   );
+  const recoveryNone = h("p", { class: "empty" }, "No recovery is needed: recovery is only for a job whose outcome is unknown.");
+  const panels: Record<string, HTMLElement> = {
+    request: section("Request", 2, summaryBody),
+    inspection: h("div", null, section("Inspection", 2, inspectionBody), section("Source files", 2, sourcesBody, sourceStatus.el, sourceView)),
+    proposal: h(
+      "div",
+      null,
+      section("Consent", 2, consentBody, field("Model route", routeSelect), h("div", { class: "actions" }, consentButton), consentStatus.el),
+      section(
+        "Proposal",
+        2,
+        field("Manual patch (unified diff, at most 1 MiB; allowed patch paths only)", manualDiff),
+        h("div", { class: "actions" }, manualButton, " ", modelButton),
+        proposeStatus.el,
+        proposalsBody,
+      ),
+    ),
+    approval: section("Approval", 2, approvalRecord, documentBody, approvalStatus.el),
+    job: h(
+      "div",
+      null,
+      section("Step output", 2, logsBody),
+      section("State changes", 2, watchStatus.el, h("div", { class: "actions" }, watchAgain), liveLog),
+      section("Job", 2, jobBody, field("Cancellation reason", cancelReason), h("div", { class: "actions" }, cancelButton), cancelStatus.el),
+    ),
+    artifacts: section("Steps and artifacts", 2, resultsBody, artifactStatus.el, artifactView),
+    recovery: h("div", null, recoveryNone, recoverySection),
+  };
+  tabsApi = makeTabs(
+    "Repair sections",
+    INSPECTOR_TABS.map(([key, label]) => ({ key, label, panel: panels[key] as HTMLElement })),
+    initialTab,
+    (key) => history.replaceState(null, "", `#/repair/${repairId}/${key}`),
+  );
+  new MutationObserver(() => {
+    recoveryNone.hidden = !recoverySection.hidden;
+  }).observe(recoverySection, { attributes: true, attributeFilter: ["hidden"] });
   replace(
     root,
     h("p", null, h("a", { href: "#/work" }, "← Work → Repository repair")),
-    h("h1", { tabindex: -1 }, "Repository repair inspector"),
-    h("div", { class: "actions" }, refreshButton),
+    h("header", { class: "status-header", "data-testid": "status-header" }, h("h1", { tabindex: -1 }, "Repository repair inspector"), h("p", { class: "repair-title" }, headerBadge, " ", h("code", null, repairId)), headerFacts, h("div", { class: "actions" }, refreshButton), announcer),
     loadStatus.el,
-    section("Live job", 2, watchStatus.el, h("div", { class: "actions" }, watchAgain), liveLog),
-    section("Request", 2, summaryBody),
-    section("Inspection", 2, inspectionBody),
-    section("Source files", 2, sourcesBody, sourceStatus.el, sourceView),
-    section("Consent", 2, consentBody, field("Model route", routeSelect), h("div", { class: "actions" }, consentButton), consentStatus.el),
-    section(
-      "Proposal",
-      2,
-      field("Manual patch (unified diff, at most 1 MiB; allowed patch paths only)", manualDiff),
-      h("div", { class: "actions" }, manualButton, " ", modelButton),
-      proposeStatus.el,
-      proposalsBody,
-    ),
-    section("Approval", 2, approvalRecord, documentBody, approvalStatus.el),
-    section("Job", 2, jobBody, field("Cancellation reason", cancelReason), h("div", { class: "actions" }, cancelButton), cancelStatus.el),
-    section("Results", 2, resultsBody, artifactStatus.el, artifactView),
-    recoverySection,
+    banner,
+    tabsApi.el,
+    confirmDialog,
   );
 
   // Read-only loads: the repair, then the live stream; the model routes for consent.
@@ -685,7 +900,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   });
   const routesStatus = status();
   consentBody.after(routesStatus.el);
-  void act(null, routesStatus, "Loading model routes (GetSandboxSettings)…", () => ctx.api.settings.getSandboxSettings({}, { signal: ctx.signal })).then((res) => {
+  void act(null, routesStatus, "Loading model routes…", () => ctx.api.settings.getSandboxSettings({}, { signal: ctx.signal })).then((res) => {
     if (!res) return;
     modelRoutes = res.settings?.modelRoutes ?? [];
     fillRoutes();

@@ -95,14 +95,14 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
   const nodeInput = h("input", { type: "text", name: "node_id", spellcheck: "false", placeholder: "every node" });
 
   const check = async (btn: HTMLButtonElement | null) => {
-    const res = await act(btn, prereqStatus, "Checking prerequisites (CheckPrerequisites)…", () => ctx.api.settings.checkPrerequisites({ nodeId: nodeInput.value.trim() }, { signal: ctx.signal }));
+    const res = await act(btn, prereqStatus, "Checking prerequisites…", () => ctx.api.settings.checkPrerequisites({ nodeId: nodeInput.value.trim() }, { signal: ctx.signal }));
     if (!res) return;
     replace(prereqBody, res.reports.length === 0 ? h("p", { class: "empty" }, "No executor node reported.") : res.reports.map(prerequisiteReport), h("p", { class: "hint" }, `Checked at ${time(Date.now())}. This is a check of the node now, not a grant: every job still needs its own approval and fresh admission.`));
   };
   const checkButton: HTMLButtonElement = button("Check prerequisites", () => void check(checkButton));
 
   const load = async (btn: HTMLButtonElement | null) => {
-    const res = await act(btn, loadStatus, "Loading sandbox settings (GetSandboxSettings)…", () => ctx.api.settings.getSandboxSettings({}, { signal: ctx.signal }));
+    const res = await act(btn, loadStatus, "Loading sandbox settings…", () => ctx.api.settings.getSandboxSettings({}, { signal: ctx.signal }));
     if (!res) {
       replace(formArea, button("Load settings again", (ev) => void load(ev.currentTarget as HTMLButtonElement)));
       return;
@@ -186,7 +186,7 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
         modelRoutes: rows.map((r) => r.read()),
         approvalTtlSeconds: Number(ttl.value) || 0,
       };
-      void act(save, saveStatus, "Saving (UpdateSandboxSettings)…", () =>
+      void act(save, saveStatus, "Saving…", () =>
         ctx.api.settings.updateSandboxSettings({ settings, expectedRevision: s?.revision ?? 0n }, { signal: ctx.signal }),
       ).then((saved) => {
         if (!saved) return;

@@ -31,10 +31,10 @@ export function renderSignIn(root: HTMLElement, o: SignInOptions): void {
       return;
     }
     const api = createApi(token);
-    void act(submit, st, "Checking the token (WhoAmI)…", () => api.principals.whoAmI({})).then((res) => {
+    void act(submit, st, "Checking the token…", () => api.principals.whoAmI({})).then((res) => {
       if (!res) return;
       if (!res.principal) {
-        st.ok("WhoAmI answered without a principal; not signed in.");
+        st.ok("The server answered without a principal; not signed in.");
         return;
       }
       input.value = "";

@@ -3,6 +3,7 @@ import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb
 import type { Repository } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { field, h, replace } from "../dom.js";
 import { act, button, enumName, lines, section, status, table, time } from "../ui-kit.js";
+import { badge, statusOf } from "../outcome.js";
 import type { ViewContext } from "../view.js";
 import { matchSelection, selectionName, SELECTIONS } from "./profile-render.js";
 
@@ -18,7 +19,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   const repairsStatus = status();
   const repairsBody = h("div", { "data-testid": "repairs" });
   const loadRepairs = async (btn: HTMLButtonElement | null = null) => {
-    const res = await act(btn, repairsStatus, "Loading repairs (ListRepairs)…", () => ctx.api.repairs.listRepairs({ goalId: "" }, { signal: ctx.signal }));
+    const res = await act(btn, repairsStatus, "Loading repairs…", () => ctx.api.repairs.listRepairs({ goalId: "" }, { signal: ctx.signal }));
     if (res) renderRepairs(res.repairs);
   };
   const renderRepairs = (list: readonly Repair[]) => {
@@ -31,9 +32,10 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
       repairsBody,
       table(
         "Repairs",
-        ["Repair", "State", "Goal (revision)", "Repository", "Selection", "Updated"],
+        ["Repair", "Outcome", "State", "Goal (revision)", "Repository", "Selection", "Updated"],
         list.map((r) => [
           h("a", { href: `#/repair/${r.id}` }, `Open inspector ${r.id.slice(0, 8)}`),
+          badge(statusOf(r)),
           h("span", { class: `state state-${enumName(RepairState, r.state)}` }, enumName(RepairState, r.state), r.staleReason ? ` (stale: ${r.staleReason})` : ""),
           `${goalTitle(r.goalId)} (r${r.goalRevision})`,
           repoName(r.repositoryId),
@@ -47,7 +49,8 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
 
   // New repair
   const goalSelect = h("select", { name: "goal", required: true });
-  const revisionInput = h("input", { type: "number", name: "goal_revision", min: 1, step: 1, required: true });
+  // The revision is the chosen goal's current one, shown, never typed.
+  const revisionOut = h("output", { name: "goal_revision", "data-testid": "goal-revision" }, "—");
   const repoSelect = h("select", { name: "repository", required: true });
   const sourcePaths = h("textarea", { name: "source_paths", rows: 4, spellcheck: "false", required: true });
   const patchPaths = h("textarea", { name: "allowed_patch_paths", rows: 3, spellcheck: "false", required: true });
@@ -75,7 +78,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   };
   const syncRevision = () => {
     const g = goals.find((x) => x.id === goalSelect.value);
-    revisionInput.value = g ? String(g.revision) : "";
+    revisionOut.textContent = g ? `revision ${g.revision} (the goal's current one)` : "—";
   };
   goalSelect.addEventListener("change", syncRevision);
   const fillRepoOptions = () => {
@@ -93,7 +96,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
     "form",
     { class: "stack", "aria-label": "New repair" },
     field("Goal (owned, active)", goalSelect),
-    field("Goal revision", revisionInput, "Must be the goal's current revision; a revised goal needs a fresh repair."),
+    h("div", { class: "field" }, h("span", { class: "label" }, "Goal revision"), " ", revisionOut, h("p", { class: "hint" }, "The repair binds the goal's current revision; revising the goal later makes it stale.")),
     field("Repository", repoSelect),
     field("Source paths", sourcePaths, "Repository-relative, one per line. Package, lock, config and dependency inputs are immutable: repairs change approved source files."),
     field("Allowed patch paths", patchPaths, "Repository-relative, one per line: the only files a proposal may touch."),
@@ -110,11 +113,11 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   );
   newRepairForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    void act(createButton, createStatus, "Creating the repair and requesting inspection (CreateRepair)…", () =>
+    void act(createButton, createStatus, "Creating the repair and requesting inspection…", () =>
       ctx.api.repairs.createRepair(
         {
           goalId: goalSelect.value,
-          goalRevision: Number(revisionInput.value) || 0,
+          goalRevision: goals.find((g) => g.id === goalSelect.value)?.revision ?? 0,
           repositoryId: repoSelect.value,
           sourcePaths: lines(sourcePaths.value),
           allowedPatchPaths: lines(patchPaths.value),
@@ -125,7 +128,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
       ),
     ).then((res) => {
       if (!res) return;
-      if (!res.repair) return createStatus.ok("CreateRepair answered without a repair.");
+      if (!res.repair) return createStatus.ok("The server answered without a repair.");
       ctx.navigate(`#/repair/${res.repair.id}`);
     });
   });
@@ -134,7 +137,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   const goalsStatus = status();
   const goalsBody = h("div", { "data-testid": "goals" });
   const loadGoals = async (btn: HTMLButtonElement | null = null) => {
-    const res = await act(btn, goalsStatus, "Loading goals (ListGoals)…", () => ctx.api.goals.listGoals({ includeArchived: false }, { signal: ctx.signal }));
+    const res = await act(btn, goalsStatus, "Loading goals…", () => ctx.api.goals.listGoals({ includeArchived: false }, { signal: ctx.signal }));
     if (!res) return;
     goals = res.goals;
     replace(
@@ -155,7 +158,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   const goalForm = h("form", { class: "stack", "aria-label": "Create goal" }, field("Title", goalTitle), field("Objective", goalObjective), h("div", { class: "actions" }, goalCreate), goalCreateStatus.el);
   goalForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    void act(goalCreate, goalCreateStatus, "Creating the goal (CreateGoal)…", () => ctx.api.goals.createGoal({ title: goalTitle.value, objective: goalObjective.value }, { signal: ctx.signal })).then(async (res) => {
+    void act(goalCreate, goalCreateStatus, "Creating the goal…", () => ctx.api.goals.createGoal({ title: goalTitle.value, objective: goalObjective.value }, { signal: ctx.signal })).then(async (res) => {
       if (!res) return;
       goalCreateStatus.ok(`Created goal “${res.goal?.title ?? ""}” (revision ${res.goal?.revision ?? "?"}).`);
       goalTitle.value = "";
@@ -172,7 +175,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   const reposStatus = status();
   const reposBody = h("div", { "data-testid": "repositories" });
   const loadRepos = async (btn: HTMLButtonElement | null = null) => {
-    const res = await act(btn, reposStatus, "Loading repositories (ListRepositories)…", () => ctx.api.repositories.listRepositories({}, { signal: ctx.signal }));
+    const res = await act(btn, reposStatus, "Loading repositories…", () => ctx.api.repositories.listRepositories({}, { signal: ctx.signal }));
     if (!res) return;
     repos = res.repositories;
     replace(reposBody, table("Repositories", ["Name", "Path", "Node", "Registered", "Id"], repos.map((r) => [r.name || "—", h("code", null, r.path), r.nodeId, time(r.createdUnixMs), h("code", null, r.id)])));
@@ -195,7 +198,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   );
   repoForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    void act(repoRegister, repoStatus, "Registering (RegisterRepository)…", () =>
+    void act(repoRegister, repoStatus, "Registering…", () =>
       ctx.api.repositories.registerRepository({ path: repoPath.value.trim(), name: repoName.value.trim(), nodeId: repoNode.value.trim() }, { signal: ctx.signal }),
     ).then(async (res) => {
       if (!res) return;
