@@ -303,8 +303,9 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(await page.getByTestId("source-view").innerText()).toMatch(/Matches the inspection\s+yes/);
 
     await consentPatchApprove(true);
-    expect(await page.getByTestId("isolation-claim").innerText()).toBe("none");
-    expect(await page.getByTestId("resource-enforcement").innerText()).toBe("admission_and_wall_timeout_only");
+    // The node's own claims: none as a plain user; a separate job uid per slot when it runs as root.
+    expect(await page.getByTestId("isolation-claim").innerText()).toBe(process.getuid?.() === 0 ? "separate_job_uid" : "none");
+    expect(await page.getByTestId("resource-enforcement").innerText()).toMatch(/^admission_and_wall_timeout_only$|^admission_wall_timeout_and_cgroup:/);
     expect(await page.getByTestId("expires").innerText()).toMatch(/\(in \d+ min/);
     await page.locator("section.panel:has(h2:text-is('Approval'))").screenshot({ path: join(SCREENSHOTS, "approval.png") });
     await expectAccessible(page, "inspector: approval document");
@@ -315,7 +316,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
 
     await page.getByRole("button", { name: /^Approve exactly this document \(SHA-256 [0-9a-f]{12}…\)$/ }).click();
     // Approving moves to the job's tab, with focus on it.
-    await expect.poll(() => page.evaluate(() => document.activeElement?.getAttribute("data-panel") ?? document.activeElement?.tagName ?? "none"), { message: pageErrors.join("\n") }).toBe("job");
+    await expect.poll(() => page.evaluate(() => document.activeElement?.getAttribute("data-panel") ?? document.activeElement?.tagName ?? "none"), { timeout: 30_000, message: pageErrors.join("\n") }).toBe("job");
     await waitText(page, "job-state", /^succeeded$/, 40_000);
     await waitText(page, "outcome-badge", /^Succeeded$/);
     const log = await page.getByTestId("live-log").innerText();
@@ -437,7 +438,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(box && box.y + box.height).toBeLessThanOrEqual(800);
     const recoverBox = await page.getByRole("button", { name: "Recover process cleanup" }).boundingBox();
     expect(recoverBox && recoverBox.y + recoverBox.height).toBeLessThanOrEqual(800);
-    await expect.poll(() => page.evaluate(() => document.activeElement?.getAttribute("data-testid") ?? "")).toBe("recovery-banner");
+    await expect.poll(() => page.evaluate(() => document.activeElement?.getAttribute("data-testid") ?? ""), { timeout: 30_000 }).toBe("recovery-banner");
     await waitText(page, "announcer", /→ unknown\.$/);
     await waitText(page, "outcome-badge", /^Unknown$/);
     await page.screenshot({ path: join(SCREENSHOTS, "inspector-unknown-1280x800.png"), fullPage: false });
