@@ -2,6 +2,7 @@ import { clone, create, toBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
 import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { IdentityKind, InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { NodeContainmentSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { describe, expect, it } from "vitest";
 import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "./approval-document.js";
 
@@ -52,5 +53,28 @@ describe("approval document", () => {
     const doc = buildApprovalDocument(inputs);
     const bundle = buildExecutionBundle({ doc, approvalId: "ap", inspection, diff: "d" });
     expect(bundle).toMatchObject({ approvalId: "ap", approvalDocumentSha256: doc.documentSha256, runtimePath: "/configured/node", goalRevision: 2, settingsRevision: 3n, approvalExpiresUnixMs: 2000n, diff: "d", nodeId: "n", supervisorSourceSha256: "e".repeat(64) });
+  });
+  it("states the node's containment exactly: its claims, ceilings and what they do not protect, all bound by the hash", () => {
+    const containment = create(NodeContainmentSchema, {
+      isolationClaim: "separate_job_uid",
+      resourceEnforcement: "admission_wall_timeout_and_cgroup:memory,pids",
+      jobUser: "uid = gid = 64000 + slot index",
+      jobUidRange: "64000-64001",
+      enforced: ["memory", "pids"],
+      unenforced: ["cpu"],
+      ceilings: { memoryBytes: 1n << 30n, pids: 256 },
+      protects: ["the supervisor process"],
+      doesNotProtect: ["the network"],
+      perJobCgroup: true,
+    });
+    const doc = buildApprovalDocument({ ...inputs, containment });
+    expect(doc).toMatchObject({ isolationClaim: "separate_job_uid", resourceEnforcement: "admission_wall_timeout_and_cgroup:memory,pids", unenforced: ["cpu"] });
+    expect(doc.containment?.ceilings?.memoryBytes).toBe(1n << 30n);
+    const none = buildApprovalDocument(inputs).documentSha256;
+    expect(doc.documentSha256).not.toBe(none);
+    const lower = clone(NodeContainmentSchema, containment);
+    lower.ceilings!.memoryBytes = 1n << 29n;
+    expect(buildApprovalDocument({ ...inputs, containment: lower }).documentSha256).not.toBe(doc.documentSha256);
+    expect(buildExecutionBundle({ doc, approvalId: "ap", inspection, diff: "" }).containment).toEqual(doc.containment);
   });
 });

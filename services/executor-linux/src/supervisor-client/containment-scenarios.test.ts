@@ -66,7 +66,7 @@ describe.skipIf(skip)("containment: job user", () => {
     expect(processesTagged(tag)).toEqual([]);
   });
 
-  test.concurrent("the command cannot stop or signal its supervisor, read its token, open its journals through /proc, or connect to its socket", async () => {
+  test.concurrent("the command cannot stop, kill or ptrace-read its supervisor, read its token, open its journals through /proc, or connect to its socket", async () => {
     const tag = newTag();
     const spec = scenarioSpec({ tag, commands: [{ script: "" }] });
     const run = spec.runDir;
@@ -74,6 +74,8 @@ describe.skipIf(skip)("containment: job user", () => {
     const script = [
       'kill -STOP "$PPID" 2>/dev/null; echo "stop=$?"',
       'kill -TERM "$PPID" 2>/dev/null; echo "term=$?"',
+      'kill -KILL "$PPID" 2>/dev/null; echo "kill=$?"',
+      'cat "/proc/$PPID/mem" >/dev/null 2>&1; echo "mem=$?"',
       `cat ${run}/token >/dev/null 2>&1; echo "token=$?"`,
       'ls /proc/$PPID/fd >/dev/null 2>&1; echo "fdlist=$?"',
       'for n in 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do if echo forged 2>/dev/null >>"/proc/$PPID/fd/$n"; then echo "opened=$n"; fi; done',
@@ -87,6 +89,8 @@ describe.skipIf(skip)("containment: job user", () => {
     expect(receipt.outcome, `${receipt.message}\n${stdout}`).toBe(Outcome.SUCCEEDED);
     expect(stdout).toContain("stop=1");
     expect(stdout).toContain("term=1");
+    expect(stdout).toContain("kill=1");
+    expect(stdout).toContain("mem=1");
     expect(stdout).toContain("token=1");
     expect(stdout).toContain("fdlist=2");
     expect(stdout).not.toContain("opened=");
