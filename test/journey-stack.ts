@@ -6,6 +6,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
 import { startExecutor, type ExecutorHandle } from "@seraph/executor-linux";
+import type { ContainmentSettings } from "../services/executor-linux/src/supervisor-client/node-containment.js";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
 import { createLocalSignals, createRootLogger, createServiceTransport, openDatabase, startServer, type RunningServer, type Signals } from "@seraph/kit";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -56,6 +57,8 @@ export async function startJourneyStack(
      * one): every method forwards, except those `wrap` overrides (fault injection).
      */
     wrapJobs?: (real: Client<typeof JobsService>) => Partial<ServiceImpl<typeof JobsService>>;
+    /** The executor's job user / cgroup settings (default: its defaults). */
+    containment?: ContainmentSettings;
   } = {},
 ): Promise<JourneyStack> {
   const node = await pinnedNodeForTests();
@@ -112,6 +115,7 @@ export async function startJourneyStack(
     internalToken,
     signals,
     log: log.child({ service: "executor" }),
+    ...(options.containment !== undefined ? { containment: options.containment } : {}),
   });
   const clients = (token: string): ApiClients => {
     const bearer: Interceptor = (next) => (req) => {

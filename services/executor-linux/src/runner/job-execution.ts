@@ -145,6 +145,9 @@ function reason(code: string, message: string, subject = ""): BlockReason {
   return create(BlockReasonSchema, { code, message, subject });
 }
 
+/** Receipt reasons of a failed step that name an enforced ceiling (kept as the job outcome). */
+const CEILING_REASONS: ReadonlySet<string> = new Set(["memory_limit_exceeded", "pid_limit_reached"]);
+
 /** How one supervised step ended, in job terms. */
 interface StepVerdict {
   readonly state: JobState;
@@ -165,7 +168,8 @@ export function verdictOf(receipt: Receipt, firstStep: boolean, lastStep: boolea
         ? { state: JobState.SUCCEEDED, outcome: "succeeded", message: receipt.message, next: false }
         : { state: JobState.RUNNING, outcome: "", message: "", next: true };
     case Outcome.FAILED:
-      return { state: JobState.FAILED, outcome: "failed", message: receipt.message, next: false };
+      // A ceiling the kernel enforced is named: the job hit its approved memory or pids ceiling.
+      return { state: JobState.FAILED, outcome: CEILING_REASONS.has(receipt.reason) ? receipt.reason : "failed", message: receipt.message, next: false };
     case Outcome.TIMED_OUT:
       return { state: JobState.FAILED, outcome: "timed_out", message: receipt.message, next: false };
     case Outcome.REJECTED_LEFTOVER_DESCENDANTS:
