@@ -1,10 +1,11 @@
 import { connect, errors, type NatsConnection } from "@nats-io/transport-node";
-import { ConfigError } from "@seraph/kit";
+import { main, type CliIo } from "@seraph/cli";
+import { ConfigError, createNatsSignals, createRootLogger } from "@seraph/kit";
 import { loadApiConfig } from "@seraph/api";
 import { loadExecutorConfig } from "@seraph/executor-linux";
 import { loadJobsConfig } from "@seraph/jobs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestNats, type NatsCredentials, type TestNatsServer } from "./harness/nats-server.js";
+import { startOperatorModeNats, startTestNats, type NatsCredentials, type TestNatsServer } from "./harness/nats-server.js";
 
 // NATS is an authenticated plane. The attack: with the shared no-auth server anyone could
 // connect, read seraph.> and send operator requests. Here the server runs with the config the
@@ -96,6 +97,33 @@ describe("NATS authentication and per-service permissions", () => {
       expect(() => load({ ...base, NATS_USER: "u", NATS_PASSWORD: "p", NATS_CREDS_FILE: "/c" })).toThrowError(/not both/);
       expect(load({ ...base, NATS_USER: "u", NATS_PASSWORD: "p" }).NATS_AUTH).toEqual({ user: "u", password: "p" });
       expect(load({ ...base, NATS_CREDS_FILE: "/etc/seraph/nats.creds" }).NATS_AUTH).toEqual({ credsFile: "/etc/seraph/nats.creds" });
+    }
+  });
+
+  it("a creds file (operator-mode server) authenticates a service and seraph ops --creds; anonymous is refused there too", async () => {
+    const op = await startOperatorModeNats();
+    try {
+      await expect(connect({ servers: op.url, timeout: 5000, reconnect: false })).rejects.toBeInstanceOf(errors.AuthorizationError);
+      const log = createRootLogger({ name: "creds-test", level: "silent" });
+      const jobs = await createNatsSignals(op.url, "seraph-jobs", log, { credsFile: await op.credsFile("jobs") });
+      try {
+        // The jobs user both publishes and hears the scheduler's wake-up subject.
+        const heard = new Promise<string>((resolve) => jobs.subscribe("seraph.work.queued", (m) => resolve(m.subject)));
+        await jobs.nats!.flush();
+        jobs.publish("seraph.work.queued", new Uint8Array());
+        expect(await heard).toBe("seraph.work.queued");
+        // The JWT's permissions hold: the jobs user may not serve operator requests.
+        expect(await subscribeError(jobs.nats!, "seraph.operator.cancel")).toBeInstanceOf(errors.PermissionViolationError);
+      } finally {
+        await jobs.close();
+      }
+      let err = "";
+      const io: CliIo = { env: { SERAPH_CONFIG_DIR: "/nonexistent/seraph-cli" }, stdout: { write: () => true }, stderr: { write: (x: string) => (err += x) }, stdinIsTTY: false, home: "/nonexistent", readLine: async () => "" };
+      const code = await main(["ops", "status", "--nats", op.url, "--creds", await op.credsFile("ops"), "--token", "sk_a-token-nobody-checks-here-000"], io);
+      // Connected and authorized to send: nothing serves seraph.operator.* on this server.
+      expect([code, err]).toEqual([1, "seraph ops status: no operator service answers on seraph.operator.status: is the API running in cluster mode on this NATS?\n"]);
+    } finally {
+      await op.close();
     }
   });
 });

@@ -94,9 +94,10 @@ async function call<I extends DescMessage, O extends DescMessage>(
     try {
       msg = await nc.request(`seraph.operator.${endpoint}`, toBinary(input, request), { headers: h, timeout: timeoutMs });
     } catch (err) {
-      if (err instanceof errors.NoRespondersError) throw new CliFailure(`no operator service answers on seraph.operator.${endpoint}: is the API running in cluster mode on this NATS?`);
-      if (err instanceof errors.TimeoutError) throw new CliFailure(`seraph.operator.${endpoint} did not answer within ${timeoutMs / 1000} s`);
-      if (err instanceof errors.PermissionViolationError) throw new CliFailure(`this NATS user may not send operator requests (${err.message})`);
+      const noResponders = err instanceof errors.NoRespondersError || (err instanceof errors.RequestError && err.isNoResponders());
+      if (noResponders) throw new CliFailure(`no operator service answers on seraph.operator.${endpoint}: is the API running in cluster mode on this NATS?`);
+      if (err instanceof errors.TimeoutError) throw new CliFailure(`seraph.operator.${endpoint} did not answer within ${timeoutMs / 1000} s (is this NATS user allowed to publish to seraph.operator.>?)`);
+      if (err instanceof errors.PermissionViolationError || (err instanceof Error && err.cause instanceof errors.PermissionViolationError)) throw new CliFailure(`this NATS user may not send operator requests (${err.message})`);
       throw err;
     }
     if (ServiceError.isServiceError(msg)) {
