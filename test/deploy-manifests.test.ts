@@ -222,7 +222,7 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
           else if (e.valueFrom?.fieldRef) env[e.name] = e.valueFrom.fieldRef.fieldPath === "spec.nodeName" ? "node-1.example" : "10.0.0.7";
           else env[e.name] = e.valueFrom?.secretKeyRef?.key === "DATABASE_URL" ? "postgres://u:p@db:5432/seraph" : e.valueFrom?.secretKeyRef?.key === "NATS_URL" ? "nats://nats:4222" : "x".repeat(64);
         }
-        const cfg = load(env);
+        const cfg = load!(env);
         for (const name of Object.keys(env)) {
           if (name === "POD_IP" || auth.has(name)) continue;
           // The shared ConfigMap carries settings of several services; each reads its own.
