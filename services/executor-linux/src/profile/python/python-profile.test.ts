@@ -1,7 +1,9 @@
+import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { IdentityKind, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, describe, expect, it } from "vitest";
 import { runToReceipt } from "../../supervisor-client/index.js";
@@ -264,5 +266,41 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     expect(codes(await inspect(repo.dir, "python -m unittest tests/test_ops.py", { pythonPath: join(scratch, "no-python") }))).toEqual(["runtime_missing"]);
     expect(codes(await inspect(repo.dir, "python -m unittest tests/test_ops.py", { runtime: { expectedVersion: "3.12.0" } }))).toEqual(["runtime_version_mismatch"]);
     expect(codes(await inspect(repo.dir, "python -m unittest tests/test_ops.py", { runtime: { expectedSha256: "0".repeat(64) } }))).toEqual(["runtime_hash_mismatch"]);
+  });
+});
+
+// The same profile through the compiled seraph-exec bin, the way a repository is checked by hand.
+const BIN = fileURLToPath(new URL("../../../bin/seraph-exec.js", import.meta.url));
+function cli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { maxBuffer: 32 * 1024 * 1024, timeout: 120_000 }, (err, stdout, stderr) => {
+      const c = err ? ((err as { code?: number }).code ?? 1) : 0;
+      resolve({ code: typeof c === "number" ? c : 1, stdout, stderr });
+    });
+  });
+}
+const lastJson = (stdout: string): Record<string, unknown> => JSON.parse(stdout.trim().split("\n").at(-1) ?? "{}") as Record<string, unknown>;
+
+describe.skipIf(!python || facilitiesMissing !== undefined)("seraph-exec --profile repo-python3-v1", () => {
+  it("inspects (0 admitted, 1 blocked with the reason, 2 usage) and repair-runs with a patch, the repository unchanged", async () => {
+    const repo = await project({ failing: true, venv: true });
+    const ok = await cli(["inspect", "--json", "--profile", PROFILE, "--repo", repo.dir, "--selection", "python -m pytest tests/test_ops.py"]);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(lastJson(ok.stdout)).toMatchObject({ admitted: true, profile: PROFILE, pythonVersion: "3.11.2", framework: "pytest", testPaths: ["tests/test_ops.py"] });
+    const refused = await cli(["inspect", "--json", "--profile", PROFILE, "--repo", repo.dir, "--selection", "pytest -x tests/test_ops.py"]);
+    expect(refused.code).toBe(1);
+    expect((lastJson(refused.stdout).reasons as { code: string }[]).map((r) => r.code)).toEqual(["python_flag_not_allowed"]);
+    expect((await cli(["inspect", "--profile", "repo-python2-v1", "--repo", repo.dir, "--selection", "test"])).code).toBe(2);
+    expect((await cli(["inspect", "--profile", PROFILE, "--node", "/x", "--repo", repo.dir, "--selection", "test"])).code).toBe(2);
+    const before = await digestTree(repo.dir);
+    const failed = await cli(["repair-run", "--json", "--profile", PROFILE, "--repo", repo.dir, "--selection", "python -m pytest tests/test_ops.py"]);
+    expect(failed.code).toBe(1);
+    expect(lastJson(failed.stdout)).toMatchObject({ outcome: "failed", repositoryUnchanged: true });
+    const patch = join(scratch, "fix-py.patch");
+    await writeFile(patch, fixPythonAddPatch());
+    const fixed = await cli(["repair-run", "--json", "--profile", PROFILE, "--repo", repo.dir, "--selection", "python -m pytest tests/test_ops.py", "--patch", patch, "--allow", "calc"]);
+    expect(fixed.code, fixed.stdout.slice(-2000)).toBe(0);
+    expect(lastJson(fixed.stdout)).toMatchObject({ outcome: "succeeded", repositoryUnchanged: true, patch: { applied: true, changed: ["calc/ops.py"] } });
+    expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
   });
 });
