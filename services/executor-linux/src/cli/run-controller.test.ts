@@ -221,4 +221,30 @@ time.sleep(1)
       }
     });
   }
+
+  test.concurrent("a long output keeps its head and its closing summary: the human output shows head, an elision line, tail", async () => {
+    // 3 MiB of numbered lines, then the summary a person reads first.
+    const script = 'i=0; while [ $i -lt 60000 ]; do echo "line $i ................................................"; i=$((i+1)); done; echo "SUMMARY: 60000 lines, 0 failed"';
+    const human = startCli(["--", "/bin/sh", "-c", script]);
+    const json = startCli(["--json", "--", "/bin/sh", "-c", script]);
+    try {
+      const h = await human.done;
+      expect(h.code).toBe(0);
+      expect(h.stdout.startsWith("line 0 ")).toBe(true);
+      expect(h.stdout.trimEnd().endsWith("SUMMARY: 60000 lines, 0 failed")).toBe(true);
+      const elision = /\n\[seraph-exec: (\d+) bytes of stdout elided\]\n/.exec(h.stdout);
+      expect(elision).not.toBeNull();
+      const j = await json.done;
+      expect(j.code).toBe(0);
+      const stdout = onlyJson(j.stdout)["stdout"] as Record<string, number>;
+      expect(stdout).toMatchObject({ keptBytes: 1024 * 1024, headBytes: 512 * 1024, tailBytes: 512 * 1024, truncated: true });
+      expect(stdout["elidedBytes"]).toBe(stdout["bytes"]! - 1024 * 1024);
+      expect(Number(elision?.[1])).toBe(stdout["elidedBytes"]);
+      // What is printed is exactly head + elision line + tail.
+      expect(Buffer.byteLength(h.stdout) - Buffer.byteLength(elision?.[0] ?? "")).toBe(1024 * 1024);
+    } finally {
+      await cleanUp(human);
+      await cleanUp(json);
+    }
+  });
 });

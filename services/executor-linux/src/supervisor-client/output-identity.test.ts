@@ -58,6 +58,14 @@ describe.skipIf(skipReason !== undefined)("supervisor output and identity", () =
     expect(out?.keptBytes).toBe(BigInt(MiB));
     expect(out?.truncated).toBe(true);
     expect(out?.sha256).toBe(createHash("sha256").update(Buffer.alloc(MiB)).digest("hex"));
+    // Head and tail halves; the hash over everything produced still covers all 256 MiB.
+    expect(out?.headBytes).toBe(BigInt(MiB / 2));
+    expect(out?.tailBytes).toBe(BigInt(MiB / 2));
+    expect(out?.elidedBytes).toBe(268435456n - BigInt(MiB));
+    const all = createHash("sha256");
+    const zeros = Buffer.alloc(MiB);
+    for (let i = 0; i < 256; i++) all.update(zeros);
+    expect(out?.producedSha256).toBe(all.digest("hex"));
     expect(err?.bytes).toBe(3000005n);
     expect(err?.keptBytes).toBe(BigInt(MiB));
     expect(err?.truncated).toBe(true);

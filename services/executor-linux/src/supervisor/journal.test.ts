@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
@@ -16,23 +16,61 @@ afterAll(() => {
 });
 
 describe("StreamJournal", () => {
-  test("keeps a prefix up to the stream limit, counts everything, hashes what it kept", async () => {
+  test("keeps the head and the tail within the stream limit, counts and hashes everything, hashes what it kept", async () => {
     const j = new StreamJournal(join(dir(), "out"), 10, new OutputBudget(1000));
-    j.append(Buffer.from("hello "));
-    j.append(Buffer.from("world, and more"));
-    j.append(Buffer.from("x".repeat(100)));
+    const produced = ["hello ", "world, and more", `${"x".repeat(100)}THE END`];
+    for (const p of produced) j.append(Buffer.from(p));
+    // While open only the head is served: the tail may still move.
+    const open = await j.read(0, 100);
+    expect(open.data.toString()).toBe("hello");
+    expect(open).toMatchObject({ keptBytes: 5, eof: false, elidedBytes: 0 });
     j.endWithoutPipe();
     const s = j.stats();
-    expect(s.bytes).toBe(121n);
+    expect(s.bytes).toBe(128n);
     expect(s.keptBytes).toBe(10n);
+    expect(s.headBytes).toBe(5n);
+    expect(s.tailBytes).toBe(5n);
+    expect(s.elidedBytes).toBe(118n);
     expect(s.truncated).toBe(true);
-    expect(s.sha256).toBe(createHash("sha256").update("hello worl").digest("hex"));
-    expect(readFileSync(j.path, "utf8")).toBe("hello worl");
+    expect(s.sha256).toBe(createHash("sha256").update("helloE END").digest("hex"));
+    expect(s.producedSha256).toBe(createHash("sha256").update(produced.join("")).digest("hex"));
+    expect(readFileSync(j.path, "utf8")).toBe("helloE END");
     expect((statSync(j.path).mode & 0o777).toString(8)).toBe("600");
-    const r = await j.read(6, 100);
-    expect(r.data.toString()).toBe("worl");
-    expect(r.eof).toBe(true);
+    const r = await j.read(3, 100);
+    expect(r.data.toString()).toBe("loE END");
+    expect(r).toMatchObject({ keptBytes: 10, eof: true, elidedAt: 5, elidedBytes: 118 });
     expect((await j.read(10, 5)).data.length).toBe(0);
+    j.closeFile();
+  });
+
+  test("a tail ring that wraps many times, in chunks larger and smaller than the ring, keeps exactly the last bytes", () => {
+    const limit = 64;
+    const j = new StreamJournal(join(dir(), "out"), limit, new OutputBudget(1 << 20));
+    const all: Buffer[] = [];
+    let n = 0;
+    for (const size of [1, 7, 31, 32, 33, 100, 3, 64, 65, 5, 29, 1]) {
+      const chunk = Buffer.from(Array.from({ length: size }, () => String.fromCharCode(33 + (n++ % 90))).join(""));
+      all.push(chunk);
+      j.append(chunk);
+    }
+    j.endWithoutPipe();
+    const whole = Buffer.concat(all);
+    const expected = Buffer.concat([whole.subarray(0, 32), whole.subarray(whole.length - 32)]);
+    expect(readFileSync(j.path)).toEqual(expected);
+    const s = j.stats();
+    expect(s.sha256).toBe(createHash("sha256").update(expected).digest("hex"));
+    expect(s.producedSha256).toBe(createHash("sha256").update(whole).digest("hex"));
+    expect(s.elidedBytes).toBe(BigInt(whole.length - 64));
+    j.closeFile();
+  });
+
+  test("the kept hash comes from memory: a journal file rewritten behind the supervisor's back does not change it", () => {
+    const j = new StreamJournal(join(dir(), "out"), 1000, new OutputBudget(1000));
+    j.append(Buffer.from("genuine"));
+    writeFileSync(j.path, "FORGED!");
+    j.endWithoutPipe();
+    expect(j.stats().sha256).toBe(createHash("sha256").update("genuine").digest("hex"));
+    expect(createHash("sha256").update(readFileSync(j.path)).digest("hex")).not.toBe(j.stats().sha256);
     j.closeFile();
   });
 
@@ -46,6 +84,7 @@ describe("StreamJournal", () => {
     j.append(Buffer.from("def"));
     j.endWithoutPipe();
     expect((await j.read(3, 10)).data.toString()).toBe("def");
+    expect(j.stats()).toMatchObject({ headBytes: 6n, tailBytes: 0n, elidedBytes: 0n, truncated: false });
     expect(j.stats().sha256).toBe(createHash("sha256").update("abcdef").digest("hex"));
     j.closeFile();
   });
@@ -57,9 +96,9 @@ describe("StreamJournal", () => {
     const b = new StreamJournal(join(d, "b"), 10, budget);
     a.append(Buffer.alloc(12));
     b.append(Buffer.alloc(12));
-    expect(a.stats().keptBytes).toBe(10n);
-    expect(b.stats().keptBytes).toBe(5n);
-    expect(b.stats().truncated).toBe(true);
+    // a: head 5 + tail 5; b gets the 5 bytes left, all head, and no tail.
+    expect(a.stats()).toMatchObject({ keptBytes: 10n, headBytes: 5n, tailBytes: 5n });
+    expect(b.stats()).toMatchObject({ keptBytes: 5n, headBytes: 5n, tailBytes: 0n, elidedBytes: 7n, truncated: true });
     a.closeFile();
     b.closeFile();
   });

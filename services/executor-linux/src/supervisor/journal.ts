@@ -1,5 +1,5 @@
 import { createHash, type Hash } from "node:crypto";
-import { closeSync, openSync, read, writeSync } from "node:fs";
+import { closeSync, ftruncateSync, openSync, read, writeSync } from "node:fs";
 import { Socket } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { StreamStatsSchema, type StreamStats } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
@@ -24,37 +24,62 @@ export class OutputBudget {
 /** A slice of a journal read by offset. */
 export interface JournalRead {
   readonly data: Buffer;
-  /** Kept bytes so far. */
+  /** Kept bytes readable so far (only the head while the stream is open). */
   readonly keptBytes: number;
   /** The stream is closed and the slice reaches the end of what was kept. */
   readonly eof: boolean;
+  /** Once ended: the kept offset where bytes were elided (the end of the head), else 0. */
+  readonly elidedAt: number;
+  /** Once ended: produced bytes dropped between head and tail, else 0. */
+  readonly elidedBytes: number;
 }
 
 /**
  * One captured stream of one command: reads the pipe's read end without blocking the event
- * loop (a net.Socket over the fd, i.e. libuv's epoll), appends up to the stream limit (and the
- * job budget) to a 0600 journal file, and keeps draining past the limit, counting and
- * discarding, so a flood never blocks the writer on a full pipe and never grows memory.
+ * loop (a net.Socket over the fd, i.e. libuv's epoll) and keeps the HEAD and the TAIL of what
+ * the command wrote within the stream limit (half each) and the job budget: the head goes to a
+ * 0600 journal file as it arrives; the tail is kept in memory, in a ring of at most half the
+ * limit, and written after the head once the stream ends, so the journal then holds head +
+ * tail (a supervisor killed mid-stream leaves the head only). Everything is counted and hashed (`produced_sha256`); the kept bytes are hashed from
+ * memory, never read back from the file, so a rewritten file cannot change the receipt. A
+ * flood never blocks the writer on a full pipe and never grows memory past the ring.
+ *
+ * While the stream is open only the head is served by `read` (bytes past it may still be
+ * elided, and offsets must not change under a reader); the tail once it ended.
  */
 export class StreamJournal {
   readonly path: string;
   readonly #fd: number;
-  readonly #streamLimit: number;
   readonly #budget: OutputBudget;
-  readonly #hash: Hash = createHash("sha256");
-  #digest: string | undefined;
+  readonly #headCap: number;
+  readonly #tailCap: number;
+  readonly #produced: Hash = createHash("sha256");
+  readonly #headHash: Hash = createHash("sha256");
+  #producedDigest: string | undefined;
+  #keptDigest: string | undefined;
   #bytes = 0;
-  #kept = 0;
-  #truncated = false;
+  /** Bytes kept in the head (in the file at [0, head)). */
+  #head = 0;
+  /** Set once the budget refused head bytes: nothing more is kept (no tail either). */
+  #starved = false;
+  /** The tail ring, allocated on the first byte past the head. */
+  #ring: Buffer | undefined;
+  /** Tail capacity reserved from the budget so far; fixed once #ringFrozen. */
+  #ringCap = 0;
+  #ringFrozen = false;
+  /** Bytes that went past the head (kept in the ring or dropped from it). */
+  #tailSeen = 0;
+  #finalized = false;
   #ended = false;
   #socket: Socket | undefined;
   readonly #endWaiters: Array<() => void> = [];
 
-  /** Creates the journal file (0600, exclusive). */
+  /** Creates the journal file (0600, exclusive); the limit is split into head and tail halves. */
   constructor(path: string, streamLimit: number, budget: OutputBudget) {
     this.path = path;
     this.#fd = openSync(path, "wx+", 0o600);
-    this.#streamLimit = streamLimit;
+    this.#headCap = Math.ceil(streamLimit / 2);
+    this.#tailCap = streamLimit - this.#headCap;
     this.#budget = budget;
   }
 
@@ -73,20 +98,82 @@ export class StreamJournal {
     this.#markEnded();
   }
 
-  /** Records `chunk`: counted always, kept while under both limits. */
+  /** Records `chunk`: counted and hashed always; the head while it has room, then the tail ring. */
   append(chunk: Buffer): void {
+    if (this.#finalized) return;
     this.#bytes += chunk.length;
-    if (this.#truncated) return;
-    const room = Math.min(chunk.length, this.#streamLimit - this.#kept);
-    const keep = this.#budget.take(Math.max(0, room));
-    if (keep > 0) {
-      const part = keep === chunk.length ? chunk : chunk.subarray(0, keep);
-      let off = 0;
-      while (off < part.length) off += writeSync(this.#fd, part, off, part.length - off);
-      this.#hash.update(part);
-      this.#kept += keep;
+    this.#produced.update(chunk);
+    let rest = chunk;
+    if (!this.#starved && this.#head < this.#headCap) {
+      const room = Math.min(rest.length, this.#headCap - this.#head);
+      const keep = this.#budget.take(room);
+      if (keep > 0) {
+        const part = rest.subarray(0, keep);
+        this.#writeAt(part, this.#head);
+        this.#headHash.update(part);
+        this.#head += keep;
+      }
+      if (keep < room) this.#starved = true;
+      rest = rest.subarray(keep);
     }
-    if (keep < chunk.length) this.#truncated = true;
+    if (rest.length === 0 || this.#starved) return;
+    this.#appendTail(rest);
+  }
+
+  #appendTail(data: Buffer): void {
+    if (!this.#ringFrozen) {
+      // Grow the reserved tail while the budget allows; a short grant (or the cap) freezes it.
+      const want = Math.min(data.length, this.#tailCap - this.#ringCap);
+      const got = want > 0 ? this.#budget.take(want) : 0;
+      this.#ringCap += got;
+      if (got < data.length) this.#ringFrozen = true;
+    }
+    const cap = this.#ringCap;
+    if (cap === 0) return;
+    this.#ring ??= Buffer.allocUnsafe(this.#tailCap);
+    const ring = this.#ring;
+    // Only the last `cap` bytes of `data` can survive.
+    const src = data.length > cap ? data.subarray(data.length - cap) : data;
+    let pos = (this.#tailSeen + (data.length - src.length)) % cap;
+    let off = 0;
+    while (off < src.length) {
+      const n = Math.min(src.length - off, cap - pos);
+      src.copy(ring, pos, off, off + n);
+      off += n;
+      pos = (pos + n) % cap;
+    }
+    this.#tailSeen += data.length;
+  }
+
+  /** The kept tail, oldest byte first (a copy). */
+  #tailBytes(): Buffer {
+    const cap = this.#ringCap;
+    const ring = this.#ring;
+    if (ring === undefined || cap === 0 || this.#tailSeen === 0) return Buffer.alloc(0);
+    if (this.#tailSeen <= cap) return Buffer.from(ring.subarray(0, this.#tailSeen));
+    const start = this.#tailSeen % cap;
+    return Buffer.concat([ring.subarray(start, cap), ring.subarray(0, start)]);
+  }
+
+  #tailKept(): number {
+    return Math.min(this.#tailSeen, this.#ringCap);
+  }
+
+  #writeAt(data: Buffer, position: number): void {
+    let off = 0;
+    while (off < data.length) off += writeSync(this.#fd, data, off, data.length - off, position + off);
+  }
+
+  /** Writes the tail after the head, from memory, so the file is exactly head + tail. */
+  #finalize(): void {
+    if (this.#finalized) return;
+    this.#finalized = true;
+    const tail = this.#tailBytes();
+    this.#writeAt(tail, this.#head);
+    ftruncateSync(this.#fd, this.#head + tail.length);
+    this.#keptDigest = this.#headHash.copy().update(tail).digest("hex");
+    this.#producedDigest = this.#produced.digest("hex");
+    this.#ring = undefined;
   }
 
   /** Whether the pipe reached EOF (every write end closed) or was closed. */
@@ -117,34 +204,40 @@ export class StreamJournal {
     this.#markEnded();
   }
 
-  /** Counts and hash of what was kept (the hash is final once the stream ended). */
+  /**
+   * Counts, kept ranges and hashes: `sha256` over the kept bytes (head then tail, what the
+   * journal holds once ended), `produced_sha256` over everything. Final once the stream ended.
+   */
   stats(): StreamStats {
-    let sha256: string;
-    if (this.#ended) {
-      this.#digest ??= this.#hash.digest("hex");
-      sha256 = this.#digest;
-    } else {
-      sha256 = this.#hash.copy().digest("hex");
-    }
+    const tailKept = this.#tailKept();
+    const kept = this.#head + tailKept;
+    const sha256 = this.#keptDigest ?? this.#headHash.copy().update(this.#tailBytes()).digest("hex");
+    const producedSha256 = this.#producedDigest ?? this.#produced.copy().digest("hex");
     return create(StreamStatsSchema, {
       bytes: BigInt(this.#bytes),
-      keptBytes: BigInt(this.#kept),
-      truncated: this.#truncated,
+      keptBytes: BigInt(kept),
+      truncated: this.#bytes > kept,
       sha256,
+      producedSha256,
+      headBytes: BigInt(this.#head),
+      tailBytes: BigInt(tailKept),
+      elidedBytes: BigInt(this.#bytes - kept),
     });
   }
 
-  /** Reads up to `maxBytes` kept bytes from `offset` (usable while running and after). */
+  /** Reads up to `maxBytes` kept bytes from `offset`: the head while open, head + tail once ended. */
   read(offset: number, maxBytes: number): Promise<JournalRead> {
-    const kept = this.#kept;
-    const ended = this.#ended;
-    const n = Math.max(0, Math.min(maxBytes, kept - offset));
-    if (n === 0) return Promise.resolve({ data: Buffer.alloc(0), keptBytes: kept, eof: ended && offset >= kept });
+    const ended = this.#finalized;
+    const readable = ended ? this.#head + this.#tailKept() : this.#head;
+    const elidedBytes = ended ? this.#bytes - readable : 0;
+    const elision = { elidedAt: elidedBytes > 0 ? this.#head : 0, elidedBytes };
+    const n = Math.max(0, Math.min(maxBytes, readable - offset));
+    if (n === 0) return Promise.resolve({ data: Buffer.alloc(0), keptBytes: readable, eof: ended && offset >= readable, ...elision });
     const buf = Buffer.allocUnsafe(n);
     return new Promise((resolve, reject) => {
       read(this.#fd, buf, 0, n, offset, (err, got) => {
         if (err !== null) reject(err);
-        else resolve({ data: buf.subarray(0, got), keptBytes: kept, eof: ended && offset + got >= kept });
+        else resolve({ data: buf.subarray(0, got), keptBytes: readable, eof: ended && offset + got >= readable, ...elision });
       });
     });
   }
@@ -152,11 +245,13 @@ export class StreamJournal {
   /** Closes the journal file (call once nothing will read it any more). */
   closeFile(): void {
     this.#socket?.destroy();
+    this.#finalize();
     closeSync(this.#fd);
   }
 
   #markEnded(): void {
     if (this.#ended) return;
+    this.#finalize();
     this.#ended = true;
     for (const w of this.#endWaiters.splice(0)) w();
   }

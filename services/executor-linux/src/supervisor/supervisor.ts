@@ -341,7 +341,14 @@ export class Supervisor {
       return create(ReadOutputResponseSchema, { ...base, keptBytes: 0n, eof: this.#receipt !== undefined });
     }
     const r = await journal.read(Number(request.offset), request.maxBytes);
-    return create(ReadOutputResponseSchema, { ...base, data: r.data, keptBytes: BigInt(r.keptBytes), eof: r.eof });
+    return create(ReadOutputResponseSchema, {
+      ...base,
+      data: r.data,
+      keptBytes: BigInt(r.keptBytes),
+      eof: r.eof,
+      elidedAt: BigInt(r.elidedAt),
+      elidedBytes: BigInt(r.elidedBytes),
+    });
   }
 
   /** The receipt; with `wait`, resolves once it has been written. */
