@@ -135,7 +135,7 @@ beforeAll(async () => {
   tokens.b = (await principals.createPrincipal({ name: "bob", newRoot: true })).secret;
   await createClient(SettingsService, transport(tokens.operator)).updateSandboxSettings({
     expectedRevision: 0n,
-    settings: { backend: SandboxBackend.LOCAL, runtimePath: node, enabled: true, repositoryRoots: [reposRoot] },
+    settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: node, enabled: true, repositoryRoots: [reposRoot] },
   });
 
   ops = await connect({ servers: cluster.nats.url, user: cluster.nats.users.ops.user, pass: cluster.nats.users.ops.password, reconnect: false });
