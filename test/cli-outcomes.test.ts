@@ -103,9 +103,19 @@ describe("seraph CLI outcomes", () => {
     const v = await seraph(["--version"]);
     expect([v.code, v.out]).toEqual([0, "seraph 0.1.0\n"]);
     await stack.operator.settings.updateSandboxSettings({
-      settings: { ...(await stack.operator.settings.getSandboxSettings({})).settings!, enabled: true, runtimePath: stack.node, repositoryRoots: [stack.root] },
+      settings: { ...(await stack.operator.settings.getSandboxSettings({})).settings!, enabled: true, profile: "repo-node24-npm-v1", runtimePath: stack.node, repositoryRoots: [stack.root] },
       expectedRevision: (await stack.operator.settings.getSandboxSettings({})).settings!.revision,
     });
+
+    // settings check also checks the two root lists: the node's, and the settings' narrowing of them.
+    const check = await seraph(["settings", "check"]);
+    expect(check.out).toMatch(new RegExp(`ok +repository_roots +Repositories may be registered under ${stack.root}`));
+    const disjoint = await seraph(["settings", "set", "--clear-roots", "--root", "/elsewhere"]);
+    expect(disjoint.code, disjoint.err).toBe(0);
+    const blocked = await seraph(["settings", "check"]);
+    expect(blocked.code).toBe(1);
+    expect(blocked.out).toMatch(/FAIL repository_roots +roots_disjoint: None of the settings' roots \(\/elsewhere\)/);
+    expect((await seraph(["settings", "set", "--clear-roots", "--root", stack.root])).code).toBe(0);
 
     const bad = await seraph(["whoami"], { SERAPH_TOKEN: "sk_not_a_token" });
     expect(bad.code).toBe(1);

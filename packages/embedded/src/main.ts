@@ -1,3 +1,5 @@
+import { mkdirSync, realpathSync } from "node:fs";
+import { resolve } from "node:path";
 import { ConfigError, createRootLogger, installShutdown, int, readConfig, str } from "@seraph/kit";
 import { defaultNodeId } from "@seraph/executor-linux";
 import { startEmbedded } from "./compose.js";
@@ -19,11 +21,20 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "seraph", level: config.LOG_LEVEL });
+// Without SERAPH_REPOSITORY_ROOTS the node serves one root of its own, <data dir>/repos (created
+// here), so a first start works as the README shows: put a repository there and register it.
+let roots = config.SERAPH_REPOSITORY_ROOTS.split(":").filter((p) => p !== "");
+const defaultRoot = roots.length === 0;
+if (defaultRoot) {
+  const dir = resolve(config.SERAPH_DATA_DIR, "repos");
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  roots = [realpathSync(dir)];
+}
 const embedded = await startEmbedded({
   dataDir: config.SERAPH_DATA_DIR,
   portBase: config.SERAPH_PORT_BASE,
   host: config.SERAPH_HOST,
-  repositoryRoots: config.SERAPH_REPOSITORY_ROOTS.split(":").filter((p) => p !== ""),
+  repositoryRoots: roots,
   nodeId: config.SERAPH_NODE_ID,
   log,
 });
@@ -36,6 +47,7 @@ const lines = [
   `  executor   gRPC h2c  http://${config.SERAPH_HOST}:${b + 20}  (internal, node ${config.SERAPH_NODE_ID})`,
   `  UI         http://${config.SERAPH_HOST}:${b + 80}           gateway gRPC h2c http://${config.SERAPH_HOST}:${b + 30}`,
   `  data       ${embedded.operatorTokenFile.replace(/\/operator-token$/, "")}`,
+  `  repos      ${roots.join(", ")}${defaultRoot ? "   (the default root: put repositories here, or set SERAPH_REPOSITORY_ROOTS)" : "   (SERAPH_REPOSITORY_ROOTS)"}`,
 ];
 if (embedded.operatorTokenCreated) {
   lines.push(`  Operator token (shown once, also saved 0600 in ${embedded.operatorTokenFile}):`, `    ${embedded.operatorTokenCreated}`);

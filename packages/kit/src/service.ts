@@ -74,6 +74,7 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
     httpFallback: o.httpFallback,
   });
   let delay = 200;
+  let lastProblem = "";
   for (;;) {
     try {
       await o.prepare();
@@ -83,7 +84,22 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
         await server.close(1000);
         throw err;
       }
-      o.log.warn({ err, retryInMs: delay }, "dependencies not ready; retrying");
+      // One clear line per distinct problem (not one every 5 s): a missing database says so.
+      const missing = missingDatabase(err);
+      const problem = missing ? `missing database ${missing}` : String((err as Error)?.message ?? err);
+      if (problem !== lastProblem) {
+        if (missing) {
+          o.log.error(
+            { database: missing, retryInMs: 5000 },
+            `database "${missing}" does not exist: create it (createdb ${missing}, or CREATE DATABASE ${missing}; the service creates its tables itself) — retrying until it exists`,
+          );
+        } else {
+          o.log.warn({ err, retryInMs: delay }, "dependencies not ready; retrying");
+        }
+        lastProblem = problem;
+      } else {
+        o.log.debug({ err, retryInMs: delay }, "dependencies still not ready; retrying");
+      }
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(delay * 2, 5000);
     }
@@ -98,4 +114,12 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
 export function markNotServing(health: HealthState, serviceNames: readonly string[]): void {
   health.set("", ServingStatus.NOT_SERVING);
   for (const s of serviceNames) health.set(s, ServingStatus.NOT_SERVING);
+}
+
+/** The database name when `err` (or a cause) is PostgreSQL's 3D000 invalid_catalog_name, else undefined. */
+export function missingDatabase(err: unknown): string | undefined {
+  for (let e = err as { code?: unknown; message?: unknown; cause?: unknown } | undefined, i = 0; e && i < 8; e = e.cause as typeof e, i++) {
+    if (e.code === "3D000") return /database "([^"]+)" does not exist/.exec(String(e.message))?.[1] ?? "(named in DATABASE_URL)";
+  }
+  return undefined;
 }

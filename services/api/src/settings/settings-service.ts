@@ -11,7 +11,7 @@ import {
   type Logger,
   type Signals,
 } from "@seraph/kit";
-import { PrerequisiteItemSchema, PrerequisiteReportSchema, type PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
+import { PrerequisiteItemSchema, PrerequisiteReportSchema, type PrerequisiteItem, type PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { SandboxBackend, SandboxSettingsSchema, SettingsService, SlotStatusSchema, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState, SlotState, type JobsService, type Slot } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Kysely } from "kysely";
@@ -48,6 +48,26 @@ export interface SettingsServiceDeps {
   readonly jobs: Client<typeof JobsService>;
   /** Settings before any save (see defaultSettings). */
   readonly defaults: () => SandboxSettings;
+}
+
+/**
+ * Whether repositories can be registered on a node with `nodeRoots` under the settings' roots.
+ * There are two lists: the node's (SERAPH_REPOSITORY_ROOTS of that executor: the only
+ * directories it touches) and the settings' (`settings set --root`: the instance operator's
+ * narrowing; empty means whatever the node offers). A repository must lie under both.
+ */
+export function rootsItem(nodeRoots: readonly string[], settingsRoots: readonly string[]): PrerequisiteItem {
+  const under = (p: string, root: string) => p === root || p.startsWith(root.endsWith("/") ? root : `${root}/`);
+  const item = (ok: boolean, code: string, message: string) => create(PrerequisiteItemSchema, { name: "repository_roots", ok, code: ok ? "ok" : code, message });
+  if (nodeRoots.length === 0) return item(false, "node_has_no_roots", "This node serves no repository root: start it with SERAPH_REPOSITORY_ROOTS (embedded mode uses <data dir>/repos by default).");
+  if (settingsRoots.length === 0) return item(true, "ok", `Repositories may be registered under the node's roots ${nodeRoots.join(", ")} (the settings name no roots of their own, so all of the node's apply).`);
+  const usable = settingsRoots.filter((r) => nodeRoots.some((n) => under(r, n)));
+  const outside = settingsRoots.filter((r) => !usable.includes(r));
+  if (usable.length === 0) {
+    return item(false, "roots_disjoint", `None of the settings' roots (${settingsRoots.join(", ")}) lies under this node's roots (${nodeRoots.join(", ")}): nothing can be registered here. Add a root under ${nodeRoots[0] ?? "a node root"} with \`seraph settings set --root\`, or start the node with that directory in SERAPH_REPOSITORY_ROOTS.`);
+  }
+  const note = outside.length ? `; ${outside.join(", ")} not under this node's roots, so not usable here` : "";
+  return item(true, "ok", `Repositories may be registered under ${usable.join(", ")} (the settings' roots that lie under this node's roots ${nodeRoots.join(", ")})${note}.`);
 }
 
 /**
@@ -171,7 +191,12 @@ export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<ty
         targets.map(async (node): Promise<PrerequisiteReport> => {
           try {
             const res = await callNode(node, "check prerequisites", () => nodes.executor(node).checkPrerequisites({ runtimePath: settings.runtimePath, profile: settings.profile, runtimeSha256: settings.runtimeSha256 }, { timeoutMs: 30_000 }));
-            if (res.report) return res.report;
+            if (res.report) {
+              const roots = rootsItem(node.repositoryRoots, settings.repositoryRoots);
+              res.report.items.push(roots);
+              res.report.ok = res.report.ok && roots.ok;
+              return res.report;
+            }
             throw new Error("empty report");
           } catch (err) {
             return create(PrerequisiteReportSchema, {
