@@ -3,7 +3,7 @@ import type { ModelRoute } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState, type Artifact, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { Outcome } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { field, h, replace } from "../dom.js";
+import { field, h, replace, type Child } from "../dom.js";
 import { badge, isSettled, statusOf } from "../outcome.js";
 import { tabs as makeTabs, type Tabs } from "../tabs.js";
 import { Code, errorCode, errorText, isAccessLost, isUncertain } from "../rpc.js";
@@ -230,7 +230,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         ["State", h("strong", { "data-testid": "repair-state" }, enumName(RepairState, r.state))],
         ["Goal (revision)", [h("code", null, r.goalId), ` (revision ${r.goalRevision})`]],
         ["Repository", h("code", null, r.repositoryId)],
-        ["Selection", selectionName(r.selection)],
+        ["Selection", selectionName(r.selection, r.inspection?.profile)],
         ["Source paths", r.sourcePaths.length ? h("ul", null, r.sourcePaths.map((p) => h("li", null, h("code", null, p)))) : "—"],
         ["Allowed patch paths", r.allowedPatchPaths.length ? h("ul", null, r.allowedPatchPaths.map((p) => h("li", null, h("code", null, p)))) : "—"],
         ["Acceptance criteria", h("span", { class: "prewrap" }, r.acceptanceCriteria || "—")],
@@ -255,8 +255,15 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       kv([
         ["Profile", h("code", null, i.profile)],
         ["Inspection SHA-256", hash(i.inspectionSha256)],
-        ["Selection", selectionName(i.selection)],
+        ["Selection", selectionName(i.selection, i.profile)],
         ["Repository path", h("code", null, i.repositoryPath)],
+        ...(i.profile === "repo-python3-v1"
+          ? ([
+              ["Pinned Python", [h("code", null, i.pythonPath || "—"), i.pythonVersion ? ` (${i.pythonVersion})` : ""]],
+              ["Test files", i.testPaths.length > 0 ? i.testPaths.map((p) => h("code", null, p)) : "the declared command's"],
+              ["Framework", i.framework ? `${i.framework} ${i.frameworkVersion}${i.sitePackages ? ` from ${i.sitePackages}` : " (the interpreter's)"}` : "—"],
+            ] as [string, Child][])
+          : []),
         ["Pinned Node", [h("code", null, i.nodePath || "—"), i.nodeVersion ? ` (${i.nodeVersion})` : ""]],
         ["TypeScript", i.typescriptVersion || "—"],
         ["Source files", String(i.sourceFiles)],

@@ -39,7 +39,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
           h("span", { class: `state state-${enumName(RepairState, r.state)}` }, enumName(RepairState, r.state), r.staleReason ? ` (stale: ${r.staleReason})` : ""),
           `${goalTitle(r.goalId)} (r${r.goalRevision})`,
           repoName(r.repositoryId),
-          selectionName(r.selection),
+          selectionName(r.selection, r.inspection?.profile),
           time(r.updatedUnixMs),
         ]),
       ),
@@ -61,7 +61,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
     const tokens = lines(selection.value);
     const m = matchSelection(tokens);
     selectionPreview.textContent =
-      tokens.length === 0 ? "No tokens yet." : m ? `Recognised: ${m.title} — ${m.execution}.` : `Tokens [${tokens.join(", ")}] are not one of the three selections; the server will refuse them.`;
+      tokens.length === 0 ? "No tokens yet." : m ? `Recognised: ${m.title} — ${m.execution}.` : `Tokens [${tokens.join(", ")}] are not one of the selections below; the server will refuse them with a reason.`;
   };
   selection.addEventListener("input", updateSelectionPreview);
   updateSelectionPreview();
@@ -101,12 +101,16 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
     field("Source paths", sourcePaths, "Repository-relative, one per line. Package, lock, config and dependency inputs are immutable: repairs change approved source files."),
     field("Allowed patch paths", patchPaths, "Repository-relative, one per line: the only files a proposal may touch."),
     field("Acceptance criteria", criteria),
-    field("Selection (one token per line)", selection, "Exactly one of the three selections below. Seraph never executes npm, npx or a shell: the words name a server-owned selection."),
+    field(
+      "Selection (one token per line)",
+      selection,
+      "One of the selections below, of the profile the settings select (Python by default; test files follow the Python words). Seraph never executes npm, npx, pip or a shell: the words name a server-owned selection.",
+    ),
     selectionPreview,
     table(
       "Selections",
-      ["Selection", "Tokens in the form", "Execution"],
-      SELECTIONS.map((s) => [s.title, h("code", null, s.tokens.join(", ")), s.execution]),
+      ["Profile", "Selection", "Tokens in the form", "Execution"],
+      SELECTIONS.map((s) => [h("code", null, s.profile), s.title, h("code", null, `${s.tokens.join(", ")}${s.files ? ", FILE…" : ""}`), s.execution]),
     ),
     h("div", { class: "actions" }, createButton),
     createStatus.el,
