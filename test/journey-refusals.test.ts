@@ -254,13 +254,40 @@ describe("journey refusals and ownership", () => {
     const id5 = (await c.repositories.registerRepository({ path: repo5.dir })).repository!.id;
     const g = await proposedRepair(c, id5);
     const before = await stack.count("proposals");
-    // 3,000 lines of 200 two-byte characters: about 0.6 M characters, 1.2 MB.
-    const lines = Array.from({ length: 3000 }, () => `+// ${"\u00e9".repeat(200)}`);
-    const big = ["--- a/src/big.js", "+++ b/src/big.js", "@@ -0,0 +1,3000 @@", ...lines, ""].join("\n");
+    // 2,600 lines of 200 two-byte characters: about 0.5 M characters, 1.05 MB (under the
+    // listener's read limit of 1 MiB + 64 KiB, so the handler's own byte check answers).
+    const lines = Array.from({ length: 2600 }, () => `+// ${"\u00e9".repeat(200)}`);
+    const big = ["--- a/src/big.js", "+++ b/src/big.js", "@@ -0,0 +1,2600 @@", ...lines, ""].join("\n");
     expect(big.length).toBeLessThan(1_048_576);
     expect(Buffer.byteLength(big)).toBeGreaterThan(1_048_576);
     await expectRefused(c.repairs.proposePatch({ repairId: g.repair.id, route: { case: "manualDiff", value: big } }), Code.InvalidArgument, "patch_too_large");
+    // Larger still (1.2 MB): the listener stops reading at its limit, before any handler.
+    const bigger = ["--- a/src/big.js", "+++ b/src/big.js", "@@ -0,0 +1,3000 @@", ...Array.from({ length: 3000 }, () => `+// ${"\u00e9".repeat(200)}`), ""].join("\n");
+    const err = await expectRefused(c.repairs.proposePatch({ repairId: g.repair.id, route: { case: "manualDiff", value: bigger } }), Code.ResourceExhausted);
+    expect(err.rawMessage).toMatch(/larger than configured readMaxBytes 1114112/);
     expect(await stack.count("proposals")).toBe(before);
+  });
+
+  it("caps the WatchRepair streams one principal holds open (RESOURCE_EXHAUSTED stream_limit); others and plain reads still answer", async () => {
+    const repo6 = await createJsTestProject({ parent: stack.root, failing: true, name: "sixth" });
+    const id6 = (await c.repositories.registerRepository({ path: repo6.dir })).repository!.id;
+    const g = await proposedRepair(c, id6);
+    const controllers: AbortController[] = [];
+    const open = async () => {
+      const ctl = new AbortController();
+      const it = c.repairs.watchRepair({ repairId: g.repair.id }, { signal: ctl.signal })[Symbol.asyncIterator]();
+      await it.next();
+      controllers.push(ctl);
+    };
+    try {
+      for (let i = 0; i < 16; i++) await open();
+      const err = await expectRefused(open(), Code.ResourceExhausted, "stream_limit");
+      expect(err.rawMessage).toContain("At most 16 concurrent streams per principal");
+      // A plain read of the same principal is not held up by its open streams.
+      expect((await c.repairs.getRepair({ repairId: g.repair.id })).repair?.id).toBe(g.repair.id);
+    } finally {
+      for (const ctl of controllers) ctl.abort();
+    }
   });
 
   it("cancels a pending repair; a cancelled repair can neither be proposed nor approved", async () => {

@@ -35,7 +35,17 @@ export { createRootLogger } from "./logging.js";
 export type { Logger } from "./logging.js";
 export { startPollLoop } from "./poll-loop.js";
 export type { PollLoop } from "./poll-loop.js";
-export { startServer } from "./server.js";
+export {
+  ENVELOPE_BYTES,
+  PUBLIC_READ_MAX_BYTES,
+  EXECUTOR_READ_MAX_BYTES,
+  JOBS_READ_MAX_BYTES,
+  DEFAULT_LISTENER_LIMITS,
+  createStreamLimitInterceptor,
+  createPrincipalRateLimit,
+} from "./limits.js";
+export type { ListenerLimits, RateLimitSpec, PrincipalRateLimit } from "./limits.js";
+export { startServer, listenerLimits } from "./server.js";
 export type { ServerOptions, RunningServer } from "./server.js";
 export { standardInterceptors, withHealth, createReadinessInterceptor, bootService, markNotServing } from "./service.js";
 export type { BootOptions, BootedService } from "./service.js";

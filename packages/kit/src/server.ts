@@ -4,6 +4,7 @@ import http from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
+import { DEFAULT_LISTENER_LIMITS, type ListenerLimits } from "./limits.js";
 
 /** Where and what a service serves. Port 0 picks a free port (tests). */
 export interface ServerOptions {
@@ -18,6 +19,8 @@ export interface ServerOptions {
   readonly log: Logger;
   /** Optional non-RPC HTTP/1.1 handler tried first (static UI files); returns true when it answered. */
   readonly httpFallback?: (req: http.IncomingMessage, res: http.ServerResponse) => boolean;
+  /** Read limits and timeouts of both listeners; unset fields take {@link DEFAULT_LISTENER_LIMITS}. */
+  readonly limits?: Partial<ListenerLimits> | undefined;
 }
 
 /** A running server: its bound ports and a graceful close. */
@@ -30,20 +33,46 @@ export interface RunningServer {
   close(deadlineMs?: number): Promise<void>;
 }
 
-/** Serves one Connect handler on an h2c listener (gRPC) and an HTTP/1.1 listener (Connect, gRPC-Web). */
+/** The limits of a server: `given` over the defaults. */
+export function listenerLimits(given: Partial<ListenerLimits> | undefined): ListenerLimits {
+  const l = { ...DEFAULT_LISTENER_LIMITS };
+  for (const [k, v] of Object.entries(given ?? {})) if (v !== undefined) (l as Record<string, number>)[k] = v;
+  return l;
+}
+
+/** Largest header block either listener accepts (node's default for HTTP/1.1, made explicit for h2). */
+const MAX_HEADER_BYTES = 16 * 1024;
+
+/**
+ * Serves one Connect handler on an h2c listener (gRPC) and an HTTP/1.1 listener (Connect,
+ * gRPC-Web), bounded against large and slow clients (see ListenerLimits): every handler reads
+ * at most `readMaxBytes` per message, counted while reading and before any interceptor (so
+ * before authentication); an HTTP/1.1 request refused before its body was read closes the
+ * connection instead of draining the rest; headers and whole requests have deadlines; idle
+ * connections close.
+ */
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
+  const limits = listenerLimits(opts.limits);
   const adapter = connectNodeAdapter({
     routes: opts.routes,
     interceptors: [...opts.interceptors],
     grpc: true,
     grpcWeb: true,
     connect: true,
+    readMaxBytes: limits.readMaxBytes,
   });
-  const h2 = http2.createServer({}, adapter);
+  const h2 = http2.createServer(
+    {
+      settings: { maxConcurrentStreams: limits.maxConcurrentStreamsPerConnection, maxHeaderListSize: MAX_HEADER_BYTES },
+      maxSessionMemory: 32,
+    },
+    adapter,
+  );
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (s) => {
     sessions.add(s);
     s.on("close", () => sessions.delete(s));
+    boundSession(s, limits);
   });
   const grpcPort = await listen(h2, opts.host, opts.grpcPort);
 
@@ -52,10 +81,21 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const sockets = new Set<Socket>();
   if (opts.httpPort !== undefined) {
     const fallback = opts.httpFallback;
-    h1 = http.createServer((req, res) => {
-      if (fallback && fallback(req, res)) return;
-      adapter(req, res);
-    });
+    h1 = http.createServer(
+      {
+        headersTimeout: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs),
+        requestTimeout: limits.requestTimeoutMs,
+        keepAliveTimeout: limits.idleTimeoutMs,
+        // node checks the two timeouts on this interval (default 30 s, far too coarse for them)
+        connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(limits.headersTimeoutMs / 2))),
+        maxHeaderSize: MAX_HEADER_BYTES,
+      },
+      (req, res) => {
+        closeIfAnsweredEarly(req, res);
+        if (fallback && fallback(req, res)) return;
+        adapter(req, res);
+      },
+    );
     h1.on("connection", (s: Socket) => {
       sockets.add(s);
       s.on("close", () => sockets.delete(s));
@@ -93,6 +133,106 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
     },
   };
+}
+
+/**
+ * An answer written before the request body was read in full (a refusal: too large, bad
+ * headers) ends the connection: otherwise node would keep reading, and discarding, the rest of
+ * a body the server already refused, for as long as the client cares to send it.
+ */
+function closeIfAnsweredEarly(req: http.IncomingMessage, res: http.ServerResponse): void {
+  const writeHead = res.writeHead;
+  // captured now: a request stream that failed while being read no longer has its socket
+  const socket = req.socket;
+  res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
+    if (!req.complete && !res.headersSent) {
+      res.setHeader("connection", "close");
+      lingerInsteadOfReset(socket);
+    }
+    return writeHead.apply(this, args);
+  } as typeof writeHead;
+}
+
+/** How long a refused connection stays half-open so the client can read the answer. */
+const LINGER_MS = 1000;
+
+/**
+ * node ends a "connection: close" response with socket.destroySoon(), which closes the socket
+ * while the client's unread body sits in the receive buffer: the kernel then answers with a
+ * reset, and the client may lose the answer it has not read yet. Instead: stop reading at once
+ * (the client blocks once the socket buffers fill), send FIN after the answer, and close after a
+ * short linger.
+ */
+function lingerInsteadOfReset(socket: Socket): void {
+  // Stop reading now. `_paused` is what node's http server itself sets when it holds a socket
+  // back (pipelining); it keeps the IncomingMessage from resuming the socket when node then
+  // "dumps" the unread body.
+  (socket as Socket & { _paused?: boolean })._paused = true;
+  socket.pause();
+  socket.destroySoon = function (this: Socket) {
+    this.end();
+    this.pause();
+    const timer = setTimeout(() => this.destroy(), LINGER_MS);
+    timer.unref();
+    this.once("close", () => clearTimeout(timer));
+  };
+}
+
+/**
+ * Deadlines of one h2 session against slow clients: the first stream must open within the
+ * headers timeout; a session with no open stream closes after the idle timeout (one with open
+ * streams, such as a quiet WatchRepair, stays); every stream must send its whole request within
+ * the request timeout or it is cancelled; a stream answered before its request was read in full
+ * is reset.
+ */
+function boundSession(s: http2.ServerHttp2Session, limits: ListenerLimits): void {
+  let active = 0;
+  let opened = false;
+  const first = setTimeout(() => {
+    if (!opened) s.destroy();
+  }, limits.headersTimeoutMs);
+  first.unref();
+  s.on("timeout", () => {
+    if (active === 0) s.close();
+  });
+  s.setTimeout(limits.idleTimeoutMs);
+  s.on("close", () => clearTimeout(first));
+  s.on("stream", (stream) => {
+    opened = true;
+    clearTimeout(first);
+    active += 1;
+    const deadline = setTimeout(() => {
+      if (!stream.readableEnded && !stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
+    }, limits.requestTimeoutMs);
+    deadline.unref();
+    stream.once("end", () => clearTimeout(deadline));
+    // A response sent before the request was read in full (a refusal) ends the stream, so the
+    // client stops sending a body nobody will read (the h2 form of "connection: close").
+    // gRPC answers end with trailers, sent after the data side finished; reset only after them.
+    let trailersPending = false;
+    const resetIfUnread = () =>
+      setImmediate(() => {
+        if (!stream.readableEnded && !stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+      });
+    stream.once("wantTrailers", () => (trailersPending = true));
+    const sendTrailers = stream.sendTrailers.bind(stream);
+    stream.sendTrailers = (headers) => {
+      sendTrailers(headers);
+      trailersPending = false;
+      resetIfUnread();
+    };
+    stream.once("finish", () =>
+      setImmediate(() => {
+        if (!trailersPending) resetIfUnread();
+      }),
+    );
+    stream.once("close", () => {
+      clearTimeout(deadline);
+      active -= 1;
+      // re-arm the idle timer: it fired (and was ignored) while this stream was open
+      if (active === 0 && !s.closed && !s.destroyed) s.setTimeout(limits.idleTimeoutMs);
+    });
+  });
 }
 
 function listen(server: http.Server | http2.Http2Server, host: string, port: number): Promise<number> {

@@ -4,16 +4,29 @@ import { Health } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import type { Logger } from "pino";
 import { createAuthInterceptor, type Authenticate } from "./auth.js";
 import { createHealthState, ServingStatus, type HealthState } from "./health.js";
-import { startServer, type RunningServer, type ServerOptions } from "./server.js";
+import { createStreamLimitInterceptor, type ListenerLimits } from "./limits.js";
+import { listenerLimits, startServer, type RunningServer, type ServerOptions } from "./server.js";
 import { createErrorInterceptor } from "./interceptors.js";
 
 /**
  * The interceptor chain every service uses, outermost first: errors and per-RPC logging,
- * bearer authentication (health is public), then protovalidate rules from the proto, so a
- * bad request is INVALID_ARGUMENT naming the field and reaches no handler.
+ * bearer authentication (health is public), the per-principal cap on open streams, then
+ * protovalidate rules from the proto, so a bad request is INVALID_ARGUMENT naming the field and
+ * reaches no handler. (The request body was already read within readMaxBytes by then.)
  */
-export function standardInterceptors(log: Logger, authenticate: Authenticate, health: HealthState): Interceptor[] {
-  return [createErrorInterceptor(log), createReadinessInterceptor(health), createAuthInterceptor(authenticate), createValidateInterceptor()];
+export function standardInterceptors(
+  log: Logger,
+  authenticate: Authenticate,
+  health: HealthState,
+  streamsPerPrincipal: number = listenerLimits(undefined).streamsPerPrincipal,
+): Interceptor[] {
+  return [
+    createErrorInterceptor(log),
+    createReadinessInterceptor(health),
+    createAuthInterceptor(authenticate),
+    createStreamLimitInterceptor(streamsPerPrincipal),
+    createValidateInterceptor(),
+  ];
 }
 
 /** Answers UNAVAILABLE (except health) until the server's overall health is SERVING. */
@@ -49,6 +62,8 @@ export interface BootOptions {
   readonly prepare: () => Promise<void>;
   readonly signal?: AbortSignal;
   readonly httpFallback?: ServerOptions["httpFallback"];
+  /** Read limits, timeouts and the per-principal stream cap; unset fields take the defaults. */
+  readonly limits?: Partial<ListenerLimits> | undefined;
 }
 
 /** A booted service: listening, SERVING. */
@@ -63,15 +78,17 @@ export interface BootedService {
  */
 export async function bootService(o: BootOptions): Promise<BootedService> {
   const health = createHealthState(o.serviceNames);
+  const limits = listenerLimits(o.limits);
   const server = await startServer({
     name: o.name,
     host: o.host,
     grpcPort: o.grpcPort,
     httpPort: o.httpPort,
     routes: withHealth(o.routes, health),
-    interceptors: standardInterceptors(o.log, o.authenticate, health),
+    interceptors: standardInterceptors(o.log, o.authenticate, health, limits.streamsPerPrincipal),
     log: o.log,
     httpFallback: o.httpFallback,
+    limits,
   });
   let delay = 200;
   let lastProblem = "";

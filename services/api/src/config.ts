@@ -1,4 +1,5 @@
-import { int, natsAuth, optionalStr, readConfig, str } from "@seraph/kit";
+import { DEFAULT_LISTENER_LIMITS, int, natsAuth, optionalStr, readConfig, str } from "@seraph/kit";
+import { DEFAULT_API_RATE_LIMITS } from "./limits.js";
 
 /** API service configuration (cluster mode reads it from the environment). */
 export type ApiConfig = ReturnType<typeof loadApiConfig>;
@@ -18,6 +19,13 @@ export function loadApiConfig(env: Readonly<Record<string, string | undefined>>)
     SERAPH_OPERATOR_TOKEN_FILE: optionalStr(),
     /** WatchRepair's slow poll; signals (NATS) deliver changes sooner, the poll covers lost ones. */
     SERAPH_WATCH_POLL_MS: int(2000, 100, 600_000),
+    /** Per-principal creation rates per minute (RESOURCE_EXHAUSTED rate_limited above them). */
+    SERAPH_RATE_GOALS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.goalsPerMinute, 1, 1_000_000),
+    SERAPH_RATE_REPOSITORIES_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.repositoriesPerMinute, 1, 1_000_000),
+    SERAPH_RATE_REPAIRS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.repairsPerMinute, 1, 1_000_000),
+    SERAPH_RATE_PROPOSALS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.proposalsPerMinute, 1, 1_000_000),
+    /** Concurrent WatchRepair (server) streams one principal may hold open (RESOURCE_EXHAUSTED stream_limit above). */
+    SERAPH_STREAMS_PER_PRINCIPAL: int(DEFAULT_LISTENER_LIMITS.streamsPerPrincipal, 1, 10_000),
     LOG_LEVEL: str("info"),
   });
 }

@@ -27,6 +27,13 @@ const api = await startApi({
   jobsUrl: config.SERAPH_JOBS_URL,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
   watchPollMs: config.SERAPH_WATCH_POLL_MS,
+  rateLimits: {
+    goalsPerMinute: config.SERAPH_RATE_GOALS_PER_MINUTE,
+    repositoriesPerMinute: config.SERAPH_RATE_REPOSITORIES_PER_MINUTE,
+    repairsPerMinute: config.SERAPH_RATE_REPAIRS_PER_MINUTE,
+    proposalsPerMinute: config.SERAPH_RATE_PROPOSALS_PER_MINUTE,
+  },
+  streamsPerPrincipal: config.SERAPH_STREAMS_PER_PRINCIPAL,
   onOperatorCreated: async (secret) => {
     if (tokenFile) {
       await writeFile(tokenFile, `${secret}\n`, { mode: 0o600, flag: "wx" });

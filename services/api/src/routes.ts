@@ -7,6 +7,7 @@ import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import type { ApiDatabase } from "./db/schema.js";
+import { createApiLimiters, type ApiRateLimits } from "./limits.js";
 import { createGoalService } from "./goals/goal-service.js";
 import { createJobsClient, createNodeDirectory } from "./nodes/node-directory.js";
 import { createOperatorOps, type OperatorOps } from "./operator/operator-ops.js";
@@ -29,6 +30,8 @@ export interface ApiDeps {
   readonly internalToken: string;
   /** WatchRepair's slow poll in ms (default 2000). */
   readonly watchPollMs?: number;
+  /** Per-principal creation rates; unset fields take DEFAULT_API_RATE_LIMITS. */
+  readonly rateLimits?: Partial<ApiRateLimits> | undefined;
   /** Runtime path of the default settings (the Python profile); default: /usr/bin/python3 when installed. */
   readonly defaultRuntimePath?: string;
   /** The operator requests (shared with the NATS micro service); default: built from these deps. */
@@ -42,12 +45,13 @@ export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void 
   const runtimePath = deps.defaultRuntimePath ?? resolvePinnedPython();
   const defaults = (): SandboxSettings => defaultSettings(runtimePath);
   const operatorOps = deps.operatorOps ?? createOperatorOps({ ...deps, jobs });
+  const limiters = createApiLimiters(deps.rateLimits);
   return (router) => {
     router.service(PrincipalService, createPrincipalService(deps));
-    router.service(GoalService, createGoalService(deps));
+    router.service(GoalService, createGoalService({ ...deps, limiters }));
     router.service(SettingsService, createSettingsService({ ...deps, nodes, jobs, defaults }));
-    router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults }));
-    router.service(RepairService, createRepairService({ ...deps, nodes, jobs, defaults, watchPollMs: deps.watchPollMs }));
+    router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults, limiters }));
+    router.service(RepairService, createRepairService({ ...deps, nodes, jobs, defaults, limiters, watchPollMs: deps.watchPollMs }));
     router.service(OperatorService, createOperatorService(operatorOps));
   };
 }

@@ -1,4 +1,4 @@
-import { bootService, markNotServing, type BootedService, type Logger, type Signals } from "@seraph/kit";
+import { bootService, markNotServing, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger, type Signals } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { OperatorService } from "@seraph/proto/seraph/api/v1/operator_pb.js";
@@ -7,6 +7,7 @@ import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/
 import type { Kysely } from "kysely";
 import { migrateApi } from "./db/migrate.js";
 import type { ApiDatabase } from "./db/schema.js";
+import type { ApiRateLimits } from "./limits.js";
 import { ensureOperator, findPrincipalByToken } from "./principals/principal.repository.js";
 import { createJobsClient } from "./nodes/node-directory.js";
 import { startOperatorNatsService, type OperatorNatsService } from "./operator/operator-nats.js";
@@ -38,6 +39,10 @@ export interface ApiRuntime {
   readonly signal?: AbortSignal;
   /** WatchRepair's slow poll in ms (default 2000). */
   readonly watchPollMs?: number;
+  /** Per-principal creation rates; unset fields take DEFAULT_API_RATE_LIMITS. */
+  readonly rateLimits?: Partial<ApiRateLimits> | undefined;
+  /** Concurrent server streams (WatchRepair) per principal (default 16). */
+  readonly streamsPerPrincipal?: number | undefined;
 }
 
 /** A running API service. */
@@ -69,7 +74,9 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
       internalToken: rt.internalToken,
       watchPollMs: rt.watchPollMs,
       operatorOps,
+      rateLimits: rt.rateLimits,
     }),
+    limits: { readMaxBytes: PUBLIC_READ_MAX_BYTES, streamsPerPrincipal: rt.streamsPerPrincipal },
     authenticate,
     signal: rt.signal,
     prepare: async () => {

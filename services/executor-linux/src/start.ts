@@ -2,6 +2,7 @@ import { mkdir } from "node:fs/promises";
 import { createClient } from "@connectrpc/connect";
 import {
   bootService,
+  EXECUTOR_READ_MAX_BYTES,
   createServiceTransport,
   internalAuthenticator,
   markNotServing,
@@ -112,6 +113,8 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       },
     }),
     authenticate: internalAuthenticator(rt.internalToken),
+    // CheckProposal carries a 1 MiB patch and the inspection it is checked against.
+    limits: { readMaxBytes: EXECUTOR_READ_MAX_BYTES },
     signal: rt.signal,
     prepare: async () => {
       await mkdir(rt.dataDir, { recursive: true, mode: 0o700 });

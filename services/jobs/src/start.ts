@@ -1,4 +1,4 @@
-import { bootService, internalAuthenticator, markNotServing, type BootedService, type Logger, type Signals } from "@seraph/kit";
+import { bootService, internalAuthenticator, JOBS_READ_MAX_BYTES, markNotServing, type BootedService, type Logger, type Signals } from "@seraph/kit";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Kysely } from "kysely";
 import type { AuthorityReader } from "./admission/authority.js";
@@ -59,6 +59,8 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     serviceNames: JOBS_SERVICE_NAMES,
     routes: createJobsRoutes(createJobsService(core)),
     authenticate: internalAuthenticator(rt.internalToken),
+    // StoreArtifact carries up to 17 MiB (jobs.proto); everything else is smaller.
+    limits: { readMaxBytes: JOBS_READ_MAX_BYTES },
     signal: rt.signal,
     prepare: () => migrateJobs(rt.db, rt.log),
   });

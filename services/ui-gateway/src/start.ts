@@ -1,7 +1,7 @@
 import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { bootService, markNotServing, type BootedService, type Logger } from "@seraph/kit";
+import { bootService, hashToken, markNotServing, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger } from "@seraph/kit";
 import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { createGatewayRoutes, FORWARDED_SERVICES } from "./routes.js";
 import { createStaticHandler } from "./static-files.js";
@@ -41,8 +41,13 @@ export async function startGateway(rt: GatewayRuntime): Promise<GatewayHandle> {
     httpPort: rt.httpPort,
     serviceNames: GATEWAY_SERVICE_NAMES,
     routes: createGatewayRoutes(apiTransport),
-    // Any well-formed bearer token passes here; the API decides whether it is valid.
-    authenticate: async () => ({ id: "forwarded", name: "forwarded", rootId: "forwarded", tokenId: "forwarded" }),
+    // Any well-formed bearer token passes here; the API decides whether it is valid. The token's
+    // hash keys this hop's per-caller stream cap (the API applies its own per principal).
+    authenticate: async (token) => {
+      const id = `token:${hashToken(token).slice(0, 32)}`;
+      return { id, name: "forwarded", rootId: id, tokenId: id };
+    },
+    limits: { readMaxBytes: PUBLIC_READ_MAX_BYTES },
     signal: rt.signal,
     httpFallback: createStaticHandler(publicDir),
     prepare: async () => {

@@ -5,6 +5,7 @@ import { GoalSchema, GoalService, GoalState, type Goal } from "@seraph/proto/ser
 import type { Kysely } from "kysely";
 import { unixMs } from "../common.js";
 import type { ApiDatabase } from "../db/schema.js";
+import type { ApiLimiters } from "../limits.js";
 import { publishRepairEvents } from "../repairs/repair-events.js";
 import { markRepairsStale } from "../repairs/repair.repository.js";
 import { archiveGoal, findOwnedGoal, insertGoal, listOwnedGoals, reviseGoalCas, type GoalRow } from "./goal.repository.js";
@@ -28,11 +29,12 @@ export function goalMessage(row: GoalRow): Goal {
  * revision, ABORTED on conflict) or archiving a goal makes its repairs that are not yet approved
  * stale in the same transaction, so their approval is refused with the reason.
  */
-export function createGoalService(deps: { db: Kysely<ApiDatabase>; signals: Signals }): ServiceImpl<typeof GoalService> {
+export function createGoalService(deps: { db: Kysely<ApiDatabase>; signals: Signals; limiters: ApiLimiters }): ServiceImpl<typeof GoalService> {
   const { db, signals } = deps;
   return {
     async createGoal(req, ctx) {
       const p = requirePrincipal(ctx);
+      await deps.limiters.goals.consume(p.id);
       const row = await db.transaction().execute((trx) => insertGoal(trx, { id: newId(), ownerId: p.id, title: req.title, objective: req.objective }));
       return { goal: goalMessage(row) };
     },

@@ -33,6 +33,7 @@ import { Stream } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Kysely } from "kysely";
 import { isUnder } from "../common.js";
 import type { ApiDatabase } from "../db/schema.js";
+import type { ApiLimiters } from "../limits.js";
 import { findOwnedGoal } from "../goals/goal.repository.js";
 import { requestPatch, type ModelClientDeps } from "../model-route/model-client.js";
 import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../model-route/prompt.js";
@@ -77,6 +78,8 @@ export interface RepairServiceDeps {
   readonly now?: () => number;
   /** Slow poll of WatchRepair, so a lost signal only delays (default 2 s). */
   readonly watchPollMs?: number;
+  /** Per-principal creation rates (repairs, proposals). */
+  readonly limiters: ApiLimiters;
   /** Model route transport overrides (tests). */
   readonly model?: Pick<ModelClientDeps, "fetch" | "sleep">;
 }
@@ -278,6 +281,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
   return {
     async createRepair(req, ctx) {
       const p = requirePrincipal(ctx);
+      await deps.limiters.repairs.consume(p.id);
       // The grammar is the server-selected profile's; a settings read before parsing picks it.
       const current = await loadSettings(db, deps.defaults);
       const { selection, testPaths } = parseSelectionText(req.selection, current.settings.profile);
@@ -444,6 +448,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
 
     async proposePatch(req, ctx) {
       const p = requirePrincipal(ctx);
+      await deps.limiters.proposals.consume(p.id);
       const row = await owned(p, req.repairId);
       requireForward(row);
       const inspection = repairInspection(row);

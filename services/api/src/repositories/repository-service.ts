@@ -6,6 +6,7 @@ import { RepositorySchema, RepositoryService, type Repository, type SandboxSetti
 import type { Kysely } from "kysely";
 import { isNormalizedAbsolute, isUnder, unixMs } from "../common.js";
 import type { ApiDatabase } from "../db/schema.js";
+import type { ApiLimiters } from "../limits.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
 import { loadSettings } from "../settings/settings.repository.js";
 import { insertRepositoryOnce, listOwnedRepositories, type RepositoryRow } from "./repository.repository.js";
@@ -21,11 +22,12 @@ export function repositoryMessage(row: RepositoryRow): Repository {
  * node confirms it is an existing directory under one of the node's own roots. Nothing in the
  * repository is read or written here.
  */
-export function createRepositoryService(deps: { db: Kysely<ApiDatabase>; nodes: NodeDirectory; defaults: () => SandboxSettings }): ServiceImpl<typeof RepositoryService> {
+export function createRepositoryService(deps: { db: Kysely<ApiDatabase>; nodes: NodeDirectory; defaults: () => SandboxSettings; limiters: ApiLimiters }): ServiceImpl<typeof RepositoryService> {
   const { db, nodes } = deps;
   return {
     async registerRepository(req, ctx) {
       const p = requirePrincipal(ctx);
+      await deps.limiters.repositories.consume(p.id);
       if (!isNormalizedAbsolute(req.path)) {
         throw new InvalidArgumentError("path", "path_not_normalized", `The repository path "${req.path}" must be absolute and normalized (no "..", ".", "//" or trailing "/").`);
       }

@@ -1,0 +1,219 @@
+import { request as httpRequest } from "node:http";
+import http2 from "node:http2";
+import { connect as netConnect, type Socket } from "node:net";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ResourceExhaustedError } from "./errors.js";
+import { createPrincipalRateLimit } from "./limits.js";
+import { bootService, type BootedService } from "./service.js";
+
+const TOKENS: Record<string, string> = { sk_principal_a_000000000000: "a", sk_principal_b_000000000000: "b" };
+const A = "sk_principal_a_000000000000";
+const B = "sk_principal_b_000000000000";
+const READ_MAX = 64 * 1024;
+
+describe("listener limits", () => {
+  let svc: BootedService;
+  let handled = 0;
+
+  beforeAll(async () => {
+    svc = await bootService({
+      name: "limits-test",
+      log: pino({ level: "silent" }),
+      host: "127.0.0.1",
+      grpcPort: 0,
+      httpPort: 0,
+      serviceNames: [],
+      authenticate: async (t) => (TOKENS[t] ? { id: TOKENS[t]!, name: TOKENS[t]!, rootId: TOKENS[t]!, tokenId: TOKENS[t]! } : undefined),
+      prepare: async () => {},
+      limits: { readMaxBytes: READ_MAX, headersTimeoutMs: 400, requestTimeoutMs: 800, idleTimeoutMs: 600, streamsPerPrincipal: 2 },
+      routes: (router) => {
+        router.service(GoalService, {
+          createGoal(req) {
+            handled += 1;
+            return { goal: { title: req.title } };
+          },
+        });
+        router.service(RepairService, {
+          async *watchRepair(_req, ctx) {
+            yield { repair: { id: "r" } };
+            await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve(), { once: true }));
+          },
+        });
+      },
+    });
+  });
+  afterAll(async () => {
+    await svc?.server.close(1000);
+  });
+
+  function bigPost(chunked: boolean, total: number): Promise<{ status: number; sent: number; closed: boolean }> {
+    return new Promise((resolve, reject) => {
+      const chunk = Buffer.alloc(64 * 1024, 0x41);
+      let sent = 0;
+      let status = 0;
+      const req = httpRequest({
+        host: "127.0.0.1",
+        port: svc.server.httpPort,
+        method: "POST",
+        path: "/seraph.api.v1.GoalService/CreateGoal",
+        headers: { "content-type": "application/proto", ...(chunked ? {} : { "content-length": String(total) }) },
+      });
+      let settled = false;
+      const done = (closed: boolean) => {
+        if (settled) return;
+        settled = true;
+        req.destroy();
+        resolve({ status, sent, closed });
+      };
+      req.on("response", (res) => {
+        status = res.statusCode ?? 0;
+        res.resume();
+        res.on("end", () => done(res.headers.connection === "close"));
+      });
+      req.on("error", () => done(true));
+      const pump = () => {
+        while (!settled && sent < total) {
+          sent += chunk.length;
+          if (!req.write(chunk)) return void req.once("drain", pump);
+        }
+        if (!settled) req.end();
+      };
+      req.on("socket", () => pump());
+      setTimeout(() => (settled ? undefined : reject(new Error("no answer"))), 20_000).unref();
+    });
+  }
+
+  it("refuses an unauthenticated body over readMaxBytes while reading, and closes the connection instead of draining it", async () => {
+    const total = 64 * 1024 * 1024;
+    for (const chunked of [false, true]) {
+      const r = await bigPost(chunked, total);
+      // Connect's unary error for RESOURCE_EXHAUSTED, without a token: the body limit comes first.
+      expect(r.status, `chunked=${chunked}`).toBe(429);
+      expect(r.closed, `chunked=${chunked}`).toBe(true);
+      // Refused early: far less than the body was sent (socket buffers absorb a few MiB at most).
+      expect(r.sent, `chunked=${chunked}`).toBeLessThan(total / 4);
+    }
+    expect(handled).toBe(0);
+  });
+
+  it("reads at most readMaxBytes per message on both listeners, naming the limit", async () => {
+    const big = "x".repeat(READ_MAX + 1);
+    for (const transport of [
+      createConnectTransport({ baseUrl: svc.server.httpUrl!, httpVersion: "1.1" }),
+      createGrpcTransport({ baseUrl: svc.server.grpcUrl }),
+    ]) {
+      const goals = createClient(GoalService, transport);
+      const err = await goals.createGoal({ title: big }, { headers: { authorization: `Bearer ${A}` } }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.ResourceExhausted);
+      expect((err as ConnectError).rawMessage).toMatch(/readMaxBytes 65536/);
+      // Under the limit passes (proto rules do not apply to this test route).
+      const ok = await goals.createGoal({ title: "small" }, { headers: { authorization: `Bearer ${A}` } });
+      expect(ok.goal?.title).toBe("small");
+    }
+  });
+
+  it("caps concurrent server streams per principal with RESOURCE_EXHAUSTED naming the limit, and frees a slot when a stream ends", async () => {
+    const repairs = createClient(RepairService, createGrpcTransport({ baseUrl: svc.server.grpcUrl }));
+    const open = (token: string, ctl: AbortController) => {
+      const it = repairs.watchRepair({ repairId: "00000000-0000-4000-8000-000000000001" }, { headers: { authorization: `Bearer ${token}` }, signal: ctl.signal })[Symbol.asyncIterator]();
+      return it.next().then(() => it);
+    };
+    const c1 = new AbortController();
+    const c2 = new AbortController();
+    await open(A, c1);
+    await open(A, c2);
+    const third = await open(A, new AbortController()).catch((e: unknown) => e);
+    expect(third).toBeInstanceOf(ConnectError);
+    expect((third as ConnectError).code).toBe(Code.ResourceExhausted);
+    expect((third as ConnectError).rawMessage).toMatch(/At most 2 concurrent streams per principal \(streams_per_principal=2\).*\(stream_limit\)/);
+    // Another principal is not affected.
+    const cb = new AbortController();
+    await open(B, cb);
+    // Ending one of A's streams frees its slot.
+    c1.abort();
+    let again: unknown;
+    for (let i = 0; i < 50; i++) {
+      again = await open(A, new AbortController()).catch((e: unknown) => e);
+      if (!(again instanceof ConnectError)) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(again).not.toBeInstanceOf(ConnectError);
+    c2.abort();
+    cb.abort();
+  });
+
+  function closedWithin(socket: Socket, ms: number): Promise<{ closed: boolean; data: string }> {
+    return new Promise((resolve) => {
+      let data = "";
+      socket.on("data", (d) => (data += d.toString("latin1")));
+      const t = setTimeout(() => resolve({ closed: false, data }), ms);
+      socket.on("close", () => {
+        clearTimeout(t);
+        resolve({ closed: true, data });
+      });
+      socket.on("error", () => {});
+    });
+  }
+
+  it("closes an HTTP/1.1 connection whose headers do not arrive in time (slowloris)", async () => {
+    const s = netConnect(svc.server.httpPort!, "127.0.0.1");
+    await new Promise((r) => s.once("connect", r));
+    s.write("POST /seraph.api.v1.GoalService/CreateGoal HTTP/1.1\r\nHost: x\r\n");
+    const r = await closedWithin(s, 5000);
+    expect(r.closed).toBe(true);
+    expect(r.data).toMatch(/^HTTP\/1.1 408/);
+  });
+
+  it("closes an HTTP/1.1 request whose body does not arrive in time", async () => {
+    const s = netConnect(svc.server.httpPort!, "127.0.0.1");
+    await new Promise((r) => s.once("connect", r));
+    s.write(`POST /seraph.api.v1.GoalService/CreateGoal HTTP/1.1\r\nHost: x\r\ncontent-type: application/proto\r\ncontent-length: 100\r\n\r\nab`);
+    const r = await closedWithin(s, 5000);
+    expect(r.closed).toBe(true);
+  });
+
+  it("closes an h2 connection that opens no stream in time, and cancels a stream whose request never completes", async () => {
+    const raw = netConnect(svc.server.grpcPort, "127.0.0.1");
+    await new Promise((r) => raw.once("connect", r));
+    expect((await closedWithin(raw, 5000)).closed).toBe(true);
+
+    const session = http2.connect(svc.server.grpcUrl);
+    session.on("error", () => {});
+    const stream = session.request({
+      ":method": "POST",
+      ":path": "/seraph.api.v1.GoalService/CreateGoal",
+      "content-type": "application/grpc",
+      te: "trailers",
+      authorization: `Bearer ${A}`,
+    });
+    stream.on("error", () => {});
+    stream.write(Buffer.from([0, 0, 0, 0, 10])); // an envelope announcing 10 bytes, never sent
+    const code = await new Promise<number>((resolve) => {
+      const t = setTimeout(() => resolve(-1), 5000);
+      stream.on("close", () => {
+        clearTimeout(t);
+        resolve(stream.rstCode ?? -2);
+      });
+    });
+    expect(code).toBe(http2.constants.NGHTTP2_CANCEL);
+    session.destroy();
+  });
+});
+
+describe("per-principal rate limits", () => {
+  it("allows `points` per window and then refuses with RESOURCE_EXHAUSTED naming the limit and its setting", async () => {
+    const limit = createPrincipalRateLimit({ what: "goals", setting: "SERAPH_RATE_GOALS_PER_MINUTE", points: 3, durationSeconds: 60 });
+    for (let i = 0; i < 3; i++) await limit.consume("a");
+    const err = await limit.consume("a").catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ResourceExhaustedError);
+    expect((err as ResourceExhaustedError).reason).toBe("rate_limited");
+    expect((err as ResourceExhaustedError).message).toMatch(/^At most 3 goals per 60 s per principal \(SERAPH_RATE_GOALS_PER_MINUTE=3\); retry in \d+ s\.$/);
+    await limit.consume("b");
+  });
+});
