@@ -92,6 +92,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       },
       (req, res) => {
         closeIfAnsweredEarly(req, res);
+        stopReadingPast(req, limits.readMaxBytes + READ_SLACK_BYTES);
         if (fallback && fallback(req, res)) return;
         adapter(req, res);
       },
@@ -144,6 +145,11 @@ function closeIfAnsweredEarly(req: http.IncomingMessage, res: http.ServerRespons
   const writeHead = res.writeHead;
   // captured now: a request stream that failed while being read no longer has its socket
   const socket = req.socket;
+  // connect destroys the request stream the moment a body passes readMaxBytes; stop reading
+  // then, not only when the refusal is written a few ticks later.
+  req.once("close", () => {
+    if (!req.complete) stopReading(socket);
+  });
   res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
     if (!req.complete && !res.headersSent) {
       res.setHeader("connection", "close");
@@ -153,8 +159,43 @@ function closeIfAnsweredEarly(req: http.IncomingMessage, res: http.ServerRespons
   } as typeof writeHead;
 }
 
+/**
+ * Stops reading a socket for good: node's http server resumes a paused socket once an answer is
+ * flushed and again to "dump" an unread body, so resume becomes a no-op on this socket (which
+ * is closed after the answer anyway).
+ */
+function stopReading(socket: Socket): void {
+  socket.pause();
+  // The http parser consumes the handle directly, so pause() alone may not stop the reads.
+  (socket as Socket & { _handle?: { readStop?: () => number } })._handle?.readStop?.();
+  socket.resume = function (this: Socket) {
+    return this;
+  };
+}
+
+/** What a body may carry beyond one message: gRPC-Web's 5-byte envelope prefixes and trailers. */
+const READ_SLACK_BYTES = 64 * 1024;
+
+/**
+ * Stops reading the socket the moment a request body passes `maxBytes`, inside node's parser
+ * callback: connect refuses the request a few ticks later (its readMaxBytes), and until then
+ * nothing more is read. Without this, a fast client pushes tens of MiB through in those ticks.
+ */
+function stopReadingPast(req: http.IncomingMessage, maxBytes: number): void {
+  const socket = req.socket;
+  const push = req.push;
+  let bytes = 0;
+  req.push = function (this: http.IncomingMessage, chunk: unknown, encoding?: BufferEncoding) {
+    if (chunk !== null && chunk !== undefined) {
+      bytes += (chunk as Buffer).length;
+      if (bytes > maxBytes) stopReading(socket);
+    }
+    return push.call(this, chunk, encoding);
+  };
+}
+
 /** How long a refused connection stays half-open so the client can read the answer. */
-const LINGER_MS = 1000;
+const LINGER_MS = 3000;
 
 /**
  * node ends a "connection: close" response with socket.destroySoon(), which closes the socket
@@ -164,14 +205,9 @@ const LINGER_MS = 1000;
  * short linger.
  */
 function lingerInsteadOfReset(socket: Socket): void {
-  // Stop reading now. `_paused` is what node's http server itself sets when it holds a socket
-  // back (pipelining); it keeps the IncomingMessage from resuming the socket when node then
-  // "dumps" the unread body.
-  (socket as Socket & { _paused?: boolean })._paused = true;
-  socket.pause();
+  stopReading(socket);
   socket.destroySoon = function (this: Socket) {
     this.end();
-    this.pause();
     const timer = setTimeout(() => this.destroy(), LINGER_MS);
     timer.unref();
     this.once("close", () => clearTimeout(timer));
