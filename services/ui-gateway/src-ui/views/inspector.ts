@@ -411,7 +411,15 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         h("p", null, h("strong", null, "unenforced ceilings: "), d.unenforced.length ? d.unenforced.map((u, i) => [i ? ", " : "", h("code", null, u)]) : "none listed"),
         d.isolationClaim === "none"
           ? h("p", null, "Local execution has no OS isolation guarantee: the code runs as the Seraph host user and can access host files and network. The wall deadline covers preparation, commands, cleanup and readback, with no extension after cleanup begins.")
-          : null,
+          : h(
+              "div",
+              { "data-testid": "containment" },
+              h("p", null, h("strong", null, "Job user: "), h("code", null, d.containment?.jobUser ?? ""), " (uid range ", h("code", null, d.containment?.jobUidRange ?? ""), ")"),
+              h("p", null, h("strong", null, "Protects:")),
+              h("ul", null, ...(d.containment?.protects ?? []).map((p) => h("li", null, p))),
+              h("p", null, h("strong", null, "Does not protect:")),
+              h("ul", null, ...(d.containment?.doesNotProtect ?? []).map((p) => h("li", null, p))),
+            ),
       ),
       kv([
         ["Document SHA-256", hash(d.documentSha256)],
