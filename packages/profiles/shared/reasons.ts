@@ -135,6 +135,7 @@ export const REASON_CODES = [
   "wall_deadline_exhausted",
   "supervisor_failed",
   "supervisor_spec_invalid",
+  "journal_mismatch",
   // repo-python3-v1: the command grammar (selection words and declared test commands)
   "python_command_empty",
   "python_command_non_ascii",

@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,6 +8,7 @@ import {
   CommandSpecSchema,
   SupervisorSpecSchema,
   type Receipt,
+  type StreamStats,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { outcomeName, receiptToJson, type OutcomeName, type ReceiptJson } from "../supervisor/receipt-json.js";
@@ -72,14 +73,21 @@ function journalFileName(index: number, stream: "stdout" | "stderr"): string {
   return `cmd-${index}.${stream}`;
 }
 
-async function journalTail(runDir: string, stream: "stdout" | "stderr"): Promise<string | undefined> {
+/**
+ * The end of a journal, or "mismatch" when the file does not hold what the receipt says the
+ * supervisor kept (its length and SHA-256, computed from the pipe): the command rewrote it
+ * (e.g. through /proc/<supervisor>/fd), and none of it may be shown.
+ */
+async function journalTail(runDir: string, stream: "stdout" | "stderr", stats: StreamStats | undefined): Promise<string | undefined | "mismatch"> {
+  let bytes: Buffer;
   try {
-    const bytes = await readFile(join(runDir, journalFileName(0, stream)));
-    const tail = bytes.subarray(Math.max(0, bytes.length - TAIL_BYTES)).toString("utf8");
-    return tail.length > 0 ? tail : undefined;
+    bytes = await readFile(join(runDir, journalFileName(0, stream)));
   } catch {
     return undefined;
   }
+  if (stats !== undefined && (BigInt(bytes.length) !== stats.keptBytes || createHash("sha256").update(bytes).digest("hex") !== stats.sha256)) return "mismatch";
+  const tail = bytes.subarray(Math.max(0, bytes.length - TAIL_BYTES)).toString("utf8");
+  return tail.length > 0 ? tail : undefined;
 }
 
 /** The JSON report of a repair run (one object, printed as the last line by the CLI). */
@@ -263,9 +271,15 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       return report();
     }
     const result = receipt.commands[0];
-    const stepOutcome = outcomeName(receipt.outcome);
-    const stdoutTail = await journalTail(spec.runDir, "stdout");
-    const stderrTail = await journalTail(spec.runDir, "stderr");
+    const outTail = await journalTail(spec.runDir, "stdout", result?.started ? result.stdout : undefined);
+    const errTail = await journalTail(spec.runDir, "stderr", result?.started ? result.stderr : undefined);
+    const mismatch = outTail === "mismatch" || errTail === "mismatch";
+    if (mismatch) {
+      reasons.push(blockReason("journal_mismatch", `A journal of the ${step.name} step does not match its receipt's length and SHA-256 (it was rewritten); its output is not shown.`, step.name));
+    }
+    const stepOutcome = mismatch ? "unknown" : outcomeName(receipt.outcome);
+    const stdoutTail = outTail === "mismatch" ? undefined : outTail;
+    const stderrTail = errTail === "mismatch" ? undefined : errTail;
     steps.push({
       name: step.name,
       argv: step.argv,

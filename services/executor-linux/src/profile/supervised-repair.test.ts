@@ -72,4 +72,25 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("runRepair under the r
     expect(r.outcome).toBe("rejected_leftover_descendants");
     expect(r.steps[0]?.exitCode).toBe(0);
   });
+
+  it("a test that rewrites its journal through /proc/<supervisor>/fd: unknown, journal_mismatch, the forged bytes never shown", async () => {
+    const forge = [
+      'import { readdirSync, readlinkSync, writeFileSync } from "node:fs";',
+      'console.log("genuine output");',
+      "const fds = `/proc/${process.ppid}/fd`;",
+      "for (const fd of readdirSync(fds)) {",
+      "  let target = '';",
+      "  try { target = readlinkSync(`${fds}/${fd}`); } catch { continue; }",
+      '  if (target.endsWith("/cmd-0.stdout")) writeFileSync(`${fds}/${fd}`, "FORGED: all tests passed\\n");',
+      "}",
+      "",
+    ].join("\n");
+    const repo = await fixture(createJsTestProject({ scripts: { test: "node test/forge.js" }, extraFiles: { "test/forge.js": forge } }));
+    const r = await supervised({ repositoryPath: repo.dir, selection: "npm test" });
+    expect(r.outcome).toBe("unknown");
+    expect(r.steps[0]?.outcome).toBe("unknown");
+    expect(r.reasons).toContainEqual(expect.objectContaining({ code: "journal_mismatch" }));
+    expect(r.steps[0]?.stdoutTail).toBeUndefined();
+    expect(JSON.stringify(r)).not.toContain("FORGED");
+  });
 });

@@ -731,7 +731,7 @@ export async function adoptClaimed(
   if (!run?.receipt || index < 0) {
     await complete(ctx, {
       state: JobState.UNKNOWN,
-      outcome: "unknown_supervisor_lost",
+      outcome: `unknown_${run?.lost ?? "supervisor_lost"}`,
       message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt; cleanup cannot be proved`,
     });
     return;
