@@ -2,7 +2,10 @@ import { create } from "@bufbuild/protobuf";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Outcome, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { describe, expect, it } from "vitest";
-import { CancelLatch, verdictOf } from "./job-execution.js";
+import pino from "pino";
+import { SupervisorConnectionClosedError, SupervisorProtocolError, type SupervisorConnection } from "../supervisor-client/index.js";
+import { CONTROLLER_DEADLINE_MARGIN_MS } from "../supervisor-client/run-to-receipt.js";
+import { CancelLatch, superviseUntilReceipt, verdictOf, type SuperviseContext } from "./job-execution.js";
 
 const receipt = (o: { outcome: Outcome; echildObserved?: boolean; cancelledBeforeGo?: boolean }) => create(ReceiptSchema, { echildObserved: true, ...o });
 
@@ -32,5 +35,29 @@ describe("cancellation helpers", () => {
     l.trigger("second");
     await l.requested;
     expect(l.reason).toBe("first");
+  });
+});
+
+describe("superviseUntilReceipt: the runner never waits without a bound", () => {
+  const ctx = (deadlineMs: number): SuperviseContext =>
+    ({
+      log: pino({ level: "silent" }),
+      active: { jobId: "j", attempt: 1, fence: 1n, cancel: new CancelLatch(), connection: undefined },
+      deadlineMs,
+      deps: { pollMs: 10_000, signal: new AbortController().signal, jobs: { reportProgress: async () => ({ cancelRequested: false }) } },
+    }) as unknown as SuperviseContext;
+  const conn = (receipt: () => Promise<never>): SupervisorConnection => ({ receipt, cancel: async () => ({}) }) as unknown as SupervisorConnection;
+
+  it("a supervisor that never answers (SIGSTOPped) ends as supervisor_unresponsive at the attempt's deadline + the margin", async () => {
+    const never = () => new Promise<never>(() => undefined);
+    // The attempt's deadline passed 4.9 s ago: the runner's own deadline is 100 ms away.
+    const r = await superviseUntilReceipt(ctx(Date.now() - CONTROLLER_DEADLINE_MARGIN_MS + 100), conn(never));
+    expect(r).toBe("supervisor_unresponsive");
+  });
+
+  it("a connection taken over by another incarnation is controller_superseded; any other close is supervisor_lost", async () => {
+    const far = Date.now() + 60_000;
+    expect(await superviseUntilReceipt(ctx(far), conn(() => Promise.reject(new SupervisorProtocolError("superseded", "incarnation x took over"))))).toBe("controller_superseded");
+    expect(await superviseUntilReceipt(ctx(far), conn(() => Promise.reject(new SupervisorConnectionClosedError("by the supervisor"))))).toBe("supervisor_lost");
   });
 });

@@ -329,7 +329,7 @@ function journalMismatchVerdict(err: JournalMismatchError): StepVerdict {
 }
 
 /** Why supervision ended without a receipt (job outcome `unknown_<reason>`). */
-type LostReason = "supervisor_unresponsive" | "supervisor_lost" | "controller_superseded";
+export type LostReason = "supervisor_unresponsive" | "supervisor_lost" | "controller_superseded";
 
 function lostMessage(reason: LostReason | undefined): string {
   switch (reason) {
@@ -342,12 +342,17 @@ function lostMessage(reason: LostReason | undefined): string {
   }
 }
 
+/** What superviseUntilReceipt uses of a job's context (exported for its tests). */
+export type SuperviseContext = Pick<Ctx, "log" | "active" | "deadlineMs"> & { readonly deps: Pick<ExecutionDeps, "jobs" | "pollMs" | "signal"> };
+
 /**
  * Waits for the supervisor's receipt while delivering cancellation: the NATS signal (latch) and
- * the slow ReportProgress poll both lead to one CANCEL to the exact supervisor. Undefined when
- * the connection was lost without a receipt.
+ * the slow ReportProgress poll both lead to one CANCEL to the exact supervisor. Bounded by the
+ * runner's own deadline (the attempt's + CONTROLLER_DEADLINE_MARGIN_MS): without a receipt it
+ * resolves to why — supervisor_unresponsive (deadline), controller_superseded (another
+ * incarnation took the connection), supervisor_lost (closed otherwise).
  */
-async function superviseUntilReceipt(ctx: Ctx, conn: SupervisorConnection): Promise<Receipt | LostReason> {
+export async function superviseUntilReceipt(ctx: SuperviseContext, conn: SupervisorConnection): Promise<Receipt | LostReason> {
   type Ev = { kind: "receipt"; receipt: Receipt | undefined } | { kind: "lost"; reason: LostReason } | { kind: "tick" } | { kind: "cancel" } | { kind: "detach" };
   const receiptP: Promise<Ev> = conn.receipt(true).then(
     (receipt) => ({ kind: "receipt", receipt }),
