@@ -244,6 +244,9 @@ describe("operator requests over NATS", () => {
     expect(notUuid.error?.body).toMatchObject({ code: "INVALID_ARGUMENT", reason: "string.uuid", field: "job_id" });
     const long = await request("cancel", toBinary(CancelOperatorJobRequestSchema, create(CancelOperatorJobRequestSchema, { jobId, reason: "x".repeat(1001) })), tokens.a);
     expect(long.error?.body).toMatchObject({ code: "INVALID_ARGUMENT", field: "reason", reason: "string.max_len" });
+    // Bounded before authentication: an oversized body is refused even without a token.
+    const huge = await request("cancel", new Uint8Array(64 * 1024));
+    expect(huge.error?.body).toMatchObject({ code: "INVALID_ARGUMENT", reason: "request_too_large" });
     const empty = await request("recover", new Uint8Array(), tokens.a);
     expect(empty.error?.body).toMatchObject({ code: "INVALID_ARGUMENT", field: "job_id" });
     const after = (await repairOf(tokens.a, repairId)).job!;

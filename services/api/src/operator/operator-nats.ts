@@ -6,6 +6,7 @@ import {
   bearerToken,
   decodeValidated,
   describeError,
+  InvalidArgumentError,
   UnauthenticatedError,
   type Authenticate,
   type AuthenticatedPrincipal,
@@ -29,6 +30,11 @@ import type { OperatorOps } from "./operator-ops.js";
 export const OPERATOR_SERVICE_NAME = "seraph-operator";
 /** The subject prefix of its endpoints: seraph.operator.status, .slots, .cancel, .recover. */
 export const OPERATOR_SUBJECT_PREFIX = "seraph.operator";
+/**
+ * The largest request body accepted (the largest legitimate one, a CancelOperatorJobRequest with
+ * a 1,000-character reason, is about 4 KiB); a larger one is refused before authentication.
+ */
+export const MAX_OPERATOR_REQUEST_BYTES = 8192;
 /** The header that carries the principal's token: `authorization: Bearer <token>`. */
 export const OPERATOR_TOKEN_HEADER = "authorization";
 
@@ -87,6 +93,9 @@ export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<
       const requestId = msg.headers?.get("x-request-id") || randomUUID();
       const child = log.child({ nats: `${OPERATOR_SUBJECT_PREFIX}.${name}`, requestId });
       try {
+        if (msg.data.length > MAX_OPERATOR_REQUEST_BYTES) {
+          throw new InvalidArgumentError("", "request_too_large", `the request body has ${msg.data.length} bytes; at most ${MAX_OPERATOR_REQUEST_BYTES} are accepted`);
+        }
         const token = bearerToken(msg.headers?.get(OPERATOR_TOKEN_HEADER) || null);
         if (token === undefined) throw new UnauthenticatedError("a principal's token is required in the NATS header 'authorization: Bearer <token>'");
         const principal = await authenticate(token);
