@@ -5,7 +5,10 @@ import { ApprovalDocumentSchema, RepairState, type Repair } from "@seraph/proto/
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { defaultContainmentSettings } from "../services/executor-linux/src/supervisor-client/node-containment.js";
 import { supervisorSourceOf } from "../services/executor-linux/src/executor-service/supervisor-source.js";
 import { DEFAULT_LIMITS as PROFILE_DEFAULT_LIMITS } from "../services/executor-linux/src/profile/index.js";
 import { defaultSupervisorEntry } from "../services/executor-linux/src/supervisor-client/index.js";
@@ -209,7 +212,13 @@ describe("repair journey up to an approved, queued job", () => {
     const job = last!.job!;
     expect(job.state).toBe(JobState.SUCCEEDED);
     // As root the test ran as the slot's job user (slot 0: uid 64000), as the document said.
-    if (process.geteuid?.() === 0) expect(job.receipt?.containment?.jobUser).toMatchObject({ uid: 64000, gid: 64000 });
+    if (process.geteuid?.() === 0) {
+      expect(job.receipt?.containment?.jobUser).toMatchObject({ uid: 64000, gid: 64000 });
+      // The job user's staged tree under the job root is removed with the attempt.
+      // (Removed right after CompleteJob, so shortly after the watch saw FINISHED.)
+      const staged = join(defaultContainmentSettings().jobRoot, `${job.id.slice(0, 8)}-${job.fence}`);
+      await expect.poll(() => existsSync(staged), { timeout: 10_000 }).toBe(false);
+    }
     else expect(job.receipt?.containment).toBeUndefined();
     // The supervisor that ran it is the approved code.
     expect(job.marker?.supervisorSourceSha256).toBe(last!.approval && (await stack.operator.repairs.getApprovalDocument({ repairId: finishedRepairId, proposalId: last!.proposals[0]!.id })).document?.supervisorSourceSha256);

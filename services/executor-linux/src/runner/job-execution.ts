@@ -130,6 +130,8 @@ interface Ctx {
   /** The job user and cgroup every step's supervisor is asked for (fresh executions only). */
   jobUser?: JobUser | undefined;
   cgroup?: CgroupRequest | undefined;
+  /** The job user's staged directory under the job root, when there is one. */
+  jobStageDir?: string | undefined;
 }
 
 /** The private directory of one attempt (short: the supervisor socket lives below it). */
@@ -234,7 +236,11 @@ async function complete(
     }),
   );
   ctx.log.info({ state: JobState[r.state], outcome: r.outcome }, "job completed");
-  if (r.state !== JobState.UNKNOWN) await rm(ctx.base, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+  if (r.state !== JobState.UNKNOWN) {
+    await rm(ctx.base, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+    // The job user's tree under the job root (no process of it is left: cleanup was proved).
+    if (ctx.jobStageDir !== undefined) await rm(ctx.jobStageDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+  }
   return res.job;
 }
 
@@ -565,6 +571,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     // directories, base/w/run-*) stay private to the executor.
     await ensureJobRoot(containment.settings.jobRoot);
     jobDir = jobUserStageDir(containment.settings.jobRoot, ctx.base);
+    ctx.jobStageDir = jobDir;
     await mkdir(stageDirOf(ctx.base), { recursive: true, mode: 0o700 });
   }
   const tBefore = Date.now();
