@@ -66,7 +66,7 @@ function main(outArg) {
     }
   }
   const ui = join(repo, "services/ui-gateway/public");
-  if (!existsSync(join(ui, "app.js"))) fail("services/ui-gateway/public/app.js is missing: run `npm run build` first");
+  if (!existsSync(join(ui, "index.html"))) fail("services/ui-gateway/public/index.html is missing: run `npm run build` first");
   cpSync(ui, join(app, "services/ui-gateway/public"), { recursive: true, filter: (s) => !s.endsWith(".map") });
 
   // Production dependencies only. Scripts are not run: the root postinstall derives a proto
