@@ -409,6 +409,8 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         h("p", null, h("strong", null, "isolation_claim = "), h("code", { "data-testid": "isolation-claim" }, d.isolationClaim)),
         h("p", null, h("strong", null, "resource_enforcement = "), h("code", { "data-testid": "resource-enforcement" }, d.resourceEnforcement)),
         h("p", null, h("strong", null, "unenforced ceilings: "), d.unenforced.length ? d.unenforced.map((u, i) => [i ? ", " : "", h("code", null, u)]) : "none listed"),
+        d.profile ? h("p", null, h("strong", null, "profile = "), h("code", { "data-testid": "approval-profile" }, d.profile)) : null,
+        d.cleanupClaim ? h("p", null, h("strong", null, "cleanup: "), h("span", { "data-testid": "cleanup-claim" }, d.cleanupClaim)) : null,
         d.isolationClaim === "none"
           ? h("p", null, "Local execution has no OS isolation guarantee: the code runs as the Seraph host user and can access host files and network. The wall deadline covers preparation, commands, cleanup and readback, with no extension after cleanup begins.")
           : h(
