@@ -5,6 +5,7 @@ import { repairJourney } from "./migrations/2026-11-30-0002-repair-journey.js";
 import { supervisorSource } from "./migrations/2026-11-30-0003-supervisor-source.js";
 import { instanceOperator } from "./migrations/2026-11-30-0004-instance-operator.js";
 import { nodeContainment } from "./migrations/2026-12-01-0101-node-containment.js";
+import { repositoryTenancy } from "./migrations/2026-12-01-0201-repository-tenancy.js";
 import type { ApiDatabase } from "./schema.js";
 
 /** Every API migration, by dated name. Append only; never edit one that has shipped. */
@@ -14,6 +15,7 @@ export const API_MIGRATIONS: Record<string, Migration> = {
   "2026-11-30-0003-supervisor-source": supervisorSource,
   "2026-11-30-0004-instance-operator": instanceOperator,
   "2026-12-01-0101-node-containment": nodeContainment,
+  "2026-12-01-0201-repository-tenancy": repositoryTenancy,
 };
 
 /** Brings the API tables to the latest schema under Kysely's migration lock. */

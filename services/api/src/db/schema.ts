@@ -45,6 +45,10 @@ export interface ApiDatabase {
     node_id: string;
     path: string;
     name: string;
+    /** The node's resolved real path (null before 2026-12-01-0201). */
+    real_path: ColumnType<string | null, string | null | undefined, string | null>;
+    /** JSON array of "dev:ino": the directory, then each ancestor (null before 2026-12-01-0201). */
+    directory_ids: ColumnType<string | null, string | null | undefined, string | null>;
     created_at: Timestamp;
   };
   sandbox_settings: {

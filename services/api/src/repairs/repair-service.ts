@@ -40,6 +40,7 @@ import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../
 import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "../approval/approval-document.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
 import { findOwnedRepository } from "../repositories/repository.repository.js";
+import { placeOf, repositoryRootsFor } from "../repositories/tenancy.js";
 import { runtimeWords } from "../settings/defaults.js";
 import { loadSettings } from "../settings/settings.repository.js";
 import { cancelOwnedRepair, recoverOwnedRepair } from "./repair-control.js";
@@ -299,10 +300,21 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (settings.backend !== SandboxBackend.LOCAL) throw new FailedPreconditionError("backend_unsupported", `Only the local backend can run ${settings.profile}.`);
       if (settings.runtimePath === "") throw new FailedPreconditionError("runtime_path_unset", `No runtime path (${runtimeWords(settings.profile)}) is configured in the settings for ${settings.profile}.`);
       if (settings.profile !== current.settings.profile) throw new ConflictError("changed_during_inspection", "The settings' profile changed while the request was read; retry.");
-      if (settings.repositoryRoots.length > 0 && !settings.repositoryRoots.some((r) => isUnder(repo.path, r))) {
-        throw new FailedPreconditionError("outside_repository_roots", `${repo.path} is no longer under a configured repository root.`, { field: "repository_id" });
+      const roots = repositoryRootsFor(settings, p.rootId);
+      if (roots.length > 0 && !roots.some((r) => isUnder(repo.path, r))) {
+        throw new FailedPreconditionError("outside_repository_roots", `${repo.path} is no longer under a repository root of yours.`, { field: "repository_id" });
       }
       const node = await nodes.get(repo.node_id);
+      // The directory must still be the one registered: a link or mount swapped in since then
+      // could lead into another root's repository.
+      const recorded = placeOf(repo);
+      if (recorded.directoryIds !== undefined) {
+        const now = await callNode(node, "check the repository", () => nodes.executor(node).checkRepository({ repositoryPath: repo.path }, { timeoutMs: 10_000, signal: ctx.signal }));
+        if (!now.ok) throw new FailedPreconditionError(now.code || "repository_refused", now.message, { field: "repository_id" });
+        if (now.realPath !== recorded.realPath || now.directoryIds[0] !== recorded.directoryIds[0]) {
+          throw new FailedPreconditionError("repository_moved", `${repo.path} is no longer the directory that was registered (a link or mount changed); register it again.`, { field: "repository_id" });
+        }
+      }
       const res = await callNode(node, "inspect the repository", () =>
         nodes.executor(node).inspect(
           {

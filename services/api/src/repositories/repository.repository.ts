@@ -1,4 +1,4 @@
-import type { Selectable } from "kysely";
+import { sql, type Selectable } from "kysely";
 import type { Db } from "../common.js";
 import type { ApiDatabase } from "../db/schema.js";
 
@@ -19,7 +19,10 @@ export async function listOwnedRepositories(db: Db, ownerId: string): Promise<Re
  * Registers a repository for its owner; registering the same (node, path) again returns the
  * existing row unchanged.
  */
-export async function insertRepositoryOnce(db: Db, row: { id: string; owner_id: string; node_id: string; path: string; name: string }): Promise<RepositoryRow> {
+export async function insertRepositoryOnce(
+  db: Db,
+  row: { id: string; owner_id: string; node_id: string; path: string; name: string; real_path?: string | null; directory_ids?: string | null },
+): Promise<RepositoryRow> {
   const inserted = await db
     .insertInto("repositories")
     .values(row)
@@ -34,4 +37,20 @@ export async function insertRepositoryOnce(db: Db, row: { id: string; owner_id: 
     .where("node_id", "=", row.node_id)
     .where("path", "=", row.path)
     .executeTakeFirstOrThrow();
+}
+
+/** Repositories on `nodeId` whose owners belong to an operator root other than `rootId`. */
+export async function listOtherRootsRepositories(db: Db, nodeId: string, rootId: string): Promise<RepositoryRow[]> {
+  return db
+    .selectFrom("repositories")
+    .innerJoin("principals", "principals.id", "repositories.owner_id")
+    .selectAll("repositories")
+    .where("repositories.node_id", "=", nodeId)
+    .where("principals.root_id", "!=", rootId)
+    .execute();
+}
+
+/** Serializes registrations on one node for the rest of the transaction (PostgreSQL advisory lock). */
+export async function lockNodeRepositories(db: Db, nodeId: string): Promise<void> {
+  await sql`SELECT pg_advisory_xact_lock(hashtext(${`seraph.repositories:${nodeId}`}))`.execute(db);
 }

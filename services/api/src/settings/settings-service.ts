@@ -107,6 +107,27 @@ export function normalizeSettings(input: SandboxSettings, previous: SandboxSetti
     if (!roots.includes(r)) roots.push(r);
   }
   s.repositoryRoots = roots;
+  const assignedTo = new Set<string>();
+  for (const [i, entry] of s.rootRepositoryRoots.entries()) {
+    const field = `settings.root_repository_roots[${i}]`;
+    if (assignedTo.has(entry.rootId)) throw new InvalidArgumentError(`${field}.root_id`, "root_assigned_twice", `Operator root ${entry.rootId} is listed twice; give it one list.`);
+    assignedTo.add(entry.rootId);
+    const own: string[] = [];
+    for (const [j, r] of entry.repositoryRoots.entries()) {
+      if (!isNormalizedAbsolute(r)) throw new InvalidArgumentError(`${field}.repository_roots[${j}]`, "root_not_absolute", `Repository root "${r}" must be an absolute, normalized path.`);
+      if (!own.includes(r)) own.push(r);
+    }
+    entry.repositoryRoots = own;
+  }
+  const hosts: string[] = [];
+  for (const [i, h] of s.modelRouteHosts.entries()) {
+    const host = h.toLowerCase();
+    if (!/^(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*)$/.test(host)) {
+      throw new InvalidArgumentError(`settings.model_route_hosts[${i}]`, "host_invalid", `"${h}" is not a host name or IP literal (no scheme, port or path).`);
+    }
+    if (!hosts.includes(host)) hosts.push(host);
+  }
+  s.modelRouteHosts = hosts;
   const given = limitNumbers(s.limits);
   const values = { ...DEFAULT_LIMITS };
   for (const f of LIMIT_FIELDS) {
@@ -134,6 +155,10 @@ export function normalizeSettings(input: SandboxSettings, previous: SandboxSetti
       throw new InvalidArgumentError(`${field}.base_url`, "base_url_invalid", `"${r.baseUrl}" is not a URL.`);
     }
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new InvalidArgumentError(`${field}.base_url`, "base_url_invalid", "The base URL must be http or https.");
+    if (url.username !== "" || url.password !== "") throw new InvalidArgumentError(`${field}.base_url`, "base_url_invalid", "The base URL must not carry credentials; use api_key.");
+    if (s.modelRouteHosts.length > 0 && !s.modelRouteHosts.includes(url.hostname.toLowerCase())) {
+      throw new InvalidArgumentError(`${field}.base_url`, "model_route_host_not_allowed", `The host ${url.hostname} is not in model_route_hosts (${s.modelRouteHosts.join(", ")}).`);
+    }
     if (r.model === "") throw new InvalidArgumentError(`${field}.model`, "model_required", "Every model route names its model.");
     if (r.timeoutMs === 0) r.timeoutMs = DEFAULT_MODEL_TIMEOUT_MS;
     if (r.maxAttempts === 0) r.maxAttempts = DEFAULT_MODEL_ATTEMPTS;
@@ -174,6 +199,10 @@ export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<ty
           throw new ConflictError("revision_conflict", `The settings are at revision ${current.revision}, not ${req.expectedRevision}; read them again and retry.`);
         }
         const next = normalizeSettings(input, current.settings);
+        for (const [i, entry] of next.rootRepositoryRoots.entries()) {
+          const root = await trx.selectFrom("principals").select("id").where("id", "=", entry.rootId).where("root_id", "=", entry.rootId).executeTakeFirst();
+          if (!root) throw new InvalidArgumentError(`settings.root_repository_roots[${i}].root_id`, "root_unknown", `${entry.rootId} is not an operator root.`);
+        }
         const revision = await saveSettingsCas(trx, next, current.revision);
         if (revision === undefined) throw new ConflictError("revision_conflict", "The settings changed concurrently; read them again and retry.");
         const stale = await markRepairsStale(trx, {}, "settings_changed");

@@ -92,7 +92,15 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
     async checkRepository(req) {
       const c = await checkRepositoryPath(req.repositoryPath, roots);
       if (!c.ok) return { ok: false, code: c.code, message: c.message, repositoryRoots: [...roots] };
-      return { ok: true, code: "ok", message: `${c.path} is a directory under this node's repository roots.`, repositoryRoots: [...roots], hasPackageJson: c.hasPackageJson };
+      return {
+        ok: true,
+        code: "ok",
+        message: `${c.path} is a directory under this node's repository roots.`,
+        repositoryRoots: [...roots],
+        hasPackageJson: c.hasPackageJson,
+        realPath: c.realPath,
+        directoryIds: [...c.directoryIds],
+      };
     },
 
     async inspect(req) {

@@ -5,7 +5,7 @@ import { FailedPreconditionError, sha256Hex } from "@seraph/kit";
 
 /** The outcome of checking a repository path against this node's roots. */
 export type RepositoryCheck =
-  | { readonly ok: true; readonly path: string; readonly realPath: string; readonly hasPackageJson: boolean }
+  | { readonly ok: true; readonly path: string; readonly realPath: string; readonly hasPackageJson: boolean; readonly directoryIds: readonly string[] }
   | { readonly ok: false; readonly code: string; readonly message: string };
 
 /** True when `path` is absolute, normalized (no `.`/`..` segments, no `//`) and has no trailing slash. */
@@ -56,7 +56,22 @@ export async function checkRepositoryPath(path: string, roots: readonly string[]
   const st = await stat(real);
   if (!st.isDirectory()) return { ok: false, code: "not_directory", message: `The repository path ${path} is not a directory.` };
   const pkg = await lstat(join(real, "package.json")).catch(() => undefined);
-  return { ok: true, path, realPath: real, hasPackageJson: pkg?.isFile() ?? false };
+  return { ok: true, path, realPath: real, hasPackageJson: pkg?.isFile() ?? false, directoryIds: await directoryIdsOf(real) };
+}
+
+/**
+ * "<st_dev>:<st_ino>" of `real` and of each ancestor up to "/", nearest first. A directory has
+ * the same pair through every link and bind mount that reaches it, so two registrations overlap
+ * exactly when one's own pair is in the other's list (same directory, inside, or above).
+ */
+export async function directoryIdsOf(real: string): Promise<string[]> {
+  const ids: string[] = [];
+  for (let p = real; ; p = posix.dirname(p)) {
+    const st = await stat(p, { bigint: true });
+    ids.push(`${st.dev}:${st.ino}`);
+    if (p === "/") break;
+  }
+  return ids;
 }
 
 /** Like checkRepositoryPath, but throws FailedPreconditionError with the code when the path may not be used. */

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/api/v1/settings.proto.
  */
 export const file_seraph_api_v1_settings: GenFile = /*@__PURE__*/
-  fileDesc("ChxzZXJhcGgvYXBpL3YxL3NldHRpbmdzLnByb3RvEg1zZXJhcGguYXBpLnYxItYBCgpNb2RlbFJvdXRlEi0KAmlkGAEgASgJQiG6SB5yHDIaXlthLXowLTldW2EtejAtOV8tXXswLDYyfSQSGgoIYmFzZV91cmwYAiABKAlCCLpIBXIDiAEBEhkKBW1vZGVsGAMgASgJQgq6SAdyBRABGMgBEg8KB2FwaV9rZXkYBCABKAkSEwoLYXBpX2tleV9zZXQYBSABKAgSHQoKdGltZW91dF9tcxgGIAEoDUIJukgGKgQYwM8kEh0KDG1heF9hdHRlbXB0cxgHIAEoDUIHukgEKgIYBSLqAgoPU2FuZGJveFNldHRpbmdzEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSFAoMcnVudGltZV9wYXRoGAMgASgJEg8KB2VuYWJsZWQYBCABKAgSGAoQcmVwb3NpdG9yeV9yb290cxgFIAMoCRIpCgZsaW1pdHMYBiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSLwoMbW9kZWxfcm91dGVzGAcgAygLMhkuc2VyYXBoLmFwaS52MS5Nb2RlbFJvdXRlEhwKFGFwcHJvdmFsX3R0bF9zZWNvbmRzGAggASgNEhAKCHJldmlzaW9uGAkgASgEEhcKD3VwZGF0ZWRfdW5peF9tcxgKIAEoAxIwCg5ydW50aW1lX3NoYTI1NhgLIAEoCUIYukgVchMyEV4oWzAtOWEtZl17NjR9KT8kIqEBCg1Qcm9maWxlT3B0aW9uEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSDQoFdGl0bGUYAyABKAkSEQoJYXZhaWxhYmxlGAQgASgIEhQKDGJsb2NrZWRfY29kZRgFIAEoCRIXCg9ibG9ja2VkX21lc3NhZ2UYBiABKAkiGwoZR2V0U2FuZGJveFNldHRpbmdzUmVxdWVzdCJ+ChpHZXRTYW5kYm94U2V0dGluZ3NSZXNwb25zZRIwCghzZXR0aW5ncxgBIAEoCzIeLnNlcmFwaC5hcGkudjEuU2FuZGJveFNldHRpbmdzEi4KCHByb2ZpbGVzGAIgAygLMhwuc2VyYXBoLmFwaS52MS5Qcm9maWxlT3B0aW9uInMKHFVwZGF0ZVNhbmRib3hTZXR0aW5nc1JlcXVlc3QSOAoIc2V0dGluZ3MYASABKAsyHi5zZXJhcGguYXBpLnYxLlNhbmRib3hTZXR0aW5nc0IGukgDyAEBEhkKEWV4cGVjdGVkX3JldmlzaW9uGAIgASgEIlEKHVVwZGF0ZVNhbmRib3hTZXR0aW5nc1Jlc3BvbnNlEjAKCHNldHRpbmdzGAEgASgLMh4uc2VyYXBoLmFwaS52MS5TYW5kYm94U2V0dGluZ3MiLAoZQ2hlY2tQcmVyZXF1aXNpdGVzUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJIlUKGkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlEjcKB3JlcG9ydHMYASADKAsyJi5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlUmVwb3J0IhIKEExpc3RTbG90c1JlcXVlc3QipQEKClNsb3RTdGF0dXMSDwoHbm9kZV9pZBgBIAEoCRISCgpzbG90X2luZGV4GAIgASgFEg0KBXN0YXRlGAMgASgJEg4KBmpvYl9pZBgEIAEoCRIRCglyZXBhaXJfaWQYBSABKAkSKwoJam9iX3N0YXRlGAYgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGUSEwoLam9iX291dGNvbWUYByABKAkiPQoRTGlzdFNsb3RzUmVzcG9uc2USKAoFc2xvdHMYASADKAsyGS5zZXJhcGguYXBpLnYxLlNsb3RTdGF0dXMicAoKUmVwb3NpdG9yeRIKCgJpZBgBIAEoCRIQCghvd25lcl9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEgwKBHBhdGgYBCABKAkSDAoEbmFtZRgFIAEoCRIXCg9jcmVhdGVkX3VuaXhfbXMYBiABKAMiYQoZUmVnaXN0ZXJSZXBvc2l0b3J5UmVxdWVzdBIbCgRwYXRoGAEgASgJQg26SApyCBACGIAgOgEvEhYKBG5hbWUYAiABKAlCCLpIBXIDGMgBEg8KB25vZGVfaWQYAyABKAkiSwoaUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USLQoKcmVwb3NpdG9yeRgBIAEoCzIZLnNlcmFwaC5hcGkudjEuUmVwb3NpdG9yeSIZChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdCJLChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USLwoMcmVwb3NpdG9yaWVzGAEgAygLMhkuc2VyYXBoLmFwaS52MS5SZXBvc2l0b3J5KmgKDlNhbmRib3hCYWNrZW5kEh8KG1NBTkRCT1hfQkFDS0VORF9VTlNQRUNJRklFRBAAEhkKFVNBTkRCT1hfQkFDS0VORF9MT0NBTBABEhoKFlNBTkRCT1hfQkFDS0VORF9ET0NLRVIQAjKrAwoPU2V0dGluZ3NTZXJ2aWNlEmkKEkdldFNhbmRib3hTZXR0aW5ncxIoLnNlcmFwaC5hcGkudjEuR2V0U2FuZGJveFNldHRpbmdzUmVxdWVzdBopLnNlcmFwaC5hcGkudjEuR2V0U2FuZGJveFNldHRpbmdzUmVzcG9uc2UScgoVVXBkYXRlU2FuZGJveFNldHRpbmdzEisuc2VyYXBoLmFwaS52MS5VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXF1ZXN0Giwuc2VyYXBoLmFwaS52MS5VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXNwb25zZRJpChJDaGVja1ByZXJlcXVpc2l0ZXMSKC5zZXJhcGguYXBpLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1JlcXVlc3QaKS5zZXJhcGguYXBpLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlEk4KCUxpc3RTbG90cxIfLnNlcmFwaC5hcGkudjEuTGlzdFNsb3RzUmVxdWVzdBogLnNlcmFwaC5hcGkudjEuTGlzdFNsb3RzUmVzcG9uc2Uy4wEKEVJlcG9zaXRvcnlTZXJ2aWNlEmkKElJlZ2lzdGVyUmVwb3NpdG9yeRIoLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVxdWVzdBopLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USYwoQTGlzdFJlcG9zaXRvcmllcxImLnNlcmFwaC5hcGkudjEuTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QaJy5zZXJhcGguYXBpLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_executor_v1_executor, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile]);
+  fileDesc("ChxzZXJhcGgvYXBpL3YxL3NldHRpbmdzLnByb3RvEg1zZXJhcGguYXBpLnYxItYBCgpNb2RlbFJvdXRlEi0KAmlkGAEgASgJQiG6SB5yHDIaXlthLXowLTldW2EtejAtOV8tXXswLDYyfSQSGgoIYmFzZV91cmwYAiABKAlCCLpIBXIDiAEBEhkKBW1vZGVsGAMgASgJQgq6SAdyBRABGMgBEg8KB2FwaV9rZXkYBCABKAkSEwoLYXBpX2tleV9zZXQYBSABKAgSHQoKdGltZW91dF9tcxgGIAEoDUIJukgGKgQYwM8kEh0KDG1heF9hdHRlbXB0cxgHIAEoDUIHukgEKgIYBSLrAwoPU2FuZGJveFNldHRpbmdzEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSFAoMcnVudGltZV9wYXRoGAMgASgJEg8KB2VuYWJsZWQYBCABKAgSGAoQcmVwb3NpdG9yeV9yb290cxgFIAMoCRIpCgZsaW1pdHMYBiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSLwoMbW9kZWxfcm91dGVzGAcgAygLMhkuc2VyYXBoLmFwaS52MS5Nb2RlbFJvdXRlEhwKFGFwcHJvdmFsX3R0bF9zZWNvbmRzGAggASgNEhAKCHJldmlzaW9uGAkgASgEEhcKD3VwZGF0ZWRfdW5peF9tcxgKIAEoAxIwCg5ydW50aW1lX3NoYTI1NhgLIAEoCUIYukgVchMyEV4oWzAtOWEtZl17NjR9KT8kElEKFXJvb3RfcmVwb3NpdG9yeV9yb290cxgMIAMoCzInLnNlcmFwaC5hcGkudjEuT3BlcmF0b3JSb290UmVwb3NpdG9yaWVzQgm6SAaSAQMQ6AcSLAoRbW9kZWxfcm91dGVfaG9zdHMYDSADKAlCEbpIDpIBCxBkIgdyBRABGP0BIlsKGE9wZXJhdG9yUm9vdFJlcG9zaXRvcmllcxIZCgdyb290X2lkGAEgASgJQgi6SAVyA7ABARIkChByZXBvc2l0b3J5X3Jvb3RzGAIgAygJQgq6SAeSAQQIARBkIqEBCg1Qcm9maWxlT3B0aW9uEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSDQoFdGl0bGUYAyABKAkSEQoJYXZhaWxhYmxlGAQgASgIEhQKDGJsb2NrZWRfY29kZRgFIAEoCRIXCg9ibG9ja2VkX21lc3NhZ2UYBiABKAkiGwoZR2V0U2FuZGJveFNldHRpbmdzUmVxdWVzdCJ+ChpHZXRTYW5kYm94U2V0dGluZ3NSZXNwb25zZRIwCghzZXR0aW5ncxgBIAEoCzIeLnNlcmFwaC5hcGkudjEuU2FuZGJveFNldHRpbmdzEi4KCHByb2ZpbGVzGAIgAygLMhwuc2VyYXBoLmFwaS52MS5Qcm9maWxlT3B0aW9uInMKHFVwZGF0ZVNhbmRib3hTZXR0aW5nc1JlcXVlc3QSOAoIc2V0dGluZ3MYASABKAsyHi5zZXJhcGguYXBpLnYxLlNhbmRib3hTZXR0aW5nc0IGukgDyAEBEhkKEWV4cGVjdGVkX3JldmlzaW9uGAIgASgEIlEKHVVwZGF0ZVNhbmRib3hTZXR0aW5nc1Jlc3BvbnNlEjAKCHNldHRpbmdzGAEgASgLMh4uc2VyYXBoLmFwaS52MS5TYW5kYm94U2V0dGluZ3MiLAoZQ2hlY2tQcmVyZXF1aXNpdGVzUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJIlUKGkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlEjcKB3JlcG9ydHMYASADKAsyJi5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlUmVwb3J0IhIKEExpc3RTbG90c1JlcXVlc3QipQEKClNsb3RTdGF0dXMSDwoHbm9kZV9pZBgBIAEoCRISCgpzbG90X2luZGV4GAIgASgFEg0KBXN0YXRlGAMgASgJEg4KBmpvYl9pZBgEIAEoCRIRCglyZXBhaXJfaWQYBSABKAkSKwoJam9iX3N0YXRlGAYgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGUSEwoLam9iX291dGNvbWUYByABKAkiPQoRTGlzdFNsb3RzUmVzcG9uc2USKAoFc2xvdHMYASADKAsyGS5zZXJhcGguYXBpLnYxLlNsb3RTdGF0dXMicAoKUmVwb3NpdG9yeRIKCgJpZBgBIAEoCRIQCghvd25lcl9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEgwKBHBhdGgYBCABKAkSDAoEbmFtZRgFIAEoCRIXCg9jcmVhdGVkX3VuaXhfbXMYBiABKAMiYQoZUmVnaXN0ZXJSZXBvc2l0b3J5UmVxdWVzdBIbCgRwYXRoGAEgASgJQg26SApyCBACGIAgOgEvEhYKBG5hbWUYAiABKAlCCLpIBXIDGMgBEg8KB25vZGVfaWQYAyABKAkiSwoaUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USLQoKcmVwb3NpdG9yeRgBIAEoCzIZLnNlcmFwaC5hcGkudjEuUmVwb3NpdG9yeSIZChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdCJLChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USLwoMcmVwb3NpdG9yaWVzGAEgAygLMhkuc2VyYXBoLmFwaS52MS5SZXBvc2l0b3J5KmgKDlNhbmRib3hCYWNrZW5kEh8KG1NBTkRCT1hfQkFDS0VORF9VTlNQRUNJRklFRBAAEhkKFVNBTkRCT1hfQkFDS0VORF9MT0NBTBABEhoKFlNBTkRCT1hfQkFDS0VORF9ET0NLRVIQAjKrAwoPU2V0dGluZ3NTZXJ2aWNlEmkKEkdldFNhbmRib3hTZXR0aW5ncxIoLnNlcmFwaC5hcGkudjEuR2V0U2FuZGJveFNldHRpbmdzUmVxdWVzdBopLnNlcmFwaC5hcGkudjEuR2V0U2FuZGJveFNldHRpbmdzUmVzcG9uc2UScgoVVXBkYXRlU2FuZGJveFNldHRpbmdzEisuc2VyYXBoLmFwaS52MS5VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXF1ZXN0Giwuc2VyYXBoLmFwaS52MS5VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXNwb25zZRJpChJDaGVja1ByZXJlcXVpc2l0ZXMSKC5zZXJhcGguYXBpLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1JlcXVlc3QaKS5zZXJhcGguYXBpLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlEk4KCUxpc3RTbG90cxIfLnNlcmFwaC5hcGkudjEuTGlzdFNsb3RzUmVxdWVzdBogLnNlcmFwaC5hcGkudjEuTGlzdFNsb3RzUmVzcG9uc2Uy4wEKEVJlcG9zaXRvcnlTZXJ2aWNlEmkKElJlZ2lzdGVyUmVwb3NpdG9yeRIoLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVxdWVzdBopLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USYwoQTGlzdFJlcG9zaXRvcmllcxImLnNlcmFwaC5hcGkudjEuTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QaJy5zZXJhcGguYXBpLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_executor_v1_executor, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile]);
 
 /**
  * @generated from message seraph.api.v1.ModelRoute
@@ -148,6 +148,21 @@ export type SandboxSettings = Message<"seraph.api.v1.SandboxSettings"> & {
    * @generated from field: string runtime_sha256 = 11;
    */
   runtimeSha256: string;
+
+  /**
+   * Repository roots assigned to individual operator roots: a root listed here may register
+   * repositories only under its own directories; a root not listed uses repository_roots.
+   *
+   * @generated from field: repeated seraph.api.v1.OperatorRootRepositories root_repository_roots = 12;
+   */
+  rootRepositoryRoots: OperatorRootRepositories[];
+
+  /**
+   * Host names (or IP literals) model routes may point at; empty means any host.
+   *
+   * @generated from field: repeated string model_route_hosts = 13;
+   */
+  modelRouteHosts: string[];
 };
 
 /**
@@ -156,6 +171,32 @@ export type SandboxSettings = Message<"seraph.api.v1.SandboxSettings"> & {
  */
 export const SandboxSettingsSchema: GenMessage<SandboxSettings> = /*@__PURE__*/
   messageDesc(file_seraph_api_v1_settings, 1);
+
+/**
+ * The repository roots one operator root may register repositories under.
+ *
+ * @generated from message seraph.api.v1.OperatorRootRepositories
+ */
+export type OperatorRootRepositories = Message<"seraph.api.v1.OperatorRootRepositories"> & {
+  /**
+   * @generated from field: string root_id = 1;
+   */
+  rootId: string;
+
+  /**
+   * Absolute, normalized directories (each also under the executor node's own roots).
+   *
+   * @generated from field: repeated string repository_roots = 2;
+   */
+  repositoryRoots: string[];
+};
+
+/**
+ * Describes the message seraph.api.v1.OperatorRootRepositories.
+ * Use `create(OperatorRootRepositoriesSchema)` to create a new message.
+ */
+export const OperatorRootRepositoriesSchema: GenMessage<OperatorRootRepositories> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 2);
 
 /**
  * @generated from message seraph.api.v1.ProfileOption
@@ -199,7 +240,7 @@ export type ProfileOption = Message<"seraph.api.v1.ProfileOption"> & {
  * Use `create(ProfileOptionSchema)` to create a new message.
  */
 export const ProfileOptionSchema: GenMessage<ProfileOption> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 2);
+  messageDesc(file_seraph_api_v1_settings, 3);
 
 /**
  * @generated from message seraph.api.v1.GetSandboxSettingsRequest
@@ -212,7 +253,7 @@ export type GetSandboxSettingsRequest = Message<"seraph.api.v1.GetSandboxSetting
  * Use `create(GetSandboxSettingsRequestSchema)` to create a new message.
  */
 export const GetSandboxSettingsRequestSchema: GenMessage<GetSandboxSettingsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 3);
+  messageDesc(file_seraph_api_v1_settings, 4);
 
 /**
  * @generated from message seraph.api.v1.GetSandboxSettingsResponse
@@ -234,7 +275,7 @@ export type GetSandboxSettingsResponse = Message<"seraph.api.v1.GetSandboxSettin
  * Use `create(GetSandboxSettingsResponseSchema)` to create a new message.
  */
 export const GetSandboxSettingsResponseSchema: GenMessage<GetSandboxSettingsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 4);
+  messageDesc(file_seraph_api_v1_settings, 5);
 
 /**
  * @generated from message seraph.api.v1.UpdateSandboxSettingsRequest
@@ -258,7 +299,7 @@ export type UpdateSandboxSettingsRequest = Message<"seraph.api.v1.UpdateSandboxS
  * Use `create(UpdateSandboxSettingsRequestSchema)` to create a new message.
  */
 export const UpdateSandboxSettingsRequestSchema: GenMessage<UpdateSandboxSettingsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 5);
+  messageDesc(file_seraph_api_v1_settings, 6);
 
 /**
  * @generated from message seraph.api.v1.UpdateSandboxSettingsResponse
@@ -275,7 +316,7 @@ export type UpdateSandboxSettingsResponse = Message<"seraph.api.v1.UpdateSandbox
  * Use `create(UpdateSandboxSettingsResponseSchema)` to create a new message.
  */
 export const UpdateSandboxSettingsResponseSchema: GenMessage<UpdateSandboxSettingsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 6);
+  messageDesc(file_seraph_api_v1_settings, 7);
 
 /**
  * @generated from message seraph.api.v1.CheckPrerequisitesRequest
@@ -294,7 +335,7 @@ export type CheckPrerequisitesRequest = Message<"seraph.api.v1.CheckPrerequisite
  * Use `create(CheckPrerequisitesRequestSchema)` to create a new message.
  */
 export const CheckPrerequisitesRequestSchema: GenMessage<CheckPrerequisitesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 7);
+  messageDesc(file_seraph_api_v1_settings, 8);
 
 /**
  * @generated from message seraph.api.v1.CheckPrerequisitesResponse
@@ -311,7 +352,7 @@ export type CheckPrerequisitesResponse = Message<"seraph.api.v1.CheckPrerequisit
  * Use `create(CheckPrerequisitesResponseSchema)` to create a new message.
  */
 export const CheckPrerequisitesResponseSchema: GenMessage<CheckPrerequisitesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 8);
+  messageDesc(file_seraph_api_v1_settings, 9);
 
 /**
  * @generated from message seraph.api.v1.ListSlotsRequest
@@ -324,7 +365,7 @@ export type ListSlotsRequest = Message<"seraph.api.v1.ListSlotsRequest"> & {
  * Use `create(ListSlotsRequestSchema)` to create a new message.
  */
 export const ListSlotsRequestSchema: GenMessage<ListSlotsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 9);
+  messageDesc(file_seraph_api_v1_settings, 10);
 
 /**
  * @generated from message seraph.api.v1.SlotStatus
@@ -375,7 +416,7 @@ export type SlotStatus = Message<"seraph.api.v1.SlotStatus"> & {
  * Use `create(SlotStatusSchema)` to create a new message.
  */
 export const SlotStatusSchema: GenMessage<SlotStatus> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 10);
+  messageDesc(file_seraph_api_v1_settings, 11);
 
 /**
  * @generated from message seraph.api.v1.ListSlotsResponse
@@ -392,7 +433,7 @@ export type ListSlotsResponse = Message<"seraph.api.v1.ListSlotsResponse"> & {
  * Use `create(ListSlotsResponseSchema)` to create a new message.
  */
 export const ListSlotsResponseSchema: GenMessage<ListSlotsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 11);
+  messageDesc(file_seraph_api_v1_settings, 12);
 
 /**
  * @generated from message seraph.api.v1.Repository
@@ -436,7 +477,7 @@ export type Repository = Message<"seraph.api.v1.Repository"> & {
  * Use `create(RepositorySchema)` to create a new message.
  */
 export const RepositorySchema: GenMessage<Repository> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 12);
+  messageDesc(file_seraph_api_v1_settings, 13);
 
 /**
  * @generated from message seraph.api.v1.RegisterRepositoryRequest
@@ -465,7 +506,7 @@ export type RegisterRepositoryRequest = Message<"seraph.api.v1.RegisterRepositor
  * Use `create(RegisterRepositoryRequestSchema)` to create a new message.
  */
 export const RegisterRepositoryRequestSchema: GenMessage<RegisterRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 13);
+  messageDesc(file_seraph_api_v1_settings, 14);
 
 /**
  * @generated from message seraph.api.v1.RegisterRepositoryResponse
@@ -482,7 +523,7 @@ export type RegisterRepositoryResponse = Message<"seraph.api.v1.RegisterReposito
  * Use `create(RegisterRepositoryResponseSchema)` to create a new message.
  */
 export const RegisterRepositoryResponseSchema: GenMessage<RegisterRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 14);
+  messageDesc(file_seraph_api_v1_settings, 15);
 
 /**
  * @generated from message seraph.api.v1.ListRepositoriesRequest
@@ -495,7 +536,7 @@ export type ListRepositoriesRequest = Message<"seraph.api.v1.ListRepositoriesReq
  * Use `create(ListRepositoriesRequestSchema)` to create a new message.
  */
 export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 15);
+  messageDesc(file_seraph_api_v1_settings, 16);
 
 /**
  * @generated from message seraph.api.v1.ListRepositoriesResponse
@@ -512,7 +553,7 @@ export type ListRepositoriesResponse = Message<"seraph.api.v1.ListRepositoriesRe
  * Use `create(ListRepositoriesResponseSchema)` to create a new message.
  */
 export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 16);
+  messageDesc(file_seraph_api_v1_settings, 17);
 
 /**
  * @generated from enum seraph.api.v1.SandboxBackend
