@@ -160,6 +160,7 @@ export function jobDetails(j: Job, indent = "    "): string[] {
   const out: string[] = [];
   if (j.reasons.length > 0) out.push(`${indent}reasons:`, ...reasons(j.reasons, `${indent}  `));
   for (const d of j.drift) out.push(`${indent}drift ${d.name}: ${d.change}`);
+  if (j.steps.some((s) => s.started)) out.push(`${indent}(the steps ran in the node's private staged copy of the inspected snapshot — no .git, nothing outside the sources and dependencies — so argv paths are absolute inside it)`);
   for (const s of j.steps) {
     const result = !s.started ? "not started" : s.signal !== undefined ? `signal ${s.signal}` : `exit ${s.exitCode ?? "?"}`;
     out.push(`${indent}step ${s.name}: ${s.passed ? "passed" : "not passed"} (${result}, ${s.durationMs} ms)  argv: ${s.argv.join(" ")}`);

@@ -255,3 +255,31 @@ describe("resolveScript: grammar fuzzing never admits an unsafe token", () => {
     );
   });
 });
+
+describe("refusals suggest the accepted form", () => {
+  const files = new Set(["test/a.test.js", "test/b.test.js", "src/build.mjs", "tsconfig.json"]);
+  const ctx = (step: "build" | "test") => ({ step, lookup: (p: string) => (files.has(p) ? ("file" as const) : ("missing" as const)) });
+  it.each([
+    ["npm run lint && npm run test:unit", "test", "script_chaining", 'The accepted forms are "node --test <file>.test.js" (one to eight exact files) or "node <entrypoint>.js".'],
+    ["node --test test/a.test.js && node --test test/b.test.js", "test", "script_chaining", 'Accepted instead: "node --test test/a.test.js test/b.test.js".'],
+    ["c8 node --test test/a.test.js", "test", "script_wrapper_not_allowed", 'Accepted instead: "node --test test/a.test.js".'],
+    ["cross-env NODE_ENV=test node --test ./test/b.test.js", "test", "script_wrapper_not_allowed", 'Accepted instead: "node --test test/b.test.js".'],
+    ["mocha test/a.test.js test/b.test.js", "test", "script_test_runner_not_allowed", 'Accepted instead: "node --test test/a.test.js test/b.test.js".'],
+    ["jest", "test", "script_test_runner_not_allowed", 'The accepted forms are "node --test <file>.test.js" (one to eight exact files) or "node <entrypoint>.js".'],
+    ["npm run compile", "build", "script_package_manager", 'The accepted forms are "node <entrypoint>.js" or "tsc --project tsconfig.json" (or a bare "tsc": this package has tsconfig.json).'],
+    ["rimraf dist && tsc -p tsconfig.json", "build", "script_chaining", 'Accepted instead: "tsc -p tsconfig.json".'],
+    ["NODE_ENV=production node src/build.mjs", "build", "script_env_assignment", 'Accepted instead: "node src/build.mjs".'],
+  ] as const)("%s (%s) → %s ends with the accepted form", (body, step, code, suggestion) => {
+    const r = resolveScript(body, ctx(step));
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(r.reason.code).toBe(code);
+    expect(r.reason.message.endsWith(` ${suggestion}`), r.reason.message).toBe(true);
+  });
+
+  it("suggests nothing it would refuse: a named test file that does not exist is left out", () => {
+    const r = resolveScript("jest test/missing.test.js", ctx("test"));
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.reason.message).toContain('The accepted forms are "node --test <file>.test.js"');
+  });
+});

@@ -197,6 +197,49 @@ function resolveTsc(tokens: readonly string[], normalized: string, ctx: ScriptCo
  * stable reason code. Pure apart from `ctx.lookup`.
  */
 export function resolveScript(body: string, ctx: ScriptContext): ResolvedScript | RejectedScript {
+  const r = resolveBody(body, ctx);
+  if (r.ok || !SUGGESTED.has(r.reason.code)) return r;
+  // Where an accepted form exists, say which: a person fixes the script instead of guessing.
+  r.reason.message = `${r.reason.message} ${acceptedForm(body, ctx)}`;
+  return r;
+}
+
+/** Refusals whose message ends with the accepted form of the script. */
+const SUGGESTED: ReadonlySet<string> = new Set(["script_chaining", "script_package_manager", "script_wrapper_not_allowed", "script_test_runner_not_allowed", "script_command_not_allowed", "script_env_assignment"]);
+
+/**
+ * The accepted form closest to `body`: an accepted command inside it (after a wrapper, an
+ * environment prefix, or in one part of a chain), the test files it names merged into one
+ * `node --test` (test step), else the profile's generic forms for the step.
+ */
+export function acceptedForm(body: string, ctx: ScriptContext): string {
+  const parts = body.split(/&&|\|\||[;|&\n\r]/).map((p) => p.trim()).filter((p) => p !== "");
+  const found: ResolvedScript[] = [];
+  for (const part of parts) {
+    const words = part.split(/[ \t]+/);
+    const at = words.findIndex((w) => w === "node" || w === "tsc");
+    if (at < 0) continue;
+    const r = resolveBody(words.slice(at).join(" "), ctx);
+    if (r.ok) found.push(r);
+  }
+  if (ctx.step === "test") {
+    const fromTests = found.filter((f) => f.form === "node_test").flatMap((f) => f.paths);
+    const named = body
+      .split(/[\s&|;]+/)
+      .map((w) => w.replace(/^\.\//, ""))
+      .filter((w) => /\.test\.m?js$/.test(w) && checkRelativePath(w, "test path").ok && ctx.lookup(w) === "file");
+    const files = [...new Set([...fromTests, ...named])].slice(0, 8);
+    if (files.length > 0) return `Accepted instead: "node --test ${files.join(" ")}".`;
+    const entry = found.find((f) => f.form === "node_entry");
+    if (entry) return `Accepted instead: "${entry.normalized}".`;
+    return 'The accepted forms are "node --test <file>.test.js" (one to eight exact files) or "node <entrypoint>.js".';
+  }
+  const build = found[0];
+  if (build) return `Accepted instead: "${build.normalized}".`;
+  return `The accepted forms are "node <entrypoint>.js" or "tsc --project tsconfig.json"${ctx.lookup("tsconfig.json") === "file" ? ' (or a bare "tsc": this package has tsconfig.json)' : ""}.`;
+}
+
+function resolveBody(body: string, ctx: ScriptContext): ResolvedScript | RejectedScript {
   const trimmed = body.trim();
   if (trimmed.length === 0) return reject("script_empty", "The script is empty.", "");
   const bad = scanCharacters(trimmed);

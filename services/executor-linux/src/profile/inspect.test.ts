@@ -174,7 +174,10 @@ describe.skipIf(!node)("inspectRepository", () => {
     const repo = await track(createJsTestProject({ extraFiles: big.files, lockPackages: big.lock }));
     const i = await inspectUnchanged({ repositoryPath: repo.dir, selection: "npm test" });
     expect(codes(i)).toEqual(["too_many_dependency_files"]);
-    expect(i.reasons[0]?.message).toBe("The dependency manifest has 601 regular files; the profile allows 512.");
+    // Which limit, how far over, whose limit it is, and what to do.
+    expect(i.reasons[0]?.message).toBe(
+      "The dependency manifest has 601 regular files; the profile allows 512 (over by 89). The limit dependency_files=512 is the profile's: the service's sandbox settings may only narrow it; only a local seraph-exec run may raise it (--limit dependency_files=N). Fix: install fewer packages (e.g. npm ci --omit=dev, or drop unused dependencies) and re-inspect.",
+    );
     expect(i.dependencyFiles).toBe(601);
     const raised = await inspectUnchanged({ repositoryPath: repo.dir, selection: "npm test", limits: parseLimitOverrides(["dependency_files=1000"]) });
     expect(codes(raised)).toEqual([]);

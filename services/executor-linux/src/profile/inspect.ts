@@ -15,7 +15,7 @@ import {
   type Step,
   type SuppressedHook,
 } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { blockReason, canonicalJson, checkRelativePath, computeInspectionHash, defaultLimits, formatCount, isWithin, limitsChanged, limitValues, ProfileError, sha256Hex, sortIdentities } from "@seraph/profiles";
+import { blockReason, DEFAULT_LIMIT_VALUES, canonicalJson, checkRelativePath, computeInspectionHash, defaultLimits, formatCount, isWithin, limitsChanged, limitValues, ProfileError, sha256Hex, sortIdentities } from "@seraph/profiles";
 import { FOREIGN_LOCKFILES, inspectTsconfigChain, NPM_LOCKFILES, type NpmLock, parseNpmLock, parseSelection, type PathKind, type ResolvedScript, resolveScript, selectionScripts, TSC_ENTRY } from "@seraph/profiles/node24-npm";
 import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { listDependencyTree, type DependencyListing } from "./dependency-tree.js";
@@ -253,7 +253,11 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
   const npmLocks = NPM_LOCKFILES.filter((f) => lookup(f) !== "missing");
   if (foreign.length > 0) {
     reasons.push(
-      blockReason("lockfile_foreign", `The repository has ${foreign.join(" and ")}: its dependency tree was laid out by another package manager, which this npm profile does not verify.`, foreign[0]),
+      blockReason(
+        "lockfile_foreign",
+        `The repository has ${foreign.join(" and ")}: its dependency tree was laid out by another package manager, which this npm profile does not verify. Fix: remove ${foreign.join(" and ")} and install with npm (npm install writes package-lock.json).`,
+        foreign[0],
+      ),
     );
   }
   if (npmLocks.length > 1) {
@@ -346,7 +350,13 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
       return typeof v === "object" && v !== null && Object.keys(v).length > 0;
     });
     if (deps || needsTypescript || lookup("node_modules") !== "missing") {
-      reasons.push(blockReason("lockfile_missing", "The package has dependencies (or node_modules) but no package-lock.json or npm-shrinkwrap.json; the dependency tree cannot be verified.", "package-lock.json"));
+      reasons.push(
+        blockReason(
+          "lockfile_missing",
+          "The package has dependencies (or node_modules) but no package-lock.json or npm-shrinkwrap.json; the dependency tree cannot be verified. Fix: run npm install (or npm install --package-lock-only) in the repository and keep the package-lock.json it writes.",
+          "package-lock.json",
+        ),
+      );
     }
   }
 
@@ -398,12 +408,24 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
     }
   }
   if (deps.fileCount > L.dependency_files) {
-    limitReasons.push(blockReason("too_many_dependency_files", `The dependency manifest has ${formatCount(deps.fileCount)} regular files; the profile allows ${formatCount(L.dependency_files)}.`, "node_modules"));
+    limitReasons.push(
+      blockReason(
+        "too_many_dependency_files",
+        `The dependency manifest has ${formatCount(deps.fileCount)} regular files; the profile allows ${formatCount(L.dependency_files)} (over by ${formatCount(deps.fileCount - L.dependency_files)}). ${limitOrigin("dependency_files", L.dependency_files)} Fix: install fewer packages (e.g. npm ci --omit=dev, or drop unused dependencies) and re-inspect.`,
+        "node_modules",
+      ),
+    );
   }
   let depOversize = 0;
   for (const e of deps.entries) {
     if (e.type === "file" && e.size > L.dependency_file_bytes && depOversize++ < MAX_REASONS_PER_KIND) {
-      limitReasons.push(blockReason("dependency_file_too_large", `${e.rel} has ${formatCount(e.size)} bytes; the profile allows ${formatCount(L.dependency_file_bytes)} per dependency file.`, e.rel));
+      limitReasons.push(
+        blockReason(
+          "dependency_file_too_large",
+          `${e.rel} has ${formatCount(e.size)} bytes; the profile allows ${formatCount(L.dependency_file_bytes)} per dependency file (over by ${formatCount(e.size - L.dependency_file_bytes)}). ${limitOrigin("dependency_file_bytes", L.dependency_file_bytes)}`,
+          e.rel,
+        ),
+      );
     }
   }
   if (counts.bytes > L.snapshot_bytes) {
@@ -500,7 +522,7 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
         if (mismatches++ < MAX_REASONS_PER_KIND) reasons.push(blockReason("dependency_not_in_lockfile", `${dir} is installed but ${lockName ?? "the lockfile"} does not list it.`, dir));
       } else if (entry.version !== undefined && entry.version !== version) {
         if (mismatches++ < MAX_REASONS_PER_KIND) {
-          reasons.push(blockReason("dependency_lock_mismatch", `${dir} is installed at ${String(version)} but ${lockName ?? "the lockfile"} locks ${entry.version}.`, dir));
+          reasons.push(blockReason("dependency_lock_mismatch", `${dir} is installed at ${String(version)} but ${lockName ?? "the lockfile"} locks ${entry.version}. Fix: run npm ci in the repository so node_modules is exactly what the lockfile says.`, dir));
         }
       }
     }
@@ -556,4 +578,15 @@ export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSi
     );
   }
   return finish(root);
+}
+
+/**
+ * Where a limit comes from, for a refusal: the profile's default (which the service's sandbox
+ * settings may only narrow), a narrowed value, or a value raised for a local seraph-exec run.
+ */
+function limitOrigin(name: keyof typeof DEFAULT_LIMIT_VALUES, effective: number): string {
+  const profile = DEFAULT_LIMIT_VALUES[name];
+  if (effective < profile) return `The limit ${name} was narrowed to ${formatCount(effective)} (the profile's is ${formatCount(profile)}); the sandbox settings may restore it up to the profile's, never beyond.`;
+  if (effective > profile) return `The limit ${name} was raised to ${formatCount(effective)} for this local run (the profile's is ${formatCount(profile)}).`;
+  return `The limit ${name}=${formatCount(profile)} is the profile's: the service's sandbox settings may only narrow it; only a local seraph-exec run may raise it (--limit ${name}=N).`;
 }

@@ -12,6 +12,7 @@ import { inspectRepository } from "./inspect.js";
 import { buildJobEnv } from "./job-env.js";
 import { parseLimitOverrides } from "@seraph/profiles";
 import { runRepair, type RepairRunOptions, type RepairRunReport } from "./repair-run.js";
+import { formatRepairText } from "./report-text.js";
 
 const node = await pinnedNodeForTests();
 const jobRoot = await mkdtemp(join(tmpdir(), "seraph-rr-"));
@@ -58,6 +59,9 @@ describe.skipIf(!node)("runRepair (direct runner)", () => {
     expect(spec.commands[0]?.argv[0]).toBe(node);
     expect(spec.env).toEqual(buildJobEnv(r.jobDir));
     expect(spec.commands[0]?.cwd).toBe(join(r.jobDir, "pkg"));
+    // The report says where the steps ran: the staged copy, which has no .git.
+    expect(r.staged).toEqual({ packageDir: join(r.jobDir, "pkg"), git: false });
+    expect(formatRepairText(r)).toContain(`staged copy: ${join(r.jobDir, "pkg")} — the steps ran here, in a private copy of the inspected snapshot (sources and dependencies only; no .git)`);
     expect(spec.cleanupReserveMs).toBeGreaterThanOrEqual(spec.graceMs + 250);
     expect(Number(spec.deadlineUnixMs)).toBeLessThanOrEqual(Date.now() + 180_000);
     expect(spec.streamLimitBytes).toBe(1048576n);

@@ -1,5 +1,5 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
-import { mkdir, readFile } from "node:fs/promises";
+import { lstat, mkdir, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, toJson, type JsonValue } from "@bufbuild/protobuf";
@@ -104,6 +104,12 @@ export interface RepairRunReport {
   readonly repositorySha256: string;
   readonly jobId: string;
   readonly jobDir: string;
+  /**
+   * Where the steps ran: a private staged copy of the inspected snapshot (sources and
+   * dependencies only), never the repository itself. `git` is whether it had a .git (checked
+   * after staging; always false, since Git metadata is never part of a snapshot).
+   */
+  readonly staged?: { readonly packageDir: string; readonly git: boolean };
   readonly wallMs: number;
   readonly durationMs: number;
   readonly inspection: JsonValue;
@@ -167,6 +173,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
   const steps: StepReport[] = [];
   let patch: RepairRunReport["patch"];
   let jobDir = "";
+  let staging: RepairRunReport["staged"];
   let outcome: RepairOutcome = "blocked";
 
   const before: TreeDigest | undefined = options.repositoryPath.startsWith("/") ? await digestTree(options.repositoryPath).catch(() => undefined) : undefined;
@@ -187,6 +194,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       repositorySha256: after?.sha256 ?? "",
       jobId,
       jobDir,
+      ...(staging ? { staged: staging } : {}),
       wallMs,
       durationMs: now() - started,
       inspection: toJson(InspectionSchema, inspection),
@@ -227,6 +235,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
     return report();
   }
   const stage = staged.stage;
+  staging = { packageDir: stage.packageDir, git: await lstat(join(stage.packageDir, ".git")).then(() => true, () => false) };
   if (options.patchText !== undefined) {
     const applied = await applyPatchToStage(stage, options.patchText, allowed);
     patch = { sha256: applied.patchSha256, applied: applied.ok, changed: applied.changed };

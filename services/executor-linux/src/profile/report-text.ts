@@ -35,6 +35,11 @@ export function formatRepairText(report: RepairRunReport): string {
   for (const r of report.reasons as { code?: string; message?: string }[]) lines.push(`  ${r.code ?? ""}: ${r.message ?? ""}`);
   for (const d of report.drift as { name?: string; change?: string }[]) lines.push(`  drift: ${d.name ?? ""} ${d.change ?? "changed"}`);
   if (report.patch) lines.push(`patch ${report.patch.sha256.slice(0, 12)}… ${report.patch.applied ? `applied to ${report.patch.changed.join(", ")}` : "not applied"}`);
+  if (report.staged) {
+    lines.push(
+      `staged copy: ${report.staged.packageDir} — the steps ran here, in a private copy of the inspected snapshot (sources and dependencies only; ${report.staged.git ? "it HAS a .git" : "no .git"}), so argv paths are absolute inside it; the repository itself is only re-hashed`,
+    );
+  }
   for (const s of report.steps) {
     lines.push(`step ${s.name}: ${s.outcome}${s.exitCode !== undefined ? ` (exit ${s.exitCode})` : ""}${s.signal ? ` (${s.signal})` : ""}`);
     lines.push(`  argv: ${s.argv.join(" ")}`);

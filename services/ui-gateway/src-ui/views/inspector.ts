@@ -575,6 +575,9 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     }
     replace(
       resultsBody,
+      job.steps.some((x) => x.started)
+        ? h("p", { class: "hint" }, "The steps ran in the node's private staged copy of the inspected snapshot (no .git, nothing outside the sources and dependencies), so the argv paths below are absolute inside that copy; the approval named them relative to the package.")
+        : null,
       table(
         "Steps",
         ["Step", "Argv", "Started", "Exit code", "Signal", "Passed", "Duration"],
