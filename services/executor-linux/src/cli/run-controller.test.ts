@@ -109,11 +109,11 @@ describe.skipIf(skipReason !== undefined)("seraph-exec run: the controller alway
       // On its way out the CLI resumed the supervisor: past its deadline and without a
       // controller it cleans up to ECHILD and writes its receipt.
       const runDir = json["runDir"] as string;
-      expect(await waitFor(() => existsSync(join(runDir, RunDirFiles.receiptJson)), 10_000)).toBe(true);
+      expect(await waitFor(() => existsSync(join(runDir, RunDirFiles.receiptJson)), 30_000)).toBe(true);
       const receipt = JSON.parse(readFileSync(join(runDir, RunDirFiles.receiptJson), "utf8")) as Record<string, unknown>;
       // Stopped past its deadline, it says so (unknown) even though it reaped everything late.
       expect(receipt).toMatchObject({ outcome: "unknown", reason: "deadline_overrun", echildObserved: true });
-      expect(await waitFor(() => processesTagged(run.tag).length === 0, 5000)).toBe(true);
+      expect(await waitFor(() => processesTagged(run.tag).length === 0, 15_000)).toBe(true);
     } finally {
       await cleanUp(run);
     }
@@ -159,10 +159,10 @@ time.sleep(1)
       expect(json).toMatchObject({ outcome: "unknown", reason: "controller_superseded" });
       // Once the attacker's connection is gone too, policy cancel ends the job well before its deadline.
       const runDir = json["runDir"] as string;
-      expect(await waitFor(() => existsSync(join(runDir, RunDirFiles.receiptJson)), 15_000)).toBe(true);
+      expect(await waitFor(() => existsSync(join(runDir, RunDirFiles.receiptJson)), 30_000)).toBe(true);
       const receipt = JSON.parse(readFileSync(join(runDir, RunDirFiles.receiptJson), "utf8")) as Record<string, unknown>;
       expect(receipt).toMatchObject({ outcome: "cancelled", reason: "controller_lost", controllerLossPolicy: "cancel", echildObserved: true });
-      expect(await waitFor(() => processesTagged(run.tag).length === 0, 5000)).toBe(true);
+      expect(await waitFor(() => processesTagged(run.tag).length === 0, 15_000)).toBe(true);
     } finally {
       await cleanUp(run);
     }
@@ -199,12 +199,12 @@ time.sleep(1)
     test.concurrent(`${sig} to seraph-exec: its supervisor cancels, cleans to ECHILD and writes its receipt (policy cancel)`, async () => {
       const run = startCli(["--json", "--keep-run-dir", "--deadline-ms", "60000", "--grace-ms", "300", "--", "/bin/sh", "-c", "sleep 120 & echo started; sleep 120"]);
       try {
-        expect(await waitFor(() => processesTagged(run.tag).filter((p) => p.comm === "sleep").length === 2, 10_000)).toBe(true);
+        expect(await waitFor(() => processesTagged(run.tag).filter((p) => p.comm === "sleep").length === 2, 30_000)).toBe(true);
         const runDir = runDirOf(run);
         expect(runDir).toBeDefined();
         run.child.kill(sig);
         const r = await run.done;
-        expect(await waitFor(() => existsSync(join(runDir!, RunDirFiles.receiptJson)), 15_000)).toBe(true);
+        expect(await waitFor(() => existsSync(join(runDir!, RunDirFiles.receiptJson)), 30_000)).toBe(true);
         const receipt = JSON.parse(readFileSync(join(runDir!, RunDirFiles.receiptJson), "utf8")) as Record<string, unknown>;
         expect(receipt).toMatchObject({ outcome: "cancelled", controllerLossPolicy: "cancel", echildObserved: true, deadlineReached: false });
         if (sig === "SIGKILL") {
@@ -215,7 +215,7 @@ time.sleep(1)
           expect(r.code).toBe(130);
           expect(onlyJson(r.stdout)).toMatchObject({ outcome: "cancelled", reason: "cancelled", cancelRequested: true });
         }
-        expect(await waitFor(() => processesTagged(run.tag).length === 0, 5000)).toBe(true);
+        expect(await waitFor(() => processesTagged(run.tag).length === 0, 15_000)).toBe(true);
       } finally {
         await cleanUp(run);
       }

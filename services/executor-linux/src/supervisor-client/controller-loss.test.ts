@@ -29,7 +29,7 @@ describe.skipIf(skipReason !== undefined)("supervisor: lost-controller policy", 
       expect(await waitFor(() => liveTagged(tag).length >= 3, 5000)).toBe(true);
       // What the kernel does when seraph-exec is killed: its end of the socket closes.
       await conn.close();
-      expect(await handle.waitGone(15_000)).toBe(true);
+      expect(await handle.waitGone(30_000)).toBe(true);
       const receiptPath = join(spec.runDir, RunDirFiles.receipt);
       expect(existsSync(receiptPath)).toBe(true);
       const receipt = fromBinary(ReceiptSchema, readFileSync(receiptPath));
