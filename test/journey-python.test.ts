@@ -164,4 +164,42 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     await expectRefused(c.repairs.approve({ repairId: second!.id, documentSha256: d2!.documentSha256 }), Code.FailedPrecondition, "inspection_drift");
     expect((await c.repairs.getRepair({ repairId: second!.id })).repair?.job).toBeUndefined();
   }, 180_000);
+  it("a cancelled running Python job ends Unknown with the slot held, and only explicit recovery releases it", async () => {
+    const c = stack.operator;
+    const slow = [
+      "import time, unittest",
+      "from calc.ops import add",
+      "class Slow(unittest.TestCase):",
+      "    def test_slow(self):",
+      "        for _ in range(600):",
+      "            print('tick', flush=True)",
+      "            time.sleep(0.1)",
+      "        self.assertEqual(add(2, 3), 5)",
+      "",
+    ].join("\n");
+    const fixture = await createPythonProject({ parent: stack.root, extraFiles: { "tests/test_slow.py": slow } });
+    const { goal } = await c.goals.createGoal({ title: "slow" });
+    const { repository } = await c.repositories.registerRepository({ path: fixture.dir });
+    const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["calc"], acceptanceCriteria: "x", selection: "python -m unittest tests/test_slow.py" });
+    const repairId = repair!.id;
+    const patch = fixturePatch("calc/ops.py", pythonAddModule(false), `${pythonAddModule(false)}# touched\n`);
+    const proposed = await c.repairs.proposePatch({ repairId, route: { case: "manualDiff", value: patch } });
+    const { document } = await c.repairs.getApprovalDocument({ repairId, proposalId: proposed.proposal!.id });
+    await c.repairs.approve({ repairId, documentSha256: document!.documentSha256 });
+    for await (const m of c.repairs.watchRepair({ repairId })) if (m.repair?.job?.state === JobState.RUNNING) break;
+    await c.repairs.cancelRepair({ repairId, reason: "stop it" });
+    let last: Repair | undefined;
+    for await (const m of c.repairs.watchRepair({ repairId })) {
+      last = m.repair;
+      if (m.repair?.job && (m.repair.job.state === JobState.UNKNOWN || m.repair.job.state === JobState.SUCCEEDED || m.repair.job.state === JobState.FAILED)) break;
+    }
+    // The interpreter had started: a cancel is an external effect, never a clean "cancelled before start".
+    expect(JobState[last!.job!.state]).toBe("UNKNOWN");
+    expect(last!.job!.slotHeld).toBe(true);
+    const recovered = await c.repairs.recoverProcessCleanup({ repairId });
+    expect(recovered).toMatchObject({ released: true, refusalCode: "" });
+    expect(recovered.repair?.job?.slotHeld).toBe(false);
+    // The task outcome stays Unknown: recovery releases capacity, it does not invent a result.
+    expect(JobState[recovered.repair!.job!.state]).toBe("UNKNOWN");
+  }, 180_000);
 });
