@@ -14,8 +14,8 @@ export {
   parseLimitOverrides,
 } from "./limits.js";
 export type { LimitName } from "./limits.js";
-export { checkRelativePath, isWithin } from "./path-rules.js";
-export type { RelativePathResult } from "./path-rules.js";
+export { checkRelativePath, isWithin, checkFileName, escapePathBytes, MAX_RELATIVE_PATH_BYTES } from "./path-rules.js";
+export type { RelativePathResult, FileNameProblem } from "./path-rules.js";
 export { canonicalJson } from "./canonical-json.js";
 export type { CanonicalValue } from "./canonical-json.js";
 export { isSha256Hex, sha256Hex } from "./digest.js";

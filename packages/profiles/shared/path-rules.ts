@@ -49,3 +49,72 @@ export function isWithin(path: string, dir: string): boolean {
   if (dir === "" || dir === ".") return true;
   return path === dir || path.startsWith(`${dir}/`);
 }
+
+/**
+ * The longest repository-relative path (UTF-8 bytes) the profile accepts anywhere in the tree:
+ * the bound every path field of the protos carries, so every inspected name can be reported.
+ */
+export const MAX_RELATIVE_PATH_BYTES = 1024;
+
+/**
+ * A path as one printable line: UTF-8 text stays, every byte of an invalid sequence and every
+ * control character is shown as \\xNN, and a backslash as \\\\ (so the escaping is unambiguous).
+ */
+export function escapePathBytes(bytes: Uint8Array): string {
+  const buf = Buffer.from(bytes);
+  const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+  const hex = (n: number) => `\\x${n.toString(16).padStart(2, "0")}`;
+  let out = "";
+  let i = 0;
+  while (i < buf.length) {
+    const b = buf[i]!;
+    const len = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+    let text: string | undefined;
+    if (len > 0 && i + len <= buf.length) {
+      try {
+        text = strict.decode(buf.subarray(i, i + len));
+      } catch {
+        text = undefined;
+      }
+    }
+    if (text === undefined) {
+      out += hex(b);
+      i += 1;
+      continue;
+    }
+    const cp = text.codePointAt(0)!;
+    if (cp < 0x20 || cp === 0x7f || (cp >= 0x80 && cp <= 0x9f)) out += hex(cp);
+    else if (text === "\\") out += "\\\\";
+    else out += text;
+    i += len;
+  }
+  return out;
+}
+
+/** Why a file name found in the tree cannot be inspected, or undefined when it can. */
+export type FileNameProblem = { readonly code: "file_name_not_utf8" | "file_name_control_character" | "file_name_too_long"; readonly message: string; readonly subject: string };
+
+/**
+ * Checks one directory entry's raw name (as the kernel returned it) under `relDirBytes` (the
+ * repository-relative directory, raw, empty at the top): the name must be valid UTF-8, carry no
+ * control character (C0, DEL or C1), and the whole relative path must fit
+ * MAX_RELATIVE_PATH_BYTES. The subject is the escaped relative path.
+ */
+export function checkFileName(relDirBytes: Uint8Array, nameBytes: Uint8Array): FileNameProblem | undefined {
+  const rel = relDirBytes.length === 0 ? Buffer.from(nameBytes) : Buffer.concat([Buffer.from(relDirBytes), Buffer.from("/"), Buffer.from(nameBytes)]);
+  const subject = escapePathBytes(rel);
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(nameBytes);
+  } catch {
+    return { code: "file_name_not_utf8", message: `The file name ${subject} is not valid UTF-8; rename it (no file of the tree can then be named exactly).`, subject };
+  }
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(text)) {
+    return { code: "file_name_control_character", message: `The file name ${subject} contains a control character; rename it.`, subject };
+  }
+  if (rel.length > MAX_RELATIVE_PATH_BYTES) {
+    return { code: "file_name_too_long", message: `The path ${subject.slice(0, 200)}… has ${rel.length} bytes; the profile allows ${MAX_RELATIVE_PATH_BYTES} per repository-relative path.`, subject: subject.slice(0, MAX_RELATIVE_PATH_BYTES) };
+  }
+  return undefined;
+}

@@ -58,6 +58,10 @@ export const REASON_CODES = [
   "path_absolute",
   "path_traversal",
   "path_invalid",
+  // file names anywhere in the inspected tree
+  "file_name_not_utf8",
+  "file_name_control_character",
+  "file_name_too_long",
   "path_in_node_modules",
   "path_not_found",
   "path_is_directory",

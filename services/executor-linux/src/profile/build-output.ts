@@ -23,7 +23,7 @@ export async function validateBuildOutput(stage: StagedRepository): Promise<Bloc
     const max = limitValues(stage.inspection.limits ?? ({} as never)).output_bytes;
     let bytes = 0;
     const walk = async (rel: string): Promise<void> => {
-      for (const name of await sortedEntries(join(stage.packageDir, rel))) {
+      for (const name of await sortedEntries(join(stage.packageDir, rel), rel)) {
         const child = `${rel}/${name}`;
         const st = await lstat(join(stage.packageDir, child));
         if (st.isDirectory()) await walk(child);

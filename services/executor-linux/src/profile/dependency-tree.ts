@@ -106,7 +106,7 @@ export async function listDependencyTree(root: string, rootReal: string): Promis
   };
 
   const walk = async (relDir: string): Promise<void> => {
-    for (const name of await sortedEntries(join(root, relDir))) {
+    for (const name of await sortedEntries(join(root, relDir), relDir)) {
       if (++visited > DEPENDENCY_WALK_CAP) {
         truncated = true;
         return;

@@ -21,7 +21,7 @@ import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { listDependencyTree, type DependencyListing } from "./dependency-tree.js";
 import { inspectPythonSnapshot } from "./python/inspect-python.js";
 import { checkRuntime, resolvePinnedNode, type RuntimeExpectation } from "./runtime.js";
-import { FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
+import { BadFileNameError, FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
 import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "./source-set.js";
 
@@ -105,7 +105,27 @@ export async function inspectRepository(options: InspectOptions): Promise<Inspec
  * copies: what is written is what is hashed).
  */
 export async function inspectSnapshot(options: InspectOptions, sink?: SnapshotSink): Promise<SnapshotInspection> {
-  if (options.profile === PYTHON_PROFILE) return inspectPythonSnapshot(options, sink);
+  try {
+    return await (options.profile === PYTHON_PROFILE ? inspectPythonSnapshot(options, sink) : inspectNodeSnapshot(options, sink));
+  } catch (err) {
+    // A name no file of the tree can be reported by blocks the whole inspection with its own
+    // reason (never an unexpected error): nothing about the tree can be bound exactly.
+    if (!(err instanceof BadFileNameError)) throw err;
+    const inspection = create(InspectionSchema, {
+      profile: options.profile === PYTHON_PROFILE ? PYTHON_PROFILE : PROFILE_NAME,
+      admitted: false,
+      reasons: [...err.reasons],
+      selection: typeof options.selection === "string" ? Selection.UNSPECIFIED : options.selection,
+      limits: options.limits ?? defaultLimits(),
+      sourcePaths: [...(options.sourcePaths ?? [])],
+      repositoryPath: options.repositoryPath,
+      inspectedUnixMs: BigInt((options.now ?? Date.now)()),
+    });
+    return { inspection, snapshot: { files: new Map(), links: new Map(), sourceLinks: new Map(), directories: [] }, deferredTestPaths: [] };
+  }
+}
+
+async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink): Promise<SnapshotInspection> {
   if (options.profile !== undefined && options.profile !== "" && options.profile !== PROFILE_NAME) {
     throw new ProfileError([blockReason("selection_unknown", `"${options.profile}" is not an execution profile; the profiles are ${PYTHON_PROFILE} and ${PROFILE_NAME}.`, options.profile)]);
   }

@@ -1,7 +1,7 @@
 import { constants, lstatSync, type Stats } from "node:fs";
 import { lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { sha256Hex } from "@seraph/profiles";
+import { blockReason, checkFileName, ProfileError, sha256Hex } from "@seraph/profiles";
 
 /** A file read in full: its bytes, their SHA-256 and the lstat of the file when it was opened. */
 export interface ReadFile {
@@ -104,8 +104,29 @@ export async function lstatInside(root: string, rel: string): Promise<Stats | un
   return undefined;
 }
 
-/** Sorted directory entry names (byte order), so every walk is deterministic. */
-export async function sortedEntries(dir: string): Promise<string[]> {
-  const names = await readdir(dir);
+/**
+ * A file name in the tree that cannot be inspected (not UTF-8, a control character, too long):
+ * the walk stops and the inspection is blocked with this reason, naming the escaped path.
+ */
+export class BadFileNameError extends ProfileError {
+  override readonly name = "BadFileNameError";
+}
+
+/**
+ * Sorted directory entry names (byte order), so every walk is deterministic. Names are read as
+ * the kernel's bytes: a name that is not valid UTF-8 would otherwise come back with U+FFFD in it
+ * and name no file (ENOENT on the next lstat). Such a name, one with a control character, or a
+ * repository-relative path (`rel`, the directory's) over the profile's bound throws
+ * BadFileNameError.
+ */
+export async function sortedEntries(dir: string, rel = ""): Promise<string[]> {
+  const raw = await readdir(dir, { encoding: "buffer" });
+  const relBytes = Buffer.from(rel, "utf8");
+  const names: string[] = [];
+  for (const name of raw) {
+    const problem = checkFileName(relBytes, name);
+    if (problem) throw new BadFileNameError([blockReason(problem.code, problem.message, problem.subject)]);
+    names.push(name.toString("utf8"));
+  }
   return names.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 }

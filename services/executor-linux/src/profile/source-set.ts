@@ -186,7 +186,7 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
 
   const walk = async (relDir: string): Promise<void> => {
     const abs = relDir === "" ? root : join(root, relDir);
-    for (const name of await sortedEntries(abs)) {
+    for (const name of await sortedEntries(abs, relDir)) {
       if (++visited > SOURCE_WALK_CAP) {
         truncated = true;
         return;

@@ -92,7 +92,7 @@ export async function verifyStagedTree(
   const diffs: TreeDifference[] = [];
   const seen = new Set<string>();
   const walk = async (rel: string): Promise<void> => {
-    for (const name of await sortedEntries(rel === "" ? packageDir : join(packageDir, rel))) {
+    for (const name of await sortedEntries(rel === "" ? packageDir : join(packageDir, rel), rel)) {
       const child = rel === "" ? name : `${rel}/${name}`;
       if (skipDir !== "" && child === skipDir) continue;
       const abs = join(packageDir, child);

@@ -34,7 +34,7 @@ export async function digestTree(root: string, bounds: TreeDigestBounds = {}): P
   let bytes = 0;
   let complete = true;
   const walk = async (rel: string): Promise<void> => {
-    for (const name of await sortedEntries(rel === "" ? root : join(root, rel))) {
+    for (const name of await sortedEntries(rel === "" ? root : join(root, rel), rel)) {
       if (!complete) return;
       const child = rel === "" ? name : `${rel}/${name}`;
       const abs = join(root, child);

@@ -91,7 +91,7 @@ async function listSitePackages(root: string, site: string): Promise<{ entries: 
   let visited = 0;
   let truncated = false;
   const walk = async (rel: string): Promise<void> => {
-    for (const name of await sortedEntries(join(root, rel))) {
+    for (const name of await sortedEntries(join(root, rel), rel)) {
       if (++visited > WALK_CAP) {
         truncated = true;
         return;
@@ -376,7 +376,7 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
       if (kind(`${sitePackages}/pytest/__init__.py`) !== "file" || kind(`${sitePackages}/_pytest`) !== "directory") {
         reasons.push(blockReason("python_framework_missing", `${sitePackages} has no pytest package (pytest/__init__.py and _pytest/ as regular entries).`, sitePackages));
       }
-      const dist = (await sortedEntries(join(root, sitePackages))).find((n) => /^pytest-[0-9][^/]*\.dist-info$/.test(n));
+      const dist = (await sortedEntries(join(root, sitePackages), sitePackages)).find((n) => /^pytest-[0-9][^/]*\.dist-info$/.test(n));
       frameworkVersion = dist ? dist.slice("pytest-".length, -".dist-info".length) : "";
     }
     // pytest's own search: from the test files' common directory up to the root, first match wins.
