@@ -44,7 +44,7 @@ describe.skipIf(!isRoot || layout === undefined)("repair journey with a per-job 
     const c = stack.operator;
     await c.settings.updateSandboxSettings({
       expectedRevision: 0n,
-      settings: { backend: SandboxBackend.LOCAL, runtimePath: stack.node, enabled: true, repositoryRoots: [stack.root] },
+      settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: stack.node, enabled: true, repositoryRoots: [stack.root] },
     });
     const hog = [
       'import test from "node:test";',
