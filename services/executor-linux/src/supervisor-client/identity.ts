@@ -24,8 +24,21 @@ export function supervisorPidHere(marker: OwnerMarker, procRoot = "/proc"): numb
     own = undefined;
   }
   if (own === marker.pidNamespace) return id.pid;
-  return findInPidNamespace(procRoot, marker.pidNamespace, id.pid);
+  // A process keeps its pid in every namespace for life, so once found (same start time) the
+  // outer pid is reused by later checks instead of another scan of /proc.
+  const key = `${procRoot}\0${marker.pidNamespace}\0${id.pid}\0${id.startTimeTicks}`;
+  const cached = outerPids.get(key);
+  if (cached !== undefined) return cached;
+  const found = findInPidNamespace(procRoot, marker.pidNamespace, id.pid);
+  if (found !== undefined && createProcFs(procRoot).readStat(found)?.startTimeTicks === id.startTimeTicks) {
+    if (outerPids.size >= 256) outerPids.clear();
+    outerPids.set(key, found);
+  }
+  return found;
 }
+
+/** Outer pids of supervisors in other namespaces, keyed by namespace, inner pid and start time. */
+const outerPids = new Map<string, number>();
 
 /**
  * Checks the supervisor named by `marker` against /proc: "alive" (same pid, start time and
@@ -42,5 +55,8 @@ export async function verifySupervisorIdentity(marker: OwnerMarker, proc: ProcFs
   if (id.bootId !== current) return "other_boot";
   const pid = supervisorPidHere(marker);
   if (pid === undefined) return "gone";
-  return checkIdentity(proc, { pid, startTimeTicks: id.startTimeTicks, bootId: id.bootId }, current);
+  const verdict = checkIdentity(proc, { pid, startTimeTicks: id.startTimeTicks, bootId: id.bootId }, current);
+  // In another namespace, a different process at the pid found (or remembered) says only that
+  // the supervisor exited: gone (its receipt may still be read; receipts are bound to the marker).
+  return verdict === "reused" && pid !== id.pid ? "gone" : verdict;
 }
