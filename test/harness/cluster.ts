@@ -79,7 +79,7 @@ export function spawnService(name: string, service: string, env: Record<string, 
 }
 
 /** Waits until the process answers health SERVING, or fails with the tail of its log. */
-export async function waitServing(p: ServiceProcess, timeoutMs = 30_000): Promise<void> {
+export async function waitServing(p: ServiceProcess, timeoutMs = 90_000): Promise<void> {
   const client = createClient(Health, createGrpcTransport({ baseUrl: p.grpcUrl }));
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
