@@ -1,4 +1,7 @@
-import { appendFile, realpath } from "node:fs/promises";
+import { appendFile, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { main, type CliIo } from "@seraph/cli";
 import { Code } from "@connectrpc/connect";
 import { sha256Hex } from "@seraph/kit";
 import { PYTHON_CLEANUP_CLAIM } from "@seraph/profiles/python3";
@@ -201,5 +204,59 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     expect(recovered.repair?.job?.slotHeld).toBe(false);
     // The task outcome stays Unknown: recovery releases capacity, it does not invent a result.
     expect(JobState[recovered.repair!.job!.state]).toBe("UNKNOWN");
+  }, 180_000);
+  it("through the seraph CLI: settings show Python first, a repair is created with the Python words, shown and approved", async () => {
+    const configDir = await mkdtemp(join(tmpdir(), "seraph-cli-py-"));
+    const seraph = async (args: string[]): Promise<{ code: number; out: string; err: string }> => {
+      let out = "";
+      let err = "";
+      const io: CliIo = {
+        env: { SERAPH_CONFIG_DIR: configDir, SERAPH_API_URL: stack.api.server.grpcUrl },
+        stdout: { write: (x: string) => (out += x) },
+        stderr: { write: (x: string) => (err += x) },
+        stdinIsTTY: false,
+        home: configDir,
+        readLine: async () => "",
+      };
+      return { code: await main(args, io), out, err };
+    };
+    try {
+      expect((await seraph(["login", "--token", stack.operatorToken])).code).toBe(0);
+      const shown = await seraph(["settings", "show"]);
+      expect(shown.out).toMatch(/profile\s+repo-python3-v1/);
+      // The profile choices, Python's first.
+      expect(shown.out.indexOf("Local · Python 3")).toBeGreaterThan(-1);
+      expect(shown.out.indexOf("Local · Python 3")).toBeLessThan(shown.out.indexOf("Local · Node 24"));
+      const check = await seraph(["settings", "check"]);
+      expect(check.out).toContain("python_version");
+      expect(check.out).toContain("3.11.2");
+      const fixture = await createPythonProject({ parent: stack.root, failing: true });
+      const goal = JSON.parse((await seraph(["--json", "goal", "create", "--title", "cli python"])).out.trim().split("\n").at(-1)!).goal;
+      const repository = JSON.parse((await seraph(["repo", "add", fixture.dir, "--json"])).out.trim().split("\n").at(-1)!).repository;
+      const base = ["repair", "create", "--goal", goal.id, "--repo", repository.id, "--source", "calc", "--source", "tests", "--allow", "calc", "--criteria", "add adds"];
+      const refused = await seraph([...base, "--selection", "python -m unittest discover"]);
+      expect(refused.code).toBe(1);
+      expect(refused.err).toMatch(/INVALID_ARGUMENT: selection: .*\(python_discovery\)/);
+      const created = await seraph([...base, "--selection", "python -m unittest tests/test_ops.py", "--json"]);
+      expect(created.code, created.err).toBe(0);
+      const repair = JSON.parse(created.out.trim().split("\n").at(-1)!).repair;
+      expect(repair.state).toBe("REPAIR_STATE_INSPECTED");
+      const show = await seraph(["repair", "show", repair.id]);
+      expect(show.out).toContain('test: "python -m unittest tests/test_ops.py"');
+      expect(show.out).toContain("-E -s -S -B -m unittest tests/test_ops.py");
+      const patchFile = join(configDir, "fix.patch");
+      await writeFile(patchFile, fixPythonAddPatch());
+      expect((await seraph(["repair", "propose", repair.id, "--patch", patchFile])).code).toBe(0);
+      const doc = await seraph(["repair", "approve", repair.id]);
+      expect(doc.code).toBe(2);
+      expect(doc.out).toMatch(/profile\s+repo-python3-v1/);
+      expect(doc.out).toMatch(/cleanup\s+per_job_subreaper_echild: /);
+      const approved = await seraph(["repair", "approve", repair.id, "--yes"]);
+      expect(approved.code, approved.err).toBe(0);
+      const last = await finished(repair.id);
+      expect(JobState[last.job!.state]).toBe("SUCCEEDED");
+    } finally {
+      await rm(configDir, { recursive: true, force: true });
+    }
   }, 180_000);
 });
