@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/jobs/v1/jobs.proto.
  */
 export const file_seraph_jobs_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("ChlzZXJhcGgvam9icy92MS9qb2JzLnByb3RvEg5zZXJhcGguam9icy52MSKABAoPRXhlY3V0aW9uQnVuZGxlEhEKCXJlcGFpcl9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIgChhhcHByb3ZhbF9kb2N1bWVudF9zaGEyNTYYAyABKAkSFwoPcmVwb3NpdG9yeV9wYXRoGAQgASgJEg8KB25vZGVfaWQYBSABKAkSMQoKaW5zcGVjdGlvbhgGIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SDAoEZGlmZhgHIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYCCABKAkSFAoMcnVudGltZV9wYXRoGAkgASgJEikKBmxpbWl0cxgKIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIgChhhcHByb3ZhbF9leHBpcmVzX3VuaXhfbXMYCyABKAMSDwoHZ29hbF9pZBgMIAEoCRIVCg1nb2FsX3JldmlzaW9uGA0gASgNEhkKEXNldHRpbmdzX3JldmlzaW9uGA4gASgEEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYDyADKAkSIAoYc3VwZXJ2aXNvcl9zb3VyY2Vfc2hhMjU2GBAgASgJEjoKC2NvbnRhaW5tZW50GBEgASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuTm9kZUNvbnRhaW5tZW50Is8BCgpTdGVwUmVzdWx0EgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRIPCgdzdGFydGVkGAMgASgIEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBEhMKBnNpZ25hbBgFIAEoCUgBiAEBEg4KBnBhc3NlZBgGIAEoCBITCgtkdXJhdGlvbl9tcxgHIAEoDRIRCglvb21fa2lsbHMYCCABKA0SFgoOcGlkX2xpbWl0X2hpdHMYCSABKA1CDAoKX2V4aXRfY29kZUIJCgdfc2lnbmFsImsKCEFydGlmYWN0EgoKAmlkGAEgASgJEgwKBGtpbmQYAiABKAkSDAoEbmFtZRgDIAEoCRIOCgZzaGEyNTYYBCABKAkSDAoEc2l6ZRgFIAEoBBIZChFyZWFkYmFja192ZXJpZmllZBgGIAEoCCKtAQoIUmVjb3ZlcnkSIAoYY2xlYW51cF9yZWNlaXB0X3ZlcmlmaWVkGAEgASgIEicKH3Byb2Nlc3NfY2xlYW51cF9yZWFkYmFja19zaGEyNTYYAiABKAkSFgoOcmVhZGJhY2tfc2NvcGUYAyABKAkSDQoFcHJvb2YYBCABKAkSFAoMcmVjb3ZlcmVkX2J5GAUgASgJEhkKEXJlY292ZXJlZF91bml4X21zGAYgASgDItMFCgNKb2ISCgoCaWQYASABKAkSEQoJcmVwYWlyX2lkGAIgASgJEhAKCG93bmVyX2lkGAMgASgJEg8KB3Jvb3RfaWQYBCABKAkSJwoFc3RhdGUYBSABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZRIPCgdvdXRjb21lGAYgASgJEhcKD291dGNvbWVfbWVzc2FnZRgHIAEoCRIPCgdhdHRlbXB0GAggASgNEg0KBWZlbmNlGAkgASgEEg8KB25vZGVfaWQYCiABKAkSEgoKc2xvdF9pbmRleBgLIAEoBRIYChBjYW5jZWxfcmVxdWVzdGVkGAwgASgIEjEKBm1hcmtlchgNIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyEi4KB3JlY2VpcHQYDiABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0EikKBXN0ZXBzGA8gAygLMhouc2VyYXBoLmpvYnMudjEuU3RlcFJlc3VsdBIrCglhcnRpZmFjdHMYECADKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdBIQCghyZXZpc2lvbhgRIAEoBBIXCg9jcmVhdGVkX3VuaXhfbXMYEiABKAMSFwoPdXBkYXRlZF91bml4X21zGBMgASgDEhEKCXNsb3RfaGVsZBgUIAEoCBIqCghyZWNvdmVyeRgVIAEoCzIYLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJ5EhMKC25vX2xlYXJuaW5nGBYgASgIEi8KB3JlYXNvbnMYFyADKAsyHi5zZXJhcGgucHJvZmlsZS52MS5CbG9ja1JlYXNvbhInCgVkcmlmdBgYIAMoCzIYLnNlcmFwaC5wcm9maWxlLnYxLkRyaWZ0EhMKC2FwcHJvdmFsX2lkGBkgASgJEhYKDmluY2FybmF0aW9uX2lkGBogASgJIoMBChFFbnF1ZXVlSm9iUmVxdWVzdBIaCghvd25lcl9pZBgBIAEoCUIIukgFcgOwAQESGQoHcm9vdF9pZBgCIAEoCUIIukgFcgOwAQESNwoGYnVuZGxlGAMgASgLMh8uc2VyYXBoLmpvYnMudjEuRXhlY3V0aW9uQnVuZGxlQga6SAPIAQEiRwoSRW5xdWV1ZUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIPCgdjcmVhdGVkGAIgASgIIpECChNSZWdpc3Rlck5vZGVSZXF1ZXN0EjIKB25vZGVfaWQYASABKAlCIbpIHnIcMhpeW2EtejAtOV1bYS16MC05Li1dezAsNjJ9JBIYCgdib290X2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABEh0KCnNsb3RfY291bnQYBCABKA1CCbpIBioEGEAoARIYCgdhZGRyZXNzGAUgASgJQge6SARyAhABEhgKEHJlcG9zaXRvcnlfcm9vdHMYBiADKAkSOAoKZmFjaWxpdGllcxgHIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLkZhY2lsaXR5UmVwb3J0IhYKFFJlZ2lzdGVyTm9kZVJlc3BvbnNlIk0KEEhlYXJ0YmVhdFJlcXVlc3QSGAoHbm9kZV9pZBgBIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgCIAEoCUIHukgEcgIQASITChFIZWFydGJlYXRSZXNwb25zZSIvChNMaXN0Tm9kZUpvYnNSZXF1ZXN0EhgKB25vZGVfaWQYASABKAlCB7pIBHICEAEiOQoUTGlzdE5vZGVKb2JzUmVzcG9uc2USIQoEam9icxgBIAMoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJmCg9DbGFpbUpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIYCgdub2RlX2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABInQKEENsYWltSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEg0KBWZlbmNlGAIgASgEEi8KBmJ1bmRsZRgDIAEoCzIfLnNlcmFwaC5qb2JzLnYxLkV4ZWN1dGlvbkJ1bmRsZSK6AQoPQWRvcHRKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESGAoHbm9kZV9pZBgCIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgDIAEoCUIHukgEcgIQARIWCg5leHBlY3RlZF9mZW5jZRgEIAEoBBI6Cg9leHBlY3RlZF9tYXJrZXIYBSABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlciKhAQoQQWRvcHRKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISDQoFZmVuY2UYAiABKAQSLwoGYnVuZGxlGAMgASgLMh8uc2VyYXBoLmpvYnMudjEuRXhlY3V0aW9uQnVuZGxlEhYKDnByZXZpb3VzX2ZlbmNlGAQgASgEEhMKC2NsYWltX2ZlbmNlGAUgASgEIn4KGFJlY29yZE93bmVyTWFya2VyUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEjkKBm1hcmtlchgDIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyQga6SAPIAQEiSQoZUmVjb3JkT3duZXJNYXJrZXJSZXNwb25zZRIKCgJnbxgBIAEoCBIgCgNqb2IYAiABKAsyEy5zZXJhcGguam9icy52MS5Kb2IiegoVUmVwb3J0UHJvZ3Jlc3NSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSJwoFc3RhdGUYAyABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZRIPCgdtZXNzYWdlGAQgASgJIjIKFlJlcG9ydFByb2dyZXNzUmVzcG9uc2USGAoQY2FuY2VsX3JlcXVlc3RlZBgBIAEoCCKkAQoUU3RvcmVBcnRpZmFjdFJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBIVCgRraW5kGAMgASgJQge6SARyAhABEhUKBG5hbWUYBCABKAlCB7pIBHICEAESGwoHY29udGVudBgFIAEoDEIKukgHegUYgIDACBIYCgZzaGEyNTYYBiABKAlCCLpIBXIDmAFAIkMKFVN0b3JlQXJ0aWZhY3RSZXNwb25zZRIqCghhcnRpZmFjdBgBIAEoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0IjQKE1JlYWRBcnRpZmFjdFJlcXVlc3QSHQoLYXJ0aWZhY3RfaWQYASABKAlCCLpIBXIDsAEBIlMKFFJlYWRBcnRpZmFjdFJlc3BvbnNlEioKCGFydGlmYWN0GAEgASgLMhguc2VyYXBoLmpvYnMudjEuQXJ0aWZhY3QSDwoHY29udGVudBgCIAEoDCL2AgoSQ29tcGxldGVKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSOQoFc3RhdGUYAyABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZUIQukgNggEKGAYYBxgIGAkYChIYCgdvdXRjb21lGAQgASgJQge6SARyAhABEhcKD291dGNvbWVfbWVzc2FnZRgFIAEoCRIuCgdyZWNlaXB0GAYgASgLMh0uc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdBIpCgVzdGVwcxgHIAMoCzIaLnNlcmFwaC5qb2JzLnYxLlN0ZXBSZXN1bHQSFAoMYXJ0aWZhY3RfaWRzGAggAygJEi8KB3JlYXNvbnMYCSADKAsyHi5zZXJhcGgucHJvZmlsZS52MS5CbG9ja1JlYXNvbhInCgVkcmlmdBgKIAMoCzIYLnNlcmFwaC5wcm9maWxlLnYxLkRyaWZ0IjcKE0NvbXBsZXRlSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iIikKDUdldEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABASIyCg5HZXRKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2IiXAoQQ2FuY2VsSm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEh4KDHJlcXVlc3RlZF9ieRgCIAEoCUIIukgFcgOwAQESDgoGcmVhc29uGAMgASgJIksKEUNhbmNlbEpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIUCgxiZWZvcmVfc3RhcnQYAiABKAgiUwocUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEhkKB3Jvb3RfaWQYAiABKAlCCLpIBXIDsAEBIoIBCh1SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISEAoIcmVsZWFzZWQYAiABKAgSFAoMcmVmdXNhbF9jb2RlGAMgASgJEhcKD3JlZnVzYWxfbWVzc2FnZRgEIAEoCSJ3CgRTbG90Eg8KB25vZGVfaWQYASABKAkSEgoKc2xvdF9pbmRleBgCIAEoBRIoCgVzdGF0ZRgDIAEoDjIZLnNlcmFwaC5qb2JzLnYxLlNsb3RTdGF0ZRIOCgZqb2JfaWQYBCABKAkSEAoIcmV2aXNpb24YBSABKAQi1AEKBE5vZGUSDwoHbm9kZV9pZBgBIAEoCRIPCgdib290X2lkGAIgASgJEhYKDmluY2FybmF0aW9uX2lkGAMgASgJEg8KB2FkZHJlc3MYBCABKAkSEgoKc2xvdF9jb3VudBgFIAEoDRIYChByZXBvc2l0b3J5X3Jvb3RzGAYgAygJEhkKEWhlYXJ0YmVhdF91bml4X21zGAcgASgDEjgKCmZhY2lsaXRpZXMYCCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydCISChBMaXN0Tm9kZXNSZXF1ZXN0IjgKEUxpc3ROb2Rlc1Jlc3BvbnNlEiMKBW5vZGVzGAEgAygLMhQuc2VyYXBoLmpvYnMudjEuTm9kZSISChBMaXN0U2xvdHNSZXF1ZXN0IjgKEUxpc3RTbG90c1Jlc3BvbnNlEiMKBXNsb3RzGAEgAygLMhQuc2VyYXBoLmpvYnMudjEuU2xvdCIxChBDb3VudEpvYnNSZXF1ZXN0Eh0KCG93bmVyX2lkGAEgASgJQgu6SAjYAQFyA7ABASJFChFDb3VudEpvYnNSZXNwb25zZRIOCgZxdWV1ZWQYASABKA0SDwoHcnVubmluZxgCIAEoDRIPCgd1bmtub3duGAMgASgNKpICCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBKT0JfU1RBVEVfUVVFVUVEEAESFgoSSk9CX1NUQVRFX1JFU0VSVkVEEAISFwoTSk9CX1NUQVRFX1BSRVBBUklORxADEhYKEkpPQl9TVEFURV9TVEFSVElORxAEEhUKEUpPQl9TVEFURV9SVU5OSU5HEAUSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAGEhQKEEpPQl9TVEFURV9GQUlMRUQQBxIWChJKT0JfU1RBVEVfUkVKRUNURUQQCBIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAkSFQoRSk9CX1NUQVRFX1VOS05PV04QCipqCglTbG90U3RhdGUSGgoWU0xPVF9TVEFURV9VTlNQRUNJRklFRBAAEhMKD1NMT1RfU1RBVEVfRlJFRRABEhcKE1NMT1RfU1RBVEVfUkVTRVJWRUQQAhITCg9TTE9UX1NUQVRFX0hFTEQQAzLrCwoLSm9ic1NlcnZpY2USUwoKRW5xdWV1ZUpvYhIhLnNlcmFwaC5qb2JzLnYxLkVucXVldWVKb2JSZXF1ZXN0GiIuc2VyYXBoLmpvYnMudjEuRW5xdWV1ZUpvYlJlc3BvbnNlElkKDFJlZ2lzdGVyTm9kZRIjLnNlcmFwaC5qb2JzLnYxLlJlZ2lzdGVyTm9kZVJlcXVlc3QaJC5zZXJhcGguam9icy52MS5SZWdpc3Rlck5vZGVSZXNwb25zZRJQCglIZWFydGJlYXQSIC5zZXJhcGguam9icy52MS5IZWFydGJlYXRSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuSGVhcnRiZWF0UmVzcG9uc2USWQoMTGlzdE5vZGVKb2JzEiMuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVKb2JzUmVxdWVzdBokLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2RlSm9ic1Jlc3BvbnNlEk0KCENsYWltSm9iEh8uc2VyYXBoLmpvYnMudjEuQ2xhaW1Kb2JSZXF1ZXN0GiAuc2VyYXBoLmpvYnMudjEuQ2xhaW1Kb2JSZXNwb25zZRJNCghBZG9wdEpvYhIfLnNlcmFwaC5qb2JzLnYxLkFkb3B0Sm9iUmVxdWVzdBogLnNlcmFwaC5qb2JzLnYxLkFkb3B0Sm9iUmVzcG9uc2USaAoRUmVjb3JkT3duZXJNYXJrZXISKC5zZXJhcGguam9icy52MS5SZWNvcmRPd25lck1hcmtlclJlcXVlc3QaKS5zZXJhcGguam9icy52MS5SZWNvcmRPd25lck1hcmtlclJlc3BvbnNlEl8KDlJlcG9ydFByb2dyZXNzEiUuc2VyYXBoLmpvYnMudjEuUmVwb3J0UHJvZ3Jlc3NSZXF1ZXN0GiYuc2VyYXBoLmpvYnMudjEuUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZRJcCg1TdG9yZUFydGlmYWN0EiQuc2VyYXBoLmpvYnMudjEuU3RvcmVBcnRpZmFjdFJlcXVlc3QaJS5zZXJhcGguam9icy52MS5TdG9yZUFydGlmYWN0UmVzcG9uc2USWQoMUmVhZEFydGlmYWN0EiMuc2VyYXBoLmpvYnMudjEuUmVhZEFydGlmYWN0UmVxdWVzdBokLnNlcmFwaC5qb2JzLnYxLlJlYWRBcnRpZmFjdFJlc3BvbnNlElYKC0NvbXBsZXRlSm9iEiIuc2VyYXBoLmpvYnMudjEuQ29tcGxldGVKb2JSZXF1ZXN0GiMuc2VyYXBoLmpvYnMudjEuQ29tcGxldGVKb2JSZXNwb25zZRJHCgZHZXRKb2ISHS5zZXJhcGguam9icy52MS5HZXRKb2JSZXF1ZXN0Gh4uc2VyYXBoLmpvYnMudjEuR2V0Sm9iUmVzcG9uc2USUAoJQ2FuY2VsSm9iEiAuc2VyYXBoLmpvYnMudjEuQ2FuY2VsSm9iUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkNhbmNlbEpvYlJlc3BvbnNlEnQKFVJlY292ZXJQcm9jZXNzQ2xlYW51cBIsLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QaLS5zZXJhcGguam9icy52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRJQCglMaXN0U2xvdHMSIC5zZXJhcGguam9icy52MS5MaXN0U2xvdHNSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuTGlzdFNsb3RzUmVzcG9uc2USUAoJTGlzdE5vZGVzEiAuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVzUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlElAKCUNvdW50Sm9icxIgLnNlcmFwaC5qb2JzLnYxLkNvdW50Sm9ic1JlcXVlc3QaIS5zZXJhcGguam9icy52MS5Db3VudEpvYnNSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("ChlzZXJhcGgvam9icy92MS9qb2JzLnByb3RvEg5zZXJhcGguam9icy52MSLUBAoPRXhlY3V0aW9uQnVuZGxlEhEKCXJlcGFpcl9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIgChhhcHByb3ZhbF9kb2N1bWVudF9zaGEyNTYYAyABKAkSFwoPcmVwb3NpdG9yeV9wYXRoGAQgASgJEg8KB25vZGVfaWQYBSABKAkSMQoKaW5zcGVjdGlvbhgGIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SDAoEZGlmZhgHIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYCCABKAkSFAoMcnVudGltZV9wYXRoGAkgASgJEikKBmxpbWl0cxgKIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIgChhhcHByb3ZhbF9leHBpcmVzX3VuaXhfbXMYCyABKAMSDwoHZ29hbF9pZBgMIAEoCRIVCg1nb2FsX3JldmlzaW9uGA0gASgNEhkKEXNldHRpbmdzX3JldmlzaW9uGA4gASgEEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYDyADKAkSIAoYc3VwZXJ2aXNvcl9zb3VyY2Vfc2hhMjU2GBAgASgJEjoKC2NvbnRhaW5tZW50GBEgASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuTm9kZUNvbnRhaW5tZW50EhcKD2lzb2xhdGlvbl9jbGFpbRgoIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgpIAEoCRIbChNwYXRjaF9jaGFuZ2VkX3Rlc3RzGCogAygJIs8BCgpTdGVwUmVzdWx0EgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRIPCgdzdGFydGVkGAMgASgIEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBEhMKBnNpZ25hbBgFIAEoCUgBiAEBEg4KBnBhc3NlZBgGIAEoCBITCgtkdXJhdGlvbl9tcxgHIAEoDRIRCglvb21fa2lsbHMYCCABKA0SFgoOcGlkX2xpbWl0X2hpdHMYCSABKA1CDAoKX2V4aXRfY29kZUIJCgdfc2lnbmFsImsKCEFydGlmYWN0EgoKAmlkGAEgASgJEgwKBGtpbmQYAiABKAkSDAoEbmFtZRgDIAEoCRIOCgZzaGEyNTYYBCABKAkSDAoEc2l6ZRgFIAEoBBIZChFyZWFkYmFja192ZXJpZmllZBgGIAEoCCKtAQoIUmVjb3ZlcnkSIAoYY2xlYW51cF9yZWNlaXB0X3ZlcmlmaWVkGAEgASgIEicKH3Byb2Nlc3NfY2xlYW51cF9yZWFkYmFja19zaGEyNTYYAiABKAkSFgoOcmVhZGJhY2tfc2NvcGUYAyABKAkSDQoFcHJvb2YYBCABKAkSFAoMcmVjb3ZlcmVkX2J5GAUgASgJEhkKEXJlY292ZXJlZF91bml4X21zGAYgASgDIrcGCgNKb2ISCgoCaWQYASABKAkSEQoJcmVwYWlyX2lkGAIgASgJEhAKCG93bmVyX2lkGAMgASgJEg8KB3Jvb3RfaWQYBCABKAkSJwoFc3RhdGUYBSABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZRIPCgdvdXRjb21lGAYgASgJEhcKD291dGNvbWVfbWVzc2FnZRgHIAEoCRIPCgdhdHRlbXB0GAggASgNEg0KBWZlbmNlGAkgASgEEg8KB25vZGVfaWQYCiABKAkSEgoKc2xvdF9pbmRleBgLIAEoBRIYChBjYW5jZWxfcmVxdWVzdGVkGAwgASgIEjEKBm1hcmtlchgNIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyEi4KB3JlY2VpcHQYDiABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0EikKBXN0ZXBzGA8gAygLMhouc2VyYXBoLmpvYnMudjEuU3RlcFJlc3VsdBIrCglhcnRpZmFjdHMYECADKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdBIQCghyZXZpc2lvbhgRIAEoBBIXCg9jcmVhdGVkX3VuaXhfbXMYEiABKAMSFwoPdXBkYXRlZF91bml4X21zGBMgASgDEhEKCXNsb3RfaGVsZBgUIAEoCBIqCghyZWNvdmVyeRgVIAEoCzIYLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJ5EhMKC25vX2xlYXJuaW5nGBYgASgIEi8KB3JlYXNvbnMYFyADKAsyHi5zZXJhcGgucHJvZmlsZS52MS5CbG9ja1JlYXNvbhInCgVkcmlmdBgYIAMoCzIYLnNlcmFwaC5wcm9maWxlLnYxLkRyaWZ0EhMKC2FwcHJvdmFsX2lkGBkgASgJEhYKDmluY2FybmF0aW9uX2lkGBogASgJEhgKEGRlYWRsaW5lX3VuaXhfbXMYKCABKAMSLwoJcHJlZmxpZ2h0GCkgASgLMhwuc2VyYXBoLmpvYnMudjEuSm9iUHJlZmxpZ2h0EhcKD3VudHJ1c3RlZF90ZXN0cxgqIAMoCSKBBQoMSm9iUHJlZmxpZ2h0Eg8KB2Jsb2NrZWQYASABKAgSLwoHcmVhc29ucxgCIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEg8KB25vZGVfaWQYAyABKAkSDwoHYm9vdF9pZBgEIAEoCRI4CgpmYWNpbGl0aWVzGAUgASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlSZXBvcnQSFAoMcnVudGltZV9wYXRoGAYgASgJEhcKD3J1bnRpbWVfdmVyc2lvbhgHIAEoCRIWCg5ydW50aW1lX3NoYTI1NhgIIAEoCRIYChBjb21waWxlcl92ZXJzaW9uGAkgASgJEhcKD2NvbXBpbGVyX3NoYTI1NhgKIAEoCRIXCg9yZXBvc2l0b3J5X3BhdGgYCyABKAkSFwoPcmVwb3NpdG9yeV9yb290GAwgASgJEhoKEnJlcG9zaXRvcnlfcm9vdF9vaxgNIAEoCBIpCgZsaW1pdHMYDiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSDwoHYmFja2VuZBgPIAEoCRIXCg9pc29sYXRpb25fY2xhaW0YECABKAkSHAoUcmVzb3VyY2VfZW5mb3JjZW1lbnQYESABKAkSEgoKdW5lbmZvcmNlZBgSIAMoCRIgChhzdXBlcnZpc29yX3NvdXJjZV9zaGEyNTYYEyABKAkSFwoPc3RhcnRlZF91bml4X21zGBQgASgDEhgKEGZpbmlzaGVkX3VuaXhfbXMYFSABKAMSGAoQZGVhZGxpbmVfdW5peF9tcxgWIAEoAxIVCg1kcmlmdF9jaGVja2VkGBcgASgIIoMBChFFbnF1ZXVlSm9iUmVxdWVzdBIaCghvd25lcl9pZBgBIAEoCUIIukgFcgOwAQESGQoHcm9vdF9pZBgCIAEoCUIIukgFcgOwAQESNwoGYnVuZGxlGAMgASgLMh8uc2VyYXBoLmpvYnMudjEuRXhlY3V0aW9uQnVuZGxlQga6SAPIAQEiRwoSRW5xdWV1ZUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIPCgdjcmVhdGVkGAIgASgIIpECChNSZWdpc3Rlck5vZGVSZXF1ZXN0EjIKB25vZGVfaWQYASABKAlCIbpIHnIcMhpeW2EtejAtOV1bYS16MC05Li1dezAsNjJ9JBIYCgdib290X2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABEh0KCnNsb3RfY291bnQYBCABKA1CCbpIBioEGEAoARIYCgdhZGRyZXNzGAUgASgJQge6SARyAhABEhgKEHJlcG9zaXRvcnlfcm9vdHMYBiADKAkSOAoKZmFjaWxpdGllcxgHIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLkZhY2lsaXR5UmVwb3J0IhYKFFJlZ2lzdGVyTm9kZVJlc3BvbnNlIk0KEEhlYXJ0YmVhdFJlcXVlc3QSGAoHbm9kZV9pZBgBIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgCIAEoCUIHukgEcgIQASITChFIZWFydGJlYXRSZXNwb25zZSIvChNMaXN0Tm9kZUpvYnNSZXF1ZXN0EhgKB25vZGVfaWQYASABKAlCB7pIBHICEAEiOQoUTGlzdE5vZGVKb2JzUmVzcG9uc2USIQoEam9icxgBIAMoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJmCg9DbGFpbUpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIYCgdub2RlX2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABIo4BChBDbGFpbUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhINCgVmZW5jZRgCIAEoBBIvCgZidW5kbGUYAyABKAsyHy5zZXJhcGguam9icy52MS5FeGVjdXRpb25CdW5kbGUSGAoQZGVhZGxpbmVfdW5peF9tcxgEIAEoAyK6AQoPQWRvcHRKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESGAoHbm9kZV9pZBgCIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgDIAEoCUIHukgEcgIQARIWCg5leHBlY3RlZF9mZW5jZRgEIAEoBBI6Cg9leHBlY3RlZF9tYXJrZXIYBSABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlciK7AQoQQWRvcHRKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISDQoFZmVuY2UYAiABKAQSLwoGYnVuZGxlGAMgASgLMh8uc2VyYXBoLmpvYnMudjEuRXhlY3V0aW9uQnVuZGxlEhYKDnByZXZpb3VzX2ZlbmNlGAQgASgEEhMKC2NsYWltX2ZlbmNlGAUgASgEEhgKEGRlYWRsaW5lX3VuaXhfbXMYBiABKAMiegoWUmVjb3JkUHJlZmxpZ2h0UmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEjcKCXByZWZsaWdodBgDIAEoCzIcLnNlcmFwaC5qb2JzLnYxLkpvYlByZWZsaWdodEIGukgDyAEBIjsKF1JlY29yZFByZWZsaWdodFJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJ+ChhSZWNvcmRPd25lck1hcmtlclJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBI5CgZtYXJrZXIYAyABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlckIGukgDyAEBIkkKGVJlY29yZE93bmVyTWFya2VyUmVzcG9uc2USCgoCZ28YASABKAgSIAoDam9iGAIgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iInoKFVJlcG9ydFByb2dyZXNzUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEicKBXN0YXRlGAMgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGUSDwoHbWVzc2FnZRgEIAEoCSIyChZSZXBvcnRQcm9ncmVzc1Jlc3BvbnNlEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYASABKAgipAEKFFN0b3JlQXJ0aWZhY3RSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSFQoEa2luZBgDIAEoCUIHukgEcgIQARIVCgRuYW1lGAQgASgJQge6SARyAhABEhsKB2NvbnRlbnQYBSABKAxCCrpIB3oFGICAwAgSGAoGc2hhMjU2GAYgASgJQgi6SAVyA5gBQCJDChVTdG9yZUFydGlmYWN0UmVzcG9uc2USKgoIYXJ0aWZhY3QYASABKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdCI0ChNSZWFkQXJ0aWZhY3RSZXF1ZXN0Eh0KC2FydGlmYWN0X2lkGAEgASgJQgi6SAVyA7ABASJTChRSZWFkQXJ0aWZhY3RSZXNwb25zZRIqCghhcnRpZmFjdBgBIAEoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0Eg8KB2NvbnRlbnQYAiABKAwi9gIKEkNvbXBsZXRlSm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEjkKBXN0YXRlGAMgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGVCELpIDYIBChgGGAcYCBgJGAoSGAoHb3V0Y29tZRgEIAEoCUIHukgEcgIQARIXCg9vdXRjb21lX21lc3NhZ2UYBSABKAkSLgoHcmVjZWlwdBgGIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlY2VpcHQSKQoFc3RlcHMYByADKAsyGi5zZXJhcGguam9icy52MS5TdGVwUmVzdWx0EhQKDGFydGlmYWN0X2lkcxgIIAMoCRIvCgdyZWFzb25zGAkgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SJwoFZHJpZnQYCiADKAsyGC5zZXJhcGgucHJvZmlsZS52MS5EcmlmdCI3ChNDb21wbGV0ZUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiIpCg1HZXRKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQEiMgoOR2V0Sm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iIlwKEENhbmNlbEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIeCgxyZXF1ZXN0ZWRfYnkYAiABKAlCCLpIBXIDsAEBEg4KBnJlYXNvbhgDIAEoCSJLChFDYW5jZWxKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISFAoMYmVmb3JlX3N0YXJ0GAIgASgIIlMKHFJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIZCgdyb290X2lkGAIgASgJQgi6SAVyA7ABASKvAQodUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEhAKCHJlbGVhc2VkGAIgASgIEhQKDHJlZnVzYWxfY29kZRgDIAEoCRIXCg9yZWZ1c2FsX21lc3NhZ2UYBCABKAkSKwoNcmVsZWFzZWRfc2xvdBgFIAEoCzIULnNlcmFwaC5qb2JzLnYxLlNsb3QidwoEU2xvdBIPCgdub2RlX2lkGAEgASgJEhIKCnNsb3RfaW5kZXgYAiABKAUSKAoFc3RhdGUYAyABKA4yGS5zZXJhcGguam9icy52MS5TbG90U3RhdGUSDgoGam9iX2lkGAQgASgJEhAKCHJldmlzaW9uGAUgASgEItQBCgROb2RlEg8KB25vZGVfaWQYASABKAkSDwoHYm9vdF9pZBgCIAEoCRIWCg5pbmNhcm5hdGlvbl9pZBgDIAEoCRIPCgdhZGRyZXNzGAQgASgJEhIKCnNsb3RfY291bnQYBSABKA0SGAoQcmVwb3NpdG9yeV9yb290cxgGIAMoCRIZChFoZWFydGJlYXRfdW5peF9tcxgHIAEoAxI4CgpmYWNpbGl0aWVzGAggASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlSZXBvcnQiEgoQTGlzdE5vZGVzUmVxdWVzdCI4ChFMaXN0Tm9kZXNSZXNwb25zZRIjCgVub2RlcxgBIAMoCzIULnNlcmFwaC5qb2JzLnYxLk5vZGUiEgoQTGlzdFNsb3RzUmVxdWVzdCI4ChFMaXN0U2xvdHNSZXNwb25zZRIjCgVzbG90cxgBIAMoCzIULnNlcmFwaC5qb2JzLnYxLlNsb3QiMQoQQ291bnRKb2JzUmVxdWVzdBIdCghvd25lcl9pZBgBIAEoCUILukgI2AEBcgOwAQEiRQoRQ291bnRKb2JzUmVzcG9uc2USDgoGcXVldWVkGAEgASgNEg8KB3J1bm5pbmcYAiABKA0SDwoHdW5rbm93bhgDIAEoDSqSAgoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1NUQVRFX1FVRVVFRBABEhYKEkpPQl9TVEFURV9SRVNFUlZFRBACEhcKE0pPQl9TVEFURV9QUkVQQVJJTkcQAxIWChJKT0JfU1RBVEVfU1RBUlRJTkcQBBIVChFKT0JfU1RBVEVfUlVOTklORxAFEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBhIUChBKT0JfU1RBVEVfRkFJTEVEEAcSFgoSSk9CX1NUQVRFX1JFSkVDVEVEEAgSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAJEhUKEUpPQl9TVEFURV9VTktOT1dOEAoqagoJU2xvdFN0YXRlEhoKFlNMT1RfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9TTE9UX1NUQVRFX0ZSRUUQARIXChNTTE9UX1NUQVRFX1JFU0VSVkVEEAISEwoPU0xPVF9TVEFURV9IRUxEEAMyzwwKC0pvYnNTZXJ2aWNlElMKCkVucXVldWVKb2ISIS5zZXJhcGguam9icy52MS5FbnF1ZXVlSm9iUmVxdWVzdBoiLnNlcmFwaC5qb2JzLnYxLkVucXVldWVKb2JSZXNwb25zZRJZCgxSZWdpc3Rlck5vZGUSIy5zZXJhcGguam9icy52MS5SZWdpc3Rlck5vZGVSZXF1ZXN0GiQuc2VyYXBoLmpvYnMudjEuUmVnaXN0ZXJOb2RlUmVzcG9uc2USUAoJSGVhcnRiZWF0EiAuc2VyYXBoLmpvYnMudjEuSGVhcnRiZWF0UmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkhlYXJ0YmVhdFJlc3BvbnNlElkKDExpc3ROb2RlSm9icxIjLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2RlSm9ic1JlcXVlc3QaJC5zZXJhcGguam9icy52MS5MaXN0Tm9kZUpvYnNSZXNwb25zZRJNCghDbGFpbUpvYhIfLnNlcmFwaC5qb2JzLnYxLkNsYWltSm9iUmVxdWVzdBogLnNlcmFwaC5qb2JzLnYxLkNsYWltSm9iUmVzcG9uc2USTQoIQWRvcHRKb2ISHy5zZXJhcGguam9icy52MS5BZG9wdEpvYlJlcXVlc3QaIC5zZXJhcGguam9icy52MS5BZG9wdEpvYlJlc3BvbnNlEmgKEVJlY29yZE93bmVyTWFya2VyEiguc2VyYXBoLmpvYnMudjEuUmVjb3JkT3duZXJNYXJrZXJSZXF1ZXN0Gikuc2VyYXBoLmpvYnMudjEuUmVjb3JkT3duZXJNYXJrZXJSZXNwb25zZRJfCg5SZXBvcnRQcm9ncmVzcxIlLnNlcmFwaC5qb2JzLnYxLlJlcG9ydFByb2dyZXNzUmVxdWVzdBomLnNlcmFwaC5qb2JzLnYxLlJlcG9ydFByb2dyZXNzUmVzcG9uc2USYgoPUmVjb3JkUHJlZmxpZ2h0EiYuc2VyYXBoLmpvYnMudjEuUmVjb3JkUHJlZmxpZ2h0UmVxdWVzdBonLnNlcmFwaC5qb2JzLnYxLlJlY29yZFByZWZsaWdodFJlc3BvbnNlElwKDVN0b3JlQXJ0aWZhY3QSJC5zZXJhcGguam9icy52MS5TdG9yZUFydGlmYWN0UmVxdWVzdBolLnNlcmFwaC5qb2JzLnYxLlN0b3JlQXJ0aWZhY3RSZXNwb25zZRJZCgxSZWFkQXJ0aWZhY3QSIy5zZXJhcGguam9icy52MS5SZWFkQXJ0aWZhY3RSZXF1ZXN0GiQuc2VyYXBoLmpvYnMudjEuUmVhZEFydGlmYWN0UmVzcG9uc2USVgoLQ29tcGxldGVKb2ISIi5zZXJhcGguam9icy52MS5Db21wbGV0ZUpvYlJlcXVlc3QaIy5zZXJhcGguam9icy52MS5Db21wbGV0ZUpvYlJlc3BvbnNlEkcKBkdldEpvYhIdLnNlcmFwaC5qb2JzLnYxLkdldEpvYlJlcXVlc3QaHi5zZXJhcGguam9icy52MS5HZXRKb2JSZXNwb25zZRJQCglDYW5jZWxKb2ISIC5zZXJhcGguam9icy52MS5DYW5jZWxKb2JSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuQ2FuY2VsSm9iUmVzcG9uc2USdAoVUmVjb3ZlclByb2Nlc3NDbGVhbnVwEiwuc2VyYXBoLmpvYnMudjEuUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVxdWVzdBotLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlElAKCUxpc3RTbG90cxIgLnNlcmFwaC5qb2JzLnYxLkxpc3RTbG90c1JlcXVlc3QaIS5zZXJhcGguam9icy52MS5MaXN0U2xvdHNSZXNwb25zZRJQCglMaXN0Tm9kZXMSIC5zZXJhcGguam9icy52MS5MaXN0Tm9kZXNSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVzUmVzcG9uc2USUAoJQ291bnRKb2JzEiAuc2VyYXBoLmpvYnMudjEuQ291bnRKb2JzUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkNvdW50Sm9ic1Jlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * What the approval bound; the executor needs nothing else to run the job.
@@ -118,6 +118,27 @@ export type ExecutionBundle = Message<"seraph.jobs.v1.ExecutionBundle"> & {
    * @generated from field: seraph.supervisor.v1.NodeContainment containment = 17;
    */
   containment?: NodeContainment | undefined;
+
+  /**
+   * The isolation and resource-enforcement claims the approval document showed (the posture
+   * the owner marker must bind; recovery compares them).
+   *
+   * @generated from field: string isolation_claim = 40;
+   */
+  isolationClaim: string;
+
+  /**
+   * @generated from field: string resource_enforcement = 41;
+   */
+  resourceEnforcement: string;
+
+  /**
+   * Repository-relative paths of tests the proposal adds or changes: untrusted evidence,
+   * never proof that the tests are adequate.
+   *
+   * @generated from field: repeated string patch_changed_tests = 42;
+   */
+  patchChangedTests: string[];
 };
 
 /**
@@ -421,6 +442,30 @@ export type Job = Message<"seraph.jobs.v1.Job"> & {
    * @generated from field: string incarnation_id = 26;
    */
   incarnationId: string;
+
+  /**
+   * The attempt's one absolute wall deadline (ms since the Unix epoch), fixed at claim and
+   * kept unchanged by re-adoption. It bounds preparation, commands, cleanup, evidence,
+   * readback and completion; past it without a complete proof the job is UNKNOWN
+   * (`deadline_exhausted_before_proof`), the slot stays held and nothing is replayed.
+   *
+   * @generated from field: int64 deadline_unix_ms = 40;
+   */
+  deadlineUnixMs: bigint;
+
+  /**
+   * The executor's recorded preparation evidence for this job (absent until recorded).
+   *
+   * @generated from field: seraph.jobs.v1.JobPreflight preflight = 41;
+   */
+  preflight?: JobPreflight | undefined;
+
+  /**
+   * Tests the patch adds or changes (from the bundle): untrusted evidence, not adequacy proof.
+   *
+   * @generated from field: repeated string untrusted_tests = 42;
+   */
+  untrustedTests: string[];
 };
 
 /**
@@ -429,6 +474,151 @@ export type Job = Message<"seraph.jobs.v1.Job"> & {
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
   messageDesc(file_seraph_jobs_v1_jobs, 4);
+
+/**
+ * Durable evidence of one job's preparation on its executor, recorded at claim: what the
+ * node checked for this job (Linux facilities, runtime and compiler identities, repository
+ * root, limits, backend and enforcement claims) and when. It is evidence of that job's
+ * preparation, not a fresh readiness claim about the node; execution still needs the exact
+ * approval and fresh admission.
+ *
+ * @generated from message seraph.jobs.v1.JobPreflight
+ */
+export type JobPreflight = Message<"seraph.jobs.v1.JobPreflight"> & {
+  /**
+   * True when preparation stopped the job; reasons say why.
+   *
+   * @generated from field: bool blocked = 1;
+   */
+  blocked: boolean;
+
+  /**
+   * @generated from field: repeated seraph.profile.v1.BlockReason reasons = 2;
+   */
+  reasons: BlockReason[];
+
+  /**
+   * @generated from field: string node_id = 3;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: string boot_id = 4;
+   */
+  bootId: string;
+
+  /**
+   * @generated from field: seraph.supervisor.v1.FacilityReport facilities = 5;
+   */
+  facilities?: FacilityReport | undefined;
+
+  /**
+   * @generated from field: string runtime_path = 6;
+   */
+  runtimePath: string;
+
+  /**
+   * @generated from field: string runtime_version = 7;
+   */
+  runtimeVersion: string;
+
+  /**
+   * SHA-256 of the runtime executable as re-checked for this job ("" when not reached).
+   *
+   * @generated from field: string runtime_sha256 = 8;
+   */
+  runtimeSha256: string;
+
+  /**
+   * "" when the job uses no compiler.
+   *
+   * @generated from field: string compiler_version = 9;
+   */
+  compilerVersion: string;
+
+  /**
+   * @generated from field: string compiler_sha256 = 10;
+   */
+  compilerSha256: string;
+
+  /**
+   * @generated from field: string repository_path = 11;
+   */
+  repositoryPath: string;
+
+  /**
+   * The node repository root the path is under ("" when none).
+   *
+   * @generated from field: string repository_root = 12;
+   */
+  repositoryRoot: string;
+
+  /**
+   * @generated from field: bool repository_root_ok = 13;
+   */
+  repositoryRootOk: boolean;
+
+  /**
+   * @generated from field: seraph.profile.v1.Limits limits = 14;
+   */
+  limits?: Limits | undefined;
+
+  /**
+   * "local" (the only backend).
+   *
+   * @generated from field: string backend = 15;
+   */
+  backend: string;
+
+  /**
+   * @generated from field: string isolation_claim = 16;
+   */
+  isolationClaim: string;
+
+  /**
+   * @generated from field: string resource_enforcement = 17;
+   */
+  resourceEnforcement: string;
+
+  /**
+   * @generated from field: repeated string unenforced = 18;
+   */
+  unenforced: string[];
+
+  /**
+   * @generated from field: string supervisor_source_sha256 = 19;
+   */
+  supervisorSourceSha256: string;
+
+  /**
+   * @generated from field: int64 started_unix_ms = 20;
+   */
+  startedUnixMs: bigint;
+
+  /**
+   * @generated from field: int64 finished_unix_ms = 21;
+   */
+  finishedUnixMs: bigint;
+
+  /**
+   * @generated from field: int64 deadline_unix_ms = 22;
+   */
+  deadlineUnixMs: bigint;
+
+  /**
+   * True when staging re-inspected the repository and every identity matched the approval.
+   *
+   * @generated from field: bool drift_checked = 23;
+   */
+  driftChecked: boolean;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.JobPreflight.
+ * Use `create(JobPreflightSchema)` to create a new message.
+ */
+export const JobPreflightSchema: GenMessage<JobPreflight> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 5);
 
 /**
  * @generated from message seraph.jobs.v1.EnqueueJobRequest
@@ -455,7 +645,7 @@ export type EnqueueJobRequest = Message<"seraph.jobs.v1.EnqueueJobRequest"> & {
  * Use `create(EnqueueJobRequestSchema)` to create a new message.
  */
 export const EnqueueJobRequestSchema: GenMessage<EnqueueJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 5);
+  messageDesc(file_seraph_jobs_v1_jobs, 6);
 
 /**
  * @generated from message seraph.jobs.v1.EnqueueJobResponse
@@ -479,7 +669,7 @@ export type EnqueueJobResponse = Message<"seraph.jobs.v1.EnqueueJobResponse"> & 
  * Use `create(EnqueueJobResponseSchema)` to create a new message.
  */
 export const EnqueueJobResponseSchema: GenMessage<EnqueueJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 6);
+  messageDesc(file_seraph_jobs_v1_jobs, 7);
 
 /**
  * @generated from message seraph.jobs.v1.RegisterNodeRequest
@@ -530,7 +720,7 @@ export type RegisterNodeRequest = Message<"seraph.jobs.v1.RegisterNodeRequest"> 
  * Use `create(RegisterNodeRequestSchema)` to create a new message.
  */
 export const RegisterNodeRequestSchema: GenMessage<RegisterNodeRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 7);
+  messageDesc(file_seraph_jobs_v1_jobs, 8);
 
 /**
  * @generated from message seraph.jobs.v1.RegisterNodeResponse
@@ -543,7 +733,7 @@ export type RegisterNodeResponse = Message<"seraph.jobs.v1.RegisterNodeResponse"
  * Use `create(RegisterNodeResponseSchema)` to create a new message.
  */
 export const RegisterNodeResponseSchema: GenMessage<RegisterNodeResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 8);
+  messageDesc(file_seraph_jobs_v1_jobs, 9);
 
 /**
  * @generated from message seraph.jobs.v1.HeartbeatRequest
@@ -565,7 +755,7 @@ export type HeartbeatRequest = Message<"seraph.jobs.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 9);
+  messageDesc(file_seraph_jobs_v1_jobs, 10);
 
 /**
  * @generated from message seraph.jobs.v1.HeartbeatResponse
@@ -578,7 +768,7 @@ export type HeartbeatResponse = Message<"seraph.jobs.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 10);
+  messageDesc(file_seraph_jobs_v1_jobs, 11);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodeJobsRequest
@@ -595,7 +785,7 @@ export type ListNodeJobsRequest = Message<"seraph.jobs.v1.ListNodeJobsRequest"> 
  * Use `create(ListNodeJobsRequestSchema)` to create a new message.
  */
 export const ListNodeJobsRequestSchema: GenMessage<ListNodeJobsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 11);
+  messageDesc(file_seraph_jobs_v1_jobs, 12);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodeJobsResponse
@@ -614,7 +804,7 @@ export type ListNodeJobsResponse = Message<"seraph.jobs.v1.ListNodeJobsResponse"
  * Use `create(ListNodeJobsResponseSchema)` to create a new message.
  */
 export const ListNodeJobsResponseSchema: GenMessage<ListNodeJobsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 12);
+  messageDesc(file_seraph_jobs_v1_jobs, 13);
 
 /**
  * @generated from message seraph.jobs.v1.ClaimJobRequest
@@ -641,7 +831,7 @@ export type ClaimJobRequest = Message<"seraph.jobs.v1.ClaimJobRequest"> & {
  * Use `create(ClaimJobRequestSchema)` to create a new message.
  */
 export const ClaimJobRequestSchema: GenMessage<ClaimJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 13);
+  messageDesc(file_seraph_jobs_v1_jobs, 14);
 
 /**
  * @generated from message seraph.jobs.v1.ClaimJobResponse
@@ -663,6 +853,13 @@ export type ClaimJobResponse = Message<"seraph.jobs.v1.ClaimJobResponse"> & {
    * @generated from field: seraph.jobs.v1.ExecutionBundle bundle = 3;
    */
   bundle?: ExecutionBundle | undefined;
+
+  /**
+   * The attempt's absolute wall deadline, fixed by this claim.
+   *
+   * @generated from field: int64 deadline_unix_ms = 4;
+   */
+  deadlineUnixMs: bigint;
 };
 
 /**
@@ -670,7 +867,7 @@ export type ClaimJobResponse = Message<"seraph.jobs.v1.ClaimJobResponse"> & {
  * Use `create(ClaimJobResponseSchema)` to create a new message.
  */
 export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 14);
+  messageDesc(file_seraph_jobs_v1_jobs, 15);
 
 /**
  * @generated from message seraph.jobs.v1.AdoptJobRequest
@@ -714,7 +911,7 @@ export type AdoptJobRequest = Message<"seraph.jobs.v1.AdoptJobRequest"> & {
  * Use `create(AdoptJobRequestSchema)` to create a new message.
  */
 export const AdoptJobRequestSchema: GenMessage<AdoptJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 15);
+  messageDesc(file_seraph_jobs_v1_jobs, 16);
 
 /**
  * @generated from message seraph.jobs.v1.AdoptJobResponse
@@ -751,6 +948,13 @@ export type AdoptJobResponse = Message<"seraph.jobs.v1.AdoptJobResponse"> & {
    * @generated from field: uint64 claim_fence = 5;
    */
   claimFence: bigint;
+
+  /**
+   * The attempt's original absolute wall deadline (re-adoption never extends it).
+   *
+   * @generated from field: int64 deadline_unix_ms = 6;
+   */
+  deadlineUnixMs: bigint;
 };
 
 /**
@@ -758,7 +962,51 @@ export type AdoptJobResponse = Message<"seraph.jobs.v1.AdoptJobResponse"> & {
  * Use `create(AdoptJobResponseSchema)` to create a new message.
  */
 export const AdoptJobResponseSchema: GenMessage<AdoptJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 16);
+  messageDesc(file_seraph_jobs_v1_jobs, 17);
+
+/**
+ * @generated from message seraph.jobs.v1.RecordPreflightRequest
+ */
+export type RecordPreflightRequest = Message<"seraph.jobs.v1.RecordPreflightRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: uint64 fence = 2;
+   */
+  fence: bigint;
+
+  /**
+   * @generated from field: seraph.jobs.v1.JobPreflight preflight = 3;
+   */
+  preflight?: JobPreflight | undefined;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.RecordPreflightRequest.
+ * Use `create(RecordPreflightRequestSchema)` to create a new message.
+ */
+export const RecordPreflightRequestSchema: GenMessage<RecordPreflightRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 18);
+
+/**
+ * @generated from message seraph.jobs.v1.RecordPreflightResponse
+ */
+export type RecordPreflightResponse = Message<"seraph.jobs.v1.RecordPreflightResponse"> & {
+  /**
+   * @generated from field: seraph.jobs.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.RecordPreflightResponse.
+ * Use `create(RecordPreflightResponseSchema)` to create a new message.
+ */
+export const RecordPreflightResponseSchema: GenMessage<RecordPreflightResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 19);
 
 /**
  * @generated from message seraph.jobs.v1.RecordOwnerMarkerRequest
@@ -785,7 +1033,7 @@ export type RecordOwnerMarkerRequest = Message<"seraph.jobs.v1.RecordOwnerMarker
  * Use `create(RecordOwnerMarkerRequestSchema)` to create a new message.
  */
 export const RecordOwnerMarkerRequestSchema: GenMessage<RecordOwnerMarkerRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 17);
+  messageDesc(file_seraph_jobs_v1_jobs, 20);
 
 /**
  * @generated from message seraph.jobs.v1.RecordOwnerMarkerResponse
@@ -809,7 +1057,7 @@ export type RecordOwnerMarkerResponse = Message<"seraph.jobs.v1.RecordOwnerMarke
  * Use `create(RecordOwnerMarkerResponseSchema)` to create a new message.
  */
 export const RecordOwnerMarkerResponseSchema: GenMessage<RecordOwnerMarkerResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 18);
+  messageDesc(file_seraph_jobs_v1_jobs, 21);
 
 /**
  * @generated from message seraph.jobs.v1.ReportProgressRequest
@@ -841,7 +1089,7 @@ export type ReportProgressRequest = Message<"seraph.jobs.v1.ReportProgressReques
  * Use `create(ReportProgressRequestSchema)` to create a new message.
  */
 export const ReportProgressRequestSchema: GenMessage<ReportProgressRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 19);
+  messageDesc(file_seraph_jobs_v1_jobs, 22);
 
 /**
  * @generated from message seraph.jobs.v1.ReportProgressResponse
@@ -858,7 +1106,7 @@ export type ReportProgressResponse = Message<"seraph.jobs.v1.ReportProgressRespo
  * Use `create(ReportProgressResponseSchema)` to create a new message.
  */
 export const ReportProgressResponseSchema: GenMessage<ReportProgressResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 20);
+  messageDesc(file_seraph_jobs_v1_jobs, 23);
 
 /**
  * @generated from message seraph.jobs.v1.StoreArtifactRequest
@@ -900,7 +1148,7 @@ export type StoreArtifactRequest = Message<"seraph.jobs.v1.StoreArtifactRequest"
  * Use `create(StoreArtifactRequestSchema)` to create a new message.
  */
 export const StoreArtifactRequestSchema: GenMessage<StoreArtifactRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 21);
+  messageDesc(file_seraph_jobs_v1_jobs, 24);
 
 /**
  * @generated from message seraph.jobs.v1.StoreArtifactResponse
@@ -917,7 +1165,7 @@ export type StoreArtifactResponse = Message<"seraph.jobs.v1.StoreArtifactRespons
  * Use `create(StoreArtifactResponseSchema)` to create a new message.
  */
 export const StoreArtifactResponseSchema: GenMessage<StoreArtifactResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 22);
+  messageDesc(file_seraph_jobs_v1_jobs, 25);
 
 /**
  * @generated from message seraph.jobs.v1.ReadArtifactRequest
@@ -934,7 +1182,7 @@ export type ReadArtifactRequest = Message<"seraph.jobs.v1.ReadArtifactRequest"> 
  * Use `create(ReadArtifactRequestSchema)` to create a new message.
  */
 export const ReadArtifactRequestSchema: GenMessage<ReadArtifactRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 23);
+  messageDesc(file_seraph_jobs_v1_jobs, 26);
 
 /**
  * @generated from message seraph.jobs.v1.ReadArtifactResponse
@@ -956,7 +1204,7 @@ export type ReadArtifactResponse = Message<"seraph.jobs.v1.ReadArtifactResponse"
  * Use `create(ReadArtifactResponseSchema)` to create a new message.
  */
 export const ReadArtifactResponseSchema: GenMessage<ReadArtifactResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 24);
+  messageDesc(file_seraph_jobs_v1_jobs, 27);
 
 /**
  * @generated from message seraph.jobs.v1.CompleteJobRequest
@@ -1020,7 +1268,7 @@ export type CompleteJobRequest = Message<"seraph.jobs.v1.CompleteJobRequest"> & 
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 25);
+  messageDesc(file_seraph_jobs_v1_jobs, 28);
 
 /**
  * @generated from message seraph.jobs.v1.CompleteJobResponse
@@ -1037,7 +1285,7 @@ export type CompleteJobResponse = Message<"seraph.jobs.v1.CompleteJobResponse"> 
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 26);
+  messageDesc(file_seraph_jobs_v1_jobs, 29);
 
 /**
  * @generated from message seraph.jobs.v1.GetJobRequest
@@ -1054,7 +1302,7 @@ export type GetJobRequest = Message<"seraph.jobs.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 27);
+  messageDesc(file_seraph_jobs_v1_jobs, 30);
 
 /**
  * @generated from message seraph.jobs.v1.GetJobResponse
@@ -1071,7 +1319,7 @@ export type GetJobResponse = Message<"seraph.jobs.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 28);
+  messageDesc(file_seraph_jobs_v1_jobs, 31);
 
 /**
  * @generated from message seraph.jobs.v1.CancelJobRequest
@@ -1098,7 +1346,7 @@ export type CancelJobRequest = Message<"seraph.jobs.v1.CancelJobRequest"> & {
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 29);
+  messageDesc(file_seraph_jobs_v1_jobs, 32);
 
 /**
  * @generated from message seraph.jobs.v1.CancelJobResponse
@@ -1122,7 +1370,7 @@ export type CancelJobResponse = Message<"seraph.jobs.v1.CancelJobResponse"> & {
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 30);
+  messageDesc(file_seraph_jobs_v1_jobs, 33);
 
 /**
  * @generated from message seraph.jobs.v1.RecoverProcessCleanupRequest
@@ -1146,7 +1394,7 @@ export type RecoverProcessCleanupRequest = Message<"seraph.jobs.v1.RecoverProces
  * Use `create(RecoverProcessCleanupRequestSchema)` to create a new message.
  */
 export const RecoverProcessCleanupRequestSchema: GenMessage<RecoverProcessCleanupRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 31);
+  messageDesc(file_seraph_jobs_v1_jobs, 34);
 
 /**
  * @generated from message seraph.jobs.v1.RecoverProcessCleanupResponse
@@ -1173,6 +1421,14 @@ export type RecoverProcessCleanupResponse = Message<"seraph.jobs.v1.RecoverProce
    * @generated from field: string refusal_message = 4;
    */
   refusalMessage: string;
+
+  /**
+   * After a release: the reservation as read again after the commit, validated against the
+   * original dispatch (node, slot index).
+   *
+   * @generated from field: seraph.jobs.v1.Slot released_slot = 5;
+   */
+  releasedSlot?: Slot | undefined;
 };
 
 /**
@@ -1180,7 +1436,7 @@ export type RecoverProcessCleanupResponse = Message<"seraph.jobs.v1.RecoverProce
  * Use `create(RecoverProcessCleanupResponseSchema)` to create a new message.
  */
 export const RecoverProcessCleanupResponseSchema: GenMessage<RecoverProcessCleanupResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 32);
+  messageDesc(file_seraph_jobs_v1_jobs, 35);
 
 /**
  * @generated from message seraph.jobs.v1.Slot
@@ -1217,7 +1473,7 @@ export type Slot = Message<"seraph.jobs.v1.Slot"> & {
  * Use `create(SlotSchema)` to create a new message.
  */
 export const SlotSchema: GenMessage<Slot> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 33);
+  messageDesc(file_seraph_jobs_v1_jobs, 36);
 
 /**
  * @generated from message seraph.jobs.v1.Node
@@ -1269,7 +1525,7 @@ export type Node = Message<"seraph.jobs.v1.Node"> & {
  * Use `create(NodeSchema)` to create a new message.
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 34);
+  messageDesc(file_seraph_jobs_v1_jobs, 37);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodesRequest
@@ -1282,7 +1538,7 @@ export type ListNodesRequest = Message<"seraph.jobs.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 35);
+  messageDesc(file_seraph_jobs_v1_jobs, 38);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodesResponse
@@ -1299,7 +1555,7 @@ export type ListNodesResponse = Message<"seraph.jobs.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 36);
+  messageDesc(file_seraph_jobs_v1_jobs, 39);
 
 /**
  * @generated from message seraph.jobs.v1.ListSlotsRequest
@@ -1312,7 +1568,7 @@ export type ListSlotsRequest = Message<"seraph.jobs.v1.ListSlotsRequest"> & {
  * Use `create(ListSlotsRequestSchema)` to create a new message.
  */
 export const ListSlotsRequestSchema: GenMessage<ListSlotsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 37);
+  messageDesc(file_seraph_jobs_v1_jobs, 40);
 
 /**
  * @generated from message seraph.jobs.v1.ListSlotsResponse
@@ -1329,7 +1585,7 @@ export type ListSlotsResponse = Message<"seraph.jobs.v1.ListSlotsResponse"> & {
  * Use `create(ListSlotsResponseSchema)` to create a new message.
  */
 export const ListSlotsResponseSchema: GenMessage<ListSlotsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 38);
+  messageDesc(file_seraph_jobs_v1_jobs, 41);
 
 /**
  * @generated from message seraph.jobs.v1.CountJobsRequest
@@ -1348,7 +1604,7 @@ export type CountJobsRequest = Message<"seraph.jobs.v1.CountJobsRequest"> & {
  * Use `create(CountJobsRequestSchema)` to create a new message.
  */
 export const CountJobsRequestSchema: GenMessage<CountJobsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 39);
+  messageDesc(file_seraph_jobs_v1_jobs, 42);
 
 /**
  * @generated from message seraph.jobs.v1.CountJobsResponse
@@ -1379,7 +1635,7 @@ export type CountJobsResponse = Message<"seraph.jobs.v1.CountJobsResponse"> & {
  * Use `create(CountJobsResponseSchema)` to create a new message.
  */
 export const CountJobsResponseSchema: GenMessage<CountJobsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 40);
+  messageDesc(file_seraph_jobs_v1_jobs, 43);
 
 /**
  * @generated from enum seraph.jobs.v1.JobState
@@ -1561,6 +1817,16 @@ export const JobsService: GenService<{
     methodKind: "unary";
     input: typeof ReportProgressRequestSchema;
     output: typeof ReportProgressResponseSchema;
+  },
+  /**
+   * The executor's preparation evidence for a claimed attempt (fenced; recorded once per fence).
+   *
+   * @generated from rpc seraph.jobs.v1.JobsService.RecordPreflight
+   */
+  recordPreflight: {
+    methodKind: "unary";
+    input: typeof RecordPreflightRequestSchema;
+    output: typeof RecordPreflightResponseSchema;
   },
   /**
    * @generated from rpc seraph.jobs.v1.JobsService.StoreArtifact

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/supervisor/v1/supervisor.proto.
  */
 export const file_seraph_supervisor_v1_supervisor: GenFile = /*@__PURE__*/
-  fileDesc("CiVzZXJhcGgvc3VwZXJ2aXNvci92MS9zdXBlcnZpc29yLnByb3RvEhRzZXJhcGguc3VwZXJ2aXNvci52MSJbCg9Qcm9jZXNzSWRlbnRpdHkSFAoDcGlkGAEgASgFQge6SAQaAiAAEhgKEHN0YXJ0X3RpbWVfdGlja3MYAiABKAQSGAoHYm9vdF9pZBgDIAEoCUIHukgEcgIQASJrCgtDb21tYW5kU3BlYxIsCgRuYW1lGAEgASgJQh66SBtyGTIXXlthLXpdW2EtejAtOV8tXXswLDMxfSQSGAoEYXJndhgCIAMoCUIKukgHkgEECAEQQBIUCgNjd2QYAyABKAlCB7pIBHICEAEiyQUKDlN1cGVydmlzb3JTcGVjEhcKBmpvYl9pZBgBIAEoCUIHukgEcgIQARIPCgdhdHRlbXB0GAIgASgNEg0KBWZlbmNlGAMgASgEEj8KCGNvbW1hbmRzGAQgAygLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29tbWFuZFNwZWNCCrpIB5IBBAgBEAgSOgoDZW52GAUgAygLMi0uc2VyYXBoLnN1cGVydmlzb3IudjEuU3VwZXJ2aXNvclNwZWMuRW52RW50cnkSGAoQZGVhZGxpbmVfdW5peF9tcxgGIAEoAxIaChJjbGVhbnVwX3Jlc2VydmVfbXMYByABKA0SEAoIZ3JhY2VfbXMYCCABKA0SGgoSc3RyZWFtX2xpbWl0X2J5dGVzGAkgASgEEhoKEm91dHB1dF9saW1pdF9ieXRlcxgKIAEoBBIYCgdydW5fZGlyGAsgASgJQge6SARyAhABEhUKDXN0YXJ0X2JhcnJpZXIYDCABKAgSGwoTZGVjbGFyZWRfb3V0cHV0X2RpchgNIAEoCRIvCghqb2JfdXNlchgOIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLkpvYlVzZXISMwoGY2dyb3VwGA8gASgLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuQ2dyb3VwUmVxdWVzdBJUChZjb250cm9sbGVyX2xvc3NfcG9saWN5GBAgASgOMiouc2VyYXBoLnN1cGVydmlzb3IudjEuQ29udHJvbGxlckxvc3NQb2xpY3lCCLpIBYIBAhABEisKGGNvbnRyb2xsZXJfbG9zc19ncmFjZV9tcxgRIAEoDUIJukgGKgQY4NQDEh4KFm9ic2VydmVyX3BpZF9uYW1lc3BhY2UYEiABKAkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJMCgdKb2JVc2VyEhQKA3VpZBgBIAEoDUIHukgEKgIgABIUCgNnaWQYAiABKA1CB7pIBCoCIAASFQoEbmFtZRgDIAEoCUIHukgEcgIYQCJOChBSZXNvdXJjZUNlaWxpbmdzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBIMCgRwaWRzGAIgASgNEhYKDmNwdV9taWxsaWNvcmVzGAMgASgNIoABCg1DZ3JvdXBSZXF1ZXN0EjUKBnBhcmVudBgBIAEoCUIlukgiciAyHl4oL1tBLVphLXowLTlfLi1dezEsNjR9KXsxLDh9JBI4CghjZWlsaW5ncxgCIAEoCzImLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlc291cmNlQ2VpbGluZ3MiggMKEUNvbnRhaW5tZW50UmVwb3J0Ei8KCGpvYl91c2VyGAEgASgLMh0uc2VyYXBoLnN1cGVydmlzb3IudjEuSm9iVXNlchITCgtjZ3JvdXBfcGF0aBgCIAEoCRIVCg1jZ3JvdXBfbGF5b3V0GAMgASgJEhAKCGVuZm9yY2VkGAQgAygJEjgKCGNlaWxpbmdzGAUgASgLMiYuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVzb3VyY2VDZWlsaW5ncxIYChBjZ3JvdXBfa2lsbF91c2VkGAYgASgIEh8KF3BvcHVsYXRlZF96ZXJvX29ic2VydmVkGAcgASgIEhEKCW9vbV9raWxscxgIIAEoDRIWCg5waWRfbGltaXRfaGl0cxgJIAEoDRIZChFtZW1vcnlfbGltaXRfaGl0cxgKIAEoBBIZChFtZW1vcnlfcGVha19ieXRlcxgLIAEoBBIXCg9jZ3JvdXBzX3JlbW92ZWQYDCABKAgSDwoHcHJvYmxlbRgNIAEoCSKVAgoPTm9kZUNvbnRhaW5tZW50EhcKD2lzb2xhdGlvbl9jbGFpbRgBIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgCIAEoCRIQCghqb2JfdXNlchgDIAEoCRIQCghlbmZvcmNlZBgEIAMoCRISCgp1bmVuZm9yY2VkGAUgAygJEjgKCGNlaWxpbmdzGAYgASgLMiYuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVzb3VyY2VDZWlsaW5ncxIQCghwcm90ZWN0cxgHIAMoCRIYChBkb2VzX25vdF9wcm90ZWN0GAggAygJEhYKDnBlcl9qb2JfY2dyb3VwGAkgASgIEhUKDWpvYl91aWRfcmFuZ2UYCiABKAkipQIKC093bmVyTWFya2VyEjkKCnN1cGVydmlzb3IYASABKAsyJS5zZXJhcGguc3VwZXJ2aXNvci52MS5Qcm9jZXNzSWRlbnRpdHkSDgoGam9iX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKA0SDQoFZmVuY2UYBCABKAQSIAoYc3VwZXJ2aXNvcl9zb3VyY2Vfc2hhMjU2GAUgASgJEhMKC3NvY2tldF9wYXRoGAYgASgJEg8KB3J1bl9kaXIYByABKAkSFwoPd3JpdHRlbl91bml4X21zGAggASgDEhMKC3NwZWNfc2hhMjU2GAkgASgJEhUKDXBpZF9uYW1lc3BhY2UYCiABKAkSHgoWb2JzZXJ2ZXJfcGlkX25hbWVzcGFjZRgLIAEoCSKqAQoLU3RyZWFtU3RhdHMSDQoFYnl0ZXMYASABKAQSEgoKa2VwdF9ieXRlcxgCIAEoBBIRCgl0cnVuY2F0ZWQYAyABKAgSDgoGc2hhMjU2GAQgASgJEhcKD3Byb2R1Y2VkX3NoYTI1NhgFIAEoCRISCgpoZWFkX2J5dGVzGAYgASgEEhIKCnRhaWxfYnl0ZXMYByABKAQSFAoMZWxpZGVkX2J5dGVzGAggASgEIuECCg1Db21tYW5kUmVzdWx0EgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRIPCgdzdGFydGVkGAMgASgIEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBEhMKBnNpZ25hbBgFIAEoCUgBiAEBEhcKD3N0YXJ0ZWRfdW5peF9tcxgGIAEoAxIVCg1lbmRlZF91bml4X21zGAcgASgDEjEKBnN0ZG91dBgIIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0cmVhbVN0YXRzEjEKBnN0ZGVychgJIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0cmVhbVN0YXRzEhwKFGxlZnRvdmVyX2Rlc2NlbmRhbnRzGAogASgNEhEKCW9vbV9raWxscxgLIAEoDRIWCg5waWRfbGltaXRfaGl0cxgMIAEoDUIMCgpfZXhpdF9jb2RlQgkKB19zaWduYWwiwQEKDENsZWFudXBTdGF0cxIZChFkZXNjZW5kYW50c19mb3VuZBgBIAEoDRIWCg5zaWduYWxsZWRfdGVybRgCIAEoDRIWCg5zaWduYWxsZWRfa2lsbBgDIAEoDRIOCgZyZWFwZWQYBCABKA0SGQoRaWRlbnRpdHlfcmVmdXNhbHMYBSABKA0SFwoPZWNoaWxkX29ic2VydmVkGAYgASgIEhIKCmNsZWFudXBfbXMYByABKA0SDgoGcm91bmRzGAggASgNIoIFCgdSZWNlaXB0Ei4KB291dGNvbWUYASABKA4yHS5zZXJhcGguc3VwZXJ2aXNvci52MS5PdXRjb21lEg4KBnJlYXNvbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEjUKCGNvbW1hbmRzGAQgAygLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29tbWFuZFJlc3VsdBIzCgdjbGVhbnVwGAUgASgLMiIuc2VyYXBoLnN1cGVydmlzb3IudjEuQ2xlYW51cFN0YXRzEhwKFGxlZnRvdmVyX2Rlc2NlbmRhbnRzGAYgASgNEhcKD2VjaGlsZF9vYnNlcnZlZBgHIAEoCBIbChNjYW5jZWxsZWRfYmVmb3JlX2dvGAggASgIEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYCSABKAgSGAoQZGVhZGxpbmVfcmVhY2hlZBgKIAEoCBIxCgZtYXJrZXIYCyABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlchISCgpnb191bml4X21zGAwgASgDEhgKEGZpbmlzaGVkX3VuaXhfbXMYDSABKAMSEwoLZHVyYXRpb25fbXMYDiABKA0SGQoRb3V0cHV0X2tlcHRfYnl0ZXMYDyABKAQSPAoLY29udGFpbm1lbnQYECABKAsyJy5zZXJhcGguc3VwZXJ2aXNvci52MS5Db250YWlubWVudFJlcG9ydBJKChZjb250cm9sbGVyX2xvc3NfcG9saWN5GBEgASgOMiouc2VyYXBoLnN1cGVydmlzb3IudjEuQ29udHJvbGxlckxvc3NQb2xpY3kSFwoPY29udHJvbGxlcl9sb3N0GBIgASgIIkEKBUhlbGxvEhcKBXRva2VuGAEgASgJQgi6SAVyA5gBQBIfCg5pbmNhcm5hdGlvbl9pZBgCIAEoCUIHukgEcgIQASKKAQoISGVsbG9BY2sSMQoGbWFya2VyGAEgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXISKgoFcGhhc2UYAiABKA4yGy5zZXJhcGguc3VwZXJ2aXNvci52MS5QaGFzZRIfChdwcmV2aW91c19pbmNhcm5hdGlvbl9pZBgDIAEoCSILCglHb1JlcXVlc3QiNQoFR29BY2sSDwoHc3RhcnRlZBgBIAEoCBIbChNjYW5jZWxsZWRfYmVmb3JlX2dvGAIgASgIIh8KDUNhbmNlbFJlcXVlc3QSDgoGcmVhc29uGAEgASgJIjcKCUNhbmNlbEFjaxIqCgVwaGFzZRgBIAEoDjIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLlBoYXNlIg8KDVN0YXR1c1JlcXVlc3Qi0gEKDlN0YXR1c1Jlc3BvbnNlEioKBXBoYXNlGAEgASgOMhsuc2VyYXBoLnN1cGVydmlzb3IudjEuUGhhc2USFwoPY3VycmVudF9jb21tYW5kGAIgASgFEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAyABKAgSFAoMc3Rkb3V0X2J5dGVzGAQgASgEEhQKDHN0ZGVycl9ieXRlcxgFIAEoBBI1CghmaW5pc2hlZBgGIAMoCzIjLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNvbW1hbmRSZXN1bHQijgEKEVJlYWRPdXRwdXRSZXF1ZXN0EjgKBnN0cmVhbRgBIAEoDjIcLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0cmVhbUIKukgHggEEEAEgABIPCgdjb21tYW5kGAIgASgNEg4KBm9mZnNldBgDIAEoBBIeCgltYXhfYnl0ZXMYBCABKA1CC7pICCoGGICAQCAAIrsBChJSZWFkT3V0cHV0UmVzcG9uc2USLAoGc3RyZWFtGAEgASgOMhwuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtEg8KB2NvbW1hbmQYAiABKA0SDgoGb2Zmc2V0GAMgASgEEgwKBGRhdGEYBCABKAwSEgoKa2VwdF9ieXRlcxgFIAEoBBILCgNlb2YYBiABKAgSEQoJZWxpZGVkX2F0GAcgASgEEhQKDGVsaWRlZF9ieXRlcxgIIAEoBCIeCg5SZWNlaXB0UmVxdWVzdBIMCgR3YWl0GAEgASgIIkEKD1JlY2VpcHRSZXNwb25zZRIuCgdyZWNlaXB0GAEgASgLMh0uc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdCIrCgpFcnJvckZyYW1lEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSLZAgoLQ2xpZW50RnJhbWUSLAoFaGVsbG8YASABKAsyGy5zZXJhcGguc3VwZXJ2aXNvci52MS5IZWxsb0gAEi0KAmdvGAIgASgLMh8uc2VyYXBoLnN1cGVydmlzb3IudjEuR29SZXF1ZXN0SAASNQoGY2FuY2VsGAMgASgLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuQ2FuY2VsUmVxdWVzdEgAEjUKBnN0YXR1cxgEIAEoCzIjLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0YXR1c1JlcXVlc3RIABI+CgtyZWFkX291dHB1dBgFIAEoCzInLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlYWRPdXRwdXRSZXF1ZXN0SAASNwoHcmVjZWlwdBgGIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlY2VpcHRSZXF1ZXN0SABCBgoEYm9keSKWAwoLU2VydmVyRnJhbWUSMwoJaGVsbG9fYWNrGAEgASgLMh4uc2VyYXBoLnN1cGVydmlzb3IudjEuSGVsbG9BY2tIABItCgZnb19hY2sYAiABKAsyGy5zZXJhcGguc3VwZXJ2aXNvci52MS5Hb0Fja0gAEjUKCmNhbmNlbF9hY2sYAyABKAsyHy5zZXJhcGguc3VwZXJ2aXNvci52MS5DYW5jZWxBY2tIABI2CgZzdGF0dXMYBCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5TdGF0dXNSZXNwb25zZUgAEj8KC3JlYWRfb3V0cHV0GAUgASgLMiguc2VyYXBoLnN1cGVydmlzb3IudjEuUmVhZE91dHB1dFJlc3BvbnNlSAASOAoHcmVjZWlwdBgGIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlY2VpcHRSZXNwb25zZUgAEjEKBWVycm9yGAcgASgLMiAuc2VyYXBoLnN1cGVydmlzb3IudjEuRXJyb3JGcmFtZUgAQgYKBGJvZHkiRwoMRmFjaWxpdHlJdGVtEgwKBG5hbWUYASABKAkSCgoCb2sYAiABKAgSDAoEY29kZRgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIsABCg5GYWNpbGl0eVJlcG9ydBIKCgJvaxgBIAEoCBIxCgVpdGVtcxgCIAMoCzIiLnNlcmFwaC5zdXBlcnZpc29yLnYxLkZhY2lsaXR5SXRlbRIOCgZrZXJuZWwYAyABKAkSDAoEYXJjaBgEIAEoCRIPCgdib290X2lkGAUgASgJEkAKC2NvbnRhaW5tZW50GAYgASgLMisuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29udGFpbm1lbnRGYWNpbGl0aWVzIo8BChVDb250YWlubWVudEZhY2lsaXRpZXMSDAoEcm9vdBgBIAEoCBIUCgxzZXRwcml2X3BhdGgYAiABKAkSFQoNY2dyb3VwX2xheW91dBgDIAEoCRIXCg9jZ3JvdXBfdjJfbW91bnQYBCABKAkSEwoLY29udHJvbGxlcnMYBSADKAkSDQoFbm90ZXMYBiADKAkiTwoRSG9zdExhdW5jaFJlcXVlc3QSFwoFdG9rZW4YASABKAlCCLpIBXIDmAFAEiEKCXNwZWNfcGF0aBgCIAEoCUIOukgLcgkQAhiAIDICXi8idAoSSG9zdExhdW5jaFJlc3BvbnNlEg8KB3N0YXJ0ZWQYASABKAgSCwoDcGlkGAIgASgFEhUKDXBpZF9uYW1lc3BhY2UYAyABKAkSEgoKZXJyb3JfY29kZRgEIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAUgASgJKoIBChRDb250cm9sbGVyTG9zc1BvbGljeRImCiJDT05UUk9MTEVSX0xPU1NfUE9MSUNZX1VOU1BFQ0lGSUVEEAASHwobQ09OVFJPTExFUl9MT1NTX1BPTElDWV9LRUVQEAESIQodQ09OVFJPTExFUl9MT1NTX1BPTElDWV9DQU5DRUwQAipGCgZTdHJlYW0SFgoSU1RSRUFNX1VOU1BFQ0lGSUVEEAASEQoNU1RSRUFNX1NURE9VVBABEhEKDVNUUkVBTV9TVERFUlIQAip2CgVQaGFzZRIVChFQSEFTRV9VTlNQRUNJRklFRBAAEhgKFFBIQVNFX1dBSVRJTkdfRk9SX0dPEAESEQoNUEhBU0VfUlVOTklORxACEhUKEVBIQVNFX0NMRUFOSU5HX1VQEAMSEgoOUEhBU0VfRklOSVNIRUQQBCq7AQoHT3V0Y29tZRIXChNPVVRDT01FX1VOU1BFQ0lGSUVEEAASFQoRT1VUQ09NRV9TVUNDRUVERUQQARISCg5PVVRDT01FX0ZBSUxFRBACEhUKEU9VVENPTUVfVElNRURfT1VUEAMSFQoRT1VUQ09NRV9DQU5DRUxMRUQQBBIpCiVPVVRDT01FX1JFSkVDVEVEX0xFRlRPVkVSX0RFU0NFTkRBTlRTEAUSEwoPT1VUQ09NRV9VTktOT1dOEAZiBnByb3RvMw", [file_buf_validate_validate]);
+  fileDesc("CiVzZXJhcGgvc3VwZXJ2aXNvci92MS9zdXBlcnZpc29yLnByb3RvEhRzZXJhcGguc3VwZXJ2aXNvci52MSJbCg9Qcm9jZXNzSWRlbnRpdHkSFAoDcGlkGAEgASgFQge6SAQaAiAAEhgKEHN0YXJ0X3RpbWVfdGlja3MYAiABKAQSGAoHYm9vdF9pZBgDIAEoCUIHukgEcgIQASJrCgtDb21tYW5kU3BlYxIsCgRuYW1lGAEgASgJQh66SBtyGTIXXlthLXpdW2EtejAtOV8tXXswLDMxfSQSGAoEYXJndhgCIAMoCUIKukgHkgEECAEQQBIUCgNjd2QYAyABKAlCB7pIBHICEAEinAYKDlN1cGVydmlzb3JTcGVjEhcKBmpvYl9pZBgBIAEoCUIHukgEcgIQARIPCgdhdHRlbXB0GAIgASgNEg0KBWZlbmNlGAMgASgEEj8KCGNvbW1hbmRzGAQgAygLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29tbWFuZFNwZWNCCrpIB5IBBAgBEAgSOgoDZW52GAUgAygLMi0uc2VyYXBoLnN1cGVydmlzb3IudjEuU3VwZXJ2aXNvclNwZWMuRW52RW50cnkSGAoQZGVhZGxpbmVfdW5peF9tcxgGIAEoAxIaChJjbGVhbnVwX3Jlc2VydmVfbXMYByABKA0SEAoIZ3JhY2VfbXMYCCABKA0SGgoSc3RyZWFtX2xpbWl0X2J5dGVzGAkgASgEEhoKEm91dHB1dF9saW1pdF9ieXRlcxgKIAEoBBIYCgdydW5fZGlyGAsgASgJQge6SARyAhABEhUKDXN0YXJ0X2JhcnJpZXIYDCABKAgSGwoTZGVjbGFyZWRfb3V0cHV0X2RpchgNIAEoCRIvCghqb2JfdXNlchgOIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLkpvYlVzZXISMwoGY2dyb3VwGA8gASgLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuQ2dyb3VwUmVxdWVzdBJUChZjb250cm9sbGVyX2xvc3NfcG9saWN5GBAgASgOMiouc2VyYXBoLnN1cGVydmlzb3IudjEuQ29udHJvbGxlckxvc3NQb2xpY3lCCLpIBYIBAhABEisKGGNvbnRyb2xsZXJfbG9zc19ncmFjZV9tcxgRIAEoDUIJukgGKgQY4NQDEh4KFm9ic2VydmVyX3BpZF9uYW1lc3BhY2UYEiABKAkSNgoIYmluZGluZ3MYKCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5NYXJrZXJCaW5kaW5ncxIZChF0ZXN0X2Jvb3RfaWRfZmlsZRgpIAEoCRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkwKB0pvYlVzZXISFAoDdWlkGAEgASgNQge6SAQqAiAAEhQKA2dpZBgCIAEoDUIHukgEKgIgABIVCgRuYW1lGAMgASgJQge6SARyAhhAIk4KEFJlc291cmNlQ2VpbGluZ3MSFAoMbWVtb3J5X2J5dGVzGAEgASgEEgwKBHBpZHMYAiABKA0SFgoOY3B1X21pbGxpY29yZXMYAyABKA0igAEKDUNncm91cFJlcXVlc3QSNQoGcGFyZW50GAEgASgJQiW6SCJyIDIeXigvW0EtWmEtejAtOV8uLV17MSw2NH0pezEsOH0kEjgKCGNlaWxpbmdzGAIgASgLMiYuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVzb3VyY2VDZWlsaW5ncyKCAwoRQ29udGFpbm1lbnRSZXBvcnQSLwoIam9iX3VzZXIYASABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5Kb2JVc2VyEhMKC2Nncm91cF9wYXRoGAIgASgJEhUKDWNncm91cF9sYXlvdXQYAyABKAkSEAoIZW5mb3JjZWQYBCADKAkSOAoIY2VpbGluZ3MYBSABKAsyJi5zZXJhcGguc3VwZXJ2aXNvci52MS5SZXNvdXJjZUNlaWxpbmdzEhgKEGNncm91cF9raWxsX3VzZWQYBiABKAgSHwoXcG9wdWxhdGVkX3plcm9fb2JzZXJ2ZWQYByABKAgSEQoJb29tX2tpbGxzGAggASgNEhYKDnBpZF9saW1pdF9oaXRzGAkgASgNEhkKEW1lbW9yeV9saW1pdF9oaXRzGAogASgEEhkKEW1lbW9yeV9wZWFrX2J5dGVzGAsgASgEEhcKD2Nncm91cHNfcmVtb3ZlZBgMIAEoCBIPCgdwcm9ibGVtGA0gASgJIpUCCg9Ob2RlQ29udGFpbm1lbnQSFwoPaXNvbGF0aW9uX2NsYWltGAEgASgJEhwKFHJlc291cmNlX2VuZm9yY2VtZW50GAIgASgJEhAKCGpvYl91c2VyGAMgASgJEhAKCGVuZm9yY2VkGAQgAygJEhIKCnVuZW5mb3JjZWQYBSADKAkSOAoIY2VpbGluZ3MYBiABKAsyJi5zZXJhcGguc3VwZXJ2aXNvci52MS5SZXNvdXJjZUNlaWxpbmdzEhAKCHByb3RlY3RzGAcgAygJEhgKEGRvZXNfbm90X3Byb3RlY3QYCCADKAkSFgoOcGVyX2pvYl9jZ3JvdXAYCSABKAgSFQoNam9iX3VpZF9yYW5nZRgKIAEoCSK9AQoOTWFya2VyQmluZGluZ3MSEwoLYXBwcm92YWxfaWQYASABKAkSIAoYYXBwcm92YWxfZG9jdW1lbnRfc2hhMjU2GAIgASgJEhcKD2lzb2xhdGlvbl9jbGFpbRgDIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgEIAEoCRIPCgdub2RlX2lkGAUgASgJEhIKCnNsb3RfaW5kZXgYBiABKAUSGAoQZGVhZGxpbmVfdW5peF9tcxgHIAEoAyLzAgoLT3duZXJNYXJrZXISOQoKc3VwZXJ2aXNvchgBIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLlByb2Nlc3NJZGVudGl0eRIOCgZqb2JfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoDRINCgVmZW5jZRgEIAEoBBIgChhzdXBlcnZpc29yX3NvdXJjZV9zaGEyNTYYBSABKAkSEwoLc29ja2V0X3BhdGgYBiABKAkSDwoHcnVuX2RpchgHIAEoCRIXCg93cml0dGVuX3VuaXhfbXMYCCABKAMSEwoLc3BlY19zaGEyNTYYCSABKAkSFQoNcGlkX25hbWVzcGFjZRgKIAEoCRIeChZvYnNlcnZlcl9waWRfbmFtZXNwYWNlGAsgASgJEjYKCGJpbmRpbmdzGCggASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuTWFya2VyQmluZGluZ3MSFAoMdG9rZW5fc2hhMjU2GCkgASgJIqoBCgtTdHJlYW1TdGF0cxINCgVieXRlcxgBIAEoBBISCgprZXB0X2J5dGVzGAIgASgEEhEKCXRydW5jYXRlZBgDIAEoCBIOCgZzaGEyNTYYBCABKAkSFwoPcHJvZHVjZWRfc2hhMjU2GAUgASgJEhIKCmhlYWRfYnl0ZXMYBiABKAQSEgoKdGFpbF9ieXRlcxgHIAEoBBIUCgxlbGlkZWRfYnl0ZXMYCCABKAQi4QIKDUNvbW1hbmRSZXN1bHQSDAoEbmFtZRgBIAEoCRIMCgRhcmd2GAIgAygJEg8KB3N0YXJ0ZWQYAyABKAgSFgoJZXhpdF9jb2RlGAQgASgFSACIAQESEwoGc2lnbmFsGAUgASgJSAGIAQESFwoPc3RhcnRlZF91bml4X21zGAYgASgDEhUKDWVuZGVkX3VuaXhfbXMYByABKAMSMQoGc3Rkb3V0GAggASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtU3RhdHMSMQoGc3RkZXJyGAkgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtU3RhdHMSHAoUbGVmdG92ZXJfZGVzY2VuZGFudHMYCiABKA0SEQoJb29tX2tpbGxzGAsgASgNEhYKDnBpZF9saW1pdF9oaXRzGAwgASgNQgwKCl9leGl0X2NvZGVCCQoHX3NpZ25hbCLBAQoMQ2xlYW51cFN0YXRzEhkKEWRlc2NlbmRhbnRzX2ZvdW5kGAEgASgNEhYKDnNpZ25hbGxlZF90ZXJtGAIgASgNEhYKDnNpZ25hbGxlZF9raWxsGAMgASgNEg4KBnJlYXBlZBgEIAEoDRIZChFpZGVudGl0eV9yZWZ1c2FscxgFIAEoDRIXCg9lY2hpbGRfb2JzZXJ2ZWQYBiABKAgSEgoKY2xlYW51cF9tcxgHIAEoDRIOCgZyb3VuZHMYCCABKA0iggUKB1JlY2VpcHQSLgoHb3V0Y29tZRgBIAEoDjIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLk91dGNvbWUSDgoGcmVhc29uGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSNQoIY29tbWFuZHMYBCADKAsyIy5zZXJhcGguc3VwZXJ2aXNvci52MS5Db21tYW5kUmVzdWx0EjMKB2NsZWFudXAYBSABKAsyIi5zZXJhcGguc3VwZXJ2aXNvci52MS5DbGVhbnVwU3RhdHMSHAoUbGVmdG92ZXJfZGVzY2VuZGFudHMYBiABKA0SFwoPZWNoaWxkX29ic2VydmVkGAcgASgIEhsKE2NhbmNlbGxlZF9iZWZvcmVfZ28YCCABKAgSGAoQY2FuY2VsX3JlcXVlc3RlZBgJIAEoCBIYChBkZWFkbGluZV9yZWFjaGVkGAogASgIEjEKBm1hcmtlchgLIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyEhIKCmdvX3VuaXhfbXMYDCABKAMSGAoQZmluaXNoZWRfdW5peF9tcxgNIAEoAxITCgtkdXJhdGlvbl9tcxgOIAEoDRIZChFvdXRwdXRfa2VwdF9ieXRlcxgPIAEoBBI8Cgtjb250YWlubWVudBgQIAEoCzInLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNvbnRhaW5tZW50UmVwb3J0EkoKFmNvbnRyb2xsZXJfbG9zc19wb2xpY3kYESABKA4yKi5zZXJhcGguc3VwZXJ2aXNvci52MS5Db250cm9sbGVyTG9zc1BvbGljeRIXCg9jb250cm9sbGVyX2xvc3QYEiABKAgiQQoFSGVsbG8SFwoFdG9rZW4YASABKAlCCLpIBXIDmAFAEh8KDmluY2FybmF0aW9uX2lkGAIgASgJQge6SARyAhABIooBCghIZWxsb0FjaxIxCgZtYXJrZXIYASABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlchIqCgVwaGFzZRgCIAEoDjIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLlBoYXNlEh8KF3ByZXZpb3VzX2luY2FybmF0aW9uX2lkGAMgASgJIgsKCUdvUmVxdWVzdCI1CgVHb0FjaxIPCgdzdGFydGVkGAEgASgIEhsKE2NhbmNlbGxlZF9iZWZvcmVfZ28YAiABKAgiHwoNQ2FuY2VsUmVxdWVzdBIOCgZyZWFzb24YASABKAkiNwoJQ2FuY2VsQWNrEioKBXBoYXNlGAEgASgOMhsuc2VyYXBoLnN1cGVydmlzb3IudjEuUGhhc2UiDwoNU3RhdHVzUmVxdWVzdCLSAQoOU3RhdHVzUmVzcG9uc2USKgoFcGhhc2UYASABKA4yGy5zZXJhcGguc3VwZXJ2aXNvci52MS5QaGFzZRIXCg9jdXJyZW50X2NvbW1hbmQYAiABKAUSGAoQY2FuY2VsX3JlcXVlc3RlZBgDIAEoCBIUCgxzdGRvdXRfYnl0ZXMYBCABKAQSFAoMc3RkZXJyX2J5dGVzGAUgASgEEjUKCGZpbmlzaGVkGAYgAygLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuQ29tbWFuZFJlc3VsdCKOAQoRUmVhZE91dHB1dFJlcXVlc3QSOAoGc3RyZWFtGAEgASgOMhwuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RyZWFtQgq6SAeCAQQQASAAEg8KB2NvbW1hbmQYAiABKA0SDgoGb2Zmc2V0GAMgASgEEh4KCW1heF9ieXRlcxgEIAEoDUILukgIKgYYgIBAIAAiuwEKElJlYWRPdXRwdXRSZXNwb25zZRIsCgZzdHJlYW0YASABKA4yHC5zZXJhcGguc3VwZXJ2aXNvci52MS5TdHJlYW0SDwoHY29tbWFuZBgCIAEoDRIOCgZvZmZzZXQYAyABKAQSDAoEZGF0YRgEIAEoDBISCgprZXB0X2J5dGVzGAUgASgEEgsKA2VvZhgGIAEoCBIRCgllbGlkZWRfYXQYByABKAQSFAoMZWxpZGVkX2J5dGVzGAggASgEIh4KDlJlY2VpcHRSZXF1ZXN0EgwKBHdhaXQYASABKAgiQQoPUmVjZWlwdFJlc3BvbnNlEi4KB3JlY2VpcHQYASABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0IisKCkVycm9yRnJhbWUSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItkCCgtDbGllbnRGcmFtZRIsCgVoZWxsbxgBIAEoCzIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLkhlbGxvSAASLQoCZ28YAiABKAsyHy5zZXJhcGguc3VwZXJ2aXNvci52MS5Hb1JlcXVlc3RIABI1CgZjYW5jZWwYAyABKAsyIy5zZXJhcGguc3VwZXJ2aXNvci52MS5DYW5jZWxSZXF1ZXN0SAASNQoGc3RhdHVzGAQgASgLMiMuc2VyYXBoLnN1cGVydmlzb3IudjEuU3RhdHVzUmVxdWVzdEgAEj4KC3JlYWRfb3V0cHV0GAUgASgLMicuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVhZE91dHB1dFJlcXVlc3RIABI3CgdyZWNlaXB0GAYgASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdFJlcXVlc3RIAEIGCgRib2R5IpYDCgtTZXJ2ZXJGcmFtZRIzCgloZWxsb19hY2sYASABKAsyHi5zZXJhcGguc3VwZXJ2aXNvci52MS5IZWxsb0Fja0gAEi0KBmdvX2FjaxgCIAEoCzIbLnNlcmFwaC5zdXBlcnZpc29yLnYxLkdvQWNrSAASNQoKY2FuY2VsX2FjaxgDIAEoCzIfLnNlcmFwaC5zdXBlcnZpc29yLnYxLkNhbmNlbEFja0gAEjYKBnN0YXR1cxgEIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLlN0YXR1c1Jlc3BvbnNlSAASPwoLcmVhZF9vdXRwdXQYBSABKAsyKC5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWFkT3V0cHV0UmVzcG9uc2VIABI4CgdyZWNlaXB0GAYgASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdFJlc3BvbnNlSAASMQoFZXJyb3IYByABKAsyIC5zZXJhcGguc3VwZXJ2aXNvci52MS5FcnJvckZyYW1lSABCBgoEYm9keSJHCgxGYWNpbGl0eUl0ZW0SDAoEbmFtZRgBIAEoCRIKCgJvaxgCIAEoCBIMCgRjb2RlGAMgASgJEg8KB21lc3NhZ2UYBCABKAkiwAEKDkZhY2lsaXR5UmVwb3J0EgoKAm9rGAEgASgIEjEKBWl0ZW1zGAIgAygLMiIuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlJdGVtEg4KBmtlcm5lbBgDIAEoCRIMCgRhcmNoGAQgASgJEg8KB2Jvb3RfaWQYBSABKAkSQAoLY29udGFpbm1lbnQYBiABKAsyKy5zZXJhcGguc3VwZXJ2aXNvci52MS5Db250YWlubWVudEZhY2lsaXRpZXMijwEKFUNvbnRhaW5tZW50RmFjaWxpdGllcxIMCgRyb290GAEgASgIEhQKDHNldHByaXZfcGF0aBgCIAEoCRIVCg1jZ3JvdXBfbGF5b3V0GAMgASgJEhcKD2Nncm91cF92Ml9tb3VudBgEIAEoCRITCgtjb250cm9sbGVycxgFIAMoCRINCgVub3RlcxgGIAMoCSJPChFIb3N0TGF1bmNoUmVxdWVzdBIXCgV0b2tlbhgBIAEoCUIIukgFcgOYAUASIQoJc3BlY19wYXRoGAIgASgJQg66SAtyCRACGIAgMgJeLyJ0ChJIb3N0TGF1bmNoUmVzcG9uc2USDwoHc3RhcnRlZBgBIAEoCBILCgNwaWQYAiABKAUSFQoNcGlkX25hbWVzcGFjZRgDIAEoCRISCgplcnJvcl9jb2RlGAQgASgJEhUKDWVycm9yX21lc3NhZ2UYBSABKAkqggEKFENvbnRyb2xsZXJMb3NzUG9saWN5EiYKIkNPTlRST0xMRVJfTE9TU19QT0xJQ1lfVU5TUEVDSUZJRUQQABIfChtDT05UUk9MTEVSX0xPU1NfUE9MSUNZX0tFRVAQARIhCh1DT05UUk9MTEVSX0xPU1NfUE9MSUNZX0NBTkNFTBACKkYKBlN0cmVhbRIWChJTVFJFQU1fVU5TUEVDSUZJRUQQABIRCg1TVFJFQU1fU1RET1VUEAESEQoNU1RSRUFNX1NUREVSUhACKnYKBVBoYXNlEhUKEVBIQVNFX1VOU1BFQ0lGSUVEEAASGAoUUEhBU0VfV0FJVElOR19GT1JfR08QARIRCg1QSEFTRV9SVU5OSU5HEAISFQoRUEhBU0VfQ0xFQU5JTkdfVVAQAxISCg5QSEFTRV9GSU5JU0hFRBAEKrsBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIVChFPVVRDT01FX1NVQ0NFRURFRBABEhIKDk9VVENPTUVfRkFJTEVEEAISFQoRT1VUQ09NRV9USU1FRF9PVVQQAxIVChFPVVRDT01FX0NBTkNFTExFRBAEEikKJU9VVENPTUVfUkVKRUNURURfTEVGVE9WRVJfREVTQ0VOREFOVFMQBRITCg9PVVRDT01FX1VOS05PV04QBmIGcHJvdG8z", [file_buf_validate_validate]);
 
 /**
  * A process identity: a pid alone is never trusted, only pid + start time + boot id.
@@ -213,6 +213,21 @@ export type SupervisorSpec = Message<"seraph.supervisor.v1.SupervisorSpec"> & {
    * @generated from field: string observer_pid_namespace = 18;
    */
   observerPidNamespace: string;
+
+  /**
+   * What the owner marker must bind besides the process identity (copied verbatim).
+   *
+   * @generated from field: seraph.supervisor.v1.MarkerBindings bindings = 40;
+   */
+  bindings?: MarkerBindings | undefined;
+
+  /**
+   * TEST ONLY: read the boot id from this file instead of the kernel's. The executor sets it
+   * only when SERAPH_TEST_ALLOW_BOOT_ID_FILE=1 allowed a SERAPH_BOOT_ID_FILE; never in production.
+   *
+   * @generated from field: string test_boot_id_file = 41;
+   */
+  testBootIdFile: string;
 };
 
 /**
@@ -500,6 +515,63 @@ export const NodeContainmentSchema: GenMessage<NodeContainment> = /*@__PURE__*/
   messageDesc(file_seraph_supervisor_v1_supervisor, 7);
 
 /**
+ * The approval, authority, posture and dispatch an owner marker binds.
+ *
+ * @generated from message seraph.supervisor.v1.MarkerBindings
+ */
+export type MarkerBindings = Message<"seraph.supervisor.v1.MarkerBindings"> & {
+  /**
+   * @generated from field: string approval_id = 1;
+   */
+  approvalId: string;
+
+  /**
+   * SHA-256 of the approved document (the authority).
+   *
+   * @generated from field: string approval_document_sha256 = 2;
+   */
+  approvalDocumentSha256: string;
+
+  /**
+   * The posture the approval showed.
+   *
+   * @generated from field: string isolation_claim = 3;
+   */
+  isolationClaim: string;
+
+  /**
+   * @generated from field: string resource_enforcement = 4;
+   */
+  resourceEnforcement: string;
+
+  /**
+   * The dispatch: node and physical slot index.
+   *
+   * @generated from field: string node_id = 5;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: int32 slot_index = 6;
+   */
+  slotIndex: number;
+
+  /**
+   * The attempt's absolute wall deadline (ms since the Unix epoch).
+   *
+   * @generated from field: int64 deadline_unix_ms = 7;
+   */
+  deadlineUnixMs: bigint;
+};
+
+/**
+ * Describes the message seraph.supervisor.v1.MarkerBindings.
+ * Use `create(MarkerBindingsSchema)` to create a new message.
+ */
+export const MarkerBindingsSchema: GenMessage<MarkerBindings> = /*@__PURE__*/
+  messageDesc(file_seraph_supervisor_v1_supervisor, 8);
+
+/**
  * The owner marker: written atomically (fsync + rename) before the start barrier.
  *
  * @generated from message seraph.supervisor.v1.OwnerMarker
@@ -571,6 +643,20 @@ export type OwnerMarker = Message<"seraph.supervisor.v1.OwnerMarker"> & {
    * @generated from field: string observer_pid_namespace = 11;
    */
   observerPidNamespace: string;
+
+  /**
+   * Copied from the spec: approval, authority, posture and dispatch.
+   *
+   * @generated from field: seraph.supervisor.v1.MarkerBindings bindings = 40;
+   */
+  bindings?: MarkerBindings | undefined;
+
+  /**
+   * SHA-256 of the capability token (the token itself stays in the 0600 token file).
+   *
+   * @generated from field: string token_sha256 = 41;
+   */
+  tokenSha256: string;
 };
 
 /**
@@ -578,7 +664,7 @@ export type OwnerMarker = Message<"seraph.supervisor.v1.OwnerMarker"> & {
  * Use `create(OwnerMarkerSchema)` to create a new message.
  */
 export const OwnerMarkerSchema: GenMessage<OwnerMarker> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 8);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 9);
 
 /**
  * @generated from message seraph.supervisor.v1.StreamStats
@@ -644,7 +730,7 @@ export type StreamStats = Message<"seraph.supervisor.v1.StreamStats"> & {
  * Use `create(StreamStatsSchema)` to create a new message.
  */
 export const StreamStatsSchema: GenMessage<StreamStats> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 9);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 10);
 
 /**
  * @generated from message seraph.supervisor.v1.CommandResult
@@ -726,7 +812,7 @@ export type CommandResult = Message<"seraph.supervisor.v1.CommandResult"> & {
  * Use `create(CommandResultSchema)` to create a new message.
  */
 export const CommandResultSchema: GenMessage<CommandResult> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 10);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 11);
 
 /**
  * @generated from message seraph.supervisor.v1.CleanupStats
@@ -780,7 +866,7 @@ export type CleanupStats = Message<"seraph.supervisor.v1.CleanupStats"> & {
  * Use `create(CleanupStatsSchema)` to create a new message.
  */
 export const CleanupStatsSchema: GenMessage<CleanupStats> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 11);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 12);
 
 /**
  * @generated from message seraph.supervisor.v1.Receipt
@@ -892,7 +978,7 @@ export type Receipt = Message<"seraph.supervisor.v1.Receipt"> & {
  * Use `create(ReceiptSchema)` to create a new message.
  */
 export const ReceiptSchema: GenMessage<Receipt> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 12);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 13);
 
 /**
  * @generated from message seraph.supervisor.v1.Hello
@@ -918,7 +1004,7 @@ export type Hello = Message<"seraph.supervisor.v1.Hello"> & {
  * Use `create(HelloSchema)` to create a new message.
  */
 export const HelloSchema: GenMessage<Hello> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 13);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 14);
 
 /**
  * @generated from message seraph.supervisor.v1.HelloAck
@@ -947,7 +1033,7 @@ export type HelloAck = Message<"seraph.supervisor.v1.HelloAck"> & {
  * Use `create(HelloAckSchema)` to create a new message.
  */
 export const HelloAckSchema: GenMessage<HelloAck> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 14);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 15);
 
 /**
  * @generated from message seraph.supervisor.v1.GoRequest
@@ -960,7 +1046,7 @@ export type GoRequest = Message<"seraph.supervisor.v1.GoRequest"> & {
  * Use `create(GoRequestSchema)` to create a new message.
  */
 export const GoRequestSchema: GenMessage<GoRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 15);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 16);
 
 /**
  * @generated from message seraph.supervisor.v1.GoAck
@@ -984,7 +1070,7 @@ export type GoAck = Message<"seraph.supervisor.v1.GoAck"> & {
  * Use `create(GoAckSchema)` to create a new message.
  */
 export const GoAckSchema: GenMessage<GoAck> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 16);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 17);
 
 /**
  * @generated from message seraph.supervisor.v1.CancelRequest
@@ -1001,7 +1087,7 @@ export type CancelRequest = Message<"seraph.supervisor.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 17);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 18);
 
 /**
  * @generated from message seraph.supervisor.v1.CancelAck
@@ -1018,7 +1104,7 @@ export type CancelAck = Message<"seraph.supervisor.v1.CancelAck"> & {
  * Use `create(CancelAckSchema)` to create a new message.
  */
 export const CancelAckSchema: GenMessage<CancelAck> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 18);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 19);
 
 /**
  * @generated from message seraph.supervisor.v1.StatusRequest
@@ -1031,7 +1117,7 @@ export type StatusRequest = Message<"seraph.supervisor.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 19);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 20);
 
 /**
  * @generated from message seraph.supervisor.v1.StatusResponse
@@ -1073,7 +1159,7 @@ export type StatusResponse = Message<"seraph.supervisor.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 20);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 21);
 
 /**
  * @generated from message seraph.supervisor.v1.ReadOutputRequest
@@ -1105,7 +1191,7 @@ export type ReadOutputRequest = Message<"seraph.supervisor.v1.ReadOutputRequest"
  * Use `create(ReadOutputRequestSchema)` to create a new message.
  */
 export const ReadOutputRequestSchema: GenMessage<ReadOutputRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 21);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 22);
 
 /**
  * @generated from message seraph.supervisor.v1.ReadOutputResponse
@@ -1165,7 +1251,7 @@ export type ReadOutputResponse = Message<"seraph.supervisor.v1.ReadOutputRespons
  * Use `create(ReadOutputResponseSchema)` to create a new message.
  */
 export const ReadOutputResponseSchema: GenMessage<ReadOutputResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 22);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 23);
 
 /**
  * @generated from message seraph.supervisor.v1.ReceiptRequest
@@ -1184,7 +1270,7 @@ export type ReceiptRequest = Message<"seraph.supervisor.v1.ReceiptRequest"> & {
  * Use `create(ReceiptRequestSchema)` to create a new message.
  */
 export const ReceiptRequestSchema: GenMessage<ReceiptRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 23);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 24);
 
 /**
  * @generated from message seraph.supervisor.v1.ReceiptResponse
@@ -1201,7 +1287,7 @@ export type ReceiptResponse = Message<"seraph.supervisor.v1.ReceiptResponse"> & 
  * Use `create(ReceiptResponseSchema)` to create a new message.
  */
 export const ReceiptResponseSchema: GenMessage<ReceiptResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 24);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 25);
 
 /**
  * @generated from message seraph.supervisor.v1.ErrorFrame
@@ -1223,7 +1309,7 @@ export type ErrorFrame = Message<"seraph.supervisor.v1.ErrorFrame"> & {
  * Use `create(ErrorFrameSchema)` to create a new message.
  */
 export const ErrorFrameSchema: GenMessage<ErrorFrame> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 25);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 26);
 
 /**
  * @generated from message seraph.supervisor.v1.ClientFrame
@@ -1276,7 +1362,7 @@ export type ClientFrame = Message<"seraph.supervisor.v1.ClientFrame"> & {
  * Use `create(ClientFrameSchema)` to create a new message.
  */
 export const ClientFrameSchema: GenMessage<ClientFrame> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 26);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 27);
 
 /**
  * @generated from message seraph.supervisor.v1.ServerFrame
@@ -1335,7 +1421,7 @@ export type ServerFrame = Message<"seraph.supervisor.v1.ServerFrame"> & {
  * Use `create(ServerFrameSchema)` to create a new message.
  */
 export const ServerFrameSchema: GenMessage<ServerFrame> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 27);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 28);
 
 /**
  * Linux facilities the supervisor needs; any item not ok blocks, never falls back.
@@ -1369,7 +1455,7 @@ export type FacilityItem = Message<"seraph.supervisor.v1.FacilityItem"> & {
  * Use `create(FacilityItemSchema)` to create a new message.
  */
 export const FacilityItemSchema: GenMessage<FacilityItem> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 28);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 29);
 
 /**
  * @generated from message seraph.supervisor.v1.FacilityReport
@@ -1413,7 +1499,7 @@ export type FacilityReport = Message<"seraph.supervisor.v1.FacilityReport"> & {
  * Use `create(FacilityReportSchema)` to create a new message.
  */
 export const FacilityReportSchema: GenMessage<FacilityReport> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 29);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 30);
 
 /**
  * Containment facilities of a host, probed by the supervisor entry (--probe).
@@ -1469,7 +1555,7 @@ export type ContainmentFacilities = Message<"seraph.supervisor.v1.ContainmentFac
  * Use `create(ContainmentFacilitiesSchema)` to create a new message.
  */
 export const ContainmentFacilitiesSchema: GenMessage<ContainmentFacilities> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 30);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 31);
 
 /**
  * The supervisor host's launch channel (a Unix socket shared with the executor): one
@@ -1499,7 +1585,7 @@ export type HostLaunchRequest = Message<"seraph.supervisor.v1.HostLaunchRequest"
  * Use `create(HostLaunchRequestSchema)` to create a new message.
  */
 export const HostLaunchRequestSchema: GenMessage<HostLaunchRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 31);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 32);
 
 /**
  * @generated from message seraph.supervisor.v1.HostLaunchResponse
@@ -1544,7 +1630,7 @@ export type HostLaunchResponse = Message<"seraph.supervisor.v1.HostLaunchRespons
  * Use `create(HostLaunchResponseSchema)` to create a new message.
  */
 export const HostLaunchResponseSchema: GenMessage<HostLaunchResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_supervisor_v1_supervisor, 32);
+  messageDesc(file_seraph_supervisor_v1_supervisor, 33);
 
 /**
  * What a supervisor does when its controller is gone (seeds/003: IPC death triggers a
