@@ -17,6 +17,7 @@ import { adoptJob } from "./claims/adopt.js";
 import { claimJob } from "./claims/claim.js";
 import { completeJob } from "./claims/complete.js";
 import { recordOwnerMarker } from "./claims/marker.js";
+import { recordPreflight } from "./claims/preflight.js";
 import { reportProgress } from "./claims/progress.js";
 import type { JobsCore } from "./core.js";
 import type { JobsDatabase } from "./db/schema.js";
@@ -74,6 +75,7 @@ export function createJobsService(core: JobsCore): ServiceImpl<typeof JobsServic
     adoptJob: (req) => adoptJob(core, req),
     recordOwnerMarker: (req) => recordOwnerMarker(core, req),
     reportProgress: (req) => reportProgress(core, req),
+    recordPreflight: (req) => recordPreflight(core, req),
     storeArtifact: (req) => storeArtifact(core, req),
     readArtifact: (req) => readArtifact(core, req.artifactId),
     completeJob: (req) => completeJob(core, req),

@@ -64,7 +64,7 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     signal: rt.signal,
     prepare: () => migrateJobs(rt.db, rt.log),
   });
-  scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000, nodeStaleMs: core.nodeStaleMs, rootMaxSlots: rt.rootMaxSlots ?? 0 });
+  scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000, nodeStaleMs: core.nodeStaleMs, rootMaxSlots: rt.rootMaxSlots ?? 0, now: core.now });
   return {
     ...booted,
     async stop() {

@@ -14,6 +14,12 @@ export interface AuthorityReader {
   admissionBlockers(db: Db, bundle: ExecutionBundle, nowMs: number): Promise<BlockReason[]>;
   /** True when the operator root still exists and still has a usable (unrevoked) token. */
   rootIsLive(db: Db, rootId: string): Promise<boolean>;
+  /**
+   * The approval as stored by its owner (the API): the exact approved document bytes and the
+   * hash recorded with them; undefined when no such approval exists. Recovery recomputes the
+   * document's hash and the identities it binds from these bytes.
+   */
+  approvedDocument(db: Db, approvalId: string): Promise<{ readonly document: Uint8Array; readonly documentSha256: string } | undefined>;
 }
 
 function reason(code: string, message: string, subject = ""): BlockReason {
@@ -21,7 +27,8 @@ function reason(code: string, message: string, subject = ""): BlockReason {
 }
 
 /**
- * Reads the API's tables in the shared database, read-only: `approvals`, `goals`,
+ * Reads the API's tables in the shared database, read-only: `approvals` (also the approved
+ * document bytes, for recovery), `goals`,
  * `sandbox_settings`, `principals` and `api_tokens`. This is the one cross-service read in
  * Seraph, chosen so that fresh admission and the fenced claim are a single PostgreSQL
  * transaction (no window between "the approval is valid" and "the job is claimed", and no new
@@ -85,6 +92,11 @@ export function createSharedTableAuthority(): AuthorityReader {
           WHERE p.root_id = ${rootId} AND t.revoked_at IS NULL
         ) AS live`.execute(db);
       return r.rows[0]?.live === true;
+    },
+    async approvedDocument(db, approvalId) {
+      const row = (await sql<{ document: Uint8Array; document_sha256: string }>`
+        SELECT document, document_sha256 FROM approvals WHERE id = ${approvalId}`.execute(db)).rows[0];
+      return row ? { document: row.document, documentSha256: row.document_sha256 } : undefined;
     },
   };
 }

@@ -11,6 +11,7 @@ import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { inTransaction } from "../store/db.js";
+import { deadlineMsOf } from "./deadline.js";
 
 /**
  * Re-adopts a claimed attempt (PREPARING, STARTING or RUNNING) for the node's current executor
@@ -21,6 +22,8 @@ import { inTransaction } from "../store/db.js";
  * write carrying an earlier fence is refused with `stale_fence`, so a superseded executor that
  * is still alive can change nothing. The supervisor keeps its marker (it names the fence it was
  * launched with); completion and recovery accept a marker whose fence belongs to this attempt.
+ *
+ * The attempt keeps the absolute deadline its claim fixed: adoption never extends it.
  *
  * A superseded incarnation gets FAILED_PRECONDITION `stale_incarnation`; a job on another node
  * `wrong_node`; a job that is not claimed `job_not_adoptable`. A retry by the incarnation that
@@ -76,5 +79,6 @@ export async function adoptJob(core: JobsCore, req: AdoptJobRequest): Promise<Ad
     bundle: readBundle(out.row),
     previousFence: BigInt(out.previous),
     claimFence: BigInt(out.claimFence),
+    deadlineUnixMs: BigInt(deadlineMsOf(out.row)),
   });
 }

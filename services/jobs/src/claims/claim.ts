@@ -10,6 +10,7 @@ import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { moveSlot } from "../slots/slot.repository.js";
 import { inTransaction } from "../store/db.js";
+import { deadlineMsOf, wallMsOf } from "./deadline.js";
 
 /**
  * Claims a reserved job for one executor incarnation: compare-and-set RESERVED→PREPARING with a
@@ -22,6 +23,10 @@ import { inTransaction } from "../store/db.js";
  * becomes REJECTED with the reasons, the slot is released, and the response carries the
  * rejected job (the executor then does nothing). Drift of execution inputs is checked by the
  * executor, which alone can re-inspect the repository.
+ *
+ * The claim fixes the attempt's absolute wall deadline (now + the approved wall limit,
+ * `jobs.deadline_at`): it bounds everything the executor does for the attempt, and
+ * re-adoption keeps it unchanged.
  *
  * A retry by the incarnation that claimed the job gets the same answer (idempotent). Another
  * incarnation of the node gets FAILED_PRECONDITION `adoption_required`: re-adoption after a
@@ -66,7 +71,9 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
       changes.schedule = true;
       return rejected;
     }
-    const claimed = await updateJobCas(trx, job.id, job.revision, { state: "preparing", fence, incarnation_id: req.incarnationId });
+    // The attempt's one absolute deadline, fixed now and never moved (re-adoption keeps it).
+    const deadline = new Date(core.now() + wallMsOf(readBundle(job)));
+    const claimed = await updateJobCas(trx, job.id, job.revision, { state: "preparing", fence, incarnation_id: req.incarnationId, deadline_at: deadline });
     const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "held");
     if (!slot) throw new Error(`slot of job ${job.id} lost its binding`);
     changes.jobs.push(claimed);
@@ -75,5 +82,5 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
   });
   core.publisher.publish(changes);
   core.log.info({ jobId: result.id, attempt: result.attempt, fence: result.fence, state: result.state, nodeId: req.nodeId }, "job claimed");
-  return create(ClaimJobResponseSchema, { job: await jobView(core.db, result), fence: BigInt(result.fence), bundle: readBundle(result) });
+  return create(ClaimJobResponseSchema, { job: await jobView(core.db, result), fence: BigInt(result.fence), bundle: readBundle(result), deadlineUnixMs: BigInt(deadlineMsOf(result)) });
 }

@@ -1,7 +1,7 @@
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { newId, sha256Hex } from "@seraph/kit";
-import { ExecutionBundleSchema, JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobState, SlotState, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { OwnerMarkerSchema, Outcome, ReceiptSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
@@ -26,15 +26,29 @@ function codeOf(e: unknown): Code | undefined {
   return e instanceof ConnectError ? e.code : undefined;
 }
 
+const bundles = new Map<string, ExecutionBundle>();
+
 async function reservedJob(): Promise<string> {
-  const { job } = await h.client.enqueueJob({ ownerId: owner, rootId: root, bundle: testBundle(node) });
+  const bundle = testBundle(node, {}, owner);
+  const { job } = await h.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
   const id = job?.id ?? "";
+  bundles.set(id, bundle);
   await expect.poll(async () => (await h.client.getJob({ jobId: id })).job?.state, { timeout: 10_000 }).toBe(JobState.RESERVED);
   return id;
 }
 
 function markerFor(jobId: string, fence: bigint, pid = 4242, bootId = boot): OwnerMarker {
+  const b = bundles.get(jobId);
   return create(OwnerMarkerSchema, {
+    bindings: b && {
+      approvalId: b.approvalId,
+      approvalDocumentSha256: b.approvalDocumentSha256,
+      isolationClaim: b.isolationClaim,
+      resourceEnforcement: b.resourceEnforcement,
+      nodeId: node,
+      slotIndex: 0,
+    },
+    tokenSha256: "7".repeat(64),
     supervisor: { pid, startTimeTicks: 777n, bootId },
     jobId,
     attempt: 1,
@@ -177,17 +191,13 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     await h.client.storeArtifact({ jobId, fence, kind: "cleanup_receipt", name: "cleanup.receipt.binpb", content: foreign, sha256: sha256Hex(foreign) });
     const byReceipt = await h.client.recoverProcessCleanup({ jobId, rootId: root });
     expect([byReceipt.released, byReceipt.refusalCode]).toEqual([false, "supervisor_source_mismatch"]);
-    // The recorded marker itself no longer names the approved code (the bundle says otherwise).
-    const row = await h.db.selectFrom("jobs").select("bundle").where("id", "=", jobId).executeTakeFirstOrThrow();
-    const bundle = fromBinary(ExecutionBundleSchema, row.bundle);
-    bundle.supervisorSourceSha256 = "c".repeat(64);
-    await h.db.updateTable("jobs").set({ bundle: toBinary(ExecutionBundleSchema, bundle) }).where("id", "=", jobId).execute();
+    // The recorded marker itself no longer names the approved code.
+    await h.db.updateTable("jobs").set({ marker: toBinary(OwnerMarkerSchema, create(OwnerMarkerSchema, { ...marker, supervisorSourceSha256: "c".repeat(64) })) }).where("id", "=", jobId).execute();
     const byMarker = await h.client.recoverProcessCleanup({ jobId, rootId: root });
     expect([byMarker.released, byMarker.refusalCode]).toEqual([false, "supervisor_source_mismatch"]);
     expect(await slotState()).toBe(SlotState.HELD);
-    // Free the slot for the remaining tests: the approved hash again and a matching receipt.
-    bundle.supervisorSourceSha256 = TEST_SUPERVISOR_SOURCE_SHA256;
-    await h.db.updateTable("jobs").set({ bundle: toBinary(ExecutionBundleSchema, bundle) }).where("id", "=", jobId).execute();
+    // Free the slot for the remaining tests: the recorded marker again and a matching receipt.
+    await h.db.updateTable("jobs").set({ marker: toBinary(OwnerMarkerSchema, marker) }).where("id", "=", jobId).execute();
     const own = toBinary(ReceiptSchema, create(ReceiptSchema, { outcome: Outcome.FAILED, echildObserved: true, marker }));
     await h.client.storeArtifact({ jobId, fence, kind: "cleanup_receipt", name: "cleanup2.receipt.binpb", content: own, sha256: sha256Hex(own) });
     expect((await h.client.recoverProcessCleanup({ jobId, rootId: root })).released).toBe(true);

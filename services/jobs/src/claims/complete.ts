@@ -17,6 +17,7 @@ import { CLAIMED_STATES, jobStateFromProto, type JobStateName } from "../jobs/jo
 import { readReport, writeReport } from "../jobs/job-view.js";
 import { moveSlot } from "../slots/slot.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
+import { DEADLINE_OUTCOME, deadlineMsOf, deadlinePassed } from "./deadline.js";
 
 /** Artifact kinds a succeeded job must have stored and read back. */
 const REQUIRED_FOR_SUCCESS = ["applied_diff", "receipt"] as const;
@@ -36,8 +37,10 @@ async function verifyArtifacts(db: Db, jobId: string, ids: readonly string[]): P
  * marker, and the outcome is not UNKNOWN; or no supervisor was ever recorded for the attempt
  * (rejected or cancelled before the owner marker). UNKNOWN always keeps the slot held.
  * SUCCEEDED additionally requires the start token, a succeeded receipt, every step passed, and
- * the diff, receipt and step outputs stored and read back by sha256. A retried call with the
- * same result is idempotent.
+ * the diff, receipt and step outputs stored and read back by sha256. After the attempt's
+ * absolute deadline, an attempt with a recorded owner marker can only become UNKNOWN
+ * (FAILED_PRECONDITION `deadline_exhausted` otherwise). A retried call with the same result
+ * is idempotent.
  */
 export async function completeJob(core: JobsCore, req: CompleteJobRequest): Promise<CompleteJobResponse> {
   const target = jobStateFromProto(req.state);
@@ -59,6 +62,14 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
     }
     if (marker && receipt && !receipt.marker) {
       throw new FailedPreconditionError("receipt_marker_missing", "the receipt names no owner marker");
+    }
+    // The one absolute deadline bounds completion too: past it, only UNKNOWN is recorded,
+    // except for an attempt that never recorded a supervisor (nothing can have started).
+    if (target !== "unknown" && marker !== undefined && deadlinePassed(job, core.now())) {
+      throw new FailedPreconditionError(
+        "deadline_exhausted",
+        `the attempt's absolute deadline ${new Date(deadlineMsOf(job)).toISOString()} has passed; only UNKNOWN (${DEADLINE_OUTCOME}) can be recorded now`,
+      );
     }
     const cleanupProved = marker === undefined ? receipt === undefined || receipt.echildObserved : receipt?.echildObserved === true;
     if (target !== "unknown" && !cleanupProved) {

@@ -58,6 +58,10 @@ export interface JobsDatabase {
     revision: BigIntColumn;
     created_at: Timestamp;
     updated_at: Timestamp;
+    /** The attempt's absolute wall deadline, set at claim; re-adoption keeps it. */
+    deadline_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+    /** protobuf JobPreflight: the executor's recorded preparation evidence. */
+    preflight: ColumnType<Uint8Array | null, Uint8Array | null | undefined, Uint8Array | null>;
   };
   job_attempts: {
     job_id: string;

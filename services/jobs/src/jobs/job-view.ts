@@ -11,6 +11,7 @@ import {
   type Node,
   type Slot,
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobPreflightSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { FacilityReportSchema, OwnerMarkerSchema, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { ArtifactMetaRow } from "../artifacts/artifact.repository.js";
 import type { NodeRow } from "../nodes/node.repository.js";
@@ -70,6 +71,9 @@ export function toJobProto(row: JobRow, slot: SlotRow | undefined, artifacts: re
     noLearning: report.noLearning,
     reasons: report.reasons,
     drift: report.drift,
+    deadlineUnixMs: row.deadline_at ? BigInt(new Date(row.deadline_at).getTime()) : 0n,
+    preflight: row.preflight ? fromBinary(JobPreflightSchema, row.preflight) : undefined,
+    untrustedTests: readBundle(row).patchChangedTests,
   });
 }
 

@@ -25,7 +25,8 @@ afterAll(async () => {
 
 describe("recovery on PGlite (embedded mode)", () => {
   it("releases the slot of an UNKNOWN job on its verified cleanup receipt", async () => {
-    const { job } = await h.client.enqueueJob({ ownerId: owner, rootId: root, bundle: testBundle(node) });
+    const bundle = testBundle(node, {}, owner);
+    const { job } = await h.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
     const jobId = job?.id ?? "";
     await expect.poll(async () => (await h.client.getJob({ jobId })).job?.state, { timeout: 10_000 }).toBe(JobState.RESERVED);
     const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: "inc-1" });
@@ -39,6 +40,7 @@ describe("recovery on PGlite (embedded mode)", () => {
       runDir: "/run/x",
       writtenUnixMs: BigInt(Date.now()),
       specSha256: "e".repeat(64),
+      bindings: { approvalId: job?.approvalId ?? "", approvalDocumentSha256: bundle.approvalDocumentSha256, isolationClaim: "none", resourceEnforcement: "admission_and_wall_timeout_only", nodeId: node, slotIndex: 0 },
     });
     expect((await h.client.recordOwnerMarker({ jobId, fence, marker })).go).toBe(true);
     const receipt = create(ReceiptSchema, { outcome: Outcome.CANCELLED, echildObserved: true, cancelRequested: true, marker });

@@ -11,19 +11,15 @@ import { OwnerMarkerSchema, ReceiptSchema, type OwnerMarker } from "@seraph/prot
 import type { JobsCore } from "../core.js";
 import { findArtifact, listArtifacts } from "../artifacts/artifact.repository.js";
 import { noChanges } from "../events/publisher.js";
-import { listAttemptFences, lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { getJob, listAttemptFences, lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
-import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
+import { readBundle, readReport, toSlotProto, writeReport } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
-import { findSlotOfJob, moveSlot } from "../slots/slot.repository.js";
+import { findSlot, findSlotOfJob, moveSlot } from "../slots/slot.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
 import { namespaceProof } from "./namespace-proof.js";
+import { bindingRefusal, receiptBindingRefusal, type Refusal } from "./bindings.js";
 
-/** Why recovery keeps the slot held. */
-interface Refusal {
-  readonly code: string;
-  readonly message: string;
-}
 
 /** The proof that releases a slot. */
 interface Proof {
@@ -63,6 +59,11 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker, approvedSo
       last = { code: "receipt_marker_mismatch", message: "the receipt does not name the recorded supervisor (pid, start time, boot, job, attempt, fence, source hash)" };
       continue;
     }
+    const bound = receiptBindingRefusal(job, marker, receipt);
+    if (bound) {
+      last = bound;
+      continue;
+    }
     if (!receipt.echildObserved) {
       last = { code: "echild_not_observed", message: "the receipt does not prove ECHILD: descendants may still run" };
       continue;
@@ -87,9 +88,44 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker, approvedSo
  * PERMISSION_DENIED. Missing proof answers released=false with a refusal code and writes
  * nothing; a repeated call after release answers released=true again.
  */
+/** The in-transaction re-read after the release did not show the original dispatch's slot freed: roll back. */
+class RecoveryReadbackError extends Error {
+  override readonly name = "RecoveryReadbackError";
+  constructor(readonly jobId: string) {
+    super(`after releasing the slot of job ${jobId}, a fresh read did not show the original reservation freed`);
+  }
+}
+
 export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessCleanupRequest): Promise<RecoverProcessCleanupResponse> {
   const changes = noChanges();
-  const out = await inTransaction(core.db, async (trx) => {
+  let out: { job: JobRow; released: boolean; refusal: Refusal | undefined };
+  try {
+    out = await release(core, req, changes);
+  } catch (err) {
+    if (!(err instanceof RecoveryReadbackError)) throw err;
+    // Rolled back: nothing was released.
+    const job = await getJob(core.db, req.jobId);
+    out = { job, released: false, refusal: { code: "release_readback_mismatch", message: err.message } };
+    changes.jobs.length = 0;
+    changes.slots.length = 0;
+  }
+  core.publisher.publish(changes);
+  const log = core.log.child({ jobId: out.job.id, attempt: out.job.attempt });
+  if (out.refusal) log.info({ refusal: out.refusal.code }, "process cleanup recovery refused; slot stays held");
+  else log.info("process cleanup recovered; physical slot released, task outcome unchanged");
+  // After commit: the reservation as read afresh, for the caller to compare with the dispatch.
+  const after = out.released && out.job.slot_index !== null ? await findSlot(core.db, out.job.node_id, out.job.slot_index) : undefined;
+  return create(RecoverProcessCleanupResponseSchema, {
+    job: await jobView(core.db, out.job),
+    released: out.released,
+    refusalCode: out.refusal?.code ?? "",
+    refusalMessage: out.refusal?.message ?? "",
+    releasedSlot: after && after.job_id !== out.job.id ? toSlotProto(after) : undefined,
+  });
+}
+
+async function release(core: JobsCore, req: RecoverProcessCleanupRequest, changes: ReturnType<typeof noChanges>): Promise<{ job: JobRow; released: boolean; refusal: Refusal | undefined }> {
+  return inTransaction(core.db, async (trx) => {
     const job = await lockJob(trx, req.jobId);
     if (job.root_id !== req.rootId) throw new NotFoundError("job", req.jobId);
     if (!(await core.authority.rootIsLive(trx, req.rootId))) {
@@ -109,22 +145,9 @@ export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessC
     // The attempt's fences: its claim fence and one per re-adoption; the supervisor's marker
     // names the fence it was launched under, which a later adoption may have superseded.
     const fences = await listAttemptFences(trx, job.id, job.attempt);
-    const invalid: string[] = [];
-    if (!fences.includes(String(job.fence))) invalid.push("the attempt with the job's fence is not recorded");
-    if (bundle.approvalId !== job.approval_id || bundle.repairId !== job.repair_id) invalid.push("the bundle does not match the job's approval");
-    if (!/^[0-9a-f]{64}$/.test(bundle.proposalSha256)) invalid.push("the bundle has no proposal identity");
-    if (marker.jobId !== job.id || marker.attempt !== job.attempt || !fences.includes(marker.fence.toString())) invalid.push("the marker does not name this job, attempt and one of its fences");
-    if (!marker.supervisor || marker.supervisor.pid <= 0 || marker.supervisor.startTimeTicks === 0n || marker.supervisor.bootId === "") {
-      invalid.push("the marker has no complete supervisor identity");
-    }
-    if (!/^[0-9a-f]{64}$/.test(marker.supervisorSourceSha256)) invalid.push("the marker has no supervisor source hash");
-    if (slot.node_id !== job.node_id) invalid.push("the held slot is on another node");
-    if (invalid.length > 0) return refuse("binding_mismatch", invalid.join("; "));
-    // The originally approved supervisor source hash: the recorded supervisor must run exactly
-    // the code the person approved, or nothing it reports is evidence.
-    if (marker.supervisorSourceSha256 !== bundle.supervisorSourceSha256) {
-      return refuse("supervisor_source_mismatch", `the recorded supervisor runs code ${marker.supervisorSourceSha256}, not the approved ${bundle.supervisorSourceSha256 || "(none)"}`);
-    }
+    const approval = await core.authority.approvedDocument(trx, job.approval_id);
+    const bad = bindingRefusal({ job, bundle, marker, slot, fences, approval });
+    if (bad) return refuse(bad.code, bad.message);
 
     let proof: Proof | Refusal = await receiptProof(trx, job, marker, bundle.supervisorSourceSha256);
     if (!("kind" in proof)) {
@@ -156,19 +179,15 @@ export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessC
     const updated = await updateJobCas(trx, job.id, job.revision, { report: writeReport(report) });
     const freed = await moveSlot(trx, slot.node_id, slot.slot_index, job.id, "free");
     if (!freed) throw new Error(`slot of job ${job.id} lost its binding during recovery`);
+    // A fresh read of the reservation, validated against the original dispatch before commit.
+    const reread = await findSlot(trx, job.node_id, job.slot_index ?? -1);
+    const stillBound = await findSlotOfJob(trx, job.id);
+    if (!reread || reread.state !== "free" || reread.job_id !== null || String(reread.revision) !== String(freed.revision) || stillBound) {
+      throw new RecoveryReadbackError(job.id);
+    }
     changes.jobs.push(updated);
     changes.slots.push(freed);
     changes.schedule = true;
     return { job: updated, released: true, refusal: undefined };
-  });
-  core.publisher.publish(changes);
-  const log = core.log.child({ jobId: out.job.id, attempt: out.job.attempt });
-  if (out.refusal) log.info({ refusal: out.refusal.code }, "process cleanup recovery refused; slot stays held");
-  else log.info("process cleanup recovered; physical slot released, task outcome unchanged");
-  return create(RecoverProcessCleanupResponseSchema, {
-    job: await jobView(core.db, out.job),
-    released: out.released,
-    refusalCode: out.refusal?.code ?? "",
-    refusalMessage: out.refusal?.message ?? "",
   });
 }

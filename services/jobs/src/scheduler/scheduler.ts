@@ -3,6 +3,7 @@ import type { Kysely } from "kysely";
 import type { JobsDatabase } from "../db/schema.js";
 import { noChanges, type EventPublisher } from "../events/publisher.js";
 import { Subjects } from "../events/subjects.js";
+import { expireDeadlines } from "../claims/deadline.js";
 import { DEFAULT_NODE_STALE_MS, releaseStaleReservations, reserveOne } from "./reserve.js";
 
 /** The reservation loop of one jobs-service process. */
@@ -25,6 +26,8 @@ export interface SchedulerOptions {
   readonly nodeStaleMs?: number;
   /** At most this many slots per operator root at once (0 = no cap). */
   readonly rootMaxSlots?: number;
+  /** Wall clock (default Date.now). */
+  readonly now?: () => number;
 }
 
 /**
@@ -35,7 +38,8 @@ export interface SchedulerOptions {
 export const SCHEDULER_QUEUE_GROUP = "seraph-scheduler";
 
 /**
- * Starts the loop: each pass first returns reservations on nodes whose heartbeat went stale to
+ * Starts the loop: each pass first makes every claimed attempt whose absolute deadline passed
+ * UNKNOWN `deadline_exhausted_before_proof` (slot held), then returns reservations on nodes whose heartbeat went stale to
  * the queue, then reserves slots on live nodes until none can be reserved, then sleeps until a
  * wake-up (`seraph.work.queued`, a local wake) or the poll interval. A failed pass (database
  * down) is logged and retried on the next tick; nothing is decided outside PostgreSQL.
@@ -49,6 +53,15 @@ export function startScheduler(o: SchedulerOptions): Scheduler {
       if (failures === 1 || failures % 30 === 0) o.log.warn({ err, failures }, "scheduler pass failed; retrying on the next tick");
     },
     pass: async () => {
+      const expired = await expireDeadlines(o.db, (o.now ?? Date.now)());
+      if (expired.length > 0) {
+        const changes = noChanges();
+        for (const job of expired) {
+          o.log.warn({ jobId: job.id, attempt: job.attempt, nodeId: job.node_id }, "attempt deadline passed before its proof: UNKNOWN, slot held");
+          changes.jobs.push(job);
+        }
+        o.publisher().publish(changes);
+      }
       const released = await releaseStaleReservations(o.db, staleMs);
       if (released.length > 0) {
         const changes = noChanges();

@@ -26,6 +26,11 @@ export async function listSlots(db: Db): Promise<SlotRow[]> {
   return db.selectFrom("physical_slots").selectAll().orderBy("node_id").orderBy("slot_index").execute();
 }
 
+/** One physical slot by node and index, if it exists. */
+export async function findSlot(db: Db, nodeId: string, slotIndex: number): Promise<SlotRow | undefined> {
+  return db.selectFrom("physical_slots").selectAll().where("node_id", "=", nodeId).where("slot_index", "=", slotIndex).executeTakeFirst();
+}
+
 /** The slot a job reserves or holds, if any. */
 export async function findSlotOfJob(db: Db, jobId: string): Promise<SlotRow | undefined> {
   return db.selectFrom("physical_slots").selectAll().where("job_id", "=", jobId).executeTakeFirst();

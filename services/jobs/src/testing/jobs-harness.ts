@@ -1,8 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { createClient, type Client } from "@connectrpc/connect";
-import { createLocalSignals, createRootLogger, createServiceTransport, newId, openDatabase, type Signals } from "@seraph/kit";
+import { createLocalSignals, createRootLogger, createServiceTransport, newId, openDatabase, sha256Hex, type Signals } from "@seraph/kit";
+import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobsService, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Kysely } from "kysely";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -10,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AuthorityReader } from "../admission/authority.js";
 import type { JobsDatabase } from "../db/schema.js";
+import { approvalDocumentDigest } from "../recovery/bindings.js";
 import { startJobs, type JobsHandle } from "../start.js";
 
 /** A jobs service on a fresh PostgreSQL database, with a controllable authority (test only). */
@@ -21,6 +24,11 @@ export interface JobsHarness {
   /** Blockers the fake authority returns at claim time (empty: admitted). */
   blockers: { code: string; message: string }[];
   liveRoots: Set<string>;
+  /**
+   * Approved documents by approval id, overriding the default: the document testApprovalDocument
+   * derives from the job's stored bundle and owner (what the API would have stored).
+   */
+  documents: Map<string, Uint8Array>;
   close(): Promise<void>;
 }
 
@@ -35,13 +43,21 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
   const db = await openDatabase<JobsDatabase>(pgliteDir ? { pgliteDir } : { url: (database as { url: string }).url });
   const signals = opts.signals ?? createLocalSignals();
   const token = newId();
-  const h = { blockers: [] as { code: string; message: string }[], liveRoots: new Set<string>() };
+  const h = { blockers: [] as { code: string; message: string }[], liveRoots: new Set<string>(), documents: new Map<string, Uint8Array>() };
   const authority: AuthorityReader = {
     async admissionBlockers() {
       return h.blockers.map((b) => ({ ...b, subject: "" }) as never);
     },
     async rootIsLive(_db, rootId) {
       return h.liveRoots.has(rootId);
+    },
+    async approvedDocument(trx, approvalId) {
+      const given = h.documents.get(approvalId);
+      if (given) return { document: given, documentSha256: approvalDocumentDigest(fromBinary(ApprovalDocumentSchema, given)) };
+      const row = await trx.selectFrom("jobs").select(["bundle", "owner_id"]).where("approval_id", "=", approvalId).executeTakeFirst();
+      if (!row) return undefined;
+      const doc = testApprovalDocument(fromBinary(ExecutionBundleSchema, row.bundle), row.owner_id);
+      return { document: toBinary(ApprovalDocumentSchema, doc), documentSha256: doc.documentSha256 };
     },
   };
   const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs });
@@ -63,23 +79,60 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
 /** The supervisor source hash testBundle approves (test markers carry it). */
 export const TEST_SUPERVISOR_SOURCE_SHA256 = "d".repeat(64);
 
-/** A minimal bundle for a repository on `nodeId`. */
-export function testBundle(nodeId: string, over: Omit<Partial<ExecutionBundle>, "$typeName" | "$unknown"> = {}): ExecutionBundle {
-  return create(ExecutionBundleSchema, {
+/** The owner testBundle's approval document names unless told otherwise. */
+export const TEST_OWNER = "00000000-0000-4000-8000-000000000001";
+
+/** The approval document the API would have stored for `bundle` approved by `ownerId` (test only). */
+export function testApprovalDocument(bundle: ExecutionBundle, ownerId: string): ApprovalDocument {
+  const doc = create(ApprovalDocumentSchema, {
+    kind: "local_host_execution",
+    repairId: bundle.repairId,
+    proposalSha256: bundle.proposalSha256,
+    inspectionSha256: bundle.inspection?.inspectionSha256 ?? "",
+    identities: bundle.inspection?.identities ?? [],
+    isolationClaim: bundle.isolationClaim,
+    resourceEnforcement: bundle.resourceEnforcement,
+    goalId: bundle.goalId,
+    goalRevision: bundle.goalRevision,
+    settingsRevision: bundle.settingsRevision,
+    repositoryPath: bundle.repositoryPath,
+    nodeId: bundle.nodeId,
+    runtimePath: bundle.runtimePath,
+    ownerId,
+    expiresUnixMs: bundle.approvalExpiresUnixMs,
+    noLearning: true,
+    allowedPatchPaths: [...bundle.allowedPatchPaths],
+    supervisorSourceSha256: bundle.supervisorSourceSha256,
+  });
+  doc.documentSha256 = approvalDocumentDigest(doc);
+  return doc;
+}
+
+/**
+ * A minimal bundle for a repository on `nodeId`, approved by `ownerId`: its proposal identity is
+ * the diff's SHA-256 and its approval document hash that of testApprovalDocument.
+ */
+export function testBundle(nodeId: string, over: Omit<Partial<ExecutionBundle>, "$typeName" | "$unknown"> = {}, ownerId = TEST_OWNER): ExecutionBundle {
+  const diff = over.diff ?? "";
+  const bundle = create(ExecutionBundleSchema, {
     repairId: newId(),
     approvalId: newId(),
     approvalDocumentSha256: "a".repeat(64),
     repositoryPath: "/srv/repos/demo",
     nodeId,
     inspection: create(InspectionSchema, { profile: "repo-node24-npm-v1", admitted: true }),
-    diff: "",
-    proposalSha256: "b".repeat(64),
+    diff,
+    proposalSha256: sha256Hex(diff),
     runtimePath: "/usr/bin/node",
     approvalExpiresUnixMs: BigInt(Date.now() + 3_600_000),
     goalId: newId(),
     goalRevision: 1,
     settingsRevision: 1n,
     supervisorSourceSha256: TEST_SUPERVISOR_SOURCE_SHA256,
+    isolationClaim: "none",
+    resourceEnforcement: "admission_and_wall_timeout_only",
     ...over,
   });
+  if (over.approvalDocumentSha256 === undefined) bundle.approvalDocumentSha256 = testApprovalDocument(bundle, ownerId).documentSha256;
+  return bundle;
 }
