@@ -5,6 +5,7 @@ import { IdentityKind, InspectionSchema } from "@seraph/proto/seraph/profile/v1/
 import { NodeContainmentSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { describe, expect, it } from "vitest";
 import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "./approval-document.js";
+import { patchChangedTests, UNTRUSTED_TEST_NOTE } from "./untrusted-tests.js";
 
 const inspection = create(InspectionSchema, {
   admitted: true,
@@ -76,5 +77,22 @@ describe("approval document", () => {
     lower.ceilings!.memoryBytes = 1n << 29n;
     expect(buildApprovalDocument({ ...inputs, containment: lower }).documentSha256).not.toBe(doc.documentSha256);
     expect(buildExecutionBundle({ doc, approvalId: "ap", inspection, diff: "" }).containment).toEqual(doc.containment);
+  });
+  it("labels the tests the patch adds or changes as untrusted evidence, in the document and the bundle (results)", () => {
+    const changed = ["src/x.js", "t.test.js", "test/helper.js", "lib/new.spec.mjs"];
+    const doc = buildApprovalDocument({ ...inputs, changedPaths: changed });
+    expect(doc.patchChangedTests).toEqual(["lib/new.spec.mjs", "t.test.js", "test/helper.js"]);
+    expect(doc.testEvidenceNote).toBe(UNTRUSTED_TEST_NOTE);
+    expect(doc.testEvidenceNote).toMatch(/untrusted evidence/);
+    expect(doc.testEvidenceNote).toMatch(/never proof that the tests are adequate/);
+    // The label is part of what the person approves.
+    expect(doc.documentSha256).not.toBe(buildApprovalDocument({ ...inputs, changedPaths: ["src/x.js"] }).documentSha256);
+    const bundle = buildExecutionBundle({ doc, approvalId: "ap", inspection, diff: "d" });
+    expect(bundle.patchChangedTests).toEqual(doc.patchChangedTests);
+    expect(bundle).toMatchObject({ isolationClaim: "none", resourceEnforcement: "admission_and_wall_timeout_only" });
+    // A patch that changes only sources carries no label.
+    const plain = buildApprovalDocument({ ...inputs, changedPaths: ["src/x.js"] });
+    expect([plain.patchChangedTests, plain.testEvidenceNote]).toEqual([[], ""]);
+    expect(patchChangedTests(["t.test.js", "src/t.test.js.map"], inspection)).toEqual(["t.test.js"]);
   });
 });

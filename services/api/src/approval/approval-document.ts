@@ -6,6 +6,7 @@ import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { NODE_CLEANUP_CLAIM } from "@seraph/profiles/node24-npm";
 import { PYTHON_CLEANUP_CLAIM, PYTHON_PROFILE } from "@seraph/profiles/python3";
+import { patchChangedTests, UNTRUSTED_TEST_NOTE } from "./untrusted-tests.js";
 
 /** The approval kind: execution on the executor host with no OS isolation. */
 export const APPROVAL_KIND = "local_host_execution";
@@ -45,6 +46,8 @@ export interface ApprovalInputs {
    * (absent: isolation_claim=none, admission_and_wall_timeout_only, every ceiling unenforced).
    */
   readonly containment?: NodeContainment | undefined;
+  /** The paths the proposal adds, changes or deletes (its tests among them are shown as untrusted evidence). */
+  readonly changedPaths?: readonly string[];
 }
 
 /**
@@ -64,7 +67,8 @@ export function approvalDocumentSha256(doc: ApprovalDocument): string {
  * script bodies with their direct argv, the limits (and which differ from the profile), the
  * isolation and enforcement claims, the goal, settings, node, runtime and supervisor source hash
  * it binds, its validity, no_learning, the allowed patch paths, the profile and the profile's
- * cleanup statement; with its own hash filled in.
+ * cleanup statement, and the tests the patch adds or changes labelled as untrusted evidence;
+ * with its own hash filled in.
  */
 export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
   const doc = create(ApprovalDocumentSchema, {
@@ -96,6 +100,11 @@ export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
     profile: i.inspection.profile,
     cleanupClaim: cleanupClaim(i.inspection.profile),
   });
+  const tests = patchChangedTests(i.changedPaths ?? [], i.inspection);
+  if (tests.length > 0) {
+    doc.patchChangedTests = tests;
+    doc.testEvidenceNote = UNTRUSTED_TEST_NOTE;
+  }
   doc.documentSha256 = approvalDocumentSha256(doc);
   return doc;
 }
@@ -121,5 +130,8 @@ export function buildExecutionBundle(input: { doc: ApprovalDocument; approvalId:
     allowedPatchPaths: [...doc.allowedPatchPaths],
     supervisorSourceSha256: doc.supervisorSourceSha256,
     containment: doc.containment,
+    isolationClaim: doc.isolationClaim,
+    resourceEnforcement: doc.resourceEnforcement,
+    patchChangedTests: [...doc.patchChangedTests],
   });
 }

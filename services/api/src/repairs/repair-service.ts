@@ -570,6 +570,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
         supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
         containment: row.containment !== null ? fromBinary(NodeContainmentSchema, row.containment) : undefined,
+        changedPaths: proposal.changedPaths,
       });
       await insertDocument(db, {
         id: newId(),
