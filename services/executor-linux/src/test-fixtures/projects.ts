@@ -1,8 +1,8 @@
 import { execFileSync } from "node:child_process";
-import { cp, readFile } from "node:fs/promises";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { cp } from "node:fs/promises";
+import { join } from "node:path";
 import { createTwoFilesPatch } from "diff";
+import { typescriptForTests } from "./runtime-fixture.js";
 import { commitFixture, createFixtureRepo, gitEnv, type FixtureEntry, type FixtureRepo, type FixtureRepoOptions } from "./fixture-repo.js";
 
 /** Options shared by the project fixtures. */
@@ -94,11 +94,14 @@ export async function createJsBuildThenTestProject(options: ProjectFixtureOption
   );
 }
 
-/** The TypeScript installed at the Seraph root (what fixtures copy as "the project's own" compiler). */
-export async function rootTypeScript(): Promise<{ dir: string; version: string }> {
-  const manifest = createRequire(import.meta.url).resolve("typescript/package.json");
-  const { version } = JSON.parse(await readFile(manifest, "utf8")) as { version: string };
-  return { dir: dirname(manifest), version };
+/**
+ * The TypeScript fixtures copy as "the project's own" compiler: SERAPH_TEST_TYPESCRIPT_ROOT, else
+ * the one installed at the Seraph root (see typescriptForTests; missing always throws here).
+ */
+export async function rootTypeScript(env: NodeJS.ProcessEnv = process.env): Promise<{ dir: string; version: string }> {
+  const ts = await typescriptForTests({ ...env, CI: "true" });
+  if (!ts) throw new Error("unreachable: typescriptForTests throws under CI=true");
+  return ts;
 }
 
 /** The package-lock.json entries of a copied TypeScript. */
