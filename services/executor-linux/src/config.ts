@@ -1,5 +1,6 @@
 import { hostname } from "node:os";
-import { int, natsAuth, oneOf, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
+import { bool, int, natsAuth, oneOf, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
+import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
 import { MIN_CPU_MILLICORES, MIN_MEMORY_CEILING_BYTES, MIN_PIDS_CEILING } from "./supervisor/containment.js";
 import { defaultContainmentSettings, parseJobUserSetting, type ContainmentSettings, type JobUserSetting } from "./supervisor-client/node-containment.js";
 
@@ -57,6 +58,21 @@ function ceiling(fallback: number, min: number, max: number): EnvReader<number> 
   };
 }
 
+/** SERAPH_BOOT_ID_FILE: the kernel's file, or (only with SERAPH_TEST_ALLOW_BOOT_ID_FILE=1) another absolute file. */
+function testBootIdFile(): EnvReader<string> {
+  return (env, name, problems) => {
+    const raw = env[name];
+    if (raw === undefined || raw === "" || raw === KERNEL_BOOT_ID_FILE) return KERNEL_BOOT_ID_FILE;
+    const allow = env["SERAPH_TEST_ALLOW_BOOT_ID_FILE"];
+    if (allow !== "1" && allow !== "true") {
+      problems.push(`${name}: a boot-id file other than ${KERNEL_BOOT_ID_FILE} fakes the host's boot identity; it is a test-only setting and needs SERAPH_TEST_ALLOW_BOOT_ID_FILE=1 (never in production)`);
+      return KERNEL_BOOT_ID_FILE;
+    }
+    if (!raw.startsWith("/")) problems.push(`${name}: ${JSON.stringify(raw)} is not an absolute path`);
+    return raw;
+  };
+}
+
 /** A node id derived from the host name: lowercase, [a-z0-9.-]. */
 export function defaultNodeId(): string {
   const h = hostname().toLowerCase().replace(/[^a-z0-9.-]/g, "-").replace(/^[^a-z0-9]+/, "");
@@ -83,11 +99,15 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_SUPERVISOR_HOST_SOCKET: optionalStr(),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
     /**
-     * Where the host's boot id is read. Exists for tests that must prove the "host rebooted"
-     * recovery path without rebooting: point it at a file and change its content. Production
-     * leaves the default.
+     * TEST ONLY. Where the host's boot id is read, by the executor and by every supervisor it
+     * starts (one source). Exists for tests that must prove the "host rebooted" recovery path
+     * without rebooting. Anything but the kernel's file is refused unless
+     * SERAPH_TEST_ALLOW_BOOT_ID_FILE=1; never set either in production (pointing the boot id
+     * at another file fakes a reboot, which releases held slots).
      */
-    SERAPH_BOOT_ID_FILE: str("/proc/sys/kernel/random/boot_id"),
+    SERAPH_BOOT_ID_FILE: testBootIdFile(),
+    /** TEST ONLY: allows SERAPH_BOOT_ID_FILE. Never in production. */
+    SERAPH_TEST_ALLOW_BOOT_ID_FILE: bool(false),
     /** The runner's slow poll of the jobs service (NATS signals only shorten the wait). */
     SERAPH_EXECUTOR_POLL_MS: int(2000, 50, 60_000),
     SERAPH_EXECUTOR_HEARTBEAT_MS: int(5000, 100, 60_000),

@@ -1,5 +1,6 @@
 import { ConfigError, createNatsSignals, createRootLogger, installShutdown } from "@seraph/kit";
 import { containmentSettingsOf, loadExecutorConfig } from "./config.js";
+import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
 import { startExecutor } from "./start.js";
 
 // Cluster-mode entry point: config → deps → servers → shutdown.
@@ -24,7 +25,8 @@ const executor = await startExecutor({
   jobsUrl: config.SERAPH_JOBS_URL,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
   advertiseUrl: config.SERAPH_EXECUTOR_ADVERTISE_URL,
-  bootIdFile: config.SERAPH_BOOT_ID_FILE,
+  // The config refuses anything but the kernel's boot id unless the test-only allowance is set.
+  testBootIdFile: config.SERAPH_BOOT_ID_FILE === KERNEL_BOOT_ID_FILE ? undefined : config.SERAPH_BOOT_ID_FILE,
   pollMs: config.SERAPH_EXECUTOR_POLL_MS,
   heartbeatMs: config.SERAPH_EXECUTOR_HEARTBEAT_MS,
   supervisorHostSocket: config.SERAPH_SUPERVISOR_HOST_SOCKET,

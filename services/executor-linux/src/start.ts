@@ -17,7 +17,8 @@ import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createExecutorRoutes } from "./routes.js";
-import { readBootId, registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
+import { createProcFs } from "./native/proc-fs.js";
+import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
 import { startRunner, type Runner } from "./runner/runner.js";
 import { readFacilityReport } from "./supervisor-client/index.js";
 import { defaultContainmentSettings, nodeContainment, type ContainmentSettings } from "./supervisor-client/node-containment.js";
@@ -25,8 +26,6 @@ import { defaultContainmentSettings, nodeContainment, type ContainmentSettings }
 /** Service names the executor reports in health. */
 export const EXECUTOR_SERVICE_NAMES = [ExecutorService.typeName] as const;
 
-/** The default boot-id source. */
-export const DEFAULT_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id";
 
 /** Everything an executor node needs to run. */
 export interface ExecutorRuntime {
@@ -44,8 +43,12 @@ export interface ExecutorRuntime {
   readonly signal?: AbortSignal;
   /** URL other services use to reach this node's gRPC listener; defaults to the bound gRPC URL. */
   readonly advertiseUrl?: string | undefined;
-  /** Boot-id source (tests point it at a file to simulate a reboot); default /proc/sys/kernel/random/boot_id. */
-  readonly bootIdFile?: string | undefined;
+  /**
+   * TEST ONLY: read the boot id from this file instead of the kernel's, here and in every
+   * supervisor this node starts (one source). main.ts passes it only when the configuration
+   * explicitly allowed it (SERAPH_TEST_ALLOW_BOOT_ID_FILE=1).
+   */
+  readonly testBootIdFile?: string | undefined;
   /** The runner's slow poll (default 2000 ms). */
   readonly pollMs?: number | undefined;
   /** Heartbeat interval (default 5000 ms). */
@@ -75,9 +78,9 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const transport = createServiceTransport(rt.jobsUrl, rt.internalToken);
   const jobsHealth = createClient(Health, transport);
   const jobs = createClient(JobsService, transport);
-  const bootIdFile = rt.bootIdFile ?? DEFAULT_BOOT_ID_FILE;
-  const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: await readBootId(bootIdFile), incarnationId: newId() };
-  const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport()))();
+  const proc = createProcFs("/proc", { bootIdFile: rt.testBootIdFile });
+  const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: proc.readBootId(), incarnationId: newId() };
+  const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile })))();
   const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
   let runner: Runner | undefined;
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
@@ -132,7 +135,9 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     dataDir: rt.dataDir,
     log,
     pollMs: rt.pollMs ?? 2000,
-    facilitiesOk: () => facilities.ok,
+    facilities: () => facilities,
+    proc,
+    testBootIdFile: rt.testBootIdFile,
     repositoryRoots: rt.repositoryRoots,
     supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
     containment: { settings: containmentSettings, facilities: facilities.containment },

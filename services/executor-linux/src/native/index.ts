@@ -18,7 +18,7 @@ export {
   type WaitResult,
 } from "./native-system.js";
 export { createNativeSystem } from "./libc.js";
-export { createProcFs, isDeadState, isExited, parseProcStat, signalDisposition, type ProcFs, type ProcStat } from "./proc-fs.js";
+export { createProcFs, KERNEL_BOOT_ID_FILE, readBootIdFile, isDeadState, isExited, parseProcStat, signalDisposition, type ProcFs, type ProcFsOptions, type ProcStat } from "./proc-fs.js";
 export { facilityBlocker, probeFacilitiesInThisProcess, type FacilityProbe, type FacilityProbeDeps } from "./facility.js";
 export {
   INITIAL_PID_NAMESPACE,

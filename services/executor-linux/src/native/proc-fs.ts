@@ -25,7 +25,7 @@ export interface ProcFs {
   listPids(): number[];
   /** /proc/<pid>/stat parsed, or undefined when the process is gone (or unreadable). */
   readStat(pid: number): ProcStat | undefined;
-  /** /proc/sys/kernel/random/boot_id, trimmed. */
+  /** The host's boot id, trimmed: /proc/sys/kernel/random/boot_id (or the test-only file). */
   readBootId(): string;
   /** /proc/self/status as text (signal dispositions live there). */
   readSelfStatus(): string;
@@ -79,8 +79,30 @@ export function parseProcStat(text: string): ProcStat {
   };
 }
 
+/** The kernel's boot id: the one source of the host's boot identity in production. */
+export const KERNEL_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id";
+
+/** Options of createProcFs. */
+export interface ProcFsOptions {
+  /**
+   * TEST ONLY: read the boot id from this file instead of `<root>/sys/kernel/random/boot_id`.
+   * The executor passes the same file to every supervisor it starts (spec.test_boot_id_file),
+   * so both sides read the boot id from one source; it is honoured only when the executor's
+   * configuration explicitly allows it (SERAPH_TEST_ALLOW_BOOT_ID_FILE=1), never in production.
+   */
+  readonly bootIdFile?: string | undefined;
+}
+
+/** Reads a boot id file (one line); throws when it is unreadable or empty. */
+export function readBootIdFile(file: string): string {
+  const id = readFileSync(file, "utf8").trim();
+  if (id === "") throw new Error(`boot id file ${file} is empty`);
+  return id;
+}
+
 /** The real /proc (or another procfs mount for tests). Holds one reusable read buffer. */
-export function createProcFs(root = "/proc"): ProcFs {
+export function createProcFs(root = "/proc", options: ProcFsOptions = {}): ProcFs {
+  const bootIdFile = options.bootIdFile !== undefined && options.bootIdFile !== "" ? options.bootIdFile : `${root}/sys/kernel/random/boot_id`;
   const buffer = Buffer.allocUnsafe(4096);
   return {
     listPids() {
@@ -111,7 +133,7 @@ export function createProcFs(root = "/proc"): ProcFs {
       }
     },
     readBootId() {
-      return readFileSync(`${root}/sys/kernel/random/boot_id`, "utf8").trim();
+      return readBootIdFile(bootIdFile);
     },
     readSelfStatus() {
       return readFileSync(`${root}/self/status`, "utf8");

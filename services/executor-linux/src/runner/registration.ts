@@ -1,4 +1,3 @@
-import { readFile } from "node:fs/promises";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 import type { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -7,18 +6,12 @@ import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervis
 /** The identity this executor process registers under. */
 export interface NodeIdentity {
   readonly nodeId: string;
-  /** The host's boot id as read from the configured boot-id file. */
+  /** The host's boot id, from the one source the node's supervisors read too. */
   readonly bootId: string;
   /** Fresh per process start. */
   readonly incarnationId: string;
 }
 
-/** Reads the boot id (one line) from `file` (normally /proc/sys/kernel/random/boot_id). */
-export async function readBootId(file: string): Promise<string> {
-  const id = (await readFile(file, "utf8")).trim();
-  if (id === "") throw new Error(`boot id file ${file} is empty`);
-  return id;
-}
 
 /** What the node registers. */
 export interface RegistrationInput extends NodeIdentity {

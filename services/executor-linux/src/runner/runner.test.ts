@@ -1,4 +1,5 @@
 import { create } from "@bufbuild/protobuf";
+import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { createLocalSignals, createRootLogger } from "@seraph/kit";
 import {
@@ -18,6 +19,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { createProcFs } from "../native/proc-fs.js";
 import { isTransient } from "./retry.js";
 import { startRunner, type Runner } from "./runner.js";
 
@@ -72,7 +74,8 @@ async function start(jobs: Client<typeof JobsService>): Promise<Runner> {
     dataDir,
     log: createRootLogger({ name: "runner-test", level: "silent" }),
     pollMs: 50,
-    facilitiesOk: () => true,
+    facilities: () => create(FacilityReportSchema, { ok: true }),
+    proc: createProcFs(),
     repositoryRoots: ["/srv"],
     signals: createLocalSignals(),
   });

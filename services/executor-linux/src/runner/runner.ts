@@ -11,7 +11,7 @@ import { DetachedError, reasonOf, retrying } from "./retry.js";
 
 /** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
 export interface RunnerDeps
-  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilitiesOk" | "supervisorEntry" | "repositoryRoots" | "supervisorHost" | "containment"> {
+  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilities" | "proc" | "testBootIdFile" | "supervisorEntry" | "repositoryRoots" | "supervisorHost" | "containment"> {
   readonly signals: Signals;
 }
 
@@ -92,7 +92,6 @@ export function startRunner(deps: RunnerDeps): Runner {
     track(
       job.id,
       async (act) => {
-        const claimedAt = Date.now();
         const answer = await decided(log, "ClaimJob", () =>
           deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId }),
         );
@@ -108,7 +107,7 @@ export function startRunner(deps: RunnerDeps): Runner {
         const claimed: ActiveJob = { ...act, fence: res.fence, slotIndex: res.job.slotIndex };
         active.set(job.id, claimed);
         if (res.job.cancelRequested) claimed.cancel.trigger("cancellation requested");
-        await executeClaimed(exec, claimed, res.bundle, claimedAt);
+        await executeClaimed(exec, claimed, res.bundle, res.job, Number(res.deadlineUnixMs));
       },
       a,
     );
@@ -151,7 +150,7 @@ export function startRunner(deps: RunnerDeps): Runner {
         // executor_restarted_before_start.
         const failure = own ? failures.get(job.id) : undefined;
         failures.delete(job.id);
-        await adoptClaimed(exec, adopted, res.job, res.bundle, res.claimFence, own ? { outcome: "executor_execution_failed", message: `this executor's execution of the attempt ended before the start token: ${failure ?? "unknown error"}; nothing ran` } : undefined);
+        await adoptClaimed(exec, adopted, res.job, res.bundle, res.claimFence, Number(res.deadlineUnixMs), own ? { outcome: "executor_execution_failed", message: `this executor's execution of the attempt ended before the start token: ${failure ?? "unknown error"}; nothing ran` } : undefined);
       },
       a,
     );

@@ -9,6 +9,8 @@ export interface FacilityReportOptions {
   readonly supervisorEntry?: string;
   readonly nodePath?: string;
   readonly timeoutMs?: number;
+  /** TEST ONLY: the boot-id file the executor was allowed to use (the report names its boot id). */
+  readonly testBootIdFile?: string | undefined;
 }
 
 function blocked(code: string, message: string): FacilityReport {
@@ -33,7 +35,7 @@ export function readFacilityReport(options: FacilityReportOptions = {}): Promise
   return new Promise((resolve) => {
     execFile(
       options.nodePath ?? process.execPath,
-      [entry, "--probe"],
+      options.testBootIdFile ? [entry, "--probe", "--test-boot-id-file", options.testBootIdFile] : [entry, "--probe"],
       { encoding: "buffer", timeout: options.timeoutMs ?? 15_000, env: {}, maxBuffer: 1 << 20 },
       (err, stdout, stderr) => {
         if (err !== null) {

@@ -14,6 +14,7 @@ import {
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { readPidNamespace } from "../native/pid-namespace.js";
+import type { ProcFs } from "../native/proc-fs.js";
 import { writeFileAtomic } from "../supervisor/atomic-file.js";
 import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
@@ -35,6 +36,8 @@ export interface LaunchOptions {
   readonly startTimeoutMs?: number;
   /** Delegate the start to this supervisor host (default: start the supervisor as our own child). */
   readonly host?: SupervisorHostAddress | undefined;
+  /** /proc with the boot-id source the spec names (default: the kernel's). */
+  readonly proc?: ProcFs | undefined;
 }
 
 /** The supervisor could not be started or died before it was ready. */
@@ -104,10 +107,10 @@ export function prepareRunDir(runDir: string): void {
 }
 
 /** Polls /proc until the identity in `marker` is not alive any more. */
-export async function waitSupervisorGone(marker: OwnerMarker, timeoutMs: number): Promise<boolean> {
+export async function waitSupervisorGone(marker: OwnerMarker, timeoutMs: number, proc?: ProcFs): Promise<boolean> {
   const until = Date.now() + timeoutMs;
   for (;;) {
-    if ((await verifySupervisorIdentity(marker)) !== "alive") return true;
+    if ((await verifySupervisorIdentity(marker, proc)) !== "alive") return true;
     if (Date.now() >= until) return false;
     await new Promise((r) => setTimeout(r, 10));
   }
@@ -276,8 +279,8 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
     marker,
     pid,
     connect: (incarnationId = randomUUID(), connectOptions) => connectSupervisor(runDir, incarnationId, connectOptions),
-    verify: () => verifySupervisorIdentity(marker),
-    waitGone: (timeoutMs = 5000) => waitSupervisorGone(marker, timeoutMs),
+    verify: () => verifySupervisorIdentity(marker, options.proc),
+    waitGone: (timeoutMs = 5000) => waitSupervisorGone(marker, timeoutMs, options.proc),
     signal: (sig) => ownChildren.get(pid)?.kill(sig) ?? false,
   };
 }

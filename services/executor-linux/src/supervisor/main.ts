@@ -2,7 +2,7 @@
  * Supervisor process entry (the only module of the supervisor with side effects).
  *
  *   node dist/supervisor/main.js --spec <run-dir>/spec.binpb   run one job
- *   node dist/supervisor/main.js --probe                       print a FacilityReport (binary) and exit
+ *   node dist/supervisor/main.js --probe [--test-boot-id-file F] print a FacilityReport (binary) and exit
  *
  * Started by launchSupervisor (detached: own session, stdio ignored). Exit status: 0 once a
  * receipt was written; 64 usage; 65 invalid spec; 69 facility missing; 70 internal error.
@@ -27,8 +27,10 @@ import { Containment, ContainmentUnavailableError } from "./containment.js";
 import { Supervisor } from "./supervisor.js";
 
 async function main(args: readonly string[]): Promise<number> {
-  const proc = createProcFs();
   if (args[0] === "--probe") {
+    // `--probe [--test-boot-id-file FILE]`: the executor passes its own (test-only) boot-id
+    // source, so the report names the boot id the executor registers.
+    const proc = createProcFs("/proc", { bootIdFile: args[1] === "--test-boot-id-file" ? args[2] : undefined });
     const { report } = probeFacilitiesInThisProcess({ loadNative: createNativeSystem, proc });
     report.containment = probeContainment();
     await new Promise<void>((done) => process.stdout.write(toBinary(FacilityReportSchema, report), () => done()));
@@ -44,6 +46,9 @@ async function main(args: readonly string[]): Promise<number> {
   const specBytes = readFileSync(specPath);
   const specSha256 = createHash("sha256").update(specBytes).digest("hex");
   const spec = fromBinary(SupervisorSpecSchema, specBytes);
+  // One boot-id source with the executor that wrote the spec: the kernel's, or the test-only
+  // file the executor was explicitly allowed to use.
+  const proc = createProcFs("/proc", { bootIdFile: spec.testBootIdFile || undefined });
   const log = createSupervisorLogger(join(runDir, RunDirFiles.log), { jobId: spec.jobId, attempt: spec.attempt });
   log.info({ event: "starting", specSha256 }, "supervisor starting");
 

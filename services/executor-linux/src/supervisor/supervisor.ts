@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { constants as osConstants } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
@@ -230,6 +230,10 @@ export class Supervisor {
       specSha256: this.#o.specSha256,
       pidNamespace: this.#o.pidNamespace ?? "",
       observerPidNamespace: spec.observerPidNamespace,
+      // What the executor bound the job to (approval, authority, posture, dispatch), verbatim.
+      bindings: spec.bindings,
+      // The token's hash, never the token: recovery compares it with the receipt's marker.
+      tokenSha256: createHash("sha256").update(token).digest("hex"),
     });
     writeFileAtomic(join(runDir, RunDirFiles.markerJson), `${toJsonString(OwnerMarkerSchema, this.#marker)}\n`);
     // The binary marker last: its appearance is what launchSupervisor waits for.

@@ -1,0 +1,274 @@
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import type { Client } from "@connectrpc/connect";
+import { sha256Hex, type Logger } from "@seraph/kit";
+import { JobState, type ExecutionBundle, type Job, type JobsService, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { BlockReasonSchema, type BlockReason, type Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { CgroupRequest, ContainmentFacilities, FacilityReport, JobUser, Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { ProcFs } from "../native/proc-fs.js";
+import type { RuntimeDigestCache } from "../profile/index.js";
+import type { SupervisorConnection, SupervisorHostAddress } from "../supervisor-client/index.js";
+import type { ContainmentSettings } from "../supervisor-client/node-containment.js";
+import type { NodeIdentity } from "./registration.js";
+import { DeadlineReachedError, DetachedError, reasonOf, retrying } from "./retry.js";
+
+/** What executing a job needs from the runner. */
+export interface ExecutionDeps {
+  readonly jobs: Client<typeof JobsService>;
+  readonly identity: NodeIdentity;
+  readonly dataDir: string;
+  readonly log: Logger;
+  readonly pollMs: number;
+  /** The node's facility report (from registration); a job is blocked when it is not ok. */
+  readonly facilities: () => FacilityReport;
+  /** /proc with the node's one boot-id source (the kernel's, or the test-only file). */
+  readonly proc: ProcFs;
+  /** TEST ONLY: the boot-id file every supervisor must read too (unset in production). */
+  readonly testBootIdFile?: string | undefined;
+  /** Compiled supervisor entry (default: this package's dist/supervisor/main.js). */
+  readonly supervisorEntry?: string | undefined;
+  /** Delegate supervisor starts to this supervisor host (unset: the executor's own children). */
+  readonly supervisorHost?: SupervisorHostAddress | undefined;
+  /** The node's repository roots: a bundle naming a path outside them is rejected. */
+  readonly repositoryRoots: readonly string[];
+  /** Aborted when the runner stops: work in flight detaches (supervisors keep running). */
+  readonly signal: AbortSignal;
+  /**
+   * The runtime's SHA-256 keyed by its stat stamp (device, inode, size, mtime, ctime): any write
+   * to the binary changes the stamp and forces a re-hash; otherwise staging skips re-reading it.
+   */
+  readonly runtimeDigests: RuntimeDigestCache;
+  /** Job users and per-job cgroups: the settings and what the facility probe found (default: none). */
+  readonly containment?: { readonly settings: ContainmentSettings; readonly facilities: ContainmentFacilities | undefined } | undefined;
+}
+
+/** A one-way cancellation latch for a job running in this process. */
+export class CancelLatch {
+  #reason: string | undefined;
+  #resolve!: () => void;
+  /** Resolves once cancellation was requested. */
+  readonly requested: Promise<void> = new Promise((r) => {
+    this.#resolve = r;
+  });
+  /** The reason, once requested. */
+  get reason(): string | undefined {
+    return this.#reason;
+  }
+  /** Requests cancellation (monotonic: later calls change nothing). */
+  trigger(reason: string): void {
+    if (this.#reason !== undefined) return;
+    this.#reason = reason;
+    this.#resolve();
+  }
+}
+
+/** A job this process is executing (fresh or adopted). */
+export interface ActiveJob {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly fence: bigint;
+  readonly cancel: CancelLatch;
+  /** The supervisor connection of the current step, when there is one. */
+  connection: SupervisorConnection | undefined;
+  /** The name of the step that connection supervises ("build", "test"). */
+  step?: string | undefined;
+  /** The physical slot the job holds on this node (selects the per-slot job uid). */
+  slotIndex?: number;
+}
+
+/** One attempt being executed (or re-adopted) by this process. */
+export interface Ctx {
+  readonly deps: ExecutionDeps;
+  readonly log: Logger;
+  readonly active: ActiveJob;
+  readonly bundle: ExecutionBundle;
+  /** Private per-attempt directory: `<dataDir>/j/<job8>-<claim fence>`. */
+  readonly base: string;
+  /**
+   * The attempt's one absolute wall deadline (ms since the epoch), fixed by the jobs service at
+   * claim and unchanged by re-adoption: preparation, commands, cleanup, evidence, readback and
+   * completion all happen before it.
+   */
+  readonly deadlineMs: number;
+  /** The physical slot the job was dispatched to. */
+  readonly slotIndex: number;
+  /** True once PostgreSQL holds an owner marker for the attempt (a supervisor may have run). */
+  markerRecorded: boolean;
+  /** The job user and cgroup every step's supervisor is asked for. */
+  jobUser?: JobUser | undefined;
+  cgroup?: CgroupRequest | undefined;
+  /** The job user's staged directory under the job root, when there is one. */
+  jobStageDir?: string | undefined;
+}
+
+/** The private directory of one attempt (short: the supervisor socket lives below it). */
+export function attemptDir(dataDir: string, jobId: string, fence: bigint): string {
+  return join(dataDir, "j", `${jobId.slice(0, 8)}-${fence}`);
+}
+
+/** The staged job directory of an attempt. */
+export const stageDirOf = (base: string): string => join(base, "w");
+/** The run directory of one step's supervisor. */
+export const runDirOf = (base: string, step: string): string => join(base, "w", `run-${step}`);
+
+/** A block reason. */
+export function reason(code: string, message: string, subject = ""): BlockReason {
+  return create(BlockReasonSchema, { code, message, subject });
+}
+
+/** True when `err` means the deadline ran out (a bounded call gave up at it, or it has passed). */
+function outOfTime(ctx: Pick<Ctx, "deadlineMs">, err: unknown): boolean {
+  return err instanceof DeadlineReachedError || deadlinePassed(ctx);
+}
+
+/** True once the attempt's absolute deadline has passed. */
+export function deadlinePassed(ctx: Pick<Ctx, "deadlineMs">, nowMs = Date.now()): boolean {
+  return nowMs >= ctx.deadlineMs;
+}
+
+/** Outcome of an attempt whose absolute deadline passed before its proof was complete. */
+export const DEADLINE_OUTCOME = "deadline_exhausted_before_proof";
+
+/** retrying() bound to the job: never past the attempt's deadline (or `untilMs`), and the runner's stop signal. */
+export function call<T>(ctx: Ctx, what: string, fn: () => Promise<T>, untilMs = ctx.deadlineMs): Promise<T> {
+  return retrying(ctx.log, what, fn, Math.min(untilMs, ctx.deadlineMs), ctx.deps.signal);
+}
+
+/** Stores one artifact of the job (fenced; idempotent by name). */
+export async function store(ctx: Ctx, kind: string, name: string, content: Uint8Array): Promise<void> {
+  const { jobs } = ctx.deps;
+  await call(ctx, "StoreArtifact", () =>
+    jobs.storeArtifact({ jobId: ctx.active.jobId, fence: ctx.active.fence, kind, name, content, sha256: sha256Hex(content) }),
+  );
+}
+
+/** A job result the executor reports. */
+export interface Completion {
+  readonly state: JobState;
+  readonly outcome: string;
+  readonly message: string;
+  readonly receipt?: Receipt | undefined;
+  readonly steps?: StepResult[];
+  readonly reasons?: BlockReason[];
+  readonly drift?: Drift[];
+}
+
+/** The UNKNOWN result of an attempt whose deadline ran out before `r` could be proved and recorded. */
+export function exhausted(ctx: Ctx, r: Completion, during: string): Completion {
+  const original = r.outcome === DEADLINE_OUTCOME ? "" : ` (it would have been ${JobState[r.state]} ${r.outcome})`;
+  return {
+    ...r,
+    state: JobState.UNKNOWN,
+    outcome: DEADLINE_OUTCOME,
+    message: `the attempt's absolute deadline ${new Date(ctx.deadlineMs).toISOString()} passed ${during}, before the proof was complete${original}; the slot stays held and nothing is replayed`,
+    reasons: [...(r.reasons ?? []), reason(DEADLINE_OUTCOME, "The approved wall deadline was exhausted before the proof was complete.", "wall_ms")],
+  };
+}
+
+function completeRequest(ctx: Ctx, r: Completion, artifactIds: string[]) {
+  return {
+    jobId: ctx.active.jobId,
+    fence: ctx.active.fence,
+    state: r.state,
+    outcome: r.outcome,
+    outcomeMessage: r.message,
+    receipt: r.receipt,
+    steps: r.steps ?? [],
+    artifactIds,
+    reasons: r.reasons ?? [],
+    drift: r.drift ?? [],
+  };
+}
+
+/**
+ * Reads every artifact back, then completes the job, all before the attempt's deadline. A
+ * result that could not be proved and recorded in time becomes UNKNOWN
+ * `deadline_exhausted_before_proof` (the slot stays held). Retries stop at the deadline: past
+ * it one UNKNOWN completion is tried once, bounded, and otherwise the jobs service's deadline
+ * sweep records UNKNOWN. An attempt that never recorded an owner marker (nothing can have
+ * started) keeps its REJECTED/CANCELLED result.
+ */
+export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined> {
+  let result = r;
+  const late = () => deadlinePassed(ctx) && result.state !== JobState.UNKNOWN && ctx.markerRecorded;
+  if (late()) result = exhausted(ctx, result, "before readback");
+  let artifactIds: string[] = [];
+  if (result.state !== JobState.UNKNOWN || result.receipt) {
+    try {
+      artifactIds = await readBackArtifacts(ctx);
+    } catch (err) {
+      if (err instanceof DetachedError || !outOfTime(ctx, err)) throw err;
+      ctx.log.error({ err }, "artifact readback did not finish before the deadline");
+      if (result.state !== JobState.UNKNOWN) result = exhausted(ctx, result, "during readback");
+    }
+  }
+  if (late()) result = exhausted(ctx, result, "during readback");
+  let job: Job | undefined;
+  try {
+    job = (await call(ctx, "CompleteJob", () => ctx.deps.jobs.completeJob(completeRequest(ctx, result, artifactIds)))).job;
+  } catch (err) {
+    if (err instanceof DetachedError) throw err;
+    if (!outOfTime(ctx, err) && reasonOf(err) !== "deadline_exhausted") throw err;
+    if (result.state === JobState.UNKNOWN && reasonOf(err) !== "deadline_exhausted") {
+      ctx.log.error({ err }, "completion not recorded before the deadline; the jobs service's deadline sweep records UNKNOWN");
+      return undefined;
+    }
+    const unknown = exhausted(ctx, result, "before completion");
+    try {
+      // Past the deadline: one bounded attempt, no retries.
+      job = (await ctx.deps.jobs.completeJob(completeRequest(ctx, unknown, artifactIds), { timeoutMs: 5000 })).job;
+      result = unknown;
+    } catch (again) {
+      ctx.log.error({ err: again }, "UNKNOWN completion not recorded; the jobs service's deadline sweep records it");
+      return undefined;
+    }
+  }
+  ctx.log.info({ state: JobState[result.state], outcome: result.outcome }, "job completed");
+  if (result.state !== JobState.UNKNOWN) {
+    await rm(ctx.base, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+    // The job user's tree under the job root (no process of it is left: cleanup was proved).
+    if (ctx.jobStageDir !== undefined) await rm(ctx.jobStageDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+  }
+  return job;
+}
+
+/** Reads every stored artifact of the job back and verifies its sha256; returns the verified ids. */
+async function readBackArtifacts(ctx: Ctx): Promise<string[]> {
+  const { jobs } = ctx.deps;
+  const job = (await call(ctx, "GetJob", () => jobs.getJob({ jobId: ctx.active.jobId }))).job;
+  const ids: string[] = [];
+  for (const a of job?.artifacts ?? []) {
+    const back = await call(ctx, "ReadArtifact", () => jobs.readArtifact({ artifactId: a.id }));
+    if (sha256Hex(back.content) === a.sha256 && back.artifact?.sha256 === a.sha256) ids.push(a.id);
+    else ctx.log.error({ artifactId: a.id, kind: a.kind }, "artifact readback does not match its sha256");
+  }
+  return ids;
+}
+
+/**
+ * Runs `body`; when it fails after the attempt's deadline (a call gave up at the deadline),
+ * completes the job UNKNOWN `deadline_exhausted_before_proof` with the last receipt instead of
+ * leaving it to a retry loop. A detach (runner stopping) always propagates.
+ */
+export async function boundedByDeadline(ctx: Ctx, lastReceipt: () => Receipt | undefined, body: () => Promise<void>): Promise<void> {
+  try {
+    await body();
+  } catch (err) {
+    if (err instanceof DetachedError || !outOfTime(ctx, err)) throw err;
+    ctx.log.error({ err }, "the attempt's deadline passed before its proof was complete");
+    const receipt = lastReceipt();
+    if (!ctx.markerRecorded && (receipt === undefined || receipt.echildObserved)) {
+      // No supervisor was ever recorded, so no start token was given: nothing ran.
+      await complete(ctx, {
+        state: JobState.REJECTED,
+        outcome: "deadline_exhausted_before_start",
+        message: `the attempt's absolute deadline ${new Date(ctx.deadlineMs).toISOString()} passed during preparation; nothing was started`,
+        receipt,
+        reasons: [reason("deadline_exhausted_before_start", "The approved wall deadline was exhausted before the command could start.", "wall_ms")],
+      });
+      return;
+    }
+    await complete(ctx, exhausted(ctx, { state: JobState.UNKNOWN, outcome: DEADLINE_OUTCOME, message: "", receipt }, "during execution"));
+  }
+}
