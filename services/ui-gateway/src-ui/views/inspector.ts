@@ -10,6 +10,7 @@ import { Code, errorCode, errorText, isAccessLost, isUncertain } from "../rpc.js
 import { act, argvList, button, bytes, enumName, hash, kv, pre, section, status, table, time, yesNo } from "../ui-kit.js";
 import type { ViewContext } from "../view.js";
 import { diffView } from "./diff-view.js";
+import { recordedPreflight, untrustedTests } from "./preflight-render.js";
 import { driftTable, identitiesTable, limitsTable, reasonsTable, selectionName, stepView } from "./profile-render.js";
 import { stepLog, type StepLog } from "./step-logs.js";
 
@@ -100,6 +101,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   const watchStatus = status();
   const watchAgain = h("button", { type: "button", hidden: true }, "Watch again");
   const jobBody = h("div", { "data-testid": "job" });
+  const preflightBody = h("div", { "data-testid": "preflight" });
   const cancelReason = h("input", { type: "text", name: "cancel_reason", maxlength: 1000 });
   const cancelButton = h("button", { type: "button" }, "Cancel this repair");
   const cancelStatus = status();
@@ -411,6 +413,9 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         h("p", null, h("strong", null, "unenforced ceilings: "), d.unenforced.length ? d.unenforced.map((u, i) => [i ? ", " : "", h("code", null, u)]) : "none listed"),
         d.profile ? h("p", null, h("strong", null, "profile = "), h("code", { "data-testid": "approval-profile" }, d.profile)) : null,
         d.cleanupClaim ? h("p", null, h("strong", null, "cleanup: "), h("span", { "data-testid": "cleanup-claim" }, d.cleanupClaim)) : null,
+        d.patchChangedTests.length
+          ? h("p", { "data-testid": "document-untrusted-tests" }, h("strong", null, "Untrusted evidence: "), d.testEvidenceNote, " ", d.patchChangedTests.map((t, i) => [i ? ", " : "", h("code", null, t)]))
+          : null,
         d.isolationClaim === "none"
           ? h("p", null, "Local execution has no OS isolation guarantee: the code runs as the Seraph host user and can access host files and network. The wall deadline covers preparation, commands, cleanup and readback, with no extension after cleanup begins.")
           : h(
@@ -583,6 +588,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
         ["Step", "Argv", "Started", "Exit code", "Signal", "Passed", "Duration"],
         job.steps.map((s) => [s.name, argvList(s.argv, `Argv of ${s.name}`), yesNo(s.started), s.exitCode === undefined ? "—" : h("strong", null, String(s.exitCode)), s.signal ?? "—", h("span", { class: s.passed ? "ok" : "blocked" }, yesNo(s.passed)), `${s.durationMs} ms`]),
       ),
+      untrustedTests(job),
       table("Artifacts", ["Kind", "Name", "SHA-256", "Size", "readback_verified", "Contents"], job.artifacts.map(artifactRow)),
       h("p", null, "no_learning: ", h("strong", null, yesNo(r.noLearning && job.noLearning))),
     );
@@ -749,6 +755,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     renderProposals(r);
     renderApprovalRecord(r);
     renderJob(r.job, r);
+    replace(preflightBody, recordedPreflight(r.job));
     renderResults(r.job, r);
     renderRecovery(r.job);
   };
@@ -891,6 +898,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       section("Step output", 2, logsBody),
       section("State changes", 2, watchStatus.el, h("div", { class: "actions" }, watchAgain), liveLog),
       section("Job", 2, jobBody, field("Cancellation reason", cancelReason), h("div", { class: "actions" }, cancelButton), cancelStatus.el),
+      section("Recorded job preflight", 2, preflightBody),
     ),
     artifacts: section("Steps and artifacts", 2, resultsBody, artifactStatus.el, artifactView),
     recovery: h("div", null, recoveryNone, recoverySection),
