@@ -6,7 +6,7 @@ import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { bundleFor, processesUnder, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { bundleFor, processesUnder, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 
 /**
@@ -25,7 +25,7 @@ import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 let stack: ExecutionStack;
 let nats: TestNatsServer;
 const repos: FixtureRepo[] = [];
-const owner = newId();
+const owner = EXECUTION_TEST_OWNER;
 const root = newId();
 
 const startNats = () => nats.start();

@@ -1,14 +1,15 @@
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
+import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { newId } from "@seraph/kit";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { alive, processesUnder, bundleFor, descendantsOf, pollUntil, simulateReboot, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { createJsBuildThenTestProject, createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { alive, processesUnder, bundleFor, descendantsOf, pollUntil, simulateReboot, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 
 let stack: ExecutionStack;
 const repos: FixtureRepo[] = [];
-const owner = newId();
+const owner = EXECUTION_TEST_OWNER;
 const root = newId();
 /** Processes orphaned on purpose (the supervisor was killed); killed by pid at the end. */
 const orphans: number[] = [];
@@ -148,13 +149,79 @@ describe("restarts: executor SIGKILL re-adoption, supervisor loss, recovery", ()
     expect(rec.job?.state).toBe(JobState.UNKNOWN);
     expect(rec.job?.outcome).toBe("unknown_supervisor_lost");
     expect(rec.job?.recovery).toMatchObject({ proof: "host_rebooted", cleanupReceiptVerified: false, readbackScope: "process_cleanup_only" });
-    // The queued job now gets the slot. (The supervisors of this machine report the real boot id,
-    // so the executor must be back on it before anything can run here again.)
-    await stack.killExecutor(stack.node, "SIGTERM");
-    await writeFile(stack.bootIdFile, await readFile("/proc/sys/kernel/random/boot_id", "utf8"));
-    await stack.startExecutor();
+    // The queued job now gets the slot and runs on the "rebooted" host: the executor and its
+    // supervisors read the boot id from the same source, so the new marker names the new boot.
     const ran = await waitForState(stack, next.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.UNKNOWN, JobState.REJECTED], 30_000);
-    expect(JobState[ran.state]).toBe("SUCCEEDED");
+    expect([JobState[ran.state], ran.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    expect(ran.marker?.supervisor?.bootId).toBe((await readFile(stack.bootIdFile, "utf8")).trim());
+    expect(ran.marker?.supervisor?.bootId).not.toBe(lost.marker?.supervisor?.bootId);
     expect((await stack.client.listSlots({})).slots.find((s) => s.nodeId === stack.node)?.state).toBe(SlotState.FREE);
+  });
+
+  it("SIGKILL of the executor during the build of build-then-test: the re-adopted job validates the build output from its stored pre-build digests, runs the test step and SUCCEEDS within the original deadline", async () => {
+    const r = await createJsBuildThenTestProject({
+      parent: stack.repoRoot,
+      extraFiles: {
+        "build.mjs": [
+          'import { mkdirSync, writeFileSync } from "node:fs";',
+          "await new Promise((r) => setTimeout(r, 4000));",
+          'mkdirSync("dist", { recursive: true });',
+          'writeFileSync("dist/generated.test.js", [',
+          '  \'import test from "node:test";\',',
+          '  \'import assert from "node:assert/strict";\',',
+          '  \'import { add } from "../src/math.js";\',',
+          "  'test(\"generated\", () => assert.equal(add(20, 22), 42));',",
+          '].join("\\n"));',
+          "",
+        ].join("\n"),
+      },
+    });
+    repos.push(r);
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { selection: Selection.BUILD_THEN_TEST }) });
+    const building = await waitForState(stack, job!.id, [JobState.RUNNING]);
+    expect(building.marker?.runDir.endsWith("/run-build")).toBe(true);
+    expect(building.deadlineUnixMs).toBeGreaterThan(BigInt(Date.now()));
+    await stack.killExecutor(stack.node, "SIGKILL");
+    await stack.startExecutor();
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.UNKNOWN, JobState.REJECTED], 40_000);
+    expect([JobState[done.state], done.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    expect(done.steps.map((s) => [s.name, s.passed])).toEqual([
+      ["build", true],
+      ["test", true],
+    ]);
+    // Re-adopted (a new fence), with the deadline the claim fixed, not a fresh budget.
+    expect(done.fence).toBeGreaterThan(building.fence);
+    expect(done.deadlineUnixMs).toBe(building.deadlineUnixMs);
+    expect(done.marker?.runDir.endsWith("/run-test")).toBe(true);
+    expect(done.artifacts.map((a) => a.name)).toContain("stage.manifest.json");
+    expect(done.artifacts.every((a) => a.readbackVerified)).toBe(true);
+    expect(done.slotHeld).toBe(false);
+  });
+
+  it("the executor down past the attempt's absolute deadline: UNKNOWN deadline_exhausted_before_proof, slot held, no replay or new attempt; the restarted executor records the late receipt and recovery releases the slot", async () => {
+    const r = await slowRepo(60_000);
+    const bundle = await bundleFor(stack, r.dir, { limits: ["wall_ms=6000"] });
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
+    const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
+    const deadline = Number(running.deadlineUnixMs);
+    expect(deadline).toBeGreaterThan(Date.now());
+    expect(deadline).toBeLessThanOrEqual(Date.now() + 6000);
+    await stack.killExecutor(stack.node, "SIGKILL");
+    // No executor until after the deadline: the jobs service records UNKNOWN on its own.
+    const lost = await waitForState(stack, job!.id, [JobState.UNKNOWN, JobState.FAILED, JobState.SUCCEEDED], 20_000);
+    expect([JobState[lost.state], lost.outcome]).toEqual(["UNKNOWN", "deadline_exhausted_before_proof"]);
+    expect(lost.slotHeld).toBe(true);
+    expect(Number(lost.updatedUnixMs)).toBeGreaterThanOrEqual(deadline);
+    await stack.startExecutor();
+    // The late receipt (the supervisor timed the command out by itself and proved cleanup) is recorded...
+    await pollUntil(async () => (await stack.client.getJob({ jobId: job!.id })).job!.artifacts.some((a) => a.kind === "cleanup_receipt"), 20_000, "late receipt recorded");
+    const after = (await stack.client.getJob({ jobId: job!.id })).job!;
+    // ...but the job is never adopted, completed or replayed.
+    expect([JobState[after.state], after.outcome, after.fence, after.slotHeld]).toEqual(["UNKNOWN", "deadline_exhausted_before_proof", running.fence, true]);
+    expect(await stack.db.selectFrom("job_attempts").selectAll().where("job_id", "=", job!.id).execute()).toHaveLength(1);
+    const rec = await stack.client.recoverProcessCleanup({ jobId: job!.id, rootId: root });
+    expect([rec.released, rec.refusalCode]).toEqual([true, ""]);
+    expect(rec.job?.recovery).toMatchObject({ proof: "cleanup_receipt", cleanupReceiptVerified: true });
+    expect(rec.job?.outcome).toBe("deadline_exhausted_before_proof");
   });
 });

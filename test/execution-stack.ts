@@ -2,18 +2,20 @@ import { mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import { readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { createClient, type Client } from "@connectrpc/connect";
 import { startJobs, type AuthorityReader, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
-import { createNatsSignals, createRootLogger, createServiceTransport, newId, type Signals } from "@seraph/kit";
+import { createNatsSignals, createRootLogger, createServiceTransport, newId, sha256Hex, type Signals } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobState, JobsService, type ExecutionBundle, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Kysely, PostgresDialect } from "kysely";
 import pg from "pg";
+import { testApprovalDocument } from "../services/jobs/src/testing/jobs-harness.js";
 import { supervisorSourceOf } from "../services/executor-linux/src/executor-service/supervisor-source.js";
-import { inspectRepository } from "../services/executor-linux/src/profile/index.js";
+import { inspectRepository, parseLimitOverrides } from "../services/executor-linux/src/profile/index.js";
 import { defaultSupervisorEntry, readFacilityReport } from "../services/executor-linux/src/supervisor-client/index.js";
 import { defaultContainmentSettings, nodeContainment } from "../services/executor-linux/src/supervisor-client/node-containment.js";
 import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
@@ -96,6 +98,13 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
     async rootIsLive(_db, rootId) {
       return state.liveRoots.has(rootId);
     },
+    // The approval the API would have stored, derived from the job's bundle and owner.
+    async approvedDocument(trx, approvalId) {
+      const row = await trx.selectFrom("jobs").select(["bundle", "owner_id"]).where("approval_id", "=", approvalId).executeTakeFirst();
+      if (!row) return undefined;
+      const doc = testApprovalDocument(fromBinary(ExecutionBundleSchema, row.bundle), row.owner_id);
+      return { document: toBinary(ApprovalDocumentSchema, doc), documentSha256: doc.documentSha256 };
+    },
   };
   const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken, authority, pollMs: 500 });
   const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, internalToken));
@@ -133,6 +142,8 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
           SERAPH_REPOSITORY_ROOTS: repoRoot,
           SERAPH_EXECUTOR_DATA_DIR: dataDir,
           SERAPH_BOOT_ID_FILE: bootIdFile,
+          // Test-only: the executor refuses SERAPH_BOOT_ID_FILE without it.
+          SERAPH_TEST_ALLOW_BOOT_ID_FILE: "1",
           SERAPH_EXECUTOR_POLL_MS: "200",
           SERAPH_EXECUTOR_HEARTBEAT_MS: "500",
           ...nats.env("executor", nodeId),
@@ -192,21 +203,27 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
 export async function bundleFor(
   stack: ExecutionStack,
   repositoryPath: string,
-  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[]; selection?: Selection; supervisorSourceSha256?: string } = {},
+  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[]; selection?: Selection; supervisorSourceSha256?: string; limits?: string[]; owner?: string } = {},
 ): Promise<ExecutionBundle> {
   // What the stack's executors (default containment settings, one slot) report at inspection.
   containmentOfNodes ??= readFacilityReport().then((r) => nodeContainment(defaultContainmentSettings(1), r.containment));
-  const inspection = await inspectRepository({ repositoryPath, selection: opts.selection ?? Selection.TEST, nodePath: stack.runtime });
+  const inspection = await inspectRepository({
+    repositoryPath,
+    selection: opts.selection ?? Selection.TEST,
+    nodePath: stack.runtime,
+    ...(opts.limits ? { limits: parseLimitOverrides(opts.limits) } : {}),
+  });
   if (!inspection.admitted) throw new Error(`fixture not admitted: ${inspection.reasons.map((r) => r.message).join("; ")}`);
-  return create(ExecutionBundleSchema, {
+  const containment = await containmentOfNodes;
+  const bundle = create(ExecutionBundleSchema, {
     repairId: newId(),
     approvalId: newId(),
-    approvalDocumentSha256: "a".repeat(64),
     repositoryPath,
     nodeId: opts.nodeId ?? stack.node,
     inspection,
     diff: opts.diff ?? "",
-    proposalSha256: "b".repeat(64),
+    // As the API computes it: the SHA-256 of the diff's bytes (recovery recomputes it).
+    proposalSha256: sha256Hex(opts.diff ?? ""),
     runtimePath: stack.runtime,
     limits: inspection.limits,
     approvalExpiresUnixMs: BigInt(Date.now() + (opts.expiresInMs ?? 600_000)),
@@ -216,11 +233,19 @@ export async function bundleFor(
     allowedPatchPaths: opts.allowed ?? ["src/math.js"],
     // What the node reports for its compiled supervisor (the executors run from dist/).
     supervisorSourceSha256: opts.supervisorSourceSha256 ?? supervisorSourceOf(defaultSupervisorEntry()),
-    containment: await containmentOfNodes,
+    containment,
+    // The posture the approval shows (the API copies it from the document into the bundle).
+    isolationClaim: containment.isolationClaim || "none",
+    resourceEnforcement: containment.resourceEnforcement || "admission_and_wall_timeout_only",
   });
+  // The hash of the document the API would have stored for this approval by this owner.
+  bundle.approvalDocumentSha256 = testApprovalDocument(bundle, opts.owner ?? EXECUTION_TEST_OWNER).documentSha256;
+  return bundle;
 }
 
 let containmentOfNodes: Promise<NodeContainment> | undefined;
+/** The owner bundleFor's approval document names unless told otherwise (tests enqueue as this owner). */
+export const EXECUTION_TEST_OWNER = "00000000-0000-4000-8000-00000000e0e0";
 
 /** Polls `check` every 100 ms until it is true; throws naming `what` after `timeoutMs`. */
 export async function pollUntil(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {

@@ -9,12 +9,12 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { digestTree } from "../services/executor-linux/src/profile/index.js";
 import { ADD_BUGGY, createJsBuildThenTestProject, createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { alive, bundleFor, descendantsOf, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { alive, bundleFor, descendantsOf, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 
 let stack: ExecutionStack;
 let observer: Signals;
 const repos: FixtureRepo[] = [];
-const owner = newId();
+const owner = EXECUTION_TEST_OWNER;
 const root = newId();
 const jobEvents: JobEvent[] = [];
 const slotEvents: SlotEvent[] = [];
@@ -110,6 +110,8 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
       "build.receipt.json",
       "build.stderr",
       "build.stdout",
+      // The stage's pre-build digests, stored before the build so a restart can resume the test step.
+      "stage.manifest.json",
       "test.receipt.binpb",
       "test.receipt.json",
       "test.stderr",
