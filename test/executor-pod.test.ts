@@ -7,7 +7,7 @@ import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { findInPidNamespace } from "../services/executor-linux/src/native/pid-namespace.js";
 import { createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { alive, bundleFor, descendantsOf, pollUntil, processesUnder, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { alive, bundleFor, descendantsOf, pollUntil, processesUnder, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 
 // The executor pod's semantics rehearsed on this machine: the supervisor host runs as the only
 // child of tini, PID 1 of its own PID namespace (`unshare --pid --fork --mount-proc`), as in the
@@ -19,7 +19,7 @@ const TINI = "/usr/bin/tini";
 
 let stack: ExecutionStack;
 const repos: FixtureRepo[] = [];
-const owner = newId();
+const owner = EXECUTION_TEST_OWNER;
 const root = newId();
 const hosts: ChildProcess[] = [];
 let dataDir = "";

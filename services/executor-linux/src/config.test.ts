@@ -1,0 +1,25 @@
+import { ConfigError } from "@seraph/kit";
+import { describe, expect, it } from "vitest";
+import { loadExecutorConfig } from "./config.js";
+import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
+
+const base = { SERAPH_EXECUTOR_DATA_DIR: "/var/lib/seraph", NATS_URL: "nats://127.0.0.1:4222", SERAPH_INTERNAL_TOKEN: "t", NATS_USER: "executor", NATS_PASSWORD: "p" };
+
+describe("executor config: the boot-id file is a test-only setting", () => {
+  it("defaults to the kernel's boot id", () => {
+    expect(loadExecutorConfig(base).SERAPH_BOOT_ID_FILE).toBe(KERNEL_BOOT_ID_FILE);
+  });
+  it("refuses another boot-id file unless SERAPH_TEST_ALLOW_BOOT_ID_FILE=1 (a file fakes a reboot)", () => {
+    let err: unknown;
+    try {
+      loadExecutorConfig({ ...base, SERAPH_BOOT_ID_FILE: "/tmp/fake-boot" });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect(String(err)).toMatch(/SERAPH_BOOT_ID_FILE.*test-only.*SERAPH_TEST_ALLOW_BOOT_ID_FILE=1/);
+    expect(() => loadExecutorConfig({ ...base, SERAPH_BOOT_ID_FILE: "/tmp/fake-boot", SERAPH_TEST_ALLOW_BOOT_ID_FILE: "0" })).toThrow(ConfigError);
+    expect(loadExecutorConfig({ ...base, SERAPH_BOOT_ID_FILE: "/tmp/fake-boot", SERAPH_TEST_ALLOW_BOOT_ID_FILE: "1" }).SERAPH_BOOT_ID_FILE).toBe("/tmp/fake-boot");
+    expect(() => loadExecutorConfig({ ...base, SERAPH_BOOT_ID_FILE: "relative", SERAPH_TEST_ALLOW_BOOT_ID_FILE: "1" })).toThrow(/not an absolute path/);
+  });
+});
