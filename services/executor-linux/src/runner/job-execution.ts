@@ -40,7 +40,7 @@ import {
 } from "./steps.js";
 
 export { attemptDir, CancelLatch, DEADLINE_OUTCOME, type ActiveJob, type ExecutionDeps } from "./attempt.js";
-export { readReceiptFile, verdictOf } from "./steps.js";
+export { readReceiptFile, superviseUntilReceipt, verdictOf, type LostReason, type SuperviseContext } from "./steps.js";
 
 const BEFORE_FILE = "repo-before.sha256";
 
@@ -448,7 +448,7 @@ export async function adoptClaimed(
     if (!run?.receipt || index < 0) {
       await complete(ctx, {
         state: JobState.UNKNOWN,
-        outcome: "unknown_supervisor_lost",
+        outcome: `unknown_${run?.lost ?? "supervisor_lost"}`,
         message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt; cleanup cannot be proved`,
       });
       return;
