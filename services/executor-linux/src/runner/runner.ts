@@ -13,6 +13,8 @@ import { DetachedError, reasonOf, retrying } from "./retry.js";
 export interface RunnerDeps
   extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilities" | "proc" | "testBootIdFile" | "supervisorEntry" | "repositoryRoots" | "supervisorHost" | "containment"> {
   readonly signals: Signals;
+  /** The executor process's one runtime-digest cache (shared with Inspect); absent: one private to this runner. */
+  readonly runtimeDigests?: ExecutionDeps["runtimeDigests"];
 }
 
 /**
@@ -46,8 +48,8 @@ export interface Runner {
 export function startRunner(deps: RunnerDeps): Runner {
   const log = deps.log.child({ component: "runner" });
   const stopping = new AbortController();
-  const { signals: _signals, ...shared } = deps;
-  const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: new Map() };
+  const { signals: _signals, runtimeDigests, ...shared } = deps;
+  const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: runtimeDigests ?? new Map() };
   const active = new Map<string, ActiveJob>();
   const tasks = new Set<Promise<void>>();
   const lateChecked = new Set<string>();
