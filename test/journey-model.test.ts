@@ -1,5 +1,7 @@
+import { createHash } from "node:crypto";
+import { fromBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
-import { RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { ConsentSchema, RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, fixAddPatch, fixturePatch } from "../services/executor-linux/src/test-fixtures/index.js";
@@ -114,5 +116,79 @@ describe("model route failures", () => {
     const err = await expectRefused(propose(), Code.FailedPrecondition, "patch_touches_immutable_input");
     expect(err.rawMessage).toContain("[package.json]");
     expect(await stack.count("proposals")).toBe(before);
+  });
+
+  it("sends exactly the consented files (each listed with its sha256), not the test entrypoint the selection runs", async () => {
+    const c = stack.operator;
+    const repo = await createJsTestProject({ parent: stack.root, failing: true, name: "consent-list" });
+    const { repository } = await c.repositories.registerRepository({ path: repo.dir });
+    const { goal } = await c.goals.createGoal({ title: "only src" });
+    const { repair } = await c.repairs.createRepair({
+      goalId: goal!.id,
+      goalRevision: 1,
+      repositoryId: repository!.id,
+      sourcePaths: ["src"],
+      allowedPatchPaths: ["src"],
+      acceptanceCriteria: "add adds",
+      selection: "npm test",
+    });
+    const consented = (await c.repairs.giveConsent({ repairId: repair!.id, inspectionSha256: repair!.inspection!.inspectionSha256, modelRouteId: "fake" })).repair!;
+    const row = await stack.db.selectFrom("repairs").select("consent").where("id", "=", repair!.id).executeTakeFirstOrThrow();
+    const consent = fromBinary(ConsentSchema, row.consent!);
+    expect(consent.files.map((f) => f.path)).toEqual(["src/math.js"]);
+    expect(consented.state).toBe(RepairState.CONSENTED);
+    model.behave(answer(`\`\`\`diff\n${fixAddPatch("js")}\`\`\``));
+    const n = model.requests.length;
+    await c.repairs.proposePatch({ repairId: repair!.id, route: { case: "model", value: true } });
+    const sent = model.requests.slice(n);
+    expect(sent).toHaveLength(1);
+    const user = sent[0]!.body.messages!.find((m) => m.role === "user")!.content;
+    // Every file block of the prompt, with the bytes the route received.
+    const blocks = [...user.matchAll(/^=== (.+) ===\n([\s\S]*?)=== end \1 ===$/gm)].map((m) => ({ path: m[1]!, sha256: createHash("sha256").update(m[2]!, "utf8").digest("hex") }));
+    expect(blocks).toEqual(consent.files.map((f) => ({ path: f.path, sha256: f.sha256 })));
+    expect(user).not.toContain("math.test.js");
+  });
+
+  it("refuses redirects (model_redirect_refused) and shows a route's error body only to the instance operator", async () => {
+    const c = stack.operator;
+    model.behave((_req, res) => {
+      res.writeHead(307, { location: "http://127.0.0.1:9/elsewhere" });
+      res.end();
+    });
+    const n = model.requests.length;
+    await expectRefused(propose(), Code.FailedPrecondition, "model_redirect_refused");
+    expect(model.requests.length - n).toBe(1);
+
+    model.behave(status(400, '{"error":"internal detail: tenant 42"}'));
+    const asOperator = await expectRefused(propose(), Code.FailedPrecondition, "model_http_error");
+    expect(asOperator.rawMessage).toContain("internal detail: tenant 42");
+    // A member of the operator's root, not the instance operator, with its own repair.
+    const member = stack.clients((await c.principals.createPrincipal({ name: "member" })).secret);
+    const repo = await createJsTestProject({ parent: stack.root, failing: true, name: "member-repo" });
+    const { repository } = await member.repositories.registerRepository({ path: repo.dir });
+    const { goal } = await member.goals.createGoal({ title: "member" });
+    const { repair } = await member.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src"], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
+    await member.repairs.giveConsent({ repairId: repair!.id, inspectionSha256: repair!.inspection!.inspectionSha256, modelRouteId: "fake" });
+    const asMember = await expectRefused(member.repairs.proposePatch({ repairId: repair!.id, route: { case: "model", value: true } }), Code.FailedPrecondition, "model_http_error");
+    expect(asMember.rawMessage).toContain("HTTP 400");
+    expect(asMember.rawMessage).not.toContain("tenant 42");
+  });
+
+  it("accepts only http(s) route URLs and, when set, only allowlisted hosts", async () => {
+    const c = stack.operator;
+    const current = (await c.settings.getSandboxSettings({})).settings!;
+    const routes = current.modelRoutes.map((r) => ({ ...r, apiKeySet: true }));
+    await expectRefused(
+      c.settings.updateSandboxSettings({ expectedRevision: current.revision, settings: { ...current, modelRoutes: [...routes, { ...routes[0]!, id: "ftp", baseUrl: "ftp://127.0.0.1/v1" }] } }),
+      Code.InvalidArgument,
+      "base_url_invalid",
+    );
+    await expectRefused(
+      c.settings.updateSandboxSettings({ expectedRevision: current.revision, settings: { ...current, modelRoutes: routes, modelRouteHosts: ["models.internal"] } }),
+      Code.InvalidArgument,
+      "model_route_host_not_allowed",
+    );
+    const saved = await c.settings.updateSandboxSettings({ expectedRevision: current.revision, settings: { ...current, modelRoutes: routes, modelRouteHosts: ["127.0.0.1"] } });
+    expect(saved.settings?.modelRouteHosts).toEqual(["127.0.0.1"]);
   });
 });

@@ -32,6 +32,8 @@ export interface ModelClientDeps {
   readonly fetch?: typeof fetch;
   readonly sleep?: (ms: number) => Promise<void>;
   readonly log: Logger;
+  /** Whether an error answer's body may appear in the message (only for the instance operator). */
+  readonly showErrorBody?: boolean;
 }
 
 /** The most a chat-completions response body may be. */
@@ -92,7 +94,13 @@ export async function requestPatch(route: ModelRouteConfig, messages: readonly C
     let res: Response;
     let text: string;
     try {
-      res = await doFetch(url, { method: "POST", headers, body, signal: combined, redirect: "error" });
+      // A redirect is never followed: the prompt carries private source, and a route that
+      // redirects would send it to a host nobody configured.
+      res = await doFetch(url, { method: "POST", headers, body, signal: combined, redirect: "manual" });
+      if ((res.status >= 300 && res.status < 400) || res.type === "opaqueredirect") {
+        await res.body?.cancel().catch(() => undefined);
+        throw new ModelRouteError(Code.FailedPrecondition, "model_redirect_refused", `The model route ${route.id} answered with a redirect (HTTP ${res.status}); redirects are refused. An operator must configure the final URL.`);
+      }
       text = await readBounded(res);
     } catch (err) {
       if (err instanceof ModelRouteError) throw err;
@@ -113,7 +121,9 @@ export async function requestPatch(route: ModelRouteConfig, messages: readonly C
       continue;
     }
     if (res.status < 200 || res.status >= 300) {
-      throw new ModelRouteError(Code.FailedPrecondition, "model_http_error", `The model route ${route.id} answered HTTP ${res.status}: ${text.slice(0, 200)}`);
+      log.warn({ status: res.status, body: text.slice(0, 200) }, "model route refused the request");
+      const detail = deps.showErrorBody ? `: ${text.slice(0, 200)}` : " (the answer's body is shown only to the instance operator)";
+      throw new ModelRouteError(Code.FailedPrecondition, "model_http_error", `The model route ${route.id} answered HTTP ${res.status}${detail}`);
     }
     let parsed: unknown;
     try {

@@ -19,6 +19,9 @@ import {
 import {
   ApprovalDocumentSchema,
   ConsentSchema,
+  ConsentedFileSchema,
+  type Consent,
+  type ConsentedFile,
   ProposalRoute,
   ProposalSchema,
   RepairService,
@@ -39,6 +42,7 @@ import { requestPatch, type ModelClientDeps } from "../model-route/model-client.
 import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../model-route/prompt.js";
 import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "../approval/approval-document.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
+import { isInstanceOperator } from "../principals/principal.repository.js";
 import { findOwnedRepository } from "../repositories/repository.repository.js";
 import { placeOf, repositoryRootsFor } from "../repositories/tenancy.js";
 import { runtimeWords } from "../settings/defaults.js";
@@ -83,6 +87,35 @@ export interface RepairServiceDeps {
   readonly limiters: ApiLimiters;
   /** Model route transport overrides (tests). */
   readonly model?: Pick<ModelClientDeps, "fetch" | "sleep">;
+}
+
+/**
+ * The files consent covers: the inspected source files under the repair's own source paths.
+ * The inspection also identifies what the selection runs (test entrypoints, configs); those are
+ * execution inputs, not consented source, unless a source path names them.
+ */
+export function consentedFiles(row: Pick<RepairRow, "source_paths">, inspection: Inspection): ConsentedFile[] {
+  const roots = (row.source_paths as unknown as string[]).map((s) => s.replace(/\/+$/, ""));
+  const all = roots.some((s) => s === "." || s === "");
+  return inspection.identities
+    .filter((i) => i.kind === IdentityKind.SOURCE_FILE && (all || roots.some((s) => i.name === s || i.name.startsWith(`${s}/`))))
+    .map((i) => create(ConsentedFileSchema, { path: i.name, sha256: i.sha256, size: i.size }));
+}
+
+/** Refuses a route URL that is not http(s) or whose host is not in the settings' allowlist. */
+function checkRouteUrl(baseUrl: string, allowedHosts: readonly string[]): void {
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new FailedPreconditionError("model_route_url_invalid", "The model route's base URL is not a URL; an operator must fix it.", { field: "model" });
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new FailedPreconditionError("model_route_url_invalid", "The model route's base URL must be http or https.", { field: "model" });
+  }
+  if (allowedHosts.length > 0 && !allowedHosts.includes(url.hostname.toLowerCase())) {
+    throw new FailedPreconditionError("model_route_host_not_allowed", `The model route's host ${url.hostname} is not in the settings' model_route_hosts.`, { field: "model" });
+  }
 }
 
 /** Why a repair can no longer be approved, in words. */
@@ -263,8 +296,15 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     return { row: updated ?? (await findOwnedRepair(db, row.owner_id, row.id)) ?? row, job };
   }
 
-  async function readConsentedSources(row: RepairRow, inspection: Inspection, signal: AbortSignal): Promise<PromptFile[]> {
-    const sources = inspection.identities.filter((i) => i.kind === IdentityKind.SOURCE_FILE);
+  async function readConsentedSources(row: RepairRow, inspection: Inspection, consent: Consent, signal: AbortSignal): Promise<PromptFile[]> {
+    // Exactly the consented list (older consents without one: the same rule, computed now).
+    const listed = consent.files.length > 0 ? consent.files : consentedFiles(row, inspection);
+    const inspected = new Map(inspection.identities.filter((i) => i.kind === IdentityKind.SOURCE_FILE).map((i) => [i.name, i]));
+    const sources = listed.map((f) => {
+      const ident = inspected.get(f.path);
+      if (!ident || ident.sha256 !== f.sha256) throw new FailedPreconditionError("consent_mismatch", `The consented file ${f.path} is not the inspected one; give consent again.`, { field: "model" });
+      return ident;
+    });
     const total = sources.reduce((n, i) => n + Number(i.size), 0);
     if (total > MAX_PROMPT_SOURCE_BYTES) {
       throw new FailedPreconditionError("prompt_too_large", `The consented source is ${total} bytes; a model prompt may carry at most ${MAX_PROMPT_SOURCE_BYTES}. Narrow the source paths.`);
@@ -274,6 +314,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const res = await onNode(row, "read the inspected source", (node) =>
         nodes.executor(node).readSource({ repositoryPath: row.repository_path, path: ident.name, expectedSha256: ident.sha256 }, { timeoutMs: 30_000, signal }),
       );
+      if (res.sha256 !== ident.sha256) throw new FailedPreconditionError("drift", `${ident.name} changed since it was inspected.`, { field: "model" });
       files.push({ path: ident.name, content: Buffer.from(res.content).toString("utf8") });
     }
     return files;
@@ -448,7 +489,14 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (!settings.modelRoutes.some((r) => r.id === req.modelRouteId)) {
         throw new FailedPreconditionError("model_route_unknown", `No model route "${req.modelRouteId}" is configured.`, { field: "model_route_id" });
       }
-      const consent = create(ConsentSchema, { inspectionSha256: req.inspectionSha256, modelRouteId: req.modelRouteId, givenBy: p.id, givenUnixMs: BigInt(now()) });
+      const inspection = repairInspection(row);
+      const consent = create(ConsentSchema, {
+        inspectionSha256: req.inspectionSha256,
+        modelRouteId: req.modelRouteId,
+        givenBy: p.id,
+        givenUnixMs: BigInt(now()),
+        files: inspection ? consentedFiles(row, inspection) : [],
+      });
       const updated = await updateRepairCas(db, row.id, row.revision, {
         consent: toBinary(ConsentSchema, consent),
         ...(row.state === "inspected" ? { state: "consented" as const } : {}),
@@ -486,12 +534,16 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         const { settings } = await loadSettings(db, deps.defaults);
         const cfg = settings.modelRoutes.find((r) => r.id === consent.modelRouteId);
         if (!cfg) throw new FailedPreconditionError("model_route_unknown", `The consented model route "${consent.modelRouteId}" is no longer configured.`, { field: "model" });
-        const files = await readConsentedSources(row, inspection, ctx.signal);
+        checkRouteUrl(cfg.baseUrl, settings.modelRouteHosts);
+        const files = await readConsentedSources(row, inspection, consent, ctx.signal);
         const messages = buildRepairPrompt({ acceptanceCriteria: row.acceptance_criteria, allowedPatchPaths: row.allowed_patch_paths, files });
+        // A route's error body may carry anything its server put there: only the instance
+        // operator (who configured the route) sees it; others get the status and reason.
+        const showErrorBody = p.id === p.rootId && (await isInstanceOperator(db, p.id));
         const answer = await requestPatch(
           { id: cfg.id, baseUrl: cfg.baseUrl, model: cfg.model, apiKey: cfg.apiKey, timeoutMs: cfg.timeoutMs || 60_000, maxAttempts: cfg.maxAttempts || 3 },
           messages,
-          { log, ...deps.model },
+          { log, ...deps.model, showErrorBody },
           ctx.signal,
         );
         diff = answer.diff;

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/api/v1/repairs.proto.
  */
 export const file_seraph_api_v1_repairs: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXJhcGgvYXBpL3YxL3JlcGFpcnMucHJvdG8SDXNlcmFwaC5hcGkudjEiZQoHQ29uc2VudBIZChFpbnNwZWN0aW9uX3NoYTI1NhgBIAEoCRIWCg5tb2RlbF9yb3V0ZV9pZBgCIAEoCRIQCghnaXZlbl9ieRgDIAEoCRIVCg1naXZlbl91bml4X21zGAQgASgDIqYCCghQcm9wb3NhbBIKCgJpZBgBIAEoCRIrCgVyb3V0ZRgCIAEoDjIcLnNlcmFwaC5hcGkudjEuUHJvcG9zYWxSb3V0ZRIMCgRkaWZmGAMgASgJEhMKC2RpZmZfc2hhMjU2GAQgASgJEhUKDWNoYW5nZWRfcGF0aHMYBSADKAkSDQoFdmFsaWQYBiABKAgSLwoHcmVhc29ucxgHIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEhYKDm1vZGVsX3JvdXRlX2lkGAggASgJEg0KBW1vZGVsGAkgASgJEhMKC25vX2xlYXJuaW5nGAogASgIEhcKD2NyZWF0ZWRfdW5peF9tcxgLIAEoAxISCgpjcmVhdGVkX2J5GAwgASgJIrMGChBBcHByb3ZhbERvY3VtZW50EgwKBGtpbmQYASABKAkSEQoJcmVwYWlyX2lkGAIgASgJEhMKC3Byb3Bvc2FsX2lkGAMgASgJEhcKD3Byb3Bvc2FsX3NoYTI1NhgEIAEoCRIZChFpbnNwZWN0aW9uX3NoYTI1NhgFIAEoCRIvCgppZGVudGl0aWVzGAYgAygLMhsuc2VyYXBoLnByb2ZpbGUudjEuSWRlbnRpdHkSJgoFc3RlcHMYByADKAsyFy5zZXJhcGgucHJvZmlsZS52MS5TdGVwEikKBmxpbWl0cxgIIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIWCg5saW1pdHNfY2hhbmdlZBgJIAMoCRIXCg9pc29sYXRpb25fY2xhaW0YCiABKAkSHAoUcmVzb3VyY2VfZW5mb3JjZW1lbnQYCyABKAkSEgoKdW5lbmZvcmNlZBgMIAMoCRIPCgdnb2FsX2lkGA0gASgJEhUKDWdvYWxfcmV2aXNpb24YDiABKA0SGQoRc2V0dGluZ3NfcmV2aXNpb24YDyABKAQSFwoPcmVwb3NpdG9yeV9wYXRoGBAgASgJEg8KB25vZGVfaWQYESABKAkSFAoMcnVudGltZV9wYXRoGBIgASgJEhAKCG93bmVyX2lkGBMgASgJEhYKDmlzc3VlZF91bml4X21zGBQgASgDEhcKD2V4cGlyZXNfdW5peF9tcxgVIAEoAxITCgtub19sZWFybmluZxgWIAEoCBIXCg9kb2N1bWVudF9zaGEyNTYYFyABKAkSGwoTYWxsb3dlZF9wYXRjaF9wYXRocxgYIAMoCRIgChhzdXBlcnZpc29yX3NvdXJjZV9zaGEyNTYYGSABKAkSOgoLY29udGFpbm1lbnQYGiABKAsyJS5zZXJhcGguc3VwZXJ2aXNvci52MS5Ob2RlQ29udGFpbm1lbnQSDwoHcHJvZmlsZRgoIAEoCRIVCg1jbGVhbnVwX2NsYWltGCkgASgJEhsKE3BhdGNoX2NoYW5nZWRfdGVzdHMYMiADKAkSGgoSdGVzdF9ldmlkZW5jZV9ub3RlGDMgASgJIocBCghBcHByb3ZhbBIKCgJpZBgBIAEoCRIXCg9kb2N1bWVudF9zaGEyNTYYAiABKAkSEwoLYXBwcm92ZWRfYnkYAyABKAkSGAoQYXBwcm92ZWRfdW5peF9tcxgEIAEoAxIXCg9leHBpcmVzX3VuaXhfbXMYBSABKAMSDgoGam9iX2lkGAYgASgJIuoECgZSZXBhaXISCgoCaWQYASABKAkSEAoIb3duZXJfaWQYAiABKAkSDwoHZ29hbF9pZBgDIAEoCRIVCg1nb2FsX3JldmlzaW9uGAQgASgNEhUKDXJlcG9zaXRvcnlfaWQYBSABKAkSFAoMc291cmNlX3BhdGhzGAYgAygJEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYByADKAkSGwoTYWNjZXB0YW5jZV9jcml0ZXJpYRgIIAEoCRIvCglzZWxlY3Rpb24YCSABKA4yHC5zZXJhcGgucHJvZmlsZS52MS5TZWxlY3Rpb24SKQoFc3RhdGUYCiABKA4yGi5zZXJhcGguYXBpLnYxLlJlcGFpclN0YXRlEjEKCmluc3BlY3Rpb24YCyABKAsyHS5zZXJhcGgucHJvZmlsZS52MS5JbnNwZWN0aW9uEicKB2NvbnNlbnQYDCABKAsyFi5zZXJhcGguYXBpLnYxLkNvbnNlbnQSKgoJcHJvcG9zYWxzGA0gAygLMhcuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbBIpCghhcHByb3ZhbBgOIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwSIAoDam9iGA8gASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEhAKCHJldmlzaW9uGBAgASgEEhcKD2NyZWF0ZWRfdW5peF9tcxgRIAEoAxIXCg91cGRhdGVkX3VuaXhfbXMYEiABKAMSFAoMc3RhbGVfcmVhc29uGBMgASgJEhMKC25vX2xlYXJuaW5nGBQgASgIEhMKC3dhaXRfcmVhc29uGBUgASgJIpwCChNDcmVhdGVSZXBhaXJSZXF1ZXN0EhkKB2dvYWxfaWQYASABKAlCCLpIBXIDsAEBEh4KDWdvYWxfcmV2aXNpb24YAiABKA1CB7pIBCoCKAESHwoNcmVwb3NpdG9yeV9pZBgDIAEoCUIIukgFcgOwAQESLAoMc291cmNlX3BhdGhzGAQgAygJQha6SBOSARAIARDIARgBIgdyBRABGIAIEjMKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYBSADKAlCFrpIE5IBEAgBEMgBGAEiB3IFEAEYgAgSKAoTYWNjZXB0YW5jZV9jcml0ZXJpYRgGIAEoCUILukgIcgYQARignAESHAoJc2VsZWN0aW9uGAcgASgJQgm6SAZyBBABGGQiPQoUQ3JlYXRlUmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiLwoQR2V0UmVwYWlyUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIjoKEUdldFJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIiUKEkxpc3RSZXBhaXJzUmVxdWVzdBIPCgdnb2FsX2lkGAEgASgJIj0KE0xpc3RSZXBhaXJzUmVzcG9uc2USJgoHcmVwYWlycxgBIAMoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIjEKEldhdGNoUmVwYWlyUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIjwKE1dhdGNoUmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiUAoXUmVhZFJlcGFpclNvdXJjZVJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIYCgRwYXRoGAIgASgJQgq6SAdyBRABGIAIIkkKGFJlYWRSZXBhaXJTb3VyY2VSZXNwb25zZRIMCgRwYXRoGAEgASgJEg8KB2NvbnRlbnQYAiABKAwSDgoGc2hhMjU2GAMgASgJIncKEkdpdmVDb25zZW50UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiMKEWluc3BlY3Rpb25fc2hhMjU2GAIgASgJQgi6SAVyA5gBQBIfCg5tb2RlbF9yb3V0ZV9pZBgDIAEoCUIHukgEcgIQASI8ChNHaXZlQ29uc2VudFJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIncKE1Byb3Bvc2VQYXRjaFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIiCgttYW51YWxfZGlmZhgCIAEoCUILukgIcgYQARiAgEBIABIPCgVtb2RlbBgDIAEoCEgAQg4KBXJvdXRlEgW6SAIIASJoChRQcm9wb3NlUGF0Y2hSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIpCghwcm9wb3NhbBgCIAEoCzIXLnNlcmFwaC5hcGkudjEuUHJvcG9zYWwiWAoaR2V0QXBwcm92YWxEb2N1bWVudFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIdCgtwcm9wb3NhbF9pZBgCIAEoCUIIukgFcgOwAQEiUAobR2V0QXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEjEKCGRvY3VtZW50GAEgASgLMh8uc2VyYXBoLmFwaS52MS5BcHByb3ZhbERvY3VtZW50IlAKDkFwcHJvdmVSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIQoPZG9jdW1lbnRfc2hhMjU2GAIgASgJQgi6SAVyA5gBQCJjCg9BcHByb3ZlUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXISKQoIYXBwcm92YWwYAiABKAsyFy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsIkwKE0NhbmNlbFJlcGFpclJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIYCgZyZWFzb24YAiABKAlCCLpIBXIDGOgHIj0KFENhbmNlbFJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIjsKHFJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASKHAQodUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXISEAoIcmVsZWFzZWQYAiABKAgSFAoMcmVmdXNhbF9jb2RlGAMgASgJEhcKD3JlZnVzYWxfbWVzc2FnZRgEIAEoCSJRChNSZWFkQXJ0aWZhY3RSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESHQoLYXJ0aWZhY3RfaWQYAiABKAlCCLpIBXIDsAEBIlMKFFJlYWRBcnRpZmFjdFJlc3BvbnNlEioKCGFydGlmYWN0GAEgASgLMhguc2VyYXBoLmpvYnMudjEuQXJ0aWZhY3QSDwoHY29udGVudBgCIAEoDCKbAQoTU3RyZWFtT3V0cHV0UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiAKBHN0ZXAYAiABKAlCErpID3INUgVidWlsZFIEdGVzdBIlCgZzdHJlYW0YAyABKAlCFbpIEnIQUgZzdGRvdXRSBnN0ZGVychIOCgZvZmZzZXQYBCABKAQSDgoGZm9sbG93GAUgASgIIoYBChRTdHJlYW1PdXRwdXRSZXNwb25zZRIMCgRzdGVwGAEgASgJEg4KBnN0cmVhbRgCIAEoCRIOCgZvZmZzZXQYAyABKAQSDAoEZGF0YRgEIAEoDBIOCgZzb3VyY2UYBSABKAkSCwoDZW9mGAYgASgIEhUKDW5ldmVyX3N0YXJ0ZWQYByABKAgqhwIKC1JlcGFpclN0YXRlEhwKGFJFUEFJUl9TVEFURV9VTlNQRUNJRklFRBAAEhsKF1JFUEFJUl9TVEFURV9JTlNQRUNUSU5HEAESGgoWUkVQQUlSX1NUQVRFX0lOU1BFQ1RFRBACEhgKFFJFUEFJUl9TVEFURV9CTE9DS0VEEAMSGgoWUkVQQUlSX1NUQVRFX0NPTlNFTlRFRBAEEhkKFVJFUEFJUl9TVEFURV9QUk9QT1NFRBAFEhkKFVJFUEFJUl9TVEFURV9BUFBST1ZFRBAGEhkKFVJFUEFJUl9TVEFURV9GSU5JU0hFRBAHEhoKFlJFUEFJUl9TVEFURV9DQU5DRUxMRUQQCCpkCg1Qcm9wb3NhbFJvdXRlEh4KGlBST1BPU0FMX1JPVVRFX1VOU1BFQ0lGSUVEEAASGQoVUFJPUE9TQUxfUk9VVEVfTUFOVUFMEAESGAoUUFJPUE9TQUxfUk9VVEVfTU9ERUwQAjKzCQoNUmVwYWlyU2VydmljZRJXCgxDcmVhdGVSZXBhaXISIi5zZXJhcGguYXBpLnYxLkNyZWF0ZVJlcGFpclJlcXVlc3QaIy5zZXJhcGguYXBpLnYxLkNyZWF0ZVJlcGFpclJlc3BvbnNlEk4KCUdldFJlcGFpchIfLnNlcmFwaC5hcGkudjEuR2V0UmVwYWlyUmVxdWVzdBogLnNlcmFwaC5hcGkudjEuR2V0UmVwYWlyUmVzcG9uc2USVAoLTGlzdFJlcGFpcnMSIS5zZXJhcGguYXBpLnYxLkxpc3RSZXBhaXJzUmVxdWVzdBoiLnNlcmFwaC5hcGkudjEuTGlzdFJlcGFpcnNSZXNwb25zZRJWCgtXYXRjaFJlcGFpchIhLnNlcmFwaC5hcGkudjEuV2F0Y2hSZXBhaXJSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5XYXRjaFJlcGFpclJlc3BvbnNlMAESYwoQUmVhZFJlcGFpclNvdXJjZRImLnNlcmFwaC5hcGkudjEuUmVhZFJlcGFpclNvdXJjZVJlcXVlc3QaJy5zZXJhcGguYXBpLnYxLlJlYWRSZXBhaXJTb3VyY2VSZXNwb25zZRJUCgtHaXZlQ29uc2VudBIhLnNlcmFwaC5hcGkudjEuR2l2ZUNvbnNlbnRSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5HaXZlQ29uc2VudFJlc3BvbnNlElcKDFByb3Bvc2VQYXRjaBIiLnNlcmFwaC5hcGkudjEuUHJvcG9zZVBhdGNoUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuUHJvcG9zZVBhdGNoUmVzcG9uc2USbAoTR2V0QXBwcm92YWxEb2N1bWVudBIpLnNlcmFwaC5hcGkudjEuR2V0QXBwcm92YWxEb2N1bWVudFJlcXVlc3QaKi5zZXJhcGguYXBpLnYxLkdldEFwcHJvdmFsRG9jdW1lbnRSZXNwb25zZRJICgdBcHByb3ZlEh0uc2VyYXBoLmFwaS52MS5BcHByb3ZlUmVxdWVzdBoeLnNlcmFwaC5hcGkudjEuQXBwcm92ZVJlc3BvbnNlElcKDENhbmNlbFJlcGFpchIiLnNlcmFwaC5hcGkudjEuQ2FuY2VsUmVwYWlyUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuQ2FuY2VsUmVwYWlyUmVzcG9uc2UScgoVUmVjb3ZlclByb2Nlc3NDbGVhbnVwEisuc2VyYXBoLmFwaS52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXF1ZXN0Giwuc2VyYXBoLmFwaS52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRJXCgxSZWFkQXJ0aWZhY3QSIi5zZXJhcGguYXBpLnYxLlJlYWRBcnRpZmFjdFJlcXVlc3QaIy5zZXJhcGguYXBpLnYxLlJlYWRBcnRpZmFjdFJlc3BvbnNlElkKDFN0cmVhbU91dHB1dBIiLnNlcmFwaC5hcGkudjEuU3RyZWFtT3V0cHV0UmVxdWVzdBojLnNlcmFwaC5hcGkudjEuU3RyZWFtT3V0cHV0UmVzcG9uc2UwAWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("ChtzZXJhcGgvYXBpL3YxL3JlcGFpcnMucHJvdG8SDXNlcmFwaC5hcGkudjEikgEKB0NvbnNlbnQSGQoRaW5zcGVjdGlvbl9zaGEyNTYYASABKAkSFgoObW9kZWxfcm91dGVfaWQYAiABKAkSEAoIZ2l2ZW5fYnkYAyABKAkSFQoNZ2l2ZW5fdW5peF9tcxgEIAEoAxIrCgVmaWxlcxgFIAMoCzIcLnNlcmFwaC5hcGkudjEuQ29uc2VudGVkRmlsZSI7Cg1Db25zZW50ZWRGaWxlEgwKBHBhdGgYASABKAkSDgoGc2hhMjU2GAIgASgJEgwKBHNpemUYAyABKAQipgIKCFByb3Bvc2FsEgoKAmlkGAEgASgJEisKBXJvdXRlGAIgASgOMhwuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbFJvdXRlEgwKBGRpZmYYAyABKAkSEwoLZGlmZl9zaGEyNTYYBCABKAkSFQoNY2hhbmdlZF9wYXRocxgFIAMoCRINCgV2YWxpZBgGIAEoCBIvCgdyZWFzb25zGAcgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFgoObW9kZWxfcm91dGVfaWQYCCABKAkSDQoFbW9kZWwYCSABKAkSEwoLbm9fbGVhcm5pbmcYCiABKAgSFwoPY3JlYXRlZF91bml4X21zGAsgASgDEhIKCmNyZWF0ZWRfYnkYDCABKAkiswYKEEFwcHJvdmFsRG9jdW1lbnQSDAoEa2luZBgBIAEoCRIRCglyZXBhaXJfaWQYAiABKAkSEwoLcHJvcG9zYWxfaWQYAyABKAkSFwoPcHJvcG9zYWxfc2hhMjU2GAQgASgJEhkKEWluc3BlY3Rpb25fc2hhMjU2GAUgASgJEi8KCmlkZW50aXRpZXMYBiADKAsyGy5zZXJhcGgucHJvZmlsZS52MS5JZGVudGl0eRImCgVzdGVwcxgHIAMoCzIXLnNlcmFwaC5wcm9maWxlLnYxLlN0ZXASKQoGbGltaXRzGAggASgLMhkuc2VyYXBoLnByb2ZpbGUudjEuTGltaXRzEhYKDmxpbWl0c19jaGFuZ2VkGAkgAygJEhcKD2lzb2xhdGlvbl9jbGFpbRgKIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgLIAEoCRISCgp1bmVuZm9yY2VkGAwgAygJEg8KB2dvYWxfaWQYDSABKAkSFQoNZ29hbF9yZXZpc2lvbhgOIAEoDRIZChFzZXR0aW5nc19yZXZpc2lvbhgPIAEoBBIXCg9yZXBvc2l0b3J5X3BhdGgYECABKAkSDwoHbm9kZV9pZBgRIAEoCRIUCgxydW50aW1lX3BhdGgYEiABKAkSEAoIb3duZXJfaWQYEyABKAkSFgoOaXNzdWVkX3VuaXhfbXMYFCABKAMSFwoPZXhwaXJlc191bml4X21zGBUgASgDEhMKC25vX2xlYXJuaW5nGBYgASgIEhcKD2RvY3VtZW50X3NoYTI1NhgXIAEoCRIbChNhbGxvd2VkX3BhdGNoX3BhdGhzGBggAygJEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgZIAEoCRI6Cgtjb250YWlubWVudBgaIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudBIPCgdwcm9maWxlGCggASgJEhUKDWNsZWFudXBfY2xhaW0YKSABKAkSGwoTcGF0Y2hfY2hhbmdlZF90ZXN0cxgyIAMoCRIaChJ0ZXN0X2V2aWRlbmNlX25vdGUYMyABKAkihwEKCEFwcHJvdmFsEgoKAmlkGAEgASgJEhcKD2RvY3VtZW50X3NoYTI1NhgCIAEoCRITCgthcHByb3ZlZF9ieRgDIAEoCRIYChBhcHByb3ZlZF91bml4X21zGAQgASgDEhcKD2V4cGlyZXNfdW5peF9tcxgFIAEoAxIOCgZqb2JfaWQYBiABKAki6gQKBlJlcGFpchIKCgJpZBgBIAEoCRIQCghvd25lcl9pZBgCIAEoCRIPCgdnb2FsX2lkGAMgASgJEhUKDWdvYWxfcmV2aXNpb24YBCABKA0SFQoNcmVwb3NpdG9yeV9pZBgFIAEoCRIUCgxzb3VyY2VfcGF0aHMYBiADKAkSGwoTYWxsb3dlZF9wYXRjaF9wYXRocxgHIAMoCRIbChNhY2NlcHRhbmNlX2NyaXRlcmlhGAggASgJEi8KCXNlbGVjdGlvbhgJIAEoDjIcLnNlcmFwaC5wcm9maWxlLnYxLlNlbGVjdGlvbhIpCgVzdGF0ZRgKIAEoDjIaLnNlcmFwaC5hcGkudjEuUmVwYWlyU3RhdGUSMQoKaW5zcGVjdGlvbhgLIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SJwoHY29uc2VudBgMIAEoCzIWLnNlcmFwaC5hcGkudjEuQ29uc2VudBIqCglwcm9wb3NhbHMYDSADKAsyFy5zZXJhcGguYXBpLnYxLlByb3Bvc2FsEikKCGFwcHJvdmFsGA4gASgLMhcuc2VyYXBoLmFwaS52MS5BcHByb3ZhbBIgCgNqb2IYDyABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISEAoIcmV2aXNpb24YECABKAQSFwoPY3JlYXRlZF91bml4X21zGBEgASgDEhcKD3VwZGF0ZWRfdW5peF9tcxgSIAEoAxIUCgxzdGFsZV9yZWFzb24YEyABKAkSEwoLbm9fbGVhcm5pbmcYFCABKAgSEwoLd2FpdF9yZWFzb24YFSABKAkinAIKE0NyZWF0ZVJlcGFpclJlcXVlc3QSGQoHZ29hbF9pZBgBIAEoCUIIukgFcgOwAQESHgoNZ29hbF9yZXZpc2lvbhgCIAEoDUIHukgEKgIoARIfCg1yZXBvc2l0b3J5X2lkGAMgASgJQgi6SAVyA7ABARIsCgxzb3VyY2VfcGF0aHMYBCADKAlCFrpIE5IBEAgBEMgBGAEiB3IFEAEYgAgSMwoTYWxsb3dlZF9wYXRjaF9wYXRocxgFIAMoCUIWukgTkgEQCAEQyAEYASIHcgUQARiACBIoChNhY2NlcHRhbmNlX2NyaXRlcmlhGAYgASgJQgu6SAhyBhABGKCcARIcCglzZWxlY3Rpb24YByABKAlCCbpIBnIEEAEYZCI9ChRDcmVhdGVSZXBhaXJSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciIvChBHZXRSZXBhaXJSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQEiOgoRR2V0UmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiJQoSTGlzdFJlcGFpcnNSZXF1ZXN0Eg8KB2dvYWxfaWQYASABKAkiPQoTTGlzdFJlcGFpcnNSZXNwb25zZRImCgdyZXBhaXJzGAEgAygLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiMQoSV2F0Y2hSZXBhaXJSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQEiPAoTV2F0Y2hSZXBhaXJSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciJQChdSZWFkUmVwYWlyU291cmNlUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEhgKBHBhdGgYAiABKAlCCrpIB3IFEAEYgAgiSQoYUmVhZFJlcGFpclNvdXJjZVJlc3BvbnNlEgwKBHBhdGgYASABKAkSDwoHY29udGVudBgCIAEoDBIOCgZzaGEyNTYYAyABKAkidwoSR2l2ZUNvbnNlbnRSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIwoRaW5zcGVjdGlvbl9zaGEyNTYYAiABKAlCCLpIBXIDmAFAEh8KDm1vZGVsX3JvdXRlX2lkGAMgASgJQge6SARyAhABIjwKE0dpdmVDb25zZW50UmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIidwoTUHJvcG9zZVBhdGNoUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiIKC21hbnVhbF9kaWZmGAIgASgJQgu6SAhyBhABGICAQEgAEg8KBW1vZGVsGAMgASgISABCDgoFcm91dGUSBbpIAggBImgKFFByb3Bvc2VQYXRjaFJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEikKCHByb3Bvc2FsGAIgASgLMhcuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbCJYChpHZXRBcHByb3ZhbERvY3VtZW50UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEh0KC3Byb3Bvc2FsX2lkGAIgASgJQgi6SAVyA7ABASJQChtHZXRBcHByb3ZhbERvY3VtZW50UmVzcG9uc2USMQoIZG9jdW1lbnQYASABKAsyHy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsRG9jdW1lbnQiUAoOQXBwcm92ZVJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIhCg9kb2N1bWVudF9zaGEyNTYYAiABKAlCCLpIBXIDmAFAImMKD0FwcHJvdmVSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIpCghhcHByb3ZhbBgCIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwiTAoTQ2FuY2VsUmVwYWlyUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMY6AciPQoUQ2FuY2VsUmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiOwocUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIocBCh1SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIQCghyZWxlYXNlZBgCIAEoCBIUCgxyZWZ1c2FsX2NvZGUYAyABKAkSFwoPcmVmdXNhbF9tZXNzYWdlGAQgASgJIlEKE1JlYWRBcnRpZmFjdFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIdCgthcnRpZmFjdF9pZBgCIAEoCUIIukgFcgOwAQEiUwoUUmVhZEFydGlmYWN0UmVzcG9uc2USKgoIYXJ0aWZhY3QYASABKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdBIPCgdjb250ZW50GAIgASgMIpsBChNTdHJlYW1PdXRwdXRSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIAoEc3RlcBgCIAEoCUISukgPcg1SBWJ1aWxkUgR0ZXN0EiUKBnN0cmVhbRgDIAEoCUIVukgSchBSBnN0ZG91dFIGc3RkZXJyEg4KBm9mZnNldBgEIAEoBBIOCgZmb2xsb3cYBSABKAgihgEKFFN0cmVhbU91dHB1dFJlc3BvbnNlEgwKBHN0ZXAYASABKAkSDgoGc3RyZWFtGAIgASgJEg4KBm9mZnNldBgDIAEoBBIMCgRkYXRhGAQgASgMEg4KBnNvdXJjZRgFIAEoCRILCgNlb2YYBiABKAgSFQoNbmV2ZXJfc3RhcnRlZBgHIAEoCCqHAgoLUmVwYWlyU3RhdGUSHAoYUkVQQUlSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGwoXUkVQQUlSX1NUQVRFX0lOU1BFQ1RJTkcQARIaChZSRVBBSVJfU1RBVEVfSU5TUEVDVEVEEAISGAoUUkVQQUlSX1NUQVRFX0JMT0NLRUQQAxIaChZSRVBBSVJfU1RBVEVfQ09OU0VOVEVEEAQSGQoVUkVQQUlSX1NUQVRFX1BST1BPU0VEEAUSGQoVUkVQQUlSX1NUQVRFX0FQUFJPVkVEEAYSGQoVUkVQQUlSX1NUQVRFX0ZJTklTSEVEEAcSGgoWUkVQQUlSX1NUQVRFX0NBTkNFTExFRBAIKmQKDVByb3Bvc2FsUm91dGUSHgoaUFJPUE9TQUxfUk9VVEVfVU5TUEVDSUZJRUQQABIZChVQUk9QT1NBTF9ST1VURV9NQU5VQUwQARIYChRQUk9QT1NBTF9ST1VURV9NT0RFTBACMrMJCg1SZXBhaXJTZXJ2aWNlElcKDENyZWF0ZVJlcGFpchIiLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVzcG9uc2USTgoJR2V0UmVwYWlyEh8uc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXF1ZXN0GiAuc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXNwb25zZRJUCgtMaXN0UmVwYWlycxIhLnNlcmFwaC5hcGkudjEuTGlzdFJlcGFpcnNSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5MaXN0UmVwYWlyc1Jlc3BvbnNlElYKC1dhdGNoUmVwYWlyEiEuc2VyYXBoLmFwaS52MS5XYXRjaFJlcGFpclJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLldhdGNoUmVwYWlyUmVzcG9uc2UwARJjChBSZWFkUmVwYWlyU291cmNlEiYuc2VyYXBoLmFwaS52MS5SZWFkUmVwYWlyU291cmNlUmVxdWVzdBonLnNlcmFwaC5hcGkudjEuUmVhZFJlcGFpclNvdXJjZVJlc3BvbnNlElQKC0dpdmVDb25zZW50EiEuc2VyYXBoLmFwaS52MS5HaXZlQ29uc2VudFJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLkdpdmVDb25zZW50UmVzcG9uc2USVwoMUHJvcG9zZVBhdGNoEiIuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXNwb25zZRJsChNHZXRBcHByb3ZhbERvY3VtZW50Eikuc2VyYXBoLmFwaS52MS5HZXRBcHByb3ZhbERvY3VtZW50UmVxdWVzdBoqLnNlcmFwaC5hcGkudjEuR2V0QXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEkgKB0FwcHJvdmUSHS5zZXJhcGguYXBpLnYxLkFwcHJvdmVSZXF1ZXN0Gh4uc2VyYXBoLmFwaS52MS5BcHByb3ZlUmVzcG9uc2USVwoMQ2FuY2VsUmVwYWlyEiIuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXNwb25zZRJyChVSZWNvdmVyUHJvY2Vzc0NsZWFudXASKy5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QaLC5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlElcKDFJlYWRBcnRpZmFjdBIiLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVxdWVzdBojLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVzcG9uc2USWQoMU3RyZWFtT3V0cHV0EiIuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXNwb25zZTABYgZwcm90bzM", [file_buf_validate_validate, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * @generated from message seraph.api.v1.Consent
@@ -45,6 +45,15 @@ export type Consent = Message<"seraph.api.v1.Consent"> & {
    * @generated from field: int64 given_unix_ms = 4;
    */
   givenUnixMs: bigint;
+
+  /**
+   * Exactly the files a model prompt may carry: the inspected source files under the repair's
+   * source paths (test entrypoints and configs the selection needs are not among them unless a
+   * source path names them), each with the SHA-256 the prompt's bytes must have.
+   *
+   * @generated from field: repeated seraph.api.v1.ConsentedFile files = 5;
+   */
+  files: ConsentedFile[];
 };
 
 /**
@@ -53,6 +62,33 @@ export type Consent = Message<"seraph.api.v1.Consent"> & {
  */
 export const ConsentSchema: GenMessage<Consent> = /*@__PURE__*/
   messageDesc(file_seraph_api_v1_repairs, 0);
+
+/**
+ * @generated from message seraph.api.v1.ConsentedFile
+ */
+export type ConsentedFile = Message<"seraph.api.v1.ConsentedFile"> & {
+  /**
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * @generated from field: string sha256 = 2;
+   */
+  sha256: string;
+
+  /**
+   * @generated from field: uint64 size = 3;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message seraph.api.v1.ConsentedFile.
+ * Use `create(ConsentedFileSchema)` to create a new message.
+ */
+export const ConsentedFileSchema: GenMessage<ConsentedFile> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 1);
 
 /**
  * @generated from message seraph.api.v1.Proposal
@@ -128,7 +164,7 @@ export type Proposal = Message<"seraph.api.v1.Proposal"> & {
  * Use `create(ProposalSchema)` to create a new message.
  */
 export const ProposalSchema: GenMessage<Proposal> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 1);
+  messageDesc(file_seraph_api_v1_repairs, 2);
 
 /**
  * The exact document a person approves for local_host_execution. Its sha256 is over the
@@ -314,7 +350,7 @@ export type ApprovalDocument = Message<"seraph.api.v1.ApprovalDocument"> & {
  * Use `create(ApprovalDocumentSchema)` to create a new message.
  */
 export const ApprovalDocumentSchema: GenMessage<ApprovalDocument> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 2);
+  messageDesc(file_seraph_api_v1_repairs, 3);
 
 /**
  * @generated from message seraph.api.v1.Approval
@@ -356,7 +392,7 @@ export type Approval = Message<"seraph.api.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 3);
+  messageDesc(file_seraph_api_v1_repairs, 4);
 
 /**
  * @generated from message seraph.api.v1.Repair
@@ -478,7 +514,7 @@ export type Repair = Message<"seraph.api.v1.Repair"> & {
  * Use `create(RepairSchema)` to create a new message.
  */
 export const RepairSchema: GenMessage<Repair> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 4);
+  messageDesc(file_seraph_api_v1_repairs, 5);
 
 /**
  * @generated from message seraph.api.v1.CreateRepairRequest
@@ -529,7 +565,7 @@ export type CreateRepairRequest = Message<"seraph.api.v1.CreateRepairRequest"> &
  * Use `create(CreateRepairRequestSchema)` to create a new message.
  */
 export const CreateRepairRequestSchema: GenMessage<CreateRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 5);
+  messageDesc(file_seraph_api_v1_repairs, 6);
 
 /**
  * @generated from message seraph.api.v1.CreateRepairResponse
@@ -546,7 +582,7 @@ export type CreateRepairResponse = Message<"seraph.api.v1.CreateRepairResponse">
  * Use `create(CreateRepairResponseSchema)` to create a new message.
  */
 export const CreateRepairResponseSchema: GenMessage<CreateRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 6);
+  messageDesc(file_seraph_api_v1_repairs, 7);
 
 /**
  * @generated from message seraph.api.v1.GetRepairRequest
@@ -563,7 +599,7 @@ export type GetRepairRequest = Message<"seraph.api.v1.GetRepairRequest"> & {
  * Use `create(GetRepairRequestSchema)` to create a new message.
  */
 export const GetRepairRequestSchema: GenMessage<GetRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 7);
+  messageDesc(file_seraph_api_v1_repairs, 8);
 
 /**
  * @generated from message seraph.api.v1.GetRepairResponse
@@ -580,7 +616,7 @@ export type GetRepairResponse = Message<"seraph.api.v1.GetRepairResponse"> & {
  * Use `create(GetRepairResponseSchema)` to create a new message.
  */
 export const GetRepairResponseSchema: GenMessage<GetRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 8);
+  messageDesc(file_seraph_api_v1_repairs, 9);
 
 /**
  * @generated from message seraph.api.v1.ListRepairsRequest
@@ -597,7 +633,7 @@ export type ListRepairsRequest = Message<"seraph.api.v1.ListRepairsRequest"> & {
  * Use `create(ListRepairsRequestSchema)` to create a new message.
  */
 export const ListRepairsRequestSchema: GenMessage<ListRepairsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 9);
+  messageDesc(file_seraph_api_v1_repairs, 10);
 
 /**
  * @generated from message seraph.api.v1.ListRepairsResponse
@@ -614,7 +650,7 @@ export type ListRepairsResponse = Message<"seraph.api.v1.ListRepairsResponse"> &
  * Use `create(ListRepairsResponseSchema)` to create a new message.
  */
 export const ListRepairsResponseSchema: GenMessage<ListRepairsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 10);
+  messageDesc(file_seraph_api_v1_repairs, 11);
 
 /**
  * @generated from message seraph.api.v1.WatchRepairRequest
@@ -631,7 +667,7 @@ export type WatchRepairRequest = Message<"seraph.api.v1.WatchRepairRequest"> & {
  * Use `create(WatchRepairRequestSchema)` to create a new message.
  */
 export const WatchRepairRequestSchema: GenMessage<WatchRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 11);
+  messageDesc(file_seraph_api_v1_repairs, 12);
 
 /**
  * @generated from message seraph.api.v1.WatchRepairResponse
@@ -648,7 +684,7 @@ export type WatchRepairResponse = Message<"seraph.api.v1.WatchRepairResponse"> &
  * Use `create(WatchRepairResponseSchema)` to create a new message.
  */
 export const WatchRepairResponseSchema: GenMessage<WatchRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 12);
+  messageDesc(file_seraph_api_v1_repairs, 13);
 
 /**
  * @generated from message seraph.api.v1.ReadRepairSourceRequest
@@ -670,7 +706,7 @@ export type ReadRepairSourceRequest = Message<"seraph.api.v1.ReadRepairSourceReq
  * Use `create(ReadRepairSourceRequestSchema)` to create a new message.
  */
 export const ReadRepairSourceRequestSchema: GenMessage<ReadRepairSourceRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 13);
+  messageDesc(file_seraph_api_v1_repairs, 14);
 
 /**
  * @generated from message seraph.api.v1.ReadRepairSourceResponse
@@ -697,7 +733,7 @@ export type ReadRepairSourceResponse = Message<"seraph.api.v1.ReadRepairSourceRe
  * Use `create(ReadRepairSourceResponseSchema)` to create a new message.
  */
 export const ReadRepairSourceResponseSchema: GenMessage<ReadRepairSourceResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 14);
+  messageDesc(file_seraph_api_v1_repairs, 15);
 
 /**
  * @generated from message seraph.api.v1.GiveConsentRequest
@@ -726,7 +762,7 @@ export type GiveConsentRequest = Message<"seraph.api.v1.GiveConsentRequest"> & {
  * Use `create(GiveConsentRequestSchema)` to create a new message.
  */
 export const GiveConsentRequestSchema: GenMessage<GiveConsentRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 15);
+  messageDesc(file_seraph_api_v1_repairs, 16);
 
 /**
  * @generated from message seraph.api.v1.GiveConsentResponse
@@ -743,7 +779,7 @@ export type GiveConsentResponse = Message<"seraph.api.v1.GiveConsentResponse"> &
  * Use `create(GiveConsentResponseSchema)` to create a new message.
  */
 export const GiveConsentResponseSchema: GenMessage<GiveConsentResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 16);
+  messageDesc(file_seraph_api_v1_repairs, 17);
 
 /**
  * @generated from message seraph.api.v1.ProposePatchRequest
@@ -781,7 +817,7 @@ export type ProposePatchRequest = Message<"seraph.api.v1.ProposePatchRequest"> &
  * Use `create(ProposePatchRequestSchema)` to create a new message.
  */
 export const ProposePatchRequestSchema: GenMessage<ProposePatchRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 17);
+  messageDesc(file_seraph_api_v1_repairs, 18);
 
 /**
  * @generated from message seraph.api.v1.ProposePatchResponse
@@ -803,7 +839,7 @@ export type ProposePatchResponse = Message<"seraph.api.v1.ProposePatchResponse">
  * Use `create(ProposePatchResponseSchema)` to create a new message.
  */
 export const ProposePatchResponseSchema: GenMessage<ProposePatchResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 18);
+  messageDesc(file_seraph_api_v1_repairs, 19);
 
 /**
  * @generated from message seraph.api.v1.GetApprovalDocumentRequest
@@ -825,7 +861,7 @@ export type GetApprovalDocumentRequest = Message<"seraph.api.v1.GetApprovalDocum
  * Use `create(GetApprovalDocumentRequestSchema)` to create a new message.
  */
 export const GetApprovalDocumentRequestSchema: GenMessage<GetApprovalDocumentRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 19);
+  messageDesc(file_seraph_api_v1_repairs, 20);
 
 /**
  * @generated from message seraph.api.v1.GetApprovalDocumentResponse
@@ -842,7 +878,7 @@ export type GetApprovalDocumentResponse = Message<"seraph.api.v1.GetApprovalDocu
  * Use `create(GetApprovalDocumentResponseSchema)` to create a new message.
  */
 export const GetApprovalDocumentResponseSchema: GenMessage<GetApprovalDocumentResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 20);
+  messageDesc(file_seraph_api_v1_repairs, 21);
 
 /**
  * @generated from message seraph.api.v1.ApproveRequest
@@ -864,7 +900,7 @@ export type ApproveRequest = Message<"seraph.api.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 21);
+  messageDesc(file_seraph_api_v1_repairs, 22);
 
 /**
  * @generated from message seraph.api.v1.ApproveResponse
@@ -886,7 +922,7 @@ export type ApproveResponse = Message<"seraph.api.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 22);
+  messageDesc(file_seraph_api_v1_repairs, 23);
 
 /**
  * @generated from message seraph.api.v1.CancelRepairRequest
@@ -908,7 +944,7 @@ export type CancelRepairRequest = Message<"seraph.api.v1.CancelRepairRequest"> &
  * Use `create(CancelRepairRequestSchema)` to create a new message.
  */
 export const CancelRepairRequestSchema: GenMessage<CancelRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 23);
+  messageDesc(file_seraph_api_v1_repairs, 24);
 
 /**
  * @generated from message seraph.api.v1.CancelRepairResponse
@@ -925,7 +961,7 @@ export type CancelRepairResponse = Message<"seraph.api.v1.CancelRepairResponse">
  * Use `create(CancelRepairResponseSchema)` to create a new message.
  */
 export const CancelRepairResponseSchema: GenMessage<CancelRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 24);
+  messageDesc(file_seraph_api_v1_repairs, 25);
 
 /**
  * @generated from message seraph.api.v1.RecoverProcessCleanupRequest
@@ -942,7 +978,7 @@ export type RecoverProcessCleanupRequest = Message<"seraph.api.v1.RecoverProcess
  * Use `create(RecoverProcessCleanupRequestSchema)` to create a new message.
  */
 export const RecoverProcessCleanupRequestSchema: GenMessage<RecoverProcessCleanupRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 25);
+  messageDesc(file_seraph_api_v1_repairs, 26);
 
 /**
  * @generated from message seraph.api.v1.RecoverProcessCleanupResponse
@@ -974,7 +1010,7 @@ export type RecoverProcessCleanupResponse = Message<"seraph.api.v1.RecoverProces
  * Use `create(RecoverProcessCleanupResponseSchema)` to create a new message.
  */
 export const RecoverProcessCleanupResponseSchema: GenMessage<RecoverProcessCleanupResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 26);
+  messageDesc(file_seraph_api_v1_repairs, 27);
 
 /**
  * @generated from message seraph.api.v1.ReadArtifactRequest
@@ -996,7 +1032,7 @@ export type ReadArtifactRequest = Message<"seraph.api.v1.ReadArtifactRequest"> &
  * Use `create(ReadArtifactRequestSchema)` to create a new message.
  */
 export const ReadArtifactRequestSchema: GenMessage<ReadArtifactRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 27);
+  messageDesc(file_seraph_api_v1_repairs, 28);
 
 /**
  * @generated from message seraph.api.v1.ReadArtifactResponse
@@ -1018,7 +1054,7 @@ export type ReadArtifactResponse = Message<"seraph.api.v1.ReadArtifactResponse">
  * Use `create(ReadArtifactResponseSchema)` to create a new message.
  */
 export const ReadArtifactResponseSchema: GenMessage<ReadArtifactResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 28);
+  messageDesc(file_seraph_api_v1_repairs, 29);
 
 /**
  * @generated from message seraph.api.v1.StreamOutputRequest
@@ -1064,7 +1100,7 @@ export type StreamOutputRequest = Message<"seraph.api.v1.StreamOutputRequest"> &
  * Use `create(StreamOutputRequestSchema)` to create a new message.
  */
 export const StreamOutputRequestSchema: GenMessage<StreamOutputRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 29);
+  messageDesc(file_seraph_api_v1_repairs, 30);
 
 /**
  * @generated from message seraph.api.v1.StreamOutputResponse
@@ -1120,7 +1156,7 @@ export type StreamOutputResponse = Message<"seraph.api.v1.StreamOutputResponse">
  * Use `create(StreamOutputResponseSchema)` to create a new message.
  */
 export const StreamOutputResponseSchema: GenMessage<StreamOutputResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 30);
+  messageDesc(file_seraph_api_v1_repairs, 31);
 
 /**
  * @generated from enum seraph.api.v1.RepairState
