@@ -112,7 +112,11 @@ export async function stopProcess(child: ChildProcess, graceMs = 10_000): Promis
 export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), "seraph-cluster-"));
   const internalToken = randomBytes(32).toString("hex");
-  const [jg, jh, ag, ah, eg, eh, gg, gh] = await Promise.all(Array.from({ length: 8 }, () => freePort()));
+  // Every port in one batch: each probe holds its port until all are chosen, so no two services
+  // (nor two jobs replicas) are handed the same one.
+  const extra = 2 * Math.max(0, (o.jobsReplicas ?? 1) - 1);
+  const ports = await Promise.all(Array.from({ length: 8 + extra }, () => freePort()));
+  const [jg, jh, ag, ah, eg, eh, gg, gh] = ports;
   const nodeId = o.nodeId ?? "node-a";
   const nats = await startTestNats({ nodes: [nodeId] });
   const common = { DATABASE_URL: o.databaseUrl, SERAPH_INTERNAL_TOKEN: internalToken, ...o.env };
@@ -126,7 +130,7 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
     await nats.close();
   };
   const replicaPorts: [number, number][] = [[jg!, jh!]];
-  for (let i = 1; i < (o.jobsReplicas ?? 1); i++) replicaPorts.push([await freePort(), await freePort()]);
+  for (let i = 1; i < (o.jobsReplicas ?? 1); i++) replicaPorts.push([ports[8 + 2 * (i - 1)]!, ports[9 + 2 * (i - 1)]!]);
   const spawnJobs = (i: number) => {
     const [g, h] = replicaPorts[i]!;
     return spawnService(i === 0 ? "jobs" : `jobs-${i}`, "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${g}`, SERAPH_JOBS_HTTP_PORT: `${h}` }, dir, g, h);
