@@ -1,4 +1,7 @@
-import { readFile } from "node:fs/promises";
+import { readFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { OwnerMarkerSchema, ProcessIdentitySchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { newId } from "@seraph/kit";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -223,5 +226,47 @@ describe("restarts: executor SIGKILL re-adoption, supervisor loss, recovery", ()
     expect([rec.released, rec.refusalCode]).toEqual([true, ""]);
     expect(rec.job?.recovery).toMatchObject({ proof: "cleanup_receipt", cleanupReceiptVerified: true });
     expect(rec.job?.outcome).toBe("deadline_exhausted_before_proof");
+  });
+
+  /** Waits for the late receipt the restarted executor records for an UNKNOWN job, then recovers the slot. */
+  async function recoverWhenReceiptRecorded(jobId: string): Promise<void> {
+    await pollUntil(async () => (await stack.client.getJob({ jobId })).job!.artifacts.some((a) => a.kind === "cleanup_receipt"), 30_000, "late receipt recorded");
+    const rec = await stack.client.recoverProcessCleanup({ jobId, rootId: root });
+    expect([rec.released, rec.refusalCode]).toEqual([true, ""]);
+  }
+
+  it("reused supervisor identity (the recorded start time names another process on that pid): UNKNOWN unknown_supervisor_lost, slot held, the live process is never signalled", async () => {
+    const r = await slowRepo(5000);
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir) });
+    const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
+    const marker = running.marker!;
+    const pid = marker.supervisor!.pid;
+    await stack.killExecutor(stack.node, "SIGKILL");
+    // While no executor runs, the recorded identity stops matching the process on that pid.
+    const reused = create(OwnerMarkerSchema, { ...marker, supervisor: create(ProcessIdentitySchema, { ...marker.supervisor!, startTimeTicks: marker.supervisor!.startTimeTicks + 1n }) });
+    await stack.db.updateTable("jobs").set({ marker: toBinary(OwnerMarkerSchema, reused) }).where("id", "=", job!.id).execute();
+    await stack.startExecutor();
+    const lost = await waitForState(stack, job!.id, [JobState.UNKNOWN, JobState.SUCCEEDED, JobState.FAILED], 20_000);
+    expect([JobState[lost.state], lost.outcome, lost.slotHeld]).toEqual(["UNKNOWN", "unknown_supervisor_lost", true]);
+    expect(lost.outcomeMessage).toMatch(/reused/);
+    // The process on that pid was not signalled: it is still running its command.
+    expect(alive(pid)).toBe(true);
+    // Put the true identity back: its receipt then names the recorded marker and proves cleanup.
+    await stack.db.updateTable("jobs").set({ marker: toBinary(OwnerMarkerSchema, marker) }).where("id", "=", job!.id).execute();
+    await recoverWhenReceiptRecorded(job!.id);
+  });
+
+  it("unreadable ownership (the capability token is gone): the restarted executor cannot prove it owns the supervisor, the job is UNKNOWN with the slot held, no replay", async () => {
+    const r = await slowRepo(5000);
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir) });
+    const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
+    await stack.killExecutor(stack.node, "SIGKILL");
+    await rm(join(running.marker!.runDir, "token"));
+    await stack.startExecutor();
+    const lost = await waitForState(stack, job!.id, [JobState.UNKNOWN, JobState.SUCCEEDED, JobState.FAILED], 20_000);
+    expect([JobState[lost.state], lost.outcome, lost.slotHeld]).toEqual(["UNKNOWN", "unknown_supervisor_lost", true]);
+    expect(lost.outcomeMessage).toMatch(/unreachable/);
+    expect(await stack.db.selectFrom("job_attempts").selectAll().where("job_id", "=", job!.id).execute()).toHaveLength(2);
+    await recoverWhenReceiptRecorded(job!.id);
   });
 });
