@@ -238,7 +238,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     const form = page.getByRole("form", { name: "New repair" });
     await form.getByLabel("Goal (owned, active)").selectOption({ label: `${goalTitle} — revision 1` });
     // The revision comes from the goal; nobody types it.
-    expect(await page.getByTestId("goal-revision").innerText()).toBe("revision 1 (the goal's current one)");
+    expect(await page.getByTestId("goal-revision").innerText()).toBe("1 (the goal's current one)");
     await form.getByLabel("Repository", { exact: true }).selectOption({ label: `${goalTitle} — ${dir} on ui-test-node` });
     await form.getByLabel("Source paths").fill("src/math.js\ntest");
     await form.getByLabel("Allowed patch paths").fill("src/math.js");
@@ -414,7 +414,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     const before = (await stdout.innerText()).length;
     await expect.poll(async () => (await stdout.innerText()).length, { timeout: 15_000 }).toBeGreaterThan(before);
     expect(await stdout.locator("span.ansi-green-fg").first().innerText()).toMatch(/^tick \d+$/);
-    await waitText(page, "status-facts", /Steptest \(running\)/);
+    await waitText(page, "status-facts", /Steptest \(running, ≈\d+:\d{2}\)/);
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(SCREENSHOTS, "inspector-running.png"), fullPage: false });
     await expectAccessible(page, "inspector: running");

@@ -79,7 +79,9 @@ export function tabs(label: string, specs: readonly TabSpec[], initial: string, 
     },
     mark(key, text) {
       const note = notes.get(key);
-      if (note) note.textContent = text ? ` · ${text}` : "";
+      if (!note) return;
+      note.textContent = text ? ` · ${text}` : "";
+      note.classList.toggle("urgent", text === "needed");
     },
   };
   render();

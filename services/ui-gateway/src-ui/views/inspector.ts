@@ -653,6 +653,8 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     return stepNames(r).at(-1) ?? "";
   };
 
+  /** Server time the job was first seen running (0 until then): the running step's clock starts there. */
+  let runningSince = 0;
   const renderHeader = () => {
     const r = repair;
     if (!r) return;
@@ -664,7 +666,10 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     const pairs: [string, string | HTMLElement][] = [["State", enumName(RepairState, r.state) + (r.staleReason ? ` (stale: ${r.staleReason})` : "")]];
     if (j) {
       pairs.push(["Job", `${enumName(JobState, j.state)}${j.outcome ? ` — ${j.outcome}` : ""}`]);
-      pairs.push(["Step", step ? `${step} (running)` : j.steps.length ? j.steps.map((x) => `${x.name} ${x.passed ? "passed" : "not passed"}`).join(", ") : settled ? "none ran" : "not started"]);
+      if (j.state === JobState.RUNNING && runningSince === 0) runningSince = Number(changedAt(r));
+      const before = stepNames(r).slice(0, Math.max(0, stepNames(r).indexOf(step)));
+      const stepStart = runningSince + before.reduce((sum, n) => sum + (j.steps.find((x) => x.name === n)?.durationMs ?? 0), 0);
+      pairs.push(["Step", step ? `${step} (running${runningSince ? `, ≈${elapsed(Date.now() - stepStart)}` : ""})` : j.steps.length ? j.steps.map((x) => `${x.name} ${x.passed ? "passed" : "not passed"}`).join(", ") : settled ? "none ran" : "not started"]);
       const startMs = Number(j.createdUnixMs);
       const endMs = settled ? Number(j.updatedUnixMs) : Date.now();
       pairs.push(["Elapsed", h("span", { "data-testid": "elapsed" }, `${elapsed(endMs - startMs)} since approval${settled ? "" : " (running clock)"}`)]);
@@ -674,7 +679,10 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     replace(headerFacts, pairs.map(([k, v]) => h("div", null, h("dt", null, k), h("dd", null, v))));
   };
   const headerTimer = setInterval(() => {
-    if (repair && !isSettled(repair)) renderHeader();
+    if (repair && !isSettled(repair)) {
+      renderHeader();
+      ensureLogs(repair);
+    }
   }, 1000);
   ctx.signal.addEventListener("abort", () => clearInterval(headerTimer));
 
@@ -729,7 +737,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       l.meta.textContent = res
         ? `— ${res.passed ? "passed" : "not passed"}, ${res.started ? (res.signal ? `signal ${res.signal}` : `exit ${res.exitCode ?? "?"}`) : "not started"}, ${elapsed(res.durationMs)}`
         : step === name
-          ? "— running"
+          ? `— running${runningSince ? ` (≈${elapsed(Date.now() - runningSince - stepNames(r).slice(0, stepNames(r).indexOf(name)).reduce((sum, n) => sum + (j.steps.find((x) => x.name === n)?.durationMs ?? 0), 0))})` : ""}`
           : isSettled(r)
             ? "— did not run"
             : "— waiting";

@@ -78,7 +78,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   };
   const syncRevision = () => {
     const g = goals.find((x) => x.id === goalSelect.value);
-    revisionOut.textContent = g ? `revision ${g.revision} (the goal's current one)` : "—";
+    revisionOut.textContent = g ? `${g.revision} (the goal's current one)` : "—";
   };
   goalSelect.addEventListener("change", syncRevision);
   const fillRepoOptions = () => {
