@@ -414,6 +414,10 @@ export async function adoptClaimed(
   // The attempt's private directory is named by the fence it was claimed with; every write
   // from here on carries the new fence the adoption took (active.fence).
   const ctx: Ctx = { deps, log, active, bundle, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined };
+  // A job user's staged tree of this attempt (if one was made) goes with the attempt at the end.
+  if (deps.containment !== undefined && (bundle.containment?.isolationClaim ?? "none") !== "none") {
+    ctx.jobStageDir = jobUserStageDir(deps.containment.settings.jobRoot, ctx.base);
+  }
   let last: Receipt | undefined;
   await boundedByDeadline(ctx, () => last, async () => {
     const names = (bundle.inspection?.steps ?? []).map((s) => s.name);
