@@ -1,3 +1,4 @@
+import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -59,6 +60,8 @@ export async function startJourneyStack(
     wrapJobs?: (real: Client<typeof JobsService>) => Partial<ServiceImpl<typeof JobsService>>;
     /** The executor's job user / cgroup settings (default: its defaults). */
     containment?: ContainmentSettings;
+    /** The executor's Linux facility probe (default: probe this host); tests simulate a host without the facilities. */
+    facilities?: () => Promise<FacilityReport>;
   } = {},
 ): Promise<JourneyStack> {
   const node = await pinnedNodeForTests();
@@ -116,6 +119,7 @@ export async function startJourneyStack(
     signals,
     log: log.child({ service: "executor" }),
     ...(options.containment !== undefined ? { containment: options.containment } : {}),
+    ...(options.facilities !== undefined ? { facilities: options.facilities } : {}),
   });
   const clients = (token: string): ApiClients => {
     const bearer: Interceptor = (next) => (req) => {

@@ -1,0 +1,59 @@
+import { create } from "@bufbuild/protobuf";
+import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
+
+// Services started on a host without the Linux facilities (simulated through the executor's
+// injectable facility probe): everything starts and serves; what needs the facilities is
+// blocked visibly with the reason, never run another way.
+describe("a host without Linux supervision facilities", () => {
+  let stack: JourneyStack;
+  let repo: FixtureRepo;
+  const blocked = create(FacilityReportSchema, {
+    ok: false,
+    arch: "x64",
+    kernel: "simulated",
+    items: [{ name: "pidfd", ok: false, code: "pidfd_unavailable", message: "pidfd_open is not available on this (simulated) kernel." }],
+  });
+
+  beforeAll(async () => {
+    stack = await startJourneyStack({ facilities: async () => blocked });
+    repo = await createJsTestProject({ parent: stack.root, failing: true });
+  });
+  afterAll(async () => {
+    await stack?.stop();
+    await repo?.cleanup();
+  });
+
+  it("the services start; an approved job's preparation is blocked with the facility reason, recorded as its preflight, and nothing runs", async () => {
+    const c = stack.operator;
+    const nodes = await c.settings.checkPrerequisites({}).catch((e: unknown) => e);
+    expect(nodes).not.toBeInstanceOf(Error);
+    await c.settings.updateSandboxSettings({
+      expectedRevision: 0n,
+      settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: stack.node, enabled: true, repositoryRoots: [stack.root] },
+    });
+    const { goal } = await c.goals.createGoal({ title: "No facilities", objective: "nothing runs" });
+    const { repository } = await c.repositories.registerRepository({ path: repo.dir });
+    const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm\ntest" });
+    const proposed = await c.repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch() } });
+    const { document } = await c.repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposed.proposal!.id });
+    await c.repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+    let last: Repair | undefined;
+    for await (const m of c.repairs.watchRepair({ repairId: repair!.id })) last = m.repair;
+    expect(last?.state).toBe(RepairState.FINISHED);
+    const job = last!.job!;
+    expect([JobState[job.state], job.outcome]).toEqual(["REJECTED", "rejected_facilities"]);
+    expect(job.steps).toHaveLength(0);
+    expect(job.marker).toBeUndefined();
+    expect(job.slotHeld).toBe(false);
+    // The recorded job preflight says preparation was blocked, and why.
+    expect(job.preflight?.blocked).toBe(true);
+    expect(job.preflight?.reasons.map((r) => r.code)).toContain("facilities_blocked");
+    expect(job.preflight?.facilities?.items.find((i) => i.name === "pidfd")).toMatchObject({ ok: false, code: "pidfd_unavailable" });
+  });
+});
