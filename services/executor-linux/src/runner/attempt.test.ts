@@ -92,3 +92,27 @@ describe("complete(): readback and completion are bounded by the attempt's one a
     expect((await complete(inTime, { state: JobState.FAILED, outcome: "failed", message: "" }))?.outcome).toBe("failed");
   });
 });
+
+describe("complete(): evidence goes to CompleteJob without reading each artifact back", () => {
+  it("one GetJob lists the stored artifacts, no ReadArtifact is made, and every stored id is sent for the jobs service to prove", async () => {
+    const calls: Calls = { complete: [], getJob: 0 };
+    let reads = 0;
+    const artifacts = [
+      { id: "a1", kind: "applied_diff", sha256: "a".repeat(64) },
+      { id: "a2", kind: "receipt", sha256: "b".repeat(64) },
+      { id: "a3", kind: "test_output", sha256: "" },
+    ];
+    const jobs = {
+      ...fakeJobs(calls, { getJob: async () => ({ job: { artifacts } }), completeJob: async (req) => ({ job: { id: req.jobId, state: req.state, outcome: req.outcome } }) }),
+      readArtifact: async () => {
+        reads += 1;
+        throw new Error("ReadArtifact must not be called");
+      },
+    } as unknown as Client<typeof JobsService>;
+    const job = await complete(ctxWith(jobs, Date.now() + 60_000), { state: JobState.FAILED, outcome: "failed", message: "" });
+    expect(job?.outcome).toBe("failed");
+    expect(calls.getJob).toBe(1);
+    expect(reads).toBe(0);
+    expect(calls.complete[0]?.artifactIds).toEqual(["a1", "a2"]);
+  });
+});

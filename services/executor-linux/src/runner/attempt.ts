@@ -233,15 +233,21 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
   return job;
 }
 
-/** Reads every stored artifact of the job back and verifies its sha256; returns the verified ids. */
+/**
+ * The ids of every artifact stored for the job, from one GetJob, for CompleteJob to prove. The
+ * proof is the jobs service's: inside the completion transaction it recomputes each artifact's
+ * SHA-256 from the bytes it stored and refuses the completion (`artifact_readback_mismatch`) when
+ * one differs, and StoreArtifact already refused content that did not hash to the executor's
+ * sha256. Reading each artifact back over the network (N ReadArtifact round trips) proved the same
+ * property and is no longer done. An artifact listed with a malformed sha256 is left out.
+ */
 async function readBackArtifacts(ctx: Ctx): Promise<string[]> {
   const { jobs } = ctx.deps;
   const job = (await call(ctx, "GetJob", () => jobs.getJob({ jobId: ctx.active.jobId }))).job;
   const ids: string[] = [];
   for (const a of job?.artifacts ?? []) {
-    const back = await call(ctx, "ReadArtifact", () => jobs.readArtifact({ artifactId: a.id }));
-    if (sha256Hex(back.content) === a.sha256 && back.artifact?.sha256 === a.sha256) ids.push(a.id);
-    else ctx.log.error({ artifactId: a.id, kind: a.kind }, "artifact readback does not match its sha256");
+    if (/^[0-9a-f]{64}$/.test(a.sha256)) ids.push(a.id);
+    else ctx.log.error({ artifactId: a.id, kind: a.kind }, "stored artifact has no valid sha256");
   }
   return ids;
 }

@@ -311,6 +311,16 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     ids.push(await put("test_output", "ok"));
     const back = await h.client.readArtifact({ artifactId: ids[2] ?? "" });
     expect(sha256Hex(back.content)).toBe(back.artifact?.sha256);
+    // The proof is the jobs service's own: bytes changed after they were stored are recomputed in
+    // the completion transaction and refused, and nothing is recorded (the executor no longer
+    // reads each artifact back itself).
+    const stored = await h.db.selectFrom("artifacts").select("content").where("id", "=", ids[2] ?? "").executeTakeFirstOrThrow();
+    await h.db.updateTable("artifacts").set({ content: Buffer.from("tampered") }).where("id", "=", ids[2] ?? "").execute();
+    const tampered = await h.client.completeJob({ jobId, fence, state: JobState.SUCCEEDED, outcome: "succeeded", receipt, steps, artifactIds: ids }).catch((e: unknown) => e);
+    expect(codeOf(tampered)).toBe(Code.FailedPrecondition);
+    expect(String(tampered)).toContain("artifact_readback_mismatch");
+    expect((await h.client.getJob({ jobId })).job?.state).toBe(JobState.RUNNING);
+    await h.db.updateTable("artifacts").set({ content: stored.content }).where("id", "=", ids[2] ?? "").execute();
     const done = await h.client.completeJob({ jobId, fence, state: JobState.SUCCEEDED, outcome: "succeeded", receipt, steps, artifactIds: ids });
     expect(done.job?.state).toBe(JobState.SUCCEEDED);
     expect(done.job?.slotHeld).toBe(false);
