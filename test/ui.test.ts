@@ -454,6 +454,24 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await waitText(page, "physical-capacity", /^Physical capacity held/);
     const recover = page.getByRole("button", { name: "Recover process cleanup" });
     expect(await recover.isEnabled()).toBe(true);
+    // An uncertain answer (the connection drops before any response) triggers only a safe status
+    // read (GetRepair), never a retried recovery; the slot stays held.
+    const calls: string[] = [];
+    const onRequest = (r: { url(): string }) => {
+      const m = /RepairService\/(\w+)/.exec(r.url());
+      if (m?.[1]) calls.push(m[1]);
+    };
+    page.on("request", onRequest);
+    await page.route(/RepairService\/RecoverProcessCleanup/, (route) => route.abort("connectionreset"));
+    await recover.click();
+    await waitText(page, "recovery-result", /uncertain/);
+    await expect.poll(() => calls.slice(calls.indexOf("RecoverProcessCleanup") + 1).includes("GetRepair"), { timeout: 20_000 }).toBe(true);
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(calls.filter((c) => c === "RecoverProcessCleanup")).toHaveLength(1);
+    page.off("request", onRequest);
+    await page.unroute(/RepairService\/RecoverProcessCleanup/);
+    await waitText(page, "physical-capacity", /^Physical capacity held/);
+    await expect.poll(() => recover.isEnabled(), { timeout: 10_000 }).toBe(true);
     await recover.click();
     await waitText(page, "recovery-result", /^Released/);
     await waitText(page, "physical-capacity", /^Physical capacity released/);
