@@ -489,6 +489,17 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await openTab(page, "Recovery");
     await page.locator("section.recovery").screenshot({ path: join(SCREENSHOTS, "recovery.png") });
     await expectAccessible(page, "inspector: recovered");
+
+    // Lost access (the token no longer authenticates): the next read clears the inspector's
+    // private data from the page instead of showing stale details.
+    expect(await page.getByTestId("task-outcome").count()).toBe(1);
+    await page.route(/RepairService\/GetRepair/, (route) =>
+      route.fulfill({ status: 401, contentType: "application/json", body: JSON.stringify({ code: "unauthenticated", message: "the token was revoked" }) }),
+    );
+    await page.getByRole("button", { name: "Refresh" }).click();
+    await expect.poll(async () => (await page.getByRole("alert").allInnerTexts()).join(" "), { timeout: 20_000 }).toMatch(/not available to you.*cleared from this page/);
+    for (const id of ["task-outcome", "physical-capacity", "job-state", "preflight"]) expect(await page.getByTestId(id).count()).toBe(0);
+    await page.unroute(/RepairService\/GetRepair/);
   });
   it("a Python repository through the browser: the default profile chosen, pinned interpreter and exact argv, approval with its cleanup claim, a succeeded job", async (ctx) => {
     if (!pythonForTests({ needPytest: false })) return ctx.skip("/usr/bin/python3 is not installed");
