@@ -448,6 +448,12 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await waitText(page, "task-outcome", /unknown_external_effect/);
     await waitText(page, "physical-capacity", /^Physical capacity held/);
 
+    // The recorded job preflight: evidence of this job's preparation, labelled as such.
+    await openTab(page, "Job & logs");
+    await waitText(page, "preflight-state", /^Preparation recorded at /);
+    expect(await page.getByTestId("preflight-label").innerText()).toMatch(/not a fresh readiness claim/);
+    expect(await page.getByTestId("preflight").innerText()).toMatch(/Runtime SHA-256[\s\S]*Linux facilities at preparation \(ok/);
+
     // Opening or reloading the inspector never submits recovery.
     await page.reload();
     await waitText(page, "job-state", /^unknown$/);
