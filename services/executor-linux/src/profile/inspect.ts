@@ -1,5 +1,4 @@
-import { realpath, stat } from "node:fs/promises";
-import { isAbsolute, join } from "node:path";
+import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import {
   IdentityKind,
@@ -21,6 +20,7 @@ import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { listDependencyTree, type DependencyListing } from "./dependency-tree.js";
 import { inspectPythonSnapshot } from "./python/inspect-python.js";
 import { checkRuntime, resolvePinnedNode, type RuntimeExpectation } from "./runtime.js";
+import { resolveRepositoryRoot } from "./repository-root.js";
 import { BadFileNameError, FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
 import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "./source-set.js";
@@ -190,21 +190,12 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
 
   // Repository.
   const repo = options.repositoryPath;
-  if (!isAbsolute(repo)) {
-    reasons.push(blockReason("repository_path_not_absolute", `The repository path must be absolute; "${repo}" is not.`, repo));
+  const resolved = await resolveRepositoryRoot(repo);
+  if ("reason" in resolved) {
+    reasons.push(resolved.reason);
     return finish(repo);
   }
-  let root: string;
-  try {
-    root = await realpath(repo);
-    if (!(await stat(root)).isDirectory()) {
-      reasons.push(blockReason("repository_not_directory", `${repo} is not a directory.`, repo));
-      return finish(repo);
-    }
-  } catch {
-    reasons.push(blockReason("repository_not_found", `The repository ${repo} does not exist.`, repo));
-    return finish(repo);
-  }
+  const root = resolved.root;
 
   // Runtime: installed, exact, never downloaded, never inside the repository it will run.
   const nodePath = options.nodePath ?? (await resolvePinnedNode());

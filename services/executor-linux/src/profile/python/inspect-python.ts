@@ -1,5 +1,5 @@
-import { lstat, readlink, realpath, stat } from "node:fs/promises";
-import { dirname, isAbsolute, join, posix } from "node:path";
+import { lstat, readlink, realpath } from "node:fs/promises";
+import { dirname, join, posix } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import {
   IdentityKind,
@@ -38,6 +38,7 @@ import {
   type PytestConfig,
 } from "@seraph/profiles/python3";
 import type { RuntimeExpectation } from "../runtime.js";
+import { resolveRepositoryRoot } from "../repository-root.js";
 import { FileTooLargeError, lstatInsideSync, readFileBounded, sortedEntries, type ReadFile } from "../safe-fs.js";
 import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "../snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "../source-set.js";
@@ -217,21 +218,12 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
 
   // Repository.
   const repo = options.repositoryPath;
-  if (!isAbsolute(repo)) {
-    reasons.push(blockReason("repository_path_not_absolute", `The repository path must be absolute; "${repo}" is not.`, repo));
+  const resolved = await resolveRepositoryRoot(repo);
+  if ("reason" in resolved) {
+    reasons.push(resolved.reason);
     return finish(repo);
   }
-  let root: string;
-  try {
-    root = await realpath(repo);
-    if (!(await stat(root)).isDirectory()) {
-      reasons.push(blockReason("repository_not_directory", `${repo} is not a directory.`, repo));
-      return finish(repo);
-    }
-  } catch {
-    reasons.push(blockReason("repository_not_found", `The repository ${repo} does not exist.`, repo));
-    return finish(repo);
-  }
+  const root = resolved.root;
 
   // Runtime: installed, exact, by absolute path; never inside the repository.
   const pythonPath = options.pythonPath || DEFAULT_PYTHON_PATH;
