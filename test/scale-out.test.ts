@@ -49,7 +49,7 @@ describe("scale-out: jobs replicas die or roll while jobs run", () => {
     sessions = new Http2SessionManager(cluster.api.grpcUrl);
     const transport = createGrpcTransport({ baseUrl: cluster.api.grpcUrl, interceptors: [bearer], sessionManager: sessions });
     repairs = createClient(RepairService, transport);
-    await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, runtimePath: node, enabled: true } });
+    await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: node, enabled: true } });
     // Each test run takes ~1.5 s, so replicas die while jobs are in every phase.
     const repo = await createJsTestProject({
       parent: root,
