@@ -4,7 +4,7 @@
 //   node bench/supervisor-cleanup.mjs [--runs N] [--procs 1000] [--escapees 50]
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { argNum, fmt, importDist, machine, median, percentile, runDir, sleep, tagged } from "./supervisor-common.mjs";
+import { argNum, fmt, importDist, machine, median, percentile, runDir, sleep, tagged, treeScript, waitTagged } from "./supervisor-common.mjs";
 
 const { create } = await import("@bufbuild/protobuf");
 const { SupervisorSpecSchema } = await import("@seraph/proto/seraph/supervisor/v1/supervisor_pb.js");
@@ -17,19 +17,8 @@ const procs = argNum("--procs", 1000);
 const escapees = argNum("--escapees", 50);
 const inGroup = procs - escapees - 1; // the direct sh counts as one
 // The direct sh starts the tree, then waits (so the tree is complete before the kill).
-const script = `i=0; while [ $i -lt ${inGroup} ]; do sleep 300 & i=$((i+1)); done
-i=0; while [ $i -lt ${escapees} ]; do setsid sleep 300 & i=$((i+1)); done
-echo ready; wait`;
+const script = treeScript(inGroup, escapees);
 
-async function waitCount(tag, n, timeoutMs = 60_000) {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const live = tagged(tag);
-    if (live.length >= n) return live;
-    if (Date.now() > until) throw new Error(`only ${live.length}/${n} processes started`);
-    await sleep(50);
-  }
-}
 
 async function supervisorRun() {
   const tag = `sxb${randomBytes(6).toString("hex")}`;
@@ -48,7 +37,7 @@ async function supervisorRun() {
   const handle = await client.launchSupervisor(spec);
   const conn = await handle.connect();
   await conn.go();
-  await waitCount(tag, procs);
+  await waitTagged(tag, procs);
   const t0 = performance.now();
   await conn.cancel("bench");
   const receipt = await conn.receipt(true);
@@ -64,7 +53,7 @@ async function baselineRun(nat, proc) {
   const tag = `sxb${randomBytes(6).toString("hex")}`;
   const child = spawn("/bin/sh", ["-c", script], { detached: true, stdio: "ignore", env: { PATH: "/usr/bin:/bin", SERAPH_BENCH: tag } });
   const exited = new Promise((r) => child.once("exit", r));
-  await waitCount(tag, procs);
+  await waitTagged(tag, procs);
   const t0 = performance.now();
   process.kill(-child.pid, "SIGKILL"); // the whole baseline: one kill(-pgid)
   // Until the group's processes are dead (zombies count as dead: init reaps them).

@@ -73,3 +73,24 @@ export function argNum(name, dflt) {
   const i = process.argv.indexOf(name);
   return i >= 0 ? Number(process.argv[i + 1]) : dflt;
 }
+
+/**
+ * The benches' process tree: `inGroup` sleepers in the command's group and `escapees` that call
+ * setsid, then the direct sh waits (so the tree is complete before anything is killed).
+ */
+export function treeScript(inGroup, escapees) {
+  return `i=0; while [ $i -lt ${inGroup} ]; do sleep 300 & i=$((i+1)); done
+i=0; while [ $i -lt ${escapees} ]; do setsid sleep 300 & i=$((i+1)); done
+echo ready; wait`;
+}
+
+/** Waits until at least `n` live processes carry `tag` in their environment; returns them. */
+export async function waitTagged(tag, n, timeoutMs = 60_000) {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const live = tagged(tag);
+    if (live.length >= n) return live;
+    if (Date.now() > until) throw new Error(`only ${live.length}/${n} processes started`);
+    await sleep(50);
+  }
+}

@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, rmdirSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
-import { argNum, fmt, importDist, machine, median, percentile, runDir, sleep, tagged } from "./supervisor-common.mjs";
+import { argNum, fmt, importDist, machine, median, percentile, runDir, sleep, tagged, treeScript, waitTagged } from "./supervisor-common.mjs";
 
 if (process.geteuid?.() !== 0) {
   process.stderr.write("supervisor-containment.mjs needs root (job users and cgroups)\n");
@@ -23,21 +23,10 @@ const procs = argNum("--procs", 1000);
 const escapees = argNum("--escapees", 50);
 const inGroup = procs - escapees - 1;
 const loadStart = loadavg().map((x) => x.toFixed(1)).join(" ");
-const script = `i=0; while [ $i -lt ${inGroup} ]; do sleep 300 & i=$((i+1)); done
-i=0; while [ $i -lt ${escapees} ]; do setsid sleep 300 & i=$((i+1)); done
-echo ready; wait`;
+const script = treeScript(inGroup, escapees);
 const JOB_USER = { uid: 64_900, gid: 64_900, name: "" };
 const CGROUP = { parent: "/seraph-bench", ceilings: { memoryBytes: 0n, pids: 0, cpuMillicores: 0 } };
 
-async function waitCount(tag, n, timeoutMs = 90_000) {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const live = tagged(tag);
-    if (live.length >= n) return;
-    if (Date.now() > until) throw new Error(`only ${live.length}/${n} processes started`);
-    await sleep(50);
-  }
-}
 
 async function treeCleanup(variant) {
   const tag = `sxc${randomBytes(6).toString("hex")}`;
@@ -59,7 +48,7 @@ async function treeCleanup(variant) {
   const handle = await client.launchSupervisor(spec);
   const conn = await handle.connect();
   await conn.go();
-  await waitCount(tag, procs);
+  await waitTagged(tag, procs, 90_000);
   const t0 = performance.now();
   await conn.cancel("bench");
   const receipt = await conn.receipt(true);
