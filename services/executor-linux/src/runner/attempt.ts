@@ -112,6 +112,15 @@ export const stageDirOf = (base: string): string => join(base, "w");
 /** The run directory of one step's supervisor. */
 export const runDirOf = (base: string, step: string): string => join(base, "w", `run-${step}`);
 
+/**
+ * A debug timestamp of one phase of an attempt (`{"phase": name}`, pino's `time` is the wall
+ * clock): benchmarks read these to see where the time between approval and the command's
+ * start, and between its exit and completion, goes. Nothing depends on them.
+ */
+export function phase(log: Logger, name: string, jobId?: string): void {
+  log.debug(jobId === undefined ? { phase: name } : { phase: name, jobId }, "phase");
+}
+
 /** A block reason. */
 export function reason(code: string, message: string, subject = ""): BlockReason {
   return create(BlockReasonSchema, { code, message, subject });
@@ -197,6 +206,7 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
   if (result.state !== JobState.UNKNOWN || result.receipt) {
     try {
       artifactIds = await readBackArtifacts(ctx);
+      phase(ctx.log, "artifact_ids_listed");
     } catch (err) {
       if (err instanceof DetachedError || !outOfTime(ctx, err)) throw err;
       ctx.log.error({ err }, "artifact readback did not finish before the deadline");
@@ -224,6 +234,7 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
       return undefined;
     }
   }
+  phase(ctx.log, "completed");
   ctx.log.info({ state: JobState[result.state], outcome: result.outcome }, "job completed");
   if (result.state !== JobState.UNKNOWN) {
     await rm(ctx.base, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);

@@ -15,6 +15,7 @@ import {
   call,
   complete,
   deadlinePassed,
+  phase,
   reason,
   stageDirOf,
   store,
@@ -147,6 +148,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       }
     }
     applyContainment(ctx);
+    phase(log, "admitted");
     await mkdir(ctx.base, { recursive: true, mode: 0o700 });
     const jobDir = await stageDirFor(ctx);
     const tBefore = Date.now();
@@ -154,12 +156,14 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
 
     const tDigest = Date.now();
+    phase(log, "repo_digested");
     const staged = await stageRepository({
       inspection,
       jobDir,
       runtime: { expectedVersion: inspection.nodeVersion || undefined, digestCache: deps.runtimeDigests },
     });
     const tStaged = Date.now();
+    phase(log, "staged");
     if (!staged.ok) {
       const drift = [...staged.drift];
       await reject(drift.length > 0 ? "rejected_drift" : "rejected_staging", staged.reasons.map((r) => r.message).join("; ").slice(0, 2000), [...staged.reasons], drift);
@@ -176,6 +180,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       }
     }
     if (ctx.jobUser !== undefined) await handStageToJobUser(stage.jobDir, ctx.jobUser);
+    phase(log, "patched");
     if (Date.now() + stepReserveMs(ctx) >= ctx.deadlineMs) {
       await reject("deadline_exhausted_before_start", "preparation used the approved wall deadline; nothing was started", [
         reason("deadline_exhausted_before_start", "The approved wall deadline was exhausted during preparation.", "wall_ms"),
@@ -184,11 +189,14 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     }
     // Durable evidence of this job's preparation, before any supervisor exists.
     await recordPreflight(ctx, preflight);
+    phase(log, "preflight_recorded");
     await store(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
+    phase(log, "diff_stored");
     log.debug({ repoDigestMs: tDigest - tBefore, stageMs: tStaged - tDigest, patchAndStoreMs: Date.now() - tStaged }, "prepared");
 
     // A cancellation committed before any supervisor exists: nothing to launch.
     const p = await call(ctx, "ReportProgress", () => deps.jobs.reportProgress({ jobId: active.jobId, fence: active.fence, state: JobState.PREPARING }));
+    phase(log, "preparing_reported");
     if (p.cancelRequested || active.cancel.reason !== undefined) {
       await complete(ctx, { state: JobState.CANCELLED, outcome: "cancelled_before_start", message: "cancelled before the command started" });
       return;
@@ -239,7 +247,9 @@ async function runSteps(
       else await complete(ctx, { state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", message: `the supervisor of step ${step.name} could not be started`, steps, receipt: last });
       return;
     }
+    phase(log, "supervisor_launched");
     const conn = await handle.connect(deps.identity.incarnationId);
+    phase(log, "supervisor_connected");
     log.debug({ step: step.name, launchMs: Date.now() - tLaunch }, "supervisor launched");
     const launched = handle.marker.supervisorSourceSha256;
     if (launched !== bundle.supervisorSourceSha256) {
@@ -281,6 +291,7 @@ async function runSteps(
     outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
     const mismatch = await storeStepEvidence(ctx, step.name, run.runDir, run.receipt);
+    phase(log, "evidence_stored");
     const verdict = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, i === 0, i === stage.steps.length - 1);
     if (!verdict.next) {
       await finish(ctx, verdict, last, steps);
@@ -381,6 +392,7 @@ async function finish(ctx: Ctx, verdict: StepVerdict, receipt: Receipt | undefin
       message = "the original repository could not be re-hashed to prove it unchanged";
     }
   }
+  phase(ctx.log, "repository_rehashed");
   await complete(ctx, { state, outcome, message, receipt, steps, reasons });
 }
 

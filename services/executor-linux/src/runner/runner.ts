@@ -5,6 +5,7 @@ import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { CancelJobResponseSchema, ReadJobOutputResponseSchema, type ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Phase } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { phase } from "./attempt.js";
 import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
 import { recordPidNamespaceGone } from "./namespace-proof.js";
 import { DetachedError, reasonOf, retrying } from "./retry.js";
@@ -60,7 +61,10 @@ export function startRunner(deps: RunnerDeps): Runner {
   const wake = () => loop?.wake();
   const isStopped = () => loop?.stopped === true;
 
-  const offWork = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.work`, () => wake());
+  const offWork = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.work`, () => {
+    phase(log, "work_signal");
+    wake();
+  });
   const offCancel = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.cancel`, (m) => {
     try {
       const sig = fromBinary(WorkSignalSchema, m.data);
@@ -94,6 +98,7 @@ export function startRunner(deps: RunnerDeps): Runner {
     track(
       job.id,
       async (act) => {
+        phase(log, "claim_sent", job.id);
         const answer = await decided(log, "ClaimJob", () =>
           deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId }),
         );
@@ -102,6 +107,7 @@ export function startRunner(deps: RunnerDeps): Runner {
           return;
         }
         const res = answer.res;
+        phase(log, "claimed", job.id);
         if (res.job?.state !== JobState.PREPARING || !res.bundle) {
           log.info({ jobId: job.id, state: res.job ? JobState[res.job.state] : "?", outcome: res.job?.outcome }, "claimed job was not admitted");
           return;

@@ -27,7 +27,7 @@ import {
   type SupervisorConnection,
   type SupervisorIdentityVerdict,
 } from "../supervisor-client/index.js";
-import { call, runDirOf, store, type Ctx } from "./attempt.js";
+import { call, phase, runDirOf, store, type Ctx } from "./attempt.js";
 import { DetachedError, isTransient } from "./retry.js";
 
 /** Receipt reasons of a failed step that name an enforced ceiling (kept as the job outcome). */
@@ -275,6 +275,7 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
       try {
         const rec = await call(ctx, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker }));
         go = rec.go;
+        phase(ctx.log, "marker_recorded");
         markerRecorded = true;
         ctx.markerRecorded = true;
       } catch (err) {
@@ -286,6 +287,7 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
       }
       if (go && ctx.active.cancel.reason === undefined) {
         const ack = await conn.go();
+        phase(ctx.log, "go_acked");
         ctx.log.info({ started: ack.started, pid: marker.supervisor?.pid }, "start barrier released");
         await call(ctx, "ReportProgress", () => ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING })).catch(
           (err: unknown) => ctx.log.warn({ err }, "RUNNING not recorded"),
@@ -295,6 +297,7 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
       }
     }
     const supervised = await superviseUntilReceipt(ctx, conn);
+    phase(ctx.log, "receipt_received");
     if (typeof supervised !== "string") return { receipt: supervised, marker, runDir, markerRecorded };
     ctx.log.error({ reason: supervised, pid: marker.supervisor?.pid }, "supervision ended without a receipt");
     const file = supervised === "supervisor_unresponsive" ? undefined : (await readReceiptFile(runDir, marker))?.receipt;
