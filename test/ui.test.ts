@@ -47,6 +47,22 @@ function contrast(a: string, b: string): number {
   return (hi + 0.05) / (lo + 0.05);
 }
 
+/** How far the page scrolls sideways, and the innermost elements that stick out past the viewport (for the failure message). */
+async function sideways(page: Page): Promise<{ width: number; offenders: string[] }> {
+  return page.evaluate(() => {
+    const vw = document.documentElement.clientWidth;
+    const out: string[] = [];
+    for (const el of Array.from(document.querySelectorAll("body *"))) {
+      const r = el.getBoundingClientRect();
+      if (r.width === 0 || r.right <= vw + 0.5) continue;
+      if (Array.from(el.children).some((c) => c.getBoundingClientRect().right > vw + 0.5)) continue;
+      const name = el.tagName.toLowerCase() + (el.className && typeof el.className === "string" ? "." + el.className.trim().split(/\s+/).join(".") : "");
+      out.push(`${name} right=${Math.round(r.right)} "${(el.textContent ?? "").slice(0, 60)}"`);
+    }
+    return { width: document.documentElement.scrollWidth, offenders: out.slice(0, 8) };
+  });
+}
+
 /** Opens a tab of the inspector. */
 async function openTab(page: Page, name: string): Promise<void> {
   await page.getByRole("tab", { name: new RegExp(`^${name.replace(/[&]/g, "\\$&")}`) }).click();
@@ -352,7 +368,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     for (const [width, hash] of [[320, "job"], [320, "inspection"], [390, "request"]] as const) {
       await page.setViewportSize({ width, height: 800 });
       await openTab(page, hash === "job" ? "Job & logs" : hash === "inspection" ? "Inspection" : "Request");
-      expect(await page.evaluate(() => document.documentElement.scrollWidth), `horizontal scroll at ${width} px (${hash})`).toBeLessThanOrEqual(width);
+      const over = await sideways(page);
+      expect(over.width, `horizontal scroll at ${width} px (${hash}): ${over.offenders.join("; ")}`).toBeLessThanOrEqual(width);
       if (width === 390) {
         const ddWidth = await page.locator("dl.kv dd").first().evaluate((el) => el.getBoundingClientRect().width);
         expect(ddWidth).toBeGreaterThan(250);
@@ -374,7 +391,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.screenshot({ path: join(SCREENSHOTS, "work.png"), fullPage: true });
     await expectAccessible(page, "work");
     await page.setViewportSize({ width: 320, height: 800 });
-    expect(await page.evaluate(() => document.documentElement.scrollWidth), "horizontal scroll on Work at 320 px").toBeLessThanOrEqual(320);
+    const overWork = await sideways(page);
+    expect(overWork.width, `horizontal scroll on Work at 320 px: ${overWork.offenders.join("; ")}`).toBeLessThanOrEqual(320);
     await page.setViewportSize({ width: 1280, height: 800 });
     await form.getByLabel("Source paths").fill("../outside.js");
     await form.getByLabel("Allowed patch paths").fill("src/math.js");
