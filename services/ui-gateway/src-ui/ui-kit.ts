@@ -104,8 +104,9 @@ export function kv(pairs: ReadonlyArray<readonly [string, Child]>, cls = "kv"): 
 /** An accessible table with a caption and column headers. */
 export function table(caption: string, headers: readonly string[], rows: ReadonlyArray<readonly Child[]>, cls = "grid"): HTMLElement {
   if (rows.length === 0) return h("p", { class: "empty" }, `${caption}: none.`);
-  // In a box of its own that scrolls sideways when needed, so the page never does.
-  return h("div", { class: "table-wrap" }, h(
+  // In a box of its own that scrolls sideways when needed, so the page never does; the box is a
+  // named, focusable region so a keyboard user can scroll it too (WCAG 2.1.1).
+  return h("div", { class: "table-wrap", role: "region", "aria-label": caption, tabindex: 0 }, h(
     "table",
     { class: cls },
     h("caption", null, caption),
