@@ -18,9 +18,9 @@ import { loadGatewayConfig } from "../services/ui-gateway/src/config.js";
 
 // Both overlays rendered by `kubectl kustomize` (the kustomize in kubectl; the kustomizations use
 // only what kustomize v2.0.3, Debian's kubectl 1.20, through v5 understand), then every object is
-// validated against the Kubernetes API JSON schemas bundled in kubernetes-models 5.1.0 (the
-// Kubernetes 1.34 API: resource.k8s.io/v1, Container.restartPolicyRules, PodSpec.hostnameOverride
-// are in it), then against Seraph's own rules. The manifests need Kubernetes >= 1.30 (the
+// validated against the Kubernetes API JSON schemas bundled in kubernetes-models 4.5 (the
+// Kubernetes 1.33 API: Lifecycle.stopSignal, PodSecurityContext.supplementalGroupsPolicy and
+// seLinuxChangePolicy are in it; 5.x needs Node 22, and Seraph supports Node 20), then against Seraph's own rules. The manifests need Kubernetes >= 1.30 (the
 // appArmorProfile field). What the schemas do not check: unknown fields (the published schemas
 // allow additional properties) and the API server's cross-field rules, some of which are
 // encoded below (e.g. allowPrivilegeEscalation=false is refused together with CAP_SYS_ADMIN).
