@@ -2,7 +2,15 @@ import { hostname } from "node:os";
 import { bool, int, natsAuth, oneOf, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
 import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
 import { MIN_CPU_MILLICORES, MIN_MEMORY_CEILING_BYTES, MIN_PIDS_CEILING } from "./supervisor/containment.js";
-import { defaultContainmentSettings, parseJobUserSetting, type ContainmentSettings, type JobUserSetting } from "./supervisor-client/node-containment.js";
+import {
+  defaultContainmentSettings,
+  JOB_UID_BASE_MAX,
+  JOB_UID_BASE_MIN,
+  MAX_SLOT_COUNT,
+  parseJobUserSetting,
+  type ContainmentSettings,
+  type JobUserSetting,
+} from "./supervisor-client/node-containment.js";
 
 /** Executor node configuration (cluster mode). */
 export type ExecutorConfig = ReturnType<typeof loadExecutorConfig>;
@@ -89,7 +97,7 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     /** URL other services use to reach this node's gRPC listener; defaults to http://host:grpcPort. */
     SERAPH_EXECUTOR_ADVERTISE_URL: optionalStr(),
     SERAPH_NODE_ID: str(defaultNodeId()),
-    SERAPH_SLOT_COUNT: int(1, 1, 64),
+    SERAPH_SLOT_COUNT: int(1, 1, MAX_SLOT_COUNT),
     SERAPH_REPOSITORY_ROOTS: absolutePaths([]),
     SERAPH_EXECUTOR_DATA_DIR: str(),
     /**
@@ -114,7 +122,7 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     /** "auto" (per-slot uids when root), "none", "<uid>:<gid>" or a user name from /etc/passwd. */
     SERAPH_JOB_USER: jobUser(),
     /** Slot i's job uid and gid: base + i. */
-    SERAPH_JOB_UID_BASE: int(defaults.uidBase, 1000, 0x7fffffff - 64),
+    SERAPH_JOB_UID_BASE: int(defaults.uidBase, JOB_UID_BASE_MIN, JOB_UID_BASE_MAX),
     /** Root of job-user staging (0711, root-owned); the data directory stays private. */
     SERAPH_JOB_ROOT: absolutePath(defaults.jobRoot),
     /** Per-job cgroups with enforced ceilings (opt-in). */

@@ -4,7 +4,8 @@ import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { CgroupRequestSchema, ControllerLossPolicy, JobUserSchema, SupervisorSpecSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { parseJobUserSetting, type JobUserSetting } from "../supervisor-client/node-containment.js";
+import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES, type JobUserAccess } from "../native/setpriv.js";
+import { defaultContainmentSettings, JOB_UID_BASE_MAX, JOB_UID_BASE_MIN, parseJobUserSetting, seraphExecJobUid, type JobUserSetting } from "../supervisor-client/node-containment.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
   CONTROLLER_LOSS_GRACE_DEFAULT_MS,
@@ -40,9 +41,13 @@ argv holds at most ${MAX_ARGV_ENTRIES} entries (the command name included).
 Defaults: --deadline-ms 180000, --grace-ms 2000, --cleanup-reserve-ms grace + 1000 (at least
 grace + ${MIN_KILL_MARGIN_MS}); the reserve is inside the deadline. Exit status: 0 succeeded, 1 failed,
 3 rejected_leftover_descendants, 4 unknown, 124 timed_out, 130 cancelled, 2 usage,
-125 supervisor could not start, 127 command not found.
-As root, --job-user none|<uid>:<gid>|<name> runs the command as that unprivileged user (groups
-dropped, no_new_privs; default none: as this process's user). --cgroup gives the run its own
+125 supervisor could not start, 126 the job user cannot enter --cwd or execute argv[0],
+127 command not found.
+As root the command runs as an unprivileged job user (groups dropped, capabilities cleared,
+no_new_privs), by default uid = gid = $SERAPH_JOB_UID_BASE + 64 (${seraphExecJobUid(defaultContainmentSettings().uidBase)}; past every executor slot's
+uid); --job-user <uid>:<gid>|<name> picks another, --job-user none runs it as root. That user
+must be able to enter --cwd and execute argv[0] (checked first: exit 126 naming the path).
+As another user the command runs as that user. --cgroup gives the run its own
 cgroup v2 (cgroup.kill, populated 0 required beside ECHILD); --memory-bytes, --pids and
 --cpu-millicores (each implies --cgroup) are enforced ceilings. Both need root.`;
 
@@ -68,6 +73,7 @@ interface RunArgs {
   reserveMs: number | undefined;
   cwd: string;
   keepRunDir: boolean;
+  /** auto: the default (a job user when root, resolved in resolveJobUser). */
   jobUser: JobUserSetting;
   cgroup: boolean;
   memoryBytes: number;
@@ -86,7 +92,7 @@ function parseArgs(args: readonly string[]): RunArgs {
     reserveMs: undefined,
     cwd: process.cwd(),
     keepRunDir: false,
-    jobUser: { kind: "none" },
+    jobUser: { kind: "auto" },
     cgroup: false,
     memoryBytes: 0,
     pids: 0,
@@ -123,10 +129,9 @@ function parseArgs(args: readonly string[]): RunArgs {
         break;
       case "--job-user": {
         const v = args[++i];
-        if (v === undefined || v === "") throw new UsageError("--job-user needs none, <uid>:<gid> or a user name");
+        if (v === undefined || v === "") throw new UsageError("--job-user needs auto, none, <uid>:<gid> or a user name");
         const parsed = parseJobUserSetting(v);
         if (typeof parsed === "string") throw new UsageError(`--job-user: ${parsed}`);
-        if (parsed.kind === "auto") throw new UsageError("--job-user auto is for the executor's slots; give none, <uid>:<gid> or a user name");
         out.jobUser = parsed;
         break;
       }
@@ -222,30 +227,17 @@ export async function runCommand(args: readonly string[]): Promise<number> {
   const [name, ...rest] = parsed.argv as [string, ...string[]];
   const executable = resolveExecutable(name, parsed.cwd, process.env["PATH"]);
   if (executable === undefined) {
-    const message = `${JSON.stringify(name)}: command not found (PATH searched explicitly)`;
-    process.stderr.write(`seraph-exec run: ${message}\n`);
-    if (parsed.json) {
-      // Nothing was started, so there is no supervisor receipt; keep the last-line contract with
-      // an object of the same top-level shape that says so.
-      const empty = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256 };
-      process.stdout.write(
-        `${JSON.stringify({
-          outcome: "failed",
-          reason: "command_not_found",
-          message,
-          exitCode: null,
-          signal: null,
-          leftoverDescendants: 0,
-          echildObserved: false,
-          stdout: empty,
-          stderr: empty,
-          durationMs: 0,
-          commands: [{ name: "command", argv: parsed.argv, started: false }],
-          resolvedExecutable: null,
-        })}\n`,
-      );
-    }
+    notStarted(parsed, "command_not_found", `${JSON.stringify(name)}: command not found (PATH searched explicitly)`, null);
     return 127;
+  }
+  const jobUser = resolveJobUser(parsed.jobUser, process.env);
+  if (typeof jobUser === "string") {
+    process.stderr.write(`seraph-exec run: ${jobUser}\n`);
+    return 2;
+  }
+  if (jobUser !== undefined && process.geteuid?.() === 0) {
+    const refused = checkJobUser(parsed, jobUser, executable);
+    if (refused !== undefined) return refused;
   }
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
@@ -266,7 +258,7 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     outputLimitBytes: BigInt(OUTPUT_LIMIT_MAX_BYTES),
     runDir,
     startBarrier: true,
-    ...(parsed.jobUser.kind === "user" ? { jobUser: create(JobUserSchema, { uid: parsed.jobUser.uid, gid: parsed.jobUser.gid, name: parsed.jobUser.name }) } : {}),
+    ...(jobUser !== undefined ? { jobUser: create(JobUserSchema, { uid: jobUser.uid, gid: jobUser.gid, name: jobUser.name }) } : {}),
     ...(parsed.cgroup
       ? {
           cgroup: create(CgroupRequestSchema, {
@@ -325,6 +317,91 @@ export async function runCommand(args: readonly string[]): Promise<number> {
   }
 }
 
+/** The job user of this run: the flag's, or by default (auto) one when root; undefined = this process's user. */
+function resolveJobUser(setting: JobUserSetting, env: NodeJS.ProcessEnv): { uid: number; gid: number; name: string } | undefined | string {
+  if (setting.kind === "none") return undefined;
+  if (setting.kind === "user") return { uid: setting.uid, gid: setting.gid, name: setting.name };
+  // auto, as the executor's: a job user only when root (another user cannot change uid).
+  if (process.geteuid?.() !== 0) return undefined;
+  const raw = env["SERAPH_JOB_UID_BASE"];
+  let base = defaultContainmentSettings().uidBase;
+  if (raw !== undefined && raw !== "") {
+    if (!/^\d{1,10}$/.test(raw) || Number(raw) < JOB_UID_BASE_MIN || Number(raw) > JOB_UID_BASE_MAX) {
+      return `SERAPH_JOB_UID_BASE must be an integer between ${JOB_UID_BASE_MIN} and ${JOB_UID_BASE_MAX}, got ${JSON.stringify(raw)}`;
+    }
+    base = Number(raw);
+  }
+  const id = seraphExecJobUid(base);
+  return { uid: id, gid: id, name: "" };
+}
+
+/**
+ * Before anything starts: the job user must be able to enter the working directory and execute
+ * argv[0], asked of the kernel as that user. Refused with the path, its mode and owner, and the
+ * next step (exit 126; 125 without setpriv/test). A directory it cannot write is only a note.
+ */
+function checkJobUser(parsed: RunArgs, user: { uid: number; gid: number; name: string }, executable: string): number | undefined {
+  const who = `the job user ${user.name !== "" ? `${user.name} (${user.uid}:${user.gid})` : `${user.uid}:${user.gid}`}`;
+  const setpriv = findTrustedSetpriv();
+  const test = findTrustedExecutable(TEST_CANDIDATES, "test (coreutils)");
+  if (!setpriv.ok || !test.ok) {
+    const why = !setpriv.ok ? setpriv.reason : (test as { reason: string }).reason;
+    notStarted(parsed, "job_user_unavailable", `${who} cannot be used: ${why}; install util-linux and coreutils, or pass --job-user none to run the command as root`, executable);
+    return 125;
+  }
+  const access: JobUserAccess = checkJobUserAccess(setpriv.path, test.path, user.uid, user.gid, parsed.cwd, executable);
+  const none = "or pass --job-user none to run it as root (the command can then signal, stop and ptrace its supervisor)";
+  switch (access.problem) {
+    case "cannot_enter":
+      notStarted(
+        parsed,
+        "job_user_cannot_enter_cwd",
+        `${who} cannot enter the working directory ${parsed.cwd}: no search permission on ${access.path} (${access.detail}); give --cwd a directory it can enter (e.g. under a 0755 parent), make ${access.path} searchable for it, ${none}`,
+        executable,
+      );
+      return 126;
+    case "cannot_execute":
+      notStarted(
+        parsed,
+        "job_user_cannot_execute",
+        `${who} cannot execute ${executable} (${access.detail}); make it (and its directories) executable for that user, ${none}`,
+        executable,
+      );
+      return 126;
+    case "cannot_write":
+      process.stderr.write(`seraph-exec run: note: ${who} cannot write ${parsed.cwd} (${access.detail}); a command that writes there fails (chown it to ${user.uid}:${user.gid}, or --job-user none)\n`);
+      return undefined;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * A run refused before anything started: the message on stderr and, with --json, one object of
+ * the receipt's top-level shape saying so (there is no supervisor receipt).
+ */
+function notStarted(parsed: RunArgs, reason: string, message: string, resolvedExecutable: string | null): void {
+  process.stderr.write(`seraph-exec run: ${message}\n`);
+  if (!parsed.json) return;
+  const empty = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256 };
+  process.stdout.write(
+    `${JSON.stringify({
+      outcome: "failed",
+      reason,
+      message,
+      exitCode: null,
+      signal: null,
+      leftoverDescendants: 0,
+      echildObserved: false,
+      stdout: empty,
+      stderr: empty,
+      durationMs: 0,
+      commands: [{ name: "command", argv: parsed.argv, started: false }],
+      resolvedExecutable,
+    })}\n`,
+  );
+}
+
 const CANCEL_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
 
 /** Writes a journal: the head, one line naming the elided byte count, the tail. */
@@ -366,6 +443,7 @@ async function printReceipt(
         `cleanup ${json.cleanup.cleanupMs} ms (found ${json.cleanup.descendantsFound}, reaped ${json.cleanup.reaped}); ` +
         `stdout ${humanBytes(json.stdout.bytes)}${elided(json.stdout)}, ` +
         `stderr ${humanBytes(json.stderr.bytes)}${elided(json.stderr)}` +
+        `${json.containment?.jobUser ? `; as job user ${json.containment.jobUser.uid}:${json.containment.jobUser.gid}` : ""}` +
         `${keep ? `; run dir ${runDir}` : ""}\n` +
         `seraph-exec: ${json.message}\n`,
     );

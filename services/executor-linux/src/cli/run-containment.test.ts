@@ -1,16 +1,19 @@
 // `seraph-exec run --job-user / --memory-bytes` through the compiled bin, as root (CI is root).
 import { execFile } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { detectCgroupLayout } from "../native/cgroup.js";
 
 const BIN = fileURLToPath(new URL("../../bin/seraph-exec.js", import.meta.url));
 const isRoot = process.geteuid?.() === 0;
 if (process.env["CI"] === "true" && (!isRoot || detectCgroupLayout() === undefined)) throw new Error("these tests need root and cgroup v2 in CI");
 
-function cli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function cli(args: readonly string[], o: { cwd?: string; env?: Record<string, string> } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { timeout: 60_000, cwd: "/" }, (err, stdout, stderr) => {
+    execFile(process.execPath, [BIN, ...args], { timeout: 60_000, cwd: o.cwd ?? "/", env: { ...process.env, ...o.env } }, (err, stdout, stderr) => {
       const code = err ? ((err as { code?: number }).code ?? 1) : 0;
       resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
     });
@@ -20,7 +23,7 @@ const lastJson = (out: string): Record<string, any> => JSON.parse(out.trim().spl
 
 describe("seraph-exec run usage of the containment flags", () => {
   it("refuses a privileged or malformed --job-user as a usage error", async () => {
-    for (const bad of ["0:0", "auto", "x y"]) {
+    for (const bad of ["0:0", "x y", ""]) {
       const r = await cli(["run", "--json", "--job-user", bad, "--", "/bin/true"]);
       expect(r.code, bad).toBe(2);
       expect(r.stderr).toMatch(/--job-user/);
@@ -47,5 +50,65 @@ describe.skipIf(!isRoot)("seraph-exec run under a job user and a memory ceiling 
     expect(j["containment"]["oomKills"]).toBeGreaterThanOrEqual(1);
     expect(j["containment"]["populatedZeroObserved"]).toBe(true);
     expect(j["commands"][0]["oomKills"]).toBeGreaterThanOrEqual(1);
+  });
+});
+
+// Issue 10: as root the default is a job user (uid = gid = SERAPH_JOB_UID_BASE + 64), so a
+// command can no longer signal, stop or ptrace its supervisor; --job-user none opts out.
+describe.skipIf(!isRoot)("seraph-exec run as root: a job user by default", () => {
+  // A private TMPDIR (0700, root-owned, as mkdtemp makes it): run dirs are created inside it.
+  const scratch = mkdtempSync(join(tmpdir(), "sxj-"));
+  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+  const env = { TMPDIR: scratch };
+  const runDirs = (): string[] => readdirSync(scratch).filter((n) => n.startsWith("seraph-exec-"));
+
+  it("without --job-user the command runs as uid = gid = 64064 (SERAPH_JOB_UID_BASE 64000 + 64) with no groups; SERAPH_JOB_UID_BASE moves it", async () => {
+    const check = 'test "$(id -u):$(id -g):$(id -G)" = "$EXPECT:$EXPECT:$EXPECT"';
+    const r = await cli(["run", "--json", "--", "/bin/sh", "-c", check], { env: { ...env, EXPECT: "64064" } });
+    expect(r.code, r.stderr).toBe(0);
+    expect(lastJson(r.stdout)["containment"]["jobUser"]).toEqual({ uid: 64064, gid: 64064, name: "" });
+    const moved = await cli(["run", "--json", "--", "/bin/sh", "-c", check], { env: { ...env, EXPECT: "70064", SERAPH_JOB_UID_BASE: "70000" } });
+    expect(moved.code, moved.stderr).toBe(0);
+    expect(lastJson(moved.stdout)["containment"]["jobUser"]).toEqual({ uid: 70064, gid: 70064, name: "" });
+    const bad = await cli(["run", "--json", "--", "/bin/true"], { env: { ...env, SERAPH_JOB_UID_BASE: "12" } });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("SERAPH_JOB_UID_BASE must be an integer between 1000 and");
+  });
+
+  it("a working directory the job user cannot enter (a 0700 mkdtemp dir) is refused before anything starts: exit 126, one JSON object naming the path and --job-user none", async () => {
+    const dir = mkdtempSync(join(scratch, "private-"));
+    const before = runDirs();
+    const r = await cli(["run", "--json", "--", "/bin/true"], { cwd: dir, env });
+    expect(r.code, r.stderr).toBe(126);
+    const j = lastJson(r.stdout);
+    expect(j).toMatchObject({ outcome: "failed", reason: "job_user_cannot_enter_cwd", echildObserved: false, commands: [{ started: false }] });
+    // The first component it cannot search is the private TMPDIR itself.
+    expect(j["message"]).toContain(`no search permission on ${scratch} (mode 0700, owner 0:0)`);
+    expect(j["message"]).toContain("--job-user none");
+    expect(runDirs()).toEqual(before);
+    // The opt-out runs it as root, as before.
+    const asRoot = await cli(["run", "--json", "--job-user", "none", "--", "/bin/sh", "-c", 'test "$(id -u)" = 0'], { cwd: dir, env });
+    expect(asRoot.code, asRoot.stderr).toBe(0);
+    expect(lastJson(asRoot.stdout)["containment"]).toBeNull();
+  });
+
+  it("a command the job user cannot execute is refused (exit 126, job_user_cannot_execute); a cwd it can enter but not write runs, with a note", async () => {
+    const open = join(scratch, "open");
+    mkdirSync(join(open, "bin"), { recursive: true });
+    chmodSync(scratch, 0o711);
+    try {
+      chmodSync(open, 0o755);
+      chmodSync(join(open, "bin"), 0o700);
+      writeFileSync(join(open, "bin", "tool"), "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+      const r = await cli(["run", "--json", "--", join(open, "bin", "tool")], { cwd: open, env });
+      expect(r.code, r.stderr).toBe(126);
+      expect(lastJson(r.stdout)).toMatchObject({ reason: "job_user_cannot_execute", commands: [{ started: false }] });
+      chmodSync(join(open, "bin"), 0o755);
+      const ok = await cli(["run", "--json", "--", join(open, "bin", "tool")], { cwd: open, env });
+      expect(ok.code, ok.stderr).toBe(0);
+      expect(ok.stderr).toContain(`the job user 64064:64064 cannot write ${open}`);
+    } finally {
+      chmodSync(scratch, 0o700);
+    }
   });
 });

@@ -17,6 +17,9 @@ const skipReason = await facilityGate();
 const BIN = fileURLToPath(new URL("../../bin/seraph-exec.js", import.meta.url));
 const proc = createProcFs();
 const roots: string[] = [];
+// The attacks below need the command to run as its supervisor's uid. As root that is no longer
+// the default (a job user is), so these runs ask for it; as another user it is the only way.
+const SAME_UID = process.geteuid?.() === 0 ? ["--job-user", "none"] : [];
 
 interface CliRun {
   readonly child: ChildProcess;
@@ -95,7 +98,7 @@ describe.skipIf(skipReason !== undefined)("seraph-exec run: the controller alway
   });
 
   test.concurrent("a descendant SIGSTOPs the supervisor: unknown supervisor_unresponsive (exit 4) by deadline + margin; resumed, it cleans up", async () => {
-    const run = startCli(["--json", "--deadline-ms", "6000", "--grace-ms", "200", "--", "/bin/sh", "-c", "kill -STOP $PPID; sleep 120"]);
+    const run = startCli([...SAME_UID, "--json", "--deadline-ms", "6000", "--grace-ms", "200", "--", "/bin/sh", "-c", "kill -STOP $PPID; sleep 120"]);
     try {
       const started = Date.now();
       const r = await run.done;
@@ -119,15 +122,46 @@ describe.skipIf(skipReason !== undefined)("seraph-exec run: the controller alway
     }
   });
 
-  test.concurrent("a descendant SIGKILLs the supervisor: unknown supervisor_lost (exit 4), one JSON object, no stack trace", async () => {
-    const run = startCli(["--json", "--deadline-ms", "30000", "--", "/bin/sh", "-c", "kill -KILL $PPID; sleep 120"]);
+  test.concurrent("a descendant SIGKILLs the supervisor (same uid): unknown supervisor_lost (exit 4), one JSON object, no stack trace, and its tree survives", async () => {
+    const run = startCli([...SAME_UID, "--json", "--deadline-ms", "30000", "--", "/bin/sh", "-c", "kill -KILL $PPID; sleep 120"]);
     try {
       const r = await run.done;
       expect(r.code).toBe(4);
       expect(onlyJson(r.stdout)).toMatchObject({ outcome: "unknown", reason: "supervisor_lost", echildObserved: false });
       expect(r.stderr).not.toMatch(/SupervisorConnectionClosedError|\n\s+at /);
+      // The attack works as the same uid: with its supervisor dead, nothing cleans the tree up
+      // and the sleep outlives seraph-exec (what the job user, the default as root, prevents).
+      expect(processesTagged(run.tag).filter((p) => p.comm === "sleep" && p.state !== "Z")).toHaveLength(1);
     } finally {
-      // Without a job user the orphaned sleep survives its killed supervisor (a known limit).
+      await cleanUp(run);
+    }
+  });
+
+  test.skipIf(process.geteuid?.() !== 0).concurrent("as root, by default (a job user): the same attacks are refused and nothing outlives the run", async () => {
+    // kill -KILL and -STOP of the supervisor, ptrace attach, a write to /proc/<ppid>/mem, the
+    // token and the journals through /proc/<ppid>: each is refused (EPERM / EACCES) because the
+    // command runs as the job user and its supervisor as root. Then it leaves a sleep behind,
+    // which the living supervisor finds, kills and reaps.
+    const ptrace = "import ctypes,sys; libc=ctypes.CDLL(None,use_errno=True); print('ptrace:' + ('attached' if libc.ptrace(16,int(sys.argv[1]),0,0)==0 else 'refused'))";
+    const script = [
+      'kill -KILL $PPID 2>/dev/null && echo kill:done || echo kill:refused',
+      'kill -STOP $PPID 2>/dev/null && echo stop:done || echo stop:refused',
+      `/usr/bin/python3 -c "${ptrace}" $PPID`,
+      '(printf x > /proc/$PPID/mem) 2>/dev/null && echo mem:written || echo mem:refused',
+      'cat /proc/$PPID/cwd/token >/dev/null 2>&1 && echo token:read || echo token:refused',
+      'ls /proc/$PPID/fd >/dev/null 2>&1 && echo fd:listed || echo fd:refused',
+      "sleep 120 &",
+    ].join("; ");
+    const run = startCli(["--json", "--deadline-ms", "30000", "--grace-ms", "200", "--keep-run-dir", "--", "/bin/sh", "-c", script]);
+    try {
+      const r = await run.done;
+      const json = onlyJson(r.stdout);
+      expect(json).toMatchObject({ outcome: "rejected_leftover_descendants", echildObserved: true, containment: { jobUser: { uid: 64064, gid: 64064, name: "" } } });
+      expect(r.code).toBe(3);
+      const out = readFileSync(join(json["runDir"] as string, "cmd-0.stdout"), "utf8").trim().split("\n");
+      expect(out).toEqual(["kill:refused", "stop:refused", "ptrace:refused", "mem:refused", "token:refused", "fd:refused"]);
+      expect(processesTagged(run.tag).filter((p) => p.state !== "Z")).toEqual([]);
+    } finally {
       await cleanUp(run);
     }
   });
@@ -151,7 +185,7 @@ s.recv(65536)
 time.sleep(1)
 `,
     );
-    const run = startCli(["--json", "--deadline-ms", "60000", "--", "/bin/sh", "-c", `/usr/bin/python3 ${attacker} $PPID; sleep 120`]);
+    const run = startCli([...SAME_UID, "--json", "--deadline-ms", "60000", "--", "/bin/sh", "-c", `/usr/bin/python3 ${attacker} $PPID; sleep 120`]);
     try {
       const r = await run.done;
       expect(r.code).toBe(4);
@@ -171,7 +205,7 @@ time.sleep(1)
   const forge = 'for f in /proc/$PPID/fd/*; do case "$(readlink "$f")" in */cmd-0.stdout) printf "FORGED-OUTPUT" > "$f";; esac; done';
 
   test.concurrent("the command rewrites its journal through /proc/<ppid>/fd: journal_mismatch (exit 4), the forged bytes are never shown", async () => {
-    const run = startCli(["--", "/bin/sh", "-c", `echo original-output; ${forge}; echo more`]);
+    const run = startCli([...SAME_UID, "--", "/bin/sh", "-c", `echo original-output; ${forge}; echo more`]);
     try {
       const r = await run.done;
       expect(r.code).toBe(4);
@@ -185,7 +219,7 @@ time.sleep(1)
   });
 
   test.concurrent("journal_mismatch with --json: one object, outcome unknown, the supervisor's own outcome beside it", async () => {
-    const run = startCli(["--json", "--", "/bin/sh", "-c", `echo original-output; ${forge}`]);
+    const run = startCli([...SAME_UID, "--json", "--", "/bin/sh", "-c", `echo original-output; ${forge}`]);
     try {
       const r = await run.done;
       expect(r.code).toBe(4);

@@ -1,5 +1,6 @@
-import { lstatSync } from "node:fs";
-import { dirname } from "node:path";
+import { spawnSync } from "node:child_process";
+import { lstatSync, statSync } from "node:fs";
+import { dirname, sep } from "node:path";
 
 /**
  * Where util-linux's setpriv is looked for (fixed paths, never PATH). posix_spawn cannot change
@@ -27,6 +28,14 @@ function trustedByRoot(path: string): string | undefined {
  * other-writable, in a directory with the same properties (so no other user can replace it).
  */
 export function findTrustedSetpriv(candidates: readonly string[] = SETPRIV_CANDIDATES): SetprivLookup {
+  return findTrustedExecutable(candidates, "setpriv (util-linux)");
+}
+
+/** Where coreutils' `test` is looked for (fixed paths, never PATH): the job-user access check runs it. */
+export const TEST_CANDIDATES: readonly string[] = ["/usr/bin/test", "/bin/test"];
+
+/** The first of `candidates` that is safe to execute as root (see findTrustedSetpriv). */
+export function findTrustedExecutable(candidates: readonly string[], what: string): SetprivLookup {
   const problems: string[] = [];
   for (const path of candidates) {
     const st = lstatSync(path, { throwIfNoEntry: false });
@@ -45,7 +54,7 @@ export function findTrustedSetpriv(candidates: readonly string[] = SETPRIV_CANDI
     }
     return { ok: true, path };
   }
-  return { ok: false, reason: `no trusted setpriv (util-linux): ${problems.join("; ")}` };
+  return { ok: false, reason: `no trusted ${what}: ${problems.join("; ")}` };
 }
 
 /**
@@ -65,4 +74,47 @@ export function setprivArgv(setprivPath: string, uid: number, gid: number, argv:
     "--",
     ...argv,
   ];
+}
+
+/** What a job user may do with a path, asked of the kernel as that user. */
+export interface JobUserAccess {
+  /** "ok", or the first path (cwd or one of its parents) the user cannot search. */
+  readonly problem: "ok" | "cannot_enter" | "cannot_execute" | "cannot_write";
+  /** The path the problem is about (the first component the user cannot search, for cannot_enter). */
+  readonly path: string;
+  /** "mode 0700, owner 0:0" of that path, when it could be read. */
+  readonly detail: string;
+}
+
+function describePath(path: string): string {
+  try {
+    const st = statSync(path);
+    return `mode ${(st.mode & 0o7777).toString(8).padStart(4, "0")}, owner ${st.uid}:${st.gid}`;
+  } catch (err) {
+    return (err as Error).message;
+  }
+}
+
+/**
+ * Asks the kernel, as uid/gid with no supplementary groups (exactly what setpriv gives the
+ * command), whether it can enter `cwd` (search permission on it and every parent), execute
+ * `executable` and write `cwd`: coreutils `test -x` / `test -w` run through setpriv, so ACLs and
+ * every mount option count. The first failing check is returned, with the first path component
+ * the user cannot search for `cannot_enter`. Needs root (setpriv must be able to change ids).
+ */
+export function checkJobUserAccess(setprivPath: string, testPath: string, uid: number, gid: number, cwd: string, executable: string): JobUserAccess {
+  const as = (...args: string[]): boolean => spawnSync(setprivPath, setprivArgv(setprivPath, uid, gid, [testPath, ...args]), { stdio: "ignore", timeout: 10_000 }).status === 0;
+  if (!as("-d", cwd, "-a", "-x", cwd)) {
+    // Which component stops it: the first prefix it cannot search.
+    const parts = cwd.split(sep).filter((p) => p !== "");
+    let prefix = "";
+    for (const part of parts) {
+      prefix = `${prefix}${sep}${part}`;
+      if (!as("-x", prefix)) return { problem: "cannot_enter", path: prefix, detail: describePath(prefix) };
+    }
+    return { problem: "cannot_enter", path: cwd, detail: describePath(cwd) };
+  }
+  if (!as("-f", executable, "-a", "-x", executable)) return { problem: "cannot_execute", path: executable, detail: describePath(executable) };
+  if (!as("-w", cwd)) return { problem: "cannot_write", path: cwd, detail: describePath(cwd) };
+  return { problem: "ok", path: cwd, detail: "" };
 }

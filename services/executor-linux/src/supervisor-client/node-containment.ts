@@ -49,6 +49,21 @@ export interface ContainmentSettings {
   readonly jobRoot: string;
 }
 
+/** The most slots a node may have (SERAPH_SLOT_COUNT); slot i's job uid is base + i. */
+export const MAX_SLOT_COUNT = 64;
+/** Bounds of SERAPH_JOB_UID_BASE: above the usual human/system ranges' start, and room for every slot and seraph-exec's uid. */
+export const JOB_UID_BASE_MIN = 1000;
+export const JOB_UID_BASE_MAX = 0x7fffffff - MAX_SLOT_COUNT;
+
+/**
+ * The job uid (and gid) of `seraph-exec run` as root: the first id past every slot's range
+ * (base + MAX_SLOT_COUNT, 64064 by default), so a command run by hand never shares a uid with
+ * an executor job on the same host. Concurrent `seraph-exec run`s share it.
+ */
+export function seraphExecJobUid(uidBase: number): number {
+  return uidBase + MAX_SLOT_COUNT;
+}
+
 /** Defaults: job users on when root (per-slot uids from 64000), cgroups off, 2 GiB / 512 pids / 2 CPUs. */
 export function defaultContainmentSettings(slotCount = 1): ContainmentSettings {
   return {
