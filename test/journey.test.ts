@@ -227,6 +227,15 @@ describe("repair journey up to an approved, queued job", () => {
       const read = await stack.operator.repairs.readArtifact({ repairId: finishedRepairId, artifactId: a.id });
       expect(sha256Hex(read.content)).toBe(a.sha256);
     }
+    // The parsed per-test results and the raw TAP they came from are artifacts like the others.
+    const results = job.artifacts.find((a) => a.kind === "test_results");
+    const tap = job.artifacts.find((a) => a.kind === "test_report");
+    expect(results?.readbackVerified).toBe(true);
+    expect(tap?.readbackVerified).toBe(true);
+    const parsed = JSON.parse(Buffer.from((await stack.operator.repairs.readArtifact({ repairId: finishedRepairId, artifactId: results!.id })).content).toString("utf8")) as { state: string; sourceSha256: string; tests: { name: string; status: string }[] };
+    expect(parsed.state).toBe("parsed");
+    expect(parsed.sourceSha256).toBe(tap?.sha256);
+    expect(parsed.tests.map((t) => [t.name, t.status])).toEqual([["add adds", "TEST_STATUS_PASSED"]]);
     const other = await stack.operator.principals.createPrincipal({ name: "eve", newRoot: true });
     await expectRefused(stack.clients(other.secret).repairs.readArtifact({ repairId: finishedRepairId, artifactId: job.artifacts[0]!.id }), Code.NotFound);
     // Cancelling a finished job is refused, not a silent OK.

@@ -1,3 +1,4 @@
+import { NODE_TEST_REPORTER_FLAGS } from "../results/node-tap.js";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { resolveScript, type PathKind, type ScriptContext } from "./script-grammar.js";
@@ -24,9 +25,10 @@ const buildCtx: ScriptContext = { step: "build", lookup };
 
 describe("resolveScript: accepted forms", () => {
   it.each([
-    ["node --test test/a.test.js", ["node", "--test", "test/a.test.js"]],
-    ["  node   --test\ttest/a.test.js   test/b.test.mjs ", ["node", "--test", "test/a.test.js", "test/b.test.mjs"]],
-    ["node --test ./test/a.test.js", ["node", "--test", "test/a.test.js"]],
+    // The fixed reporter flags are part of the argv the approval shows: spec to stdout, TAP to the job-local report.
+    ["node --test test/a.test.js", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "test/a.test.js"]],
+    ["  node   --test\ttest/a.test.js   test/b.test.mjs ", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "test/a.test.js", "test/b.test.mjs"]],
+    ["node --test ./test/a.test.js", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "test/a.test.js"]],
     ["node test/app.js", ["node", "test/app.js"]],
     ["node ./test/c.test.cjs", ["node", "test/c.test.cjs"]],
   ])("test %j", (body, argv) => {
@@ -182,7 +184,7 @@ describe("resolveScript: real-world forms are rejected with a stable reason", ()
 });
 
 const SAFE_PATH = /^[A-Za-z0-9._@+-]+(\/[A-Za-z0-9._@+-]+)*$/;
-const KEYWORDS = new Set(["node", "--test", "--project", "node_modules/typescript/bin/tsc"]);
+const KEYWORDS = new Set(["node", "--test", "--project", "node_modules/typescript/bin/tsc", ...NODE_TEST_REPORTER_FLAGS]);
 
 /** The invariant: an admitted script is one of the fixed forms over safe, exact, relative paths. */
 function assertSafe(body: string, step: "test" | "build", ctx: ScriptContext): void {
@@ -249,7 +251,7 @@ describe("resolveScript: grammar fuzzing never admits an unsafe token", () => {
     fc.assert(
       fc.property(fc.array(testPath, { minLength: 1, maxLength: 8 }), (paths) => {
         const r = resolveScript(`node --test ${paths.join(" ")}`, { step: "test", lookup: () => "file" });
-        expect(r.ok && r.displayArgv).toEqual(["node", "--test", ...paths]);
+        expect(r.ok && r.displayArgv).toEqual(["node", "--test", ...NODE_TEST_REPORTER_FLAGS, ...paths]);
       }),
       { numRuns: 500 },
     );

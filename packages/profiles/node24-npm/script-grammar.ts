@@ -1,6 +1,7 @@
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { checkRelativePath, isWithin } from "../shared/path-rules.js";
 import { blockReason, type ReasonCode } from "../shared/reasons.js";
+import { NODE_TEST_REPORTER_FLAGS } from "../results/node-tap.js";
 
 /** What a repository-relative path is in the inspected package (links are never followed). */
 export type PathKind = "file" | "directory" | "missing" | "other";
@@ -37,7 +38,11 @@ export interface ResolvedScript {
   readonly deferredPaths: readonly string[];
   /** The tsconfig of a `tsc` build. */
   readonly tsconfig?: string;
-  /** `node …` argv relative to the package root; argv[0] is the literal word "node". */
+  /**
+   * `node …` argv relative to the package root; argv[0] is the literal word "node". A `node --test`
+   * script's argv carries the fixed reporter flags (NODE_TEST_REPORTER_FLAGS: spec to stdout, TAP
+   * to the job-local `../results/node-test.tap`) after `--test`: the approval shows them, they run.
+   */
   readonly displayArgv: readonly string[];
 }
 
@@ -152,7 +157,7 @@ function resolveNode(tokens: readonly string[], normalized: string, ctx: ScriptC
       paths.push(r.path);
       if (r.deferred) deferred.push(r.path);
     }
-    return { ok: true, form: "node_test", normalized, paths, deferredPaths: deferred, displayArgv: ["node", "--test", ...paths] };
+    return { ok: true, form: "node_test", normalized, paths, deferredPaths: deferred, displayArgv: ["node", "--test", ...NODE_TEST_REPORTER_FLAGS, ...paths] };
   }
   if (second.startsWith("-")) return flagReason(second, "node");
   const extra = tokens.slice(2);

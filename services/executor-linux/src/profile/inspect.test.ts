@@ -1,3 +1,4 @@
+import { NODE_TEST_REPORTER_FLAGS } from "@seraph/profiles/results";
 import { cp, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -48,8 +49,8 @@ describe.skipIf(!node)("inspectRepository", () => {
     expect(i.selection).toBe(Selection.TEST);
     expect(i.steps).toHaveLength(1);
     expect(i.steps[0]?.scriptBody).toBe("node --test test/math.test.js");
-    expect(i.steps[0]?.argv).toEqual([node, "--test", "test/math.test.js"]);
-    expect(i.steps[0]?.displayArgv).toEqual(["node", "--test", "test/math.test.js"]);
+    expect(i.steps[0]?.argv).toEqual([node, "--test", ...NODE_TEST_REPORTER_FLAGS, "test/math.test.js"]);
+    expect(i.steps[0]?.displayArgv).toEqual(["node", "--test", ...NODE_TEST_REPORTER_FLAGS, "test/math.test.js"]);
     expect(i.suppressedHooks.map((h) => h.scriptName)).toEqual(["pretest"]);
     expect(named(i, IdentityKind.SOURCE_FILE)).toEqual([".gitignore", "src/math.js", "test/math.test.js"]);
     expect(named(i, IdentityKind.PACKAGE_JSON)).toEqual(["package.json"]);
@@ -82,7 +83,7 @@ describe.skipIf(!node)("inspectRepository", () => {
     expect(codes(i)).toEqual([]);
     expect(i.steps.map((s) => s.displayArgv)).toEqual([
       ["node", "node_modules/typescript/bin/tsc", "--project", "tsconfig.json"],
-      ["node", "--test", "dist/test/math.test.js"],
+      ["node", "--test", ...NODE_TEST_REPORTER_FLAGS, "dist/test/math.test.js"],
     ]);
     expect(i.buildOutputDir).toBe("dist");
     expect(i.typescriptVersion).toBe("5.9.3");
@@ -128,7 +129,7 @@ describe.skipIf(!node)("inspectRepository", () => {
     const i = await inspectUnchanged({ repositoryPath: repo.dir, selection: "npm run build test" });
     expect(codes(i)).toEqual([]);
     expect(i.buildOutputDir).toBe("dist");
-    expect(i.steps.map((s) => s.displayArgv)).toEqual([["node", "build.mjs"], ["node", "--test", "dist/generated.test.js"]]);
+    expect(i.steps.map((s) => s.displayArgv)).toEqual([["node", "build.mjs"], ["node", "--test", ...NODE_TEST_REPORTER_FLAGS, "dist/generated.test.js"]]);
     // Test alone: dist/ does not exist, so the test path is missing.
     expect(codes(await inspectUnchanged({ repositoryPath: repo.dir, selection: "npm test" }))).toEqual(["path_not_found"]);
   });

@@ -4,8 +4,10 @@ import { join } from "node:path";
 export const JOB_PATH = "/usr/bin:/bin";
 
 /** The job-local directories buildJobEnv points into (created by staging, 0700). */
-export function jobDirs(jobDir: string): { home: string; tmp: string; npmCache: string; cache: string; config: string } {
+export function jobDirs(jobDir: string): { home: string; tmp: string; npmCache: string; cache: string; config: string; results: string } {
   return {
+    // A test step's per-test report (e.g. node --test's TAP), beside the staged package.
+    results: join(jobDir, "results"),
     home: join(jobDir, "home"),
     tmp: join(jobDir, "tmp"),
     npmCache: join(jobDir, "npm-cache"),

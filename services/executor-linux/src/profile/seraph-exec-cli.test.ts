@@ -1,3 +1,4 @@
+import { NODE_TEST_REPORTER_FLAGS } from "@seraph/profiles/results";
 import { execFile } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -40,7 +41,7 @@ describe.skipIf(!node)("seraph-exec inspect", () => {
     const i = lastJson(ok.stdout);
     expect(i).toMatchObject({ admitted: true, reasons: [], profile: "repo-node24-npm-v1", nodeVersion: "v24.15.0", limitsChanged: [] });
     expect(i.inspectionSha256).toMatch(/^[0-9a-f]{64}$/);
-    expect((i.steps as { argv: string[] }[])[0]?.argv).toEqual([node, "--test", "test/math.test.js"]);
+    expect((i.steps as { argv: string[] }[])[0]?.argv).toEqual([node, "--test", ...NODE_TEST_REPORTER_FLAGS, "test/math.test.js"]);
     expect(i.suppressedHooks).toEqual([{ scriptName: "pretest", body: expect.any(String) }]);
     const blocked = await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm run build test", "--limit", "source_files=2"]);
     expect(blocked.code).toBe(1);

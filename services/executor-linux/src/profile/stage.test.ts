@@ -1,3 +1,4 @@
+import { NODE_TEST_REPORTER_FLAGS } from "@seraph/profiles/results";
 import { appendFile, chmod, copyFile, cp, mkdir, mkdtemp, readFile, rm, stat, symlink, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -47,7 +48,7 @@ describe.skipIf(!node)("stageRepository", () => {
     }
     expect(await readFile(join(stage.packageDir, "src", "math.js"), "utf8")).toBe(await readFile(join(repo.dir, "src", "math.js"), "utf8"));
     await expect(stat(join(stage.packageDir, ".git"))).rejects.toThrow();
-    expect(stage.steps[0]?.argv).toEqual([node, "--test", join(stage.packageDir, "test/math.test.js")]);
+    expect(stage.steps[0]?.argv).toEqual([node, "--test", ...NODE_TEST_REPORTER_FLAGS, join(stage.packageDir, "test/math.test.js")]);
     expect(stage.env).toEqual(buildJobEnv(stage.jobDir));
     expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
   });

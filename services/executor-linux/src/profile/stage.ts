@@ -144,7 +144,7 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
   await mkdir(jobDir, { mode: 0o700 });
   const packageDir = join(jobDir, "pkg");
   const dirs = jobDirs(jobDir);
-  for (const d of [packageDir, dirs.home, dirs.tmp, dirs.npmCache, dirs.cache, dirs.config]) await mkdir(d, { recursive: true, mode: 0o700 });
+  for (const d of [packageDir, dirs.home, dirs.tmp, dirs.npmCache, dirs.cache, dirs.config, dirs.results]) await mkdir(d, { recursive: true, mode: 0o700 });
 
   const python = inspection.profile === PYTHON_PROFILE;
   const staged = await inspectSnapshot(

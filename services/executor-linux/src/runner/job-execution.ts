@@ -34,6 +34,7 @@ import {
   stepResultOf,
   stepSpecFor,
   storeStepEvidence,
+  storeTestResults,
   verdictFor,
   verdictOf,
   type StepRun,
@@ -291,6 +292,7 @@ async function runSteps(
     outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
     const mismatch = await storeStepEvidence(ctx, step.name, run.runDir, run.receipt);
+    if (!mismatch) await storeTestResults(ctx, stage.jobDir, step, run.receipt);
     phase(log, "evidence_stored");
     const verdict = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, i === 0, i === stage.steps.length - 1);
     if (!verdict.next) {
@@ -477,6 +479,7 @@ export async function adoptClaimed(
     });
     steps.push(stepResultOf(stepName, run.receipt));
     const mismatch = await storeStepEvidence(ctx, stepName, run.runDir, run.receipt);
+    if (!mismatch) await storeTestResults(ctx, ctx.jobStageDir ?? stageDirOf(ctx.base), bundle.inspection?.steps[index], run.receipt);
     const v = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, index === 0, index === names.length - 1);
     if (!v.next) {
       await finish(ctx, v, run.receipt, steps);

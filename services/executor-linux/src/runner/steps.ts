@@ -1,6 +1,9 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, toJsonString } from "@bufbuild/protobuf";
+import type { Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { TestResultsSchema } from "@seraph/proto/seraph/profile/v1/results_pb.js";
+import { REPORT_ARTIFACT_KIND, RESULTS_ARTIFACT_KIND, RESULTS_ARTIFACT_NAME, unparsedResults } from "@seraph/profiles/results";
 import { sameMarkerIdentity } from "@seraph/profiles";
 import { JobState, StepResultSchema, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import {
@@ -14,7 +17,7 @@ import {
   type Receipt,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { deadlineBudget, limitValues, type StagedRepository } from "../profile/index.js";
+import { deadlineBudget, limitValues, readStepReport, type StagedRepository, type TestReport } from "../profile/index.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
   JournalMismatchError,
@@ -169,6 +172,28 @@ export async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, 
   await store(ctx, "receipt", `${name}.receipt.json`, Buffer.from(`${JSON.stringify(receiptToJson(receipt), null, 2)}\n`));
   await store(ctx, "step_receipt", `${name}.receipt.binpb`, toBinary(ReceiptSchema, receipt));
   return mismatch;
+}
+
+/**
+ * Stores a finished test step's per-test results: the raw report its approved argv wrote into the
+ * job directory (kind `test_report`) and what was parsed from it (kind `test_results`, protobuf
+ * JSON of TestResults), both by sha256 like every artifact, so CompleteJob proves them with the
+ * rest. A report that cannot be read or parsed is stored as `results_unparsed` with the reason;
+ * nothing is guessed, and the step's stdout/stderr stay stored beside it. The results never change
+ * the job's verdict.
+ */
+export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | undefined, receipt: Receipt): Promise<void> {
+  if (step?.name !== "test" || receipt.commands[0]?.started !== true) return;
+  const testFiles = step.displayArgv.slice(1).filter((t) => !t.startsWith("-") && /\.(test\.m?js|py)$/.test(t));
+  let report: TestReport;
+  try {
+    report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles);
+  } catch (err) {
+    ctx.log.warn({ err }, "test report unreadable");
+    report = { artifactName: "", results: unparsedResults("", "report_unreadable", `The test report could not be read: ${(err as Error).message}`.slice(0, 500)) };
+  }
+  if (report.raw !== undefined) await store(ctx, REPORT_ARTIFACT_KIND, report.artifactName, report.raw);
+  await store(ctx, RESULTS_ARTIFACT_KIND, RESULTS_ARTIFACT_NAME, Buffer.from(`${toJsonString(TestResultsSchema, report.results, { prettySpaces: 2 })}\n`));
 }
 
 /** The job verdict for a step whose journal did not match its receipt. */

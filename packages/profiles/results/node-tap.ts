@@ -1,0 +1,145 @@
+import { Parser, type Result } from "tap-parser";
+import { TestStatus, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
+import { RESULTS_DIR, boundMessage, keyTests, packageRelative, parsedResults, unparsedResults, type ParsedTest } from "./report.js";
+
+/** The format name of `node --test` TAP results. */
+export const NODE_TAP_FORMAT = "node_test_tap";
+
+/** The TAP report file of a `node --test` step, relative to the job directory. */
+export const NODE_TAP_REPORT = `${RESULTS_DIR}/node-test.tap`;
+
+/**
+ * The reporter flags every `node --test` step carries, in the argv the approval shows. Node ≥ 23
+ * prints the spec reporter even to a pipe, so TAP is asked for explicitly: spec to stdout (the
+ * captured output a person reads, as before) and TAP to a job-local file beside the staged package
+ * (`../results/node-test.tap` from the step's cwd), which nothing else writes to: a test that
+ * prints TAP-like text to stdout lands in the spec stream (and in the TAP file only as a `#`
+ * comment line), never as a test point.
+ */
+export const NODE_TEST_REPORTER_FLAGS = [
+  "--test-reporter=spec",
+  "--test-reporter-destination=stdout",
+  "--test-reporter=tap",
+  `--test-reporter-destination=../${NODE_TAP_REPORT}`,
+] as const;
+
+/** Node's own summary comment lines (`# tests 8`, `# pass 3`, …). */
+const SUMMARY = /^# (tests|pass|fail|cancelled|skipped|todo) (\d+)\s*$/;
+
+/** Failure types Node counts as cancelled rather than failed. */
+const CANCELLED_TYPES: ReadonlySet<string> = new Set(["cancelledByParent", "testTimeoutFailure"]);
+
+function statusOf(r: Result): TestStatus {
+  if (r.skip !== false) return TestStatus.SKIPPED;
+  if (r.todo !== false) return TestStatus.TODO;
+  if (r.ok) return TestStatus.PASSED;
+  const type = (r.diag as Record<string, unknown> | null)?.["failureType"];
+  return typeof type === "string" && CANCELLED_TYPES.has(type) ? TestStatus.CANCELLED : TestStatus.FAILED;
+}
+
+function messageOf(r: Result, status: TestStatus): string {
+  if (status === TestStatus.SKIPPED) return typeof r.skip === "string" ? r.skip : "";
+  if (status === TestStatus.TODO) return typeof r.todo === "string" ? r.todo : "";
+  if (status === TestStatus.PASSED) return "";
+  const diag = (r.diag ?? {}) as Record<string, unknown>;
+  const parts: string[] = [];
+  if (typeof diag["error"] === "string") parts.push(diag["error"]);
+  if ("expected" in diag || "actual" in diag) parts.push(`expected: ${JSON.stringify(diag["expected"])}, actual: ${JSON.stringify(diag["actual"])}`);
+  if (typeof diag["failureType"] === "string") parts.push(`(${diag["failureType"]})`);
+  return boundMessage(parts.join("\n"));
+}
+
+function fileOf(r: Result, packageDir: string, soleFile: string): string {
+  const loc = (r.diag as Record<string, unknown> | null)?.["location"];
+  if (typeof loc === "string") {
+    const m = /^(.*):\d+:\d+$/.exec(loc);
+    const rel = m?.[1] !== undefined ? packageRelative(m[1], packageDir) : "";
+    if (rel !== "") return rel;
+  }
+  return soleFile;
+}
+
+/** What parseNodeTap needs besides the report. */
+export interface NodeTapContext {
+  /** The staged package directory the runner's absolute locations start with. */
+  readonly packageDir: string;
+  /** The package-relative test files the step named (a sole file names every test's file). */
+  readonly testFiles: readonly string[];
+  /** The report artifact's name and sha256. */
+  readonly source: { readonly name: string; readonly sha256: string };
+}
+
+/**
+ * Parses the TAP a `node --test` step wrote (tap-parser) into one test per test point at every
+ * nesting level, as Node counts them: `type: 'suite'` points (describe blocks) are parents, not
+ * tests. Status: SKIP → skipped, TODO → todo, ok → passed, not ok with failureType
+ * cancelledByParent or testTimeoutFailure → cancelled, other not ok → failed. The result is
+ * `parsed` only when the TAP is valid, complete (a plan, no bail out) and Node's own final summary
+ * (`# tests`, `# pass`, `# fail`, `# cancelled`, `# skipped`, `# todo`) equals the parsed counts;
+ * anything else is `results_unparsed` with the reason, and no test is reported.
+ */
+export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<TestResults> {
+  const soleFile = ctx.testFiles.length === 1 ? (ctx.testFiles[0] ?? "") : "";
+  const tests: ParsedTest[] = [];
+  const summary = new Map<string, number>();
+  const problems: string[] = [];
+  const watch = (parser: Parser, parents: readonly string[]): void => {
+    // A subtest's points arrive on its child parser before the parent's own point; the child's
+    // parents are only known by name from its "# Subtest: NAME" line.
+    parser.on("child", (child: Parser) => watch(child, [...parents, child.name]));
+    parser.on("assert", (r: Result) => {
+      const type = (r.diag as Record<string, unknown> | null)?.["type"];
+      if (type === "suite") return;
+      const status = statusOf(r);
+      tests.push({ name: r.name, parents, file: fileOf(r, ctx.packageDir, soleFile), status, durationMs: typeof r.time === "number" ? r.time : 0, message: messageOf(r, status) });
+    });
+  };
+  const root = new Parser({ strict: false });
+  watch(root, []);
+  root.on("comment", (c: string) => {
+    const m = SUMMARY.exec(c.trimEnd());
+    if (m?.[1] !== undefined) summary.set(m[1], Number(m[2]));
+  });
+  const done = new Promise<Parser["results"]>((resolve) => root.on("complete", resolve));
+  root.end(tap);
+  const final = await done;
+  if (final === null) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", "The TAP report did not complete.", ctx.source);
+  if (final.bailout !== false) problems.push("the run bailed out");
+  if (final.plan.start === null || final.plan.end === null) problems.push("the report has no plan (it was cut short)");
+  for (const f of final.failures) if (f.tapError) problems.push(`invalid TAP: ${f.tapError}`);
+  if (problems.length > 0) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", `The TAP report is not a complete run: ${problems.join("; ")}.`, ctx.source);
+  // Nested points arrive before their parents; order them as the run did (a parent before its subtests).
+  const ordered = orderParentsFirst(tests);
+  const keyed = keyTests(ordered, false);
+  const counts = parsedResults(NODE_TAP_FORMAT, keyed, ctx.source).counts;
+  if (counts === undefined) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", "No counts.", ctx.source);
+  const expected: Record<string, number> = { tests: counts.total, pass: counts.passed, fail: counts.failed, cancelled: counts.cancelled, skipped: counts.skipped, todo: counts.todo };
+  if (summary.size === 0) return unparsedResults(NODE_TAP_FORMAT, "summary_missing", "The TAP report ends without Node's summary (# tests, # pass, …): the run did not finish its report.", ctx.source);
+  const off = Object.entries(expected).filter(([k, v]) => summary.get(k) !== v);
+  if (off.length > 0) {
+    return unparsedResults(
+      NODE_TAP_FORMAT,
+      "summary_mismatch",
+      `Node's own summary does not match the parsed tests: ${off.map(([k, v]) => `${k} ${summary.get(k) ?? "missing"} reported, ${v} parsed`).join(", ")}.`,
+      ctx.source,
+    );
+  }
+  return parsedResults(NODE_TAP_FORMAT, keyed, ctx.source);
+}
+
+/** Puts every test before its subtests, keeping the report order otherwise. */
+function orderParentsFirst(tests: readonly ParsedTest[]): ParsedTest[] {
+  // TAP closes a parent after its subtests; a stable sort by "closing position of the top-level
+  // ancestor" then depth-first order is what the run printed with "# Subtest:" lines.
+  const out: ParsedTest[] = [];
+  const pending: ParsedTest[][] = [];
+  for (const t of tests) {
+    while (pending.length <= t.parents.length) pending.push([]);
+    // Subtests deeper than t have been collected already; t is their parent: emit t, then them.
+    const children = pending.splice(t.parents.length + 1).flat();
+    (pending[t.parents.length] ??= []).push(t, ...children);
+    if (t.parents.length === 0) out.push(...(pending[0] ?? []).splice(0));
+  }
+  for (const rest of pending) out.push(...rest);
+  return out;
+}
