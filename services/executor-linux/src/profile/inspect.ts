@@ -17,12 +17,12 @@ import {
 import { blockReason, DEFAULT_LIMIT_VALUES, canonicalJson, checkRelativePath, computeInspectionHash, defaultLimits, formatCount, isWithin, limitsChanged, limitValues, ProfileError, sha256Hex, sortIdentities } from "@seraph/profiles";
 import { FOREIGN_LOCKFILES, inspectTsconfigChain, NPM_LOCKFILES, type NpmLock, parseNpmLock, parseSelection, type PathKind, type ResolvedScript, resolveScript, selectionScripts, TSC_ENTRY } from "@seraph/profiles/node24-npm";
 import { PYTHON_PROFILE } from "@seraph/profiles/python3";
-import { listDependencyTree, type DependencyListing } from "./dependency-tree.js";
+import { listDependencyTree, type DependencyEntry, type DependencyListing } from "./dependency-tree.js";
 import { inspectPythonSnapshot } from "./python/inspect-python.js";
 import { checkRuntime, resolvePinnedNode, type RuntimeExpectation } from "./runtime.js";
 import { resolveRepositoryRoot } from "./repository-root.js";
 import { BadFileNameError, FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
-import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "./snapshot.js";
+import { readAndCopy, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "./snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "./source-set.js";
 
 /** The profile name every inspection carries. */
@@ -449,18 +449,17 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
   for (const s of resolvedSteps) identities.push(identity(IdentityKind.SCRIPT_BODY, s.name, sha256Hex(s.body), Buffer.byteLength(s.body)));
   if (structural) return finish(root);
 
-  // Read everything once, hash it, and hand it to the sink.
-  for (const f of [...sourceFiles.values()].sort((a, b) => (a.rel < b.rel ? -1 : 1))) {
-    const max = f.rel === lockName ? L.dependency_file_bytes : L.source_file_bytes;
-    let r: ReadFile;
-    try {
-      r = await read(f.rel, max);
-    } catch (err) {
+  // Read everything once, hash it, and hand those bytes to the sink (several files at once).
+  const sourceSorted = [...sourceFiles.values()].sort((a, b) => (a.rel < b.rel ? -1 : 1));
+  for (const c of await readAndCopy(sourceSorted, (f) => read(f.rel, f.rel === lockName ? L.dependency_file_bytes : L.source_file_bytes), sink)) {
+    const f = c.item;
+    if ("error" in c) {
+      const err = c.error;
       reasons.push(blockReason(err instanceof FileTooLargeError ? "source_file_too_large" : "special_file", `${f.rel} could not be read within the bounds (${(err as Error).message}).`, f.rel));
       continue;
     }
+    const r = c.file;
     files.set(f.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "source" });
-    await sink?.file(f.rel, r.bytes, r.mode);
     const kind =
       f.rel === "package.json"
         ? IdentityKind.PACKAGE_JSON
@@ -490,18 +489,19 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
       links.set(e.rel, e.target);
       if (e.bin) binMap[e.rel] = e.target;
       manifestEntries.push({ path: e.rel, type: "link", target: e.target });
-    } else {
-      let r: ReadFile;
-      try {
-        r = await read(e.rel, L.dependency_file_bytes);
-      } catch (err) {
-        reasons.push(blockReason(err instanceof FileTooLargeError ? "dependency_file_too_large" : "special_file", `${e.rel} could not be read within the bounds (${(err as Error).message}).`, e.rel));
-        continue;
-      }
-      files.set(e.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "dependency" });
-      await sink?.file(e.rel, r.bytes, r.mode);
-      manifestEntries.push({ path: e.rel, type: "file", size: String(r.size), mode: r.mode.toString(8), sha256: r.sha256 });
     }
+  }
+  const depFiles = deps.entries.filter((e): e is Extract<DependencyEntry, { type: "file" }> => e.type === "file");
+  for (const c of await readAndCopy(depFiles, (e) => read(e.rel, L.dependency_file_bytes), sink)) {
+    const e = c.item;
+    if ("error" in c) {
+      const err = c.error;
+      reasons.push(blockReason(err instanceof FileTooLargeError ? "dependency_file_too_large" : "special_file", `${e.rel} could not be read within the bounds (${(err as Error).message}).`, e.rel));
+      continue;
+    }
+    const r = c.file;
+    files.set(e.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "dependency" });
+    manifestEntries.push({ path: e.rel, type: "file", size: String(r.size), mode: r.mode.toString(8), sha256: r.sha256 });
   }
   for (const e of deps.entries) if (e.type === "link") await sink?.link(e.rel, e.target);
   manifestEntries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));

@@ -1,3 +1,6 @@
+import pMap from "p-map";
+import type { ReadFile } from "./safe-fs.js";
+
 /** Receives every snapshot entry as inspection reads it (staging writes them into the job dir). */
 export interface SnapshotSink {
   /** A regular file's exact bytes as read and hashed; parents are created by the sink. */
@@ -24,4 +27,40 @@ export interface SnapshotIndex {
   /** Source links only: package-relative path → the file or directory the link resolves to. */
   readonly sourceLinks: ReadonlyMap<string, string>;
   readonly directories: readonly string[];
+}
+
+/**
+ * How many files staging reads and writes at once: enough to keep libuv's four I/O threads busy
+ * while the main thread hashes, few enough that at most this many buffers are in flight.
+ */
+export const COPY_CONCURRENCY = 8;
+
+/** One file read (and, with a sink, copied), or why it could not be read. */
+export type CopiedFile<T> = { readonly item: T; readonly file: ReadFile } | { readonly item: T; readonly error: unknown };
+
+/**
+ * Reads every item with `read` (bounded, hashing the bytes it read) and hands those exact bytes
+ * to the sink, up to COPY_CONCURRENCY at once; the results come back in the items' order, so
+ * everything built from them (identities, manifests, reasons) is as deterministic as a
+ * sequential walk. A sink failure rejects (staging stops); a read failure is the item's result.
+ */
+export async function readAndCopy<T extends { readonly rel: string }>(
+  items: readonly T[],
+  read: (item: T) => Promise<ReadFile>,
+  sink: SnapshotSink | undefined,
+): Promise<CopiedFile<T>[]> {
+  return pMap(
+    items,
+    async (item): Promise<CopiedFile<T>> => {
+      let file: ReadFile;
+      try {
+        file = await read(item);
+      } catch (error) {
+        return { item, error };
+      }
+      await sink?.file(item.rel, file.bytes, file.mode);
+      return { item, file };
+    },
+    { concurrency: COPY_CONCURRENCY },
+  );
 }

@@ -11,7 +11,7 @@ import { validateBuildOutput } from "./build-output.js";
 import { checkDrift } from "@seraph/profiles";
 import { inspectRepository, type InspectOptions } from "./inspect.js";
 import { buildJobEnv } from "./job-env.js";
-import { applyPatchToStage, stageRepository, type StagedRepository } from "./stage.js";
+import { applyPatchToStage, stageRepository, verifyStagedTree, type StagedRepository } from "./stage.js";
 import { digestTree } from "./tree-digest.js";
 
 const node = await pinnedNodeForTests();
@@ -142,6 +142,26 @@ describe.skipIf(!node)("stageRepository", () => {
     expect(await readFile(join(stage.packageDir, "src", "math.js"), "utf8")).toContain("a + b");
     expect(await readFile(join(repo.dir, "src", "math.js"), "utf8")).toContain("a - b");
     expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
+  });
+
+  it("checks the staged tree's structure without reading it back, and re-reads contents only when asked", async () => {
+    const repo = await fixture(createJsTestProject({ extraFiles: { "node_modules/dep/package.json": JSON.stringify({ name: "dep", version: "1.0.0" }), "node_modules/dep/index.js": "1;\n" }, lockPackages: { "node_modules/dep": { version: "1.0.0" } } }));
+    const stage = await staged(repo);
+    expect(await verifyStagedTree(stage.packageDir, stage.files, stage.links, "", { contents: false })).toEqual([]);
+    // Same size, other bytes: the structural check cannot see it (the copy proved the bytes); a content check does.
+    await writeFile(join(stage.packageDir, "src", "math.js"), (await readFile(join(stage.packageDir, "src", "math.js"), "utf8")).replace("+", "*"));
+    expect(await verifyStagedTree(stage.packageDir, stage.files, stage.links, "", { contents: false })).toEqual([]);
+    expect(await verifyStagedTree(stage.packageDir, stage.files, stage.links)).toEqual([{ path: "src/math.js", change: "changed" }]);
+    // Anything added, missing, resized or of another type is seen by the structural check.
+    await writeFile(join(stage.packageDir, "src", "added.js"), "1\n");
+    await appendFile(join(stage.packageDir, "node_modules", "dep", "index.js"), "2;\n");
+    await unlink(join(stage.packageDir, "test", "math.test.js"));
+    await symlink("math.js", join(stage.packageDir, "test", "math.test.js"));
+    expect(await verifyStagedTree(stage.packageDir, stage.files, stage.links, "", { contents: false })).toEqual([
+      { path: "node_modules/dep/index.js", change: "changed" },
+      { path: "src/added.js", change: "added" },
+      { path: "test/math.test.js", change: "type" },
+    ]);
   });
 
   it("validates build output: only inside the output dir, no links, tests present", async () => {

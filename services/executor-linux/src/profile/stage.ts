@@ -1,4 +1,5 @@
-import { lstat, mkdir, readlink, realpath, rename, rm, symlink, unlink, writeFile } from "node:fs/promises";
+import { constants } from "node:fs";
+import { lstat, mkdir, open, readlink, realpath, rename, rm, symlink, unlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { StepSchema, type BlockReason, type Drift, type Inspection, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -48,21 +49,46 @@ export interface StageOptions {
   readonly runtime?: RuntimeExpectation;
 }
 
+/** Flags of a staged file's creation: a new regular file, never through a link planted at the path. */
+const CREATE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+
+/**
+ * Writes the snapshot into the fresh 0700 package directory. Each file is created with
+ * O_CREAT|O_EXCL|O_NOFOLLOW (never an existing path, never through a link), written in full
+ * from the very buffer inspection hashed, and its descriptor's fstat must show a regular file of
+ * exactly that size: the copy itself proves the staged bytes are the hashed bytes, so they are
+ * not read back. Each directory is created once.
+ */
 function stagedSink(packageDir: string): SnapshotSink {
+  const made = new Map<string, Promise<unknown>>();
+  const dir = (abs: string): Promise<unknown> => {
+    let p = made.get(abs);
+    if (!p) {
+      p = mkdir(abs, { recursive: true, mode: 0o700 });
+      made.set(abs, p);
+    }
+    return p;
+  };
   return {
     async file(rel, bytes, mode) {
       const abs = join(packageDir, rel);
-      await mkdir(dirname(abs), { recursive: true, mode: 0o700 });
-      // "wx": never overwrite and never write through a link planted at the path.
-      await writeFile(abs, bytes, { flag: "wx", mode: (mode & 0o755) | 0o600 });
+      await dir(dirname(abs));
+      const handle = await open(abs, CREATE_FLAGS, (mode & 0o755) | 0o600);
+      try {
+        await handle.writeFile(bytes);
+        const st = await handle.stat();
+        if (!st.isFile() || st.size !== bytes.length) throw new Error(`the staged copy of ${rel} has ${st.size} bytes, not the ${bytes.length} that were hashed`);
+      } finally {
+        await handle.close();
+      }
     },
     async link(rel, target) {
       const abs = join(packageDir, rel);
-      await mkdir(dirname(abs), { recursive: true, mode: 0o700 });
+      await dir(dirname(abs));
       await symlink(target, abs);
     },
     async directory(rel) {
-      await mkdir(join(packageDir, rel), { recursive: true, mode: 0o700 });
+      await dir(join(packageDir, rel));
     },
   };
 }
@@ -80,15 +106,19 @@ export interface TreeDifference {
 
 /**
  * Walks a staged package (without following links) and compares it with the expected files and
- * links, skipping `skipDir` (the build output directory). Used right after copying (the copy is
- * what was inspected) and after a build (the build wrote nothing outside its output directory).
+ * links, skipping `skipDir` (the build output directory). Used right after copying, by structure
+ * only (`contents: false`: every entry's type, every file's size, every link's text, nothing
+ * added or missing; the copy already proved each file's bytes), and after a build with contents
+ * (each file re-read and re-hashed: the build wrote nothing outside its output directory).
  */
 export async function verifyStagedTree(
   packageDir: string,
   files: ReadonlyMap<string, SnapshotFile>,
   links: ReadonlyMap<string, string>,
   skipDir = "",
+  options: { readonly contents?: boolean } = {},
 ): Promise<TreeDifference[]> {
+  const contents = options.contents ?? true;
   const diffs: TreeDifference[] = [];
   const seen = new Set<string>();
   const walk = async (rel: string): Promise<void> => {
@@ -115,6 +145,7 @@ export async function verifyStagedTree(
           diffs.push({ path: child, change: "changed" });
           continue;
         }
+        if (!contents) continue;
         const r = await readFileBounded(abs, expected.size);
         if (r.sha256 !== expected.sha256) diffs.push({ path: child, change: "changed" });
       } else {
@@ -131,8 +162,9 @@ export async function verifyStagedTree(
 /**
  * Creates the private job directory (0700: `pkg/`, `home/`, `tmp/`, `npm-cache/`), copies the
  * inspected sources and bounded dependency tree into `pkg/` by re-inspecting the repository with
- * the inspection's own inputs (each file's copied bytes are the hashed bytes), then re-reads the
- * copy and verifies every digest. Any difference from `inspection` — an identity, a step, a hook,
+ * the inspection's own inputs (each file read once; its copied bytes are the hashed bytes, written
+ * through a new descriptor whose size is checked), then checks the copy's structure (types, sizes,
+ * link texts, nothing added or missing) without reading it back. Any difference from `inspection` — an identity, a step, a hook,
  * a limit — stops staging with the drift (this is the drift check at staging time). On failure
  * the job directory is left for the caller to remove.
  */
@@ -182,7 +214,8 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
   if (reasons.length > 0) return { ok: false, reasons, drift };
 
   const files = new Map(staged.snapshot.files);
-  const differences = await verifyStagedTree(packageDir, files, staged.snapshot.links);
+  // The tree's structure: nothing added, missing, or of another type (the bytes were proved by the copy).
+  const differences = await verifyStagedTree(packageDir, files, staged.snapshot.links, "", { contents: false });
   if (differences.length > 0) {
     return {
       ok: false,

@@ -40,7 +40,7 @@ import {
 import type { RuntimeExpectation } from "../runtime.js";
 import { resolveRepositoryRoot } from "../repository-root.js";
 import { FileTooLargeError, lstatInsideSync, readFileBounded, sortedEntries, type ReadFile } from "../safe-fs.js";
-import type { SnapshotFile, SnapshotIndex, SnapshotSink } from "../snapshot.js";
+import { readAndCopy, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "../snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "../source-set.js";
 import { checkPythonRuntime, DEFAULT_PYTHON_PATH } from "./runtime.js";
 
@@ -474,16 +474,16 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
   if (limitReasons.length > 0 || sources.truncated || site.truncated) return finish(root);
 
   // Read everything once, hash it, hand it to the sink.
-  for (const f of [...sourceFiles.values()].sort((a, b) => (a.rel < b.rel ? -1 : 1))) {
-    let r: ReadFile;
-    try {
-      r = await read(f.rel, L.source_file_bytes);
-    } catch (err) {
+  const sourceSorted = [...sourceFiles.values()].sort((a, b) => (a.rel < b.rel ? -1 : 1));
+  for (const c of await readAndCopy(sourceSorted, (f) => read(f.rel, L.source_file_bytes), sink)) {
+    const f = c.item;
+    if ("error" in c) {
+      const err = c.error;
       reasons.push(blockReason(err instanceof FileTooLargeError ? "source_file_too_large" : "special_file", `${f.rel} could not be read within the bounds (${(err as Error).message}).`, f.rel));
       continue;
     }
+    const r = c.file;
     files.set(f.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "source" });
-    await sink?.file(f.rel, r.bytes, r.mode);
     const isConfig = configFiles.has(f.rel) || PYTHON_CONFIG_NAMES.has(posix.basename(f.rel));
     identities.push(identity(isConfig ? IdentityKind.PYTHON_CONFIG : IdentityKind.SOURCE_FILE, f.rel, r.sha256, r.size));
   }
@@ -500,22 +500,20 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
     if (e.type === "dir") {
       directories.push(e.rel);
       await sink?.directory(e.rel);
-      continue;
-    }
-    if (e.type === "link") {
+    } else if (e.type === "link") {
       links.set(e.rel, e.target);
       manifest.push({ path: e.rel, type: "link", target: e.target });
-      continue;
     }
-    let r: ReadFile;
-    try {
-      r = await read(e.rel, L.dependency_file_bytes);
-    } catch (err) {
+  }
+  for (const c of await readAndCopy(siteFiles, (e) => read(e.rel, L.dependency_file_bytes), sink)) {
+    const e = c.item;
+    if ("error" in c) {
+      const err = c.error;
       reasons.push(blockReason(err instanceof FileTooLargeError ? "dependency_file_too_large" : "special_file", `${e.rel} could not be read within the bounds (${(err as Error).message}).`, e.rel));
       continue;
     }
+    const r = c.file;
     files.set(e.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "dependency" });
-    await sink?.file(e.rel, r.bytes, r.mode);
     manifest.push({ path: e.rel, type: "file", size: String(r.size), mode: r.mode.toString(8), sha256: r.sha256 });
     const inSite = e.rel.slice(sitePackages.length + 1);
     const text = () => r.bytes.toString("utf8");
