@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { main, type CliIo } from "@seraph/cli";
@@ -23,6 +23,37 @@ const SLOW_TEST = [
   "});",
   "",
 ].join("\n");
+
+/** The tick numbers of SLOW_TEST's lines, in the order they were printed. */
+const ticks = (out: string): number[] => [...out.matchAll(/tick (\d+)\u001b/g)].map((m) => Number(m[1]));
+
+/** A TCP relay to `target` whose open connections can be cut (both sides destroyed) once. */
+async function startRelay(target: URL): Promise<{ url: string; cut: () => void; cuts: number; close: () => Promise<void> }> {
+  const open = new Set<import("node:net").Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname);
+    for (const s of [client, upstream]) {
+      open.add(s);
+      s.on("close", () => open.delete(s));
+      s.on("error", () => undefined);
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const relay = {
+    url: `http://127.0.0.1:${(server.address() as import("node:net").AddressInfo).port}`,
+    cuts: 0,
+    cut: () => {
+      relay.cuts++;
+      for (const s of open) s.destroy();
+    },
+    close: async () => {
+      for (const s of open) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+  return relay;
+}
 
 const until = async (what: string, fn: () => Promise<boolean>, ms = 60_000) => {
   const end = Date.now() + ms;
@@ -60,7 +91,7 @@ describe("seraph CLI outcomes", () => {
     await rm(configDir, { recursive: true, force: true });
   }, 120_000);
 
-  async function seraph(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number; out: string; err: string; bytes: Buffer }> {
+  async function seraph(args: string[], extraEnv: Record<string, string> = {}, onOut?: (soFar: string) => void): Promise<{ code: number; out: string; err: string; bytes: Buffer }> {
     let out = "";
     let err = "";
     const chunks: Buffer[] = [];
@@ -74,6 +105,7 @@ describe("seraph CLI outcomes", () => {
       writeBytes: async (d) => {
         chunks.push(Buffer.from(d));
         out += Buffer.from(d).toString("utf8");
+        onOut?.(out);
       },
     };
     const code = await main(args, io);
@@ -167,7 +199,10 @@ describe("seraph CLI outcomes", () => {
   it("follows a running job's live log, shows UNKNOWN after a cancel, explains the queued job behind its held slot, and ends every watch with the outcome's exit status", async () => {
     const slowId = await openRepair("slow", SLOW_TEST);
     await proposeAndApprove(slowId, fixAddPatch("js"));
-    const follow = seraph(["repair", "logs", slowId.slice(0, 8), "--step", "test", "--follow"]);
+    // The follower reaches the API through a TCP relay that is cut once, mid-stream.
+    const relay = await startRelay(new URL(stack.api.server.grpcUrl));
+    let followedSoFar = "";
+    const follow = seraph(["repair", "logs", slowId.slice(0, 8), "--step", "test", "--follow"], { SERAPH_API_URL: relay.url }, (s) => (followedSoFar = s));
 
     // The live log grows while the step runs: two reads, the second from the first's end.
     let firstLen = 0n;
@@ -190,6 +225,12 @@ describe("seraph CLI outcomes", () => {
       return grown;
     });
 
+    // Cut the follower's connection after a few lines; it resumes from its offset on a new one.
+    await until("the follower's first lines", async () => followedSoFar.includes("tick 2\u001b"));
+    const cutAt = ticks(followedSoFar).at(-1)!;
+    relay.cut();
+    await until("lines after the cut", async () => (ticks(followedSoFar).at(-1) ?? 0) >= cutAt + 3);
+
     const cancel = await seraph(["repair", "cancel", slowId.slice(0, 8)]);
     expect(cancel.code, cancel.err).toBe(0);
     expect(cancel.out).toContain("outcome will be UNKNOWN");
@@ -199,6 +240,14 @@ describe("seraph CLI outcomes", () => {
     const followed = await follow;
     expect(followed.code, followed.err).toBe(0);
     expect(followed.out).toContain("\u001b[32mtick 0\u001b[0m");
+    // Across the cut: every line exactly once, in order, none lost — the resumed stream began at
+    // the byte the first one ended on.
+    expect(relay.cuts).toBe(1);
+    expect(followed.err).toMatch(/\(stream interrupted: .*; resuming from offset \d+\)/);
+    const seen = ticks(followed.out);
+    expect(seen.length).toBeGreaterThan(cutAt + 3);
+    expect(seen).toEqual(seen.map((_, i) => i));
+    await relay.close();
     const shown = await seraph(["repair", "show", slowId.slice(0, 8)]);
     expect(shown.out).toMatch(/^repair [0-9a-f-]{36}  \[UNKNOWN\]\n  RECOVERY NEEDED/);
     expect(shown.out).toContain(`seraph repair recover ${slowId.slice(0, 8)}`);

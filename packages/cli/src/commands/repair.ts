@@ -234,7 +234,9 @@ export const repair: CommandGroup = {
               }
               break;
             } catch (err) {
-              const transient = err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.Internal || err.code === Code.Unknown);
+              // A dropped connection surfaces as UNAVAILABLE, or as CANCELED when the HTTP/2 stream
+              // is reset under us (this process never cancels its own stream).
+              const transient = err instanceof ConnectError && [Code.Unavailable, Code.Internal, Code.Unknown, Code.Canceled].includes(err.code);
               if (!follow || !transient || attempt >= 5) throw err;
               ctx.io.stderr.write(`(stream interrupted: ${err.rawMessage}; resuming from offset ${offset})\n`);
               await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
