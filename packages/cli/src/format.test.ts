@@ -22,3 +22,64 @@ describe("repair show", () => {
     expect(text).toContain("the task outcome stays unknown_external_effect");
   });
 });
+
+describe("repair show: the recorded job preflight", () => {
+  const preflight = {
+    nodeId: "node-a",
+    bootId: "boot-1",
+    repositoryPath: "/srv/repos/app",
+    repositoryRoot: "/srv/repos",
+    repositoryRootOk: true,
+    runtimePath: "/opt/node/bin/node",
+    runtimeVersion: "v24.15.0",
+    runtimeSha256: "d".repeat(64),
+    backend: "local",
+    isolationClaim: "separate_job_uid",
+    resourceEnforcement: "admission_and_wall_timeout_only",
+    unenforced: ["cpu", "memory", "pids"],
+    supervisorSourceSha256: "e".repeat(64),
+    startedUnixMs: 1_000n,
+    finishedUnixMs: 2_000n,
+    deadlineUnixMs: 181_000n,
+    driftChecked: true,
+    limits: { wallMs: 180_000 },
+    facilities: { ok: true, arch: "x64", kernel: "6.1.0", items: [{ name: "pidfd", ok: true, code: "ok", message: "" }] },
+  };
+
+  it("prints the evidence, labelled as such and not as a fresh readiness claim", () => {
+    const job = create(JobSchema, { id: "j1", state: JobState.SUCCEEDED, outcome: "succeeded", attempt: 1, preflight });
+    const text = repairText(create(RepairSchema, { id: "r1", job }));
+    expect(text).toContain("recorded job preflight (evidence recorded when this job was prepared on its executor; not a fresh readiness claim");
+    expect(text).toContain("preparation recorded at 1970-01-01T00:00:02.000Z");
+    expect(text).toContain(`runtime /opt/node/bin/node v24.15.0  sha256 ${"d".repeat(64)}`);
+    expect(text).toContain("repository /srv/repos/app  under root /srv/repos");
+    expect(text).toContain("isolation_claim separate_job_uid  resource_enforcement admission_and_wall_timeout_only  unenforced cpu, memory, pids");
+    expect(text).toContain(`supervisor source sha256 ${"e".repeat(64)}`);
+    expect(text).toContain("deadline (whole attempt) 1970-01-01T00:03:01.000Z");
+    expect(text).toContain("linux facilities ok (x64 6.1.0):");
+    expect(text).toContain("wallMs=180000");
+    expect(text).not.toContain("PREPARATION BLOCKED");
+  });
+
+  it("says PREPARATION BLOCKED with the recorded reasons and the failing facility; and with none recorded for a claimed job", () => {
+    const blocked = create(JobSchema, {
+      id: "j2",
+      state: JobState.REJECTED,
+      outcome: "rejected_facilities",
+      preflight: {
+        ...preflight,
+        blocked: true,
+        reasons: [{ code: "facilities_blocked", message: "pidfd is missing", subject: "" }],
+        facilities: { ok: false, arch: "x64", kernel: "simulated", items: [{ name: "pidfd", ok: false, code: "pidfd_unavailable", message: "no pidfd_open" }] },
+      },
+    });
+    const text = repairText(create(RepairSchema, { id: "r2", job: blocked }));
+    expect(text).toContain("PREPARATION BLOCKED: the executor recorded that preparation stopped this job (rejected_facilities)");
+    expect(text).toContain("- facilities_blocked: pidfd is missing");
+    expect(text).toContain("FAIL pidfd pidfd_unavailable: no pidfd_open");
+    const missing = repairText(create(RepairSchema, { id: "r3", job: create(JobSchema, { id: "j3", state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost" }) }));
+    expect(missing).toContain("PREPARATION BLOCKED: no preparation evidence was recorded for this job (unknown_supervisor_lost)");
+    const queued = repairText(create(RepairSchema, { id: "r4", job: create(JobSchema, { id: "j4", state: JobState.QUEUED }) }));
+    expect(queued).toContain("not prepared yet: the job has not been claimed by its executor");
+  });
+});

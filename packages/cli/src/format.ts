@@ -151,7 +151,7 @@ export function repairText(r: Repair, colour = false): string {
     if (!p.valid) lines.push(...reasons(p.reasons, "      "));
   }
   if (r.approval) lines.push(`  approval     ${r.approval.id}  document ${r.approval.documentSha256}  by ${r.approval.approvedBy} at ${time(r.approval.approvedUnixMs)}, valid until ${time(r.approval.expiresUnixMs)}`);
-  if (r.job) lines.push(`  ${jobLine(r.job)}`, ...jobDetails(r.job));
+  if (r.job) lines.push(`  ${jobLine(r.job)}`, ...jobDetails(r.job), ...preflightText(r.job));
   return `${lines.join("\n")}\n`;
 }
 
@@ -174,6 +174,48 @@ export function jobDetails(j: Job, indent = "    "): string[] {
     out.push(`${indent}recovery: physical slot released by ${rc.recoveredBy} at ${time(rc.recoveredUnixMs)} (proof ${rc.proof}; the task outcome stays ${j.outcome || "unknown"})`);
     out.push(`${indent}  cleanup_receipt_verified=${rc.cleanupReceiptVerified} process_cleanup_readback_sha256=${rc.processCleanupReadbackSha256} readback_scope=${rc.readbackScope}`);
   }
+  return out;
+}
+
+/** States in which the executor has claimed (and so should have prepared) the job. */
+const PREPARED_OR_LATER = new Set([JobState.PREPARING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.UNKNOWN]);
+
+/**
+ * The job's "Recorded job preflight", as the inspector shows it: the executor's durable evidence
+ * of this job's preparation (facilities, runtime and compiler identities, repository root check,
+ * limits, backend and enforcement claims, times), labelled as evidence and not a fresh readiness
+ * claim; "PREPARATION BLOCKED" with the reasons when preparation stopped the job or no evidence
+ * was recorded for a job that was claimed.
+ */
+export function preflightText(j: Job, indent = "    "): string[] {
+  const out = [`${indent}recorded job preflight (evidence recorded when this job was prepared on its executor; not a fresh readiness claim: execution still needs the exact approval and fresh admission):`];
+  const i2 = `${indent}  `;
+  const p = j.preflight;
+  if (!PREPARED_OR_LATER.has(j.state)) return [...out, `${i2}not prepared yet: the job has not been claimed by its executor`];
+  if (!p || p.blocked) {
+    const rs = p?.reasons.length ? p.reasons : j.reasons;
+    out.push(`${i2}PREPARATION BLOCKED: ${p ? "the executor recorded that preparation stopped this job" : "no preparation evidence was recorded for this job"}${j.outcome ? ` (${j.outcome})` : ""}`);
+    out.push(...(rs.length > 0 ? reasons(rs, `${i2}  `) : [`${i2}  ${j.outcomeMessage || "no reason was recorded"}`]));
+    if (!p) return out;
+  } else {
+    out.push(`${i2}preparation recorded at ${time(p.finishedUnixMs)}`);
+  }
+  const f = p.facilities;
+  out.push(
+    `${i2}node ${p.nodeId}  boot ${p.bootId || "-"}`,
+    `${i2}repository ${p.repositoryPath}  ${p.repositoryRootOk ? `under root ${p.repositoryRoot}` : "NOT under any of the node's repository roots"}`,
+    `${i2}runtime ${p.runtimePath || "-"} ${p.runtimeVersion}  sha256 ${p.runtimeSha256 || "- (not reached)"}`,
+    `${i2}compiler ${p.compilerVersion ? `typescript ${p.compilerVersion}  sha256 ${p.compilerSha256}` : "none used"}`,
+    `${i2}inputs re-inspected (drift check) ${p.driftChecked ? "yes" : "no"}`,
+    `${i2}backend ${p.backend}  isolation_claim ${p.isolationClaim}  resource_enforcement ${p.resourceEnforcement}  unenforced ${p.unenforced.join(", ") || "none listed"}`,
+    `${i2}supervisor source sha256 ${p.supervisorSourceSha256 || "-"}`,
+    `${i2}started ${time(p.startedUnixMs)}  finished ${time(p.finishedUnixMs)}  deadline (whole attempt) ${time(p.deadlineUnixMs)}`,
+    ...(f
+      ? [`${i2}linux facilities ${f.ok ? "ok" : "BLOCKED"} (${f.arch} ${f.kernel}):`, ...f.items.map((x) => `${i2}  ${x.ok ? "ok  " : "FAIL"} ${x.name}${x.ok ? "" : ` ${x.code}: ${x.message}`}`)]
+      : [`${i2}no facility report was recorded`]),
+    `${i2}limits in force:`,
+    ...(p.limits ? limits(p.limits, [], `${i2}  `).slice(0, 1) : [`${i2}  none recorded`]),
+  );
   return out;
 }
 

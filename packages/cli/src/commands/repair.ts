@@ -101,7 +101,10 @@ export const repair: CommandGroup = {
     show: {
       spec: {
         name: "repair show",
-        summary: "Print a repair in full: inspection (steps, suppressed hooks, identities), consent, proposals, approval, job.",
+        summary: "Print a repair in full: inspection (steps, suppressed hooks, identities), consent, proposals, approval, job, and the job's recorded preflight.",
+        notes: [
+          "The recorded job preflight is the executor's durable evidence of the job's preparation (facility report, runtime and compiler identities, repository root check, limits in force, backend and enforcement claims, times): evidence of that job's preparation, not a fresh readiness claim. PREPARATION BLOCKED names the reasons when preparation stopped the job, or says that no evidence was recorded for a claimed job.",
+        ],
         args: [REPAIR_ID],
       },
       async run(ctx, { positionals }) {
