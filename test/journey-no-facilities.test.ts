@@ -29,10 +29,25 @@ describe("a host without Linux supervision facilities", () => {
     await repo?.cleanup();
   });
 
-  it("the services start; an approved job's preparation is blocked with the facility reason, recorded as its preflight, and nothing runs", async () => {
+  it("the services start; prerequisites and the profile list show the node blocked; an approved job's preparation is blocked with the facility reason, recorded as its preflight, and nothing runs", async () => {
     const c = stack.operator;
-    const nodes = await c.settings.checkPrerequisites({}).catch((e: unknown) => e);
-    expect(nodes).not.toBeInstanceOf(Error);
+    // CheckPrerequisites asks the node, which uses the same (injected) probe as its registration
+    // and runner: the node is not ready, and the failing facility is named.
+    const { reports } = await c.settings.checkPrerequisites({});
+    expect(reports).toHaveLength(1);
+    expect(reports[0]?.ok).toBe(false);
+    expect(reports[0]?.facilities?.ok).toBe(false);
+    expect(reports[0]?.items.find((i) => i.name === "pidfd")).toMatchObject({ ok: false, code: "pidfd_unavailable" });
+    // The settings' profile list shows both local profiles blocked, with the reason.
+    const { profiles } = await c.settings.getSandboxSettings({});
+    const local = profiles.filter((p) => p.backend === SandboxBackend.LOCAL && (p.profile === "repo-node24-npm-v1" || p.profile === "repo-python3-v1"));
+    expect(local).toHaveLength(2);
+    for (const p of local) {
+      expect(p.available).toBe(false);
+      expect(p.blockedCode).toBe("facilities_unavailable");
+      expect(p.blockedMessage).toContain("node-a lacks Linux supervision facilities");
+      expect(p.blockedMessage).toContain("pidfd: pidfd_unavailable");
+    }
     await c.settings.updateSandboxSettings({
       expectedRevision: 0n,
       settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: stack.node, enabled: true, repositoryRoots: [stack.root] },

@@ -1,7 +1,7 @@
 import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
-import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { RuntimeDigestCache } from "./profile/index.js";
 import { createExecutorService } from "./executor-service/executor-service.js";
 
@@ -19,11 +19,13 @@ export interface ExecutorDeps {
   readonly readJobOutput?: ServiceImpl<typeof ExecutorService>["readJobOutput"];
   /** The executor process's one runtime-digest cache, shared with the job runner's staging. */
   readonly runtimeDigests?: RuntimeDigestCache;
+  /** The node's Linux facility probe (the one registration and the runner use); CheckPrerequisites calls it fresh. */
+  readonly readFacilities?: () => Promise<FacilityReport>;
 }
 
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}) }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}) }));
   };
 }

@@ -81,7 +81,9 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const jobs = createClient(JobsService, transport);
   const proc = createProcFs("/proc", { bootIdFile: rt.testBootIdFile });
   const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: proc.readBootId(), incarnationId: newId() };
-  const facilitiesPromise = (rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile })))();
+  // One probe for registration, the runner and CheckPrerequisites (which asks it afresh).
+  const probeFacilities = rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile }));
+  const facilitiesPromise = probeFacilities();
   const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
   let runner: Runner | undefined;
   // One runtime-digest cache for this process: Inspect (at approval) and staging (at claim) hash
@@ -110,6 +112,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       dataDir: rt.dataDir,
       log,
       runtimeDigests,
+      readFacilities: probeFacilities,
       containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
       cancelJob: async (req, ctx) => {
         if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");

@@ -101,16 +101,22 @@ export function resolvePinnedRuntime(from: string = import.meta.url): string | u
 
 /**
  * The profile choices shown in settings, Python first, each available or blocked with a stable
- * code: the local backend of each profile on Linux x86_64 nodes (blocked when the node is another
- * platform or architecture), the Docker backend for Node (blocked until profile-specific proof
+ * code: the local backend of each profile on Linux x86_64 nodes (blocked when a node is another
+ * platform or architecture, or its facility probe found a supervision facility missing), the Docker backend for Node (blocked until profile-specific proof
  * exists), and the platforms the profiles do not support.
  */
 export function profileOptions(nodes: readonly Node[], fallback: { platform: string; arch: string }): ProfileOption[] {
   const hosts = nodes.length > 0 ? nodes.map((n) => ({ id: n.nodeId, platform: "linux", arch: n.facilities?.arch || "" })) : [{ id: "this host", ...fallback }];
   const bad = hosts.find((h) => h.platform !== "linux") ?? hosts.find((h) => h.arch !== "x64" && h.arch !== "x86_64");
+  // A node whose facility probe (at registration) found a Linux supervision facility missing.
+  const lacking = nodes.find((n) => n.facilities !== undefined && !n.facilities.ok);
   const local = (profile: string, title: string): ProfileOption => {
-    const option = create(ProfileOptionSchema, { backend: SandboxBackend.LOCAL, profile, title, available: bad === undefined });
-    if (bad && bad.platform !== "linux") {
+    const option = create(ProfileOptionSchema, { backend: SandboxBackend.LOCAL, profile, title, available: bad === undefined && lacking === undefined });
+    if (bad === undefined && lacking !== undefined) {
+      const missing = (lacking.facilities?.items ?? []).filter((i) => !i.ok);
+      option.blockedCode = "facilities_unavailable";
+      option.blockedMessage = `${lacking.nodeId} lacks Linux supervision facilities the per-job supervisor needs (${missing.map((i) => `${i.name}: ${i.code}: ${i.message}`).join("; ") || "the probe reported no items"}); jobs are never run another way.`;
+    } else if (bad && bad.platform !== "linux") {
       option.blockedCode = "platform_unsupported";
       option.blockedMessage = `${bad.id} runs ${bad.platform}; the Linux per-job supervisor is the only proved cleanup.`;
     } else if (bad) {

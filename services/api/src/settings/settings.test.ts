@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { SandboxBackend, SandboxSettingsSchema } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { NodeSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_LIMITS, profileOptions } from "./defaults.js";
 import { redactSettings } from "./settings.repository.js";
@@ -34,5 +35,16 @@ describe("settings", () => {
     expect(profileOptions([], { platform: "linux", arch: "arm64" })[0]?.blockedCode).toBe("arch_unsupported");
     expect(profileOptions([], { platform: "linux", arch: "x64" })[0]?.available).toBe(true);
     expect(here.find((p) => p.backend === SandboxBackend.DOCKER)?.blockedCode).toBe("node_docker_unverified");
+  });
+  it("blocks the local profiles when a registered node's facility probe found a facility missing, naming it", () => {
+    const node = (nodeId: string, ok: boolean) =>
+      create(NodeSchema, { nodeId, facilities: { ok, arch: "x64", kernel: "6.1", items: [{ name: "pidfd", ok, code: ok ? "ok" : "pidfd_unavailable", message: ok ? "" : "no pidfd_open" }] } });
+    const fine = profileOptions([node("a", true)], { platform: "linux", arch: "x64" });
+    expect(fine.slice(0, 2).map((p) => p.available)).toEqual([true, true]);
+    const blocked = profileOptions([node("a", true), node("b", false)], { platform: "linux", arch: "x64" });
+    for (const p of blocked.slice(0, 2)) {
+      expect(p).toMatchObject({ available: false, blockedCode: "facilities_unavailable" });
+      expect(p.blockedMessage).toContain("b lacks Linux supervision facilities the per-job supervisor needs (pidfd: pidfd_unavailable: no pidfd_open)");
+    }
   });
 });
