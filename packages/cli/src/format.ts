@@ -48,37 +48,14 @@ function limits(l: Limits | undefined, changed: readonly string[], indent = "   
   return [`${indent}${entries.map(([k, v]) => `${k}=${String(v)}`).join(" ")}`, `${indent}changed from the profile: ${changed.length === 0 ? "none" : changed.join(", ")}`];
 }
 
-/** The job states that end a job: each one has its own badge and `repair watch --exit-status` code. */
-export const JOB_OUTCOMES: Readonly<Partial<Record<JobState, string>>> = {
-  [JobState.SUCCEEDED]: "succeeded",
-  [JobState.FAILED]: "failed",
-  [JobState.REJECTED]: "rejected",
-  [JobState.CANCELLED]: "cancelled",
-  [JobState.UNKNOWN]: "unknown",
-};
+export { JOB_OUTCOMES, statusOf } from "@seraph/profiles/outcome";
+
+import { statusOf } from "@seraph/profiles/outcome";
 
 /** `repair watch --exit-status` exit codes by outcome (documented in docs/cli.md). */
 export const OUTCOME_EXIT: Readonly<Record<string, number>> = { succeeded: 0, failed: 3, rejected: 4, cancelled: 5, unknown: 6 };
 /** `repair watch --timeout` passed before the repair reached what it waited for. */
 export const TIMEOUT_EXIT = 7;
-
-/**
- * One word for where a repair stands, outcome first: succeeded, failed, rejected, cancelled,
- * unknown (a job ended so), queued, starting, running (a job is on its way), else the repair's
- * own state (inspected, proposed, blocked, stale...).
- */
-export function statusOf(r: Repair): string {
-  const j = r.job;
-  if (j) {
-    const ended = JOB_OUTCOMES[j.state];
-    if (ended) return ended;
-    if (j.state === JobState.QUEUED) return "queued";
-    if (j.state === JobState.RUNNING) return "running";
-    return "starting";
-  }
-  if (r.staleReason && r.state !== RepairState.CANCELLED) return "stale";
-  return enumName(RepairState, r.state).toLowerCase();
-}
 
 const COLOURS: Record<string, string> = {
   succeeded: "\u001b[1;32m",
