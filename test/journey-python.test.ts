@@ -149,7 +149,7 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     const { repository } = await c.repositories.registerRepository({ path: other.dir });
     const request = { goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["calc"], acceptanceCriteria: "tests pass", selection: "python -m unittest tests/test_ops.py" };
     const { repair } = await c.repairs.createRepair(request);
-    expect(repair?.inspection?.steps[0]?.displayArgv).toEqual(["python", "-E", "-s", "-S", "-B", "-m", "unittest", "tests/test_ops.py"]);
+    expect(repair?.inspection?.steps[0]?.displayArgv).toEqual(["python", "-E", "-s", "-S", "-B", "-m", "unittest", "-v", "tests/test_ops.py"]);
     // A patch that does not fix the bug: the job runs and fails with the test's own verdict.
     const notAFix = fixturePatch("calc/ops.py", pythonAddModule(true), `${pythonAddModule(true)}# not a fix\n`);
     const proposed = await c.repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: notAFix } });
@@ -243,7 +243,7 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
       expect(repair.state).toBe("REPAIR_STATE_INSPECTED");
       const show = await seraph(["repair", "show", repair.id]);
       expect(show.out).toContain('test: "python -m unittest tests/test_ops.py"');
-      expect(show.out).toContain("-E -s -S -B -m unittest tests/test_ops.py");
+      expect(show.out).toContain("-E -s -S -B -m unittest -v tests/test_ops.py");
       const patchFile = join(configDir, "fix.patch");
       await writeFile(patchFile, fixPythonAddPatch());
       expect((await seraph(["repair", "propose", repair.id, "--patch", patchFile])).code).toBe(0);

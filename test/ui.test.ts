@@ -566,7 +566,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     const step = inspection.getByTestId("step-test");
     expect(await step.locator("pre.script-body").innerText()).toBe("python -m unittest tests/test_ops.py");
     const argv = await step.locator("ol.argv").first().locator("li").allInnerTexts();
-    expect(argv).toEqual(["/usr/bin/python3.11", "-E", "-s", "-S", "-B", "-m", "unittest", "tests/test_ops.py"]);
+    expect(argv).toEqual(["/usr/bin/python3.11", "-E", "-s", "-S", "-B", "-m", "unittest", "-v", "tests/test_ops.py"]);
     await expectAccessible(page, "inspector: python inspection");
 
     await openTab(page, "Consent & proposal");

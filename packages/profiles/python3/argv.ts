@@ -1,4 +1,5 @@
 import type { PythonForm } from "./command.js";
+import { PYTEST_REPORT_FLAGS, UNITTEST_REPORT_FLAGS } from "../results/python.js";
 
 /** The interpreter flags of every Python step: ignore PYTHON* variables, no user site, no `site` (so no dist-packages, no .pth processing), no bytecode written. */
 export const INTERPRETER_FLAGS = ["-E", "-s", "-S", "-B"] as const;
@@ -41,18 +42,21 @@ export interface PythonStepInput {
 /**
  * The display argv of a Python step, relative to the staged root and starting with the word
  * `python` (the absolute pinned interpreter replaces it when run):
- * - unittest without a virtual environment: `python -E -s -S -B -m unittest F…`;
+ * - unittest without a virtual environment: `python -E -s -S -B -m unittest -v F…`;
  * - otherwise the fixed BOOTSTRAP: `python -E -s -S -B -c <BOOTSTRAP> <module> . [site [pth…]] --`
- *   then, for unittest, `F…`, and for pytest
- *   `-c <config or /dev/null> --rootdir=<dir> --confcutdir=. -p no:cacheprovider -o addopts= <addopts…> F…`.
+ *   then, for unittest, `-v F…`, and for pytest
+ *   `-c <config or /dev/null> --rootdir=<dir> --confcutdir=. -p no:cacheprovider -o addopts=
+ *   --junitxml=../results/pytest-junit.xml -o junit_family=xunit2 <addopts…> F…`.
+ * The report flags (`-v`; `--junitxml`) are what per-test results are parsed from
+ * (@seraph/profiles/results); they are shown in the approval like every other argument.
  * pytest is always told its configuration file (so it never searches above the staged root),
  * conftest.py files are only collected inside the staged root, the cache plugin is off (no
  * .pytest_cache) and the file's addopts is replaced by the admitted, displayed ones.
  */
 export function pythonDisplayArgv(s: PythonStepInput): string[] {
-  if (s.form === "unittest" && s.sitePackages === "") return ["python", ...INTERPRETER_FLAGS, "-m", "unittest", ...s.testPaths];
+  if (s.form === "unittest" && s.sitePackages === "") return ["python", ...INTERPRETER_FLAGS, "-m", "unittest", ...UNITTEST_REPORT_FLAGS, ...s.testPaths];
   const head = ["python", ...INTERPRETER_FLAGS, "-c", BOOTSTRAP, s.form, ".", ...(s.sitePackages === "" ? [] : [s.sitePackages, ...s.pthPaths]), "--"];
-  if (s.form === "unittest") return [...head, ...s.testPaths];
+  if (s.form === "unittest") return [...head, ...UNITTEST_REPORT_FLAGS, ...s.testPaths];
   return [
     ...head,
     "-c",
@@ -63,6 +67,7 @@ export function pythonDisplayArgv(s: PythonStepInput): string[] {
     "no:cacheprovider",
     "-o",
     "addopts=",
+    ...PYTEST_REPORT_FLAGS,
     ...s.addopts,
     ...s.testPaths,
   ];

@@ -137,11 +137,12 @@ describe("parsePythonSelection: the selection words", () => {
 describe("pythonDisplayArgv: the server-built argv", () => {
   it("runs unittest without a virtual environment with -m, and everything else through the fixed bootstrap", () => {
     const base = { testPaths: ["tests/test_a.py"], sitePackages: "", pthPaths: [], pytestConfig: "", rootdir: ".", addopts: [] };
-    expect(pythonDisplayArgv({ ...base, form: "unittest" })).toEqual(["python", "-E", "-s", "-S", "-B", "-m", "unittest", "tests/test_a.py"]);
+    expect(pythonDisplayArgv({ ...base, form: "unittest" })).toEqual(["python", "-E", "-s", "-S", "-B", "-m", "unittest", "-v", "tests/test_a.py"]);
     const site = ".venv/lib/python3.11/site-packages";
     expect(pythonDisplayArgv({ ...base, form: "pytest", sitePackages: site, addopts: ["-q"] })).toEqual([
       "python", "-E", "-s", "-S", "-B", "-c", BOOTSTRAP, "pytest", ".", site, "--",
-      "-c", "/dev/null", "--rootdir=.", "--confcutdir=.", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "tests/test_a.py",
+      "-c", "/dev/null", "--rootdir=.", "--confcutdir=.", "-p", "no:cacheprovider", "-o", "addopts=",
+      "--junitxml=../results/pytest-junit.xml", "-o", "junit_family=xunit2", "-q", "tests/test_a.py",
     ]);
   });
 });

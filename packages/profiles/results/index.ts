@@ -3,3 +3,4 @@
 // these functions parse it; the API compares. See README.md ("Per-test results").
 export * from "./report.js";
 export * from "./node-tap.js";
+export * from "./python.js";

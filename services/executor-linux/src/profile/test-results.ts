@@ -2,13 +2,26 @@ import { join } from "node:path";
 import type { Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { sha256Hex } from "@seraph/profiles";
-import { MAX_REPORT_BYTES, NODE_TAP_FORMAT, NODE_TAP_REPORT, noReport, parseNodeTap, unparsedResults } from "@seraph/profiles/results";
+import {
+  MAX_REPORT_BYTES,
+  NODE_TAP_FORMAT,
+  NODE_TAP_REPORT,
+  PYTEST_JUNIT_FORMAT,
+  PYTEST_JUNIT_REPORT,
+  PYTEST_REPORT_FLAGS,
+  UNITTEST_VERBOSE_FORMAT,
+  noReport,
+  parseNodeTap,
+  parsePytestJunit,
+  parseUnittestVerbose,
+  unparsedResults,
+} from "@seraph/profiles/results";
 import { FileTooLargeError, NotRegularFileError, readFileBounded } from "./safe-fs.js";
 
 /** Where a step's per-test report comes from (see @seraph/profiles/results). */
 export interface ReportPlan {
   readonly format: string;
-  /** The report file, relative to the job directory. */
+  /** The report file, relative to the job directory ("" for unittest: its report is the step's stderr). */
   readonly file: string;
   /** The artifact name the raw report is stored under. */
   readonly artifactName: string;
@@ -20,6 +33,10 @@ export function reportPlanOf(step: Pick<Step, "displayArgv">): ReportPlan | unde
   if (argv[0] === "node" && argv[1] === "--test" && argv.includes(`--test-reporter-destination=../${NODE_TAP_REPORT}`)) {
     return { format: NODE_TAP_FORMAT, file: NODE_TAP_REPORT, artifactName: "test.report.tap" };
   }
+  if (argv[0] === "python" && argv.includes(PYTEST_REPORT_FLAGS[0]) && argv.includes("pytest")) {
+    return { format: PYTEST_JUNIT_FORMAT, file: PYTEST_JUNIT_REPORT, artifactName: "test.report.xml" };
+  }
+  if (argv[0] === "python" && argv.includes("unittest") && argv.includes("-v")) return { format: UNITTEST_VERBOSE_FORMAT, file: "", artifactName: "test.stderr" };
   return undefined;
 }
 
@@ -37,9 +54,15 @@ export interface TestReport {
  * regular file of at most MAX_REPORT_BYTES. What cannot be read or parsed is `results_unparsed`
  * with the reason; the step's stdout/stderr artifacts stay the evidence.
  */
-export async function readStepReport(jobDir: string, packageDir: string, step: Pick<Step, "displayArgv">, testFiles: readonly string[]): Promise<TestReport> {
+export async function readStepReport(jobDir: string, packageDir: string, step: Pick<Step, "displayArgv">, testFiles: readonly string[], stderr?: Uint8Array): Promise<TestReport> {
   const plan = reportPlanOf(step);
   if (!plan) return { artifactName: "", results: noReport("form_has_no_report", "This test step's form (a node entrypoint) writes no per-test report; its exit status and output are the result.") };
+  if (plan.file === "") {
+    // unittest -v: the report is the step's verified stderr journal, already stored as test.stderr.
+    if (stderr === undefined) return { artifactName: "", results: unparsedResults(plan.format, "report_missing", "The step's stderr was not available to parse.") };
+    const source = { name: plan.artifactName, sha256: sha256Hex(stderr) };
+    return { artifactName: "", results: parseUnittestVerbose(Buffer.from(stderr).toString("utf8"), { testFiles, source }) };
+  }
   let bytes: Buffer;
   try {
     bytes = (await readFileBounded(join(jobDir, plan.file), MAX_REPORT_BYTES)).bytes;
@@ -52,6 +75,6 @@ export async function readStepReport(jobDir: string, packageDir: string, step: P
   }
   const source = { name: plan.artifactName, sha256: sha256Hex(bytes) };
   const text = bytes.toString("utf8");
-  const results = await parseNodeTap(text, { packageDir, testFiles, source });
+  const results = plan.format === PYTEST_JUNIT_FORMAT ? parsePytestJunit(text, { testFiles, source }) : await parseNodeTap(text, { packageDir, testFiles, source });
   return { raw: bytes, artifactName: plan.artifactName, results };
 }

@@ -33,7 +33,7 @@ import {
   readReceiptFile,
   stepResultOf,
   stepSpecFor,
-  storeStepEvidence,
+  storeStepEvidenceOf,
   storeTestResults,
   verdictFor,
   verdictOf,
@@ -291,8 +291,8 @@ async function runSteps(
     onReceipt(last);
     outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
-    const mismatch = await storeStepEvidence(ctx, step.name, run.runDir, run.receipt);
-    if (!mismatch) await storeTestResults(ctx, stage.jobDir, step, run.receipt);
+    const { mismatch, stderr } = await storeStepEvidenceOf(ctx, step.name, run.runDir, run.receipt);
+    if (!mismatch) await storeTestResults(ctx, stage.jobDir, step, run.receipt, stderr);
     phase(log, "evidence_stored");
     const verdict = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, i === 0, i === stage.steps.length - 1);
     if (!verdict.next) {
@@ -478,8 +478,8 @@ export async function adoptClaimed(
       return r ? [stepResultOf(n, r)] : [];
     });
     steps.push(stepResultOf(stepName, run.receipt));
-    const mismatch = await storeStepEvidence(ctx, stepName, run.runDir, run.receipt);
-    if (!mismatch) await storeTestResults(ctx, ctx.jobStageDir ?? stageDirOf(ctx.base), bundle.inspection?.steps[index], run.receipt);
+    const { mismatch, stderr } = await storeStepEvidenceOf(ctx, stepName, run.runDir, run.receipt);
+    if (!mismatch) await storeTestResults(ctx, ctx.jobStageDir ?? stageDirOf(ctx.base), bundle.inspection?.steps[index], run.receipt, stderr);
     const v = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, index === 0, index === names.length - 1);
     if (!v.next) {
       await finish(ctx, v, run.receipt, steps);

@@ -155,14 +155,21 @@ export function stepSpecFor(ctx: Ctx, stage: StagedRepository, index: number, ou
  * and the mismatch is returned (the job is then UNKNOWN `unknown_journal_mismatch`).
  */
 export async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, receipt: Receipt): Promise<JournalMismatchError | undefined> {
+  return (await storeStepEvidenceOf(ctx, name, runDir, receipt)).mismatch;
+}
+
+/** storeStepEvidence, also returning the verified stderr it stored (the unittest report). */
+export async function storeStepEvidenceOf(ctx: Ctx, name: string, runDir: string, receipt: Receipt): Promise<{ mismatch?: JournalMismatchError | undefined; stderr?: Uint8Array | undefined }> {
   const c = receipt.commands[0];
   let mismatch: JournalMismatchError | undefined;
+  let stderr: Uint8Array | undefined;
   if (c?.started) {
     try {
       const out = await readVerifiedJournal(runDir, 0, "stdout", c.stdout);
       const err = await readVerifiedJournal(runDir, 0, "stderr", c.stderr);
       await store(ctx, `${name}_output`, `${name}.stdout`, out.data);
       await store(ctx, `${name}_output`, `${name}.stderr`, err.data);
+      stderr = err.data;
     } catch (err) {
       if (!(err instanceof JournalMismatchError)) throw err;
       ctx.log.error({ err, step: name }, "journal does not match its receipt; not stored");
@@ -171,7 +178,7 @@ export async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, 
   }
   await store(ctx, "receipt", `${name}.receipt.json`, Buffer.from(`${JSON.stringify(receiptToJson(receipt), null, 2)}\n`));
   await store(ctx, "step_receipt", `${name}.receipt.binpb`, toBinary(ReceiptSchema, receipt));
-  return mismatch;
+  return { mismatch, stderr };
 }
 
 /**
@@ -182,12 +189,12 @@ export async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, 
  * nothing is guessed, and the step's stdout/stderr stay stored beside it. The results never change
  * the job's verdict.
  */
-export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | undefined, receipt: Receipt): Promise<void> {
+export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | undefined, receipt: Receipt, stderr?: Uint8Array): Promise<void> {
   if (step?.name !== "test" || receipt.commands[0]?.started !== true) return;
   const testFiles = step.displayArgv.slice(1).filter((t) => !t.startsWith("-") && /\.(test\.m?js|py)$/.test(t));
   let report: TestReport;
   try {
-    report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles);
+    report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles, stderr);
   } catch (err) {
     ctx.log.warn({ err }, "test report unreadable");
     report = { artifactName: "", results: unparsedResults("", "report_unreadable", `The test report could not be read: ${(err as Error).message}`.slice(0, 500)) };

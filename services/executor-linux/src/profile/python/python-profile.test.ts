@@ -59,7 +59,7 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     const repo = await project();
     const r = await supervised({ repositoryPath: repo.dir, selection: "python -m unittest tests/test_ops.py", keepJobDir: false });
     expect(r.outcome).toBe("succeeded");
-    expect(r.steps[0]?.displayArgv).toEqual(["python", "-E", "-s", "-S", "-B", "-m", "unittest", "tests/test_ops.py"]);
+    expect(r.steps[0]?.displayArgv).toEqual(["python", "-E", "-s", "-S", "-B", "-m", "unittest", "-v", "tests/test_ops.py"]);
     expect(r.steps[0]?.argv[0]).toBe("/usr/bin/python3.11");
     expect(r.steps[0]?.stderrTail).toContain("Ran 2 tests");
     expect(await treeHas(repo.dir, "__pycache__")).toBe(false);
@@ -115,7 +115,7 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     expect(i.identities.find((x) => x.kind === IdentityKind.DEPENDENCY_MANIFEST)?.name).toBe(".venv/lib/python3.11/site-packages");
     expect(i.identities.filter((x) => x.kind === IdentityKind.PYTHON_CONFIG).map((x) => x.name)).toEqual([".venv/pyvenv.cfg", "pytest.ini"]);
     // The config's addopts are bound into the argv; the file's own addopts is overridden.
-    expect(i.steps[0]?.displayArgv.slice(-9)).toEqual(["--confcutdir=.", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-ra", "tests/test_ops.py", "tests/test_origin.py"]);
+    expect(i.steps[0]?.displayArgv.slice(-12)).toEqual(["--confcutdir=.", "-p", "no:cacheprovider", "-o", "addopts=", "--junitxml=../results/pytest-junit.xml", "-o", "junit_family=xunit2", "-q", "-ra", "tests/test_ops.py", "tests/test_origin.py"]);
     const r = await supervised({ repositoryPath: repo.dir, selection: "python -m pytest tests/test_ops.py tests/test_origin.py" });
     expect(r.outcome, r.steps[0]?.stdoutTail).toBe("succeeded");
     expect(r.steps[0]?.stdoutTail).toContain("3 passed");

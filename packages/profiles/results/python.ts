@@ -1,0 +1,167 @@
+import { XMLParser, XMLValidator } from "fast-xml-parser";
+import { TestStatus, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
+import { RESULTS_DIR, boundMessage, countTests, keyTests, parsedResults, unparsedResults, type ParsedTest } from "./report.js";
+
+/** The format names of the Python profile's results. */
+export const PYTEST_JUNIT_FORMAT = "pytest_junit_xml";
+export const UNITTEST_VERBOSE_FORMAT = "unittest_verbose";
+
+/** pytest's JUnit XML report, relative to the job directory. */
+export const PYTEST_JUNIT_REPORT = `${RESULTS_DIR}/pytest-junit.xml`;
+
+/**
+ * The flags every pytest step carries in the argv the approval shows: the JUnit XML report to the
+ * job-local `../results/pytest-junit.xml` (from the step's cwd, the staged root), in the xunit2
+ * family whatever the configuration file says.
+ */
+export const PYTEST_REPORT_FLAGS = [`--junitxml=../${PYTEST_JUNIT_REPORT}`, "-o", "junit_family=xunit2"] as const;
+
+/** The flag every unittest step carries: verbose, one line per test on stderr. */
+export const UNITTEST_REPORT_FLAGS = ["-v"] as const;
+
+/** The file a dotted module path names, when it is one of the step's test files. */
+function fileOfModule(dotted: string, testFiles: readonly string[]): string {
+  const parts = dotted.split(".");
+  for (let n = parts.length; n > 0; n--) {
+    const candidate = `${parts.slice(0, n).join("/")}.py`;
+    if (testFiles.includes(candidate)) return candidate;
+  }
+  return "";
+}
+
+type XmlNode = Record<string, unknown>;
+const asArray = (v: unknown): XmlNode[] => (v === undefined ? [] : Array.isArray(v) ? (v as XmlNode[]) : [v as XmlNode]);
+const text = (v: unknown): string => (typeof v === "string" ? v : typeof v === "number" ? String(v) : "");
+const attr = (n: XmlNode | undefined, name: string): string => text(n?.[`@_${name}`]);
+
+/**
+ * Parses pytest's JUnit XML (xunit2, fast-xml-parser after XMLValidator): one test per
+ * `<testcase>`; `<failure>`/`<error>` → failed, `<skipped>` → skipped (an xfail is a skip whose
+ * message says so), otherwise passed. `parsed` only when the document is valid and each
+ * `<testsuite>`'s own tests/failures/errors/skipped attributes equal what its test cases say;
+ * else `results_unparsed`.
+ */
+export function parsePytestJunit(xml: string, ctx: { readonly testFiles: readonly string[]; readonly source: { readonly name: string; readonly sha256: string } }): TestResults {
+  const valid = XMLValidator.validate(xml);
+  if (valid !== true) return unparsedResults(PYTEST_JUNIT_FORMAT, "xml_invalid", `The JUnit report is not well-formed XML: ${valid.err.msg} (line ${valid.err.line}).`, ctx.source);
+  const doc = new XMLParser({ ignoreAttributes: false, parseAttributeValue: false, processEntities: true, htmlEntities: false }).parse(xml) as XmlNode;
+  const root = (doc["testsuites"] ?? doc) as XmlNode;
+  const suites = asArray(root["testsuite"]);
+  if (suites.length === 0) return unparsedResults(PYTEST_JUNIT_FORMAT, "junit_no_suite", "The JUnit report has no <testsuite>.", ctx.source);
+  const tests: ParsedTest[] = [];
+  const problems: string[] = [];
+  for (const suite of suites) {
+    const mine: ParsedTest[] = [];
+    let failures = 0;
+    let errors = 0;
+    for (const tc of asArray(suite["testcase"])) {
+      const classname = attr(tc, "classname");
+      const failure = asArray(tc["failure"])[0];
+      const error = asArray(tc["error"])[0];
+      const skipped = asArray(tc["skipped"])[0];
+      let status = TestStatus.PASSED;
+      let message = "";
+      if (failure !== undefined || error !== undefined) {
+        status = TestStatus.FAILED;
+        const f = failure ?? error;
+        if (failure !== undefined) failures++;
+        else errors++;
+        message = [attr(f, "message"), text(f?.["#text"])].filter((s) => s !== "").join("\n");
+      } else if (skipped !== undefined) {
+        status = TestStatus.SKIPPED;
+        const type = attr(skipped, "type");
+        message = [type === "pytest.xfail" ? "xfail" : "", attr(skipped, "message")].filter((s) => s !== "").join(": ");
+      }
+      const time = Number(attr(tc, "time"));
+      mine.push({ name: attr(tc, "name"), parents: classname === "" ? [] : [classname], file: fileOfModule(classname, ctx.testFiles), status, durationMs: Number.isFinite(time) ? time * 1000 : 0, message: boundMessage(message) });
+    }
+    const c = countTests(mine);
+    const declared = { tests: Number(attr(suite, "tests")), failures: Number(attr(suite, "failures")), errors: Number(attr(suite, "errors")), skipped: Number(attr(suite, "skipped")) };
+    const parsed = { tests: c.total, failures, errors, skipped: c.skipped };
+    for (const k of Object.keys(declared) as (keyof typeof declared)[]) {
+      if (declared[k] !== parsed[k]) problems.push(`${k} ${Number.isNaN(declared[k]) ? "missing" : declared[k]} declared, ${parsed[k]} parsed`);
+    }
+    tests.push(...mine);
+  }
+  if (problems.length > 0) return unparsedResults(PYTEST_JUNIT_FORMAT, "summary_mismatch", `The JUnit report's own counts do not match its test cases: ${problems.join(", ")}.`, ctx.source);
+  return parsedResults(PYTEST_JUNIT_FORMAT, keyTests(tests, true), ctx.source);
+}
+
+/** A verbose unittest result line's outcome word(s). */
+const OUTCOME = /^(ok|FAIL|ERROR|skipped(?: (.*))?|expected failure|unexpected success)$/;
+/** `test_name (package.module.Class.test_name)` — Python 3.11's description. */
+const HEADER = /^([A-Za-z_][A-Za-z0-9_]*) \(([A-Za-z_][A-Za-z0-9_.]*)\)$/;
+const SEPARATOR = "=".repeat(70);
+const DASHES = "-".repeat(70);
+
+/**
+ * Parses `python -m unittest -v` output (stderr): each test's line `name (id) ... outcome` (its
+ * docstring's first line may sit between the two), the ERROR/FAIL sections' tracebacks as the
+ * messages, then `Ran N tests` and the final `OK`/`FAILED (…)` line. `parsed` only when N equals
+ * the tests parsed and the final line's counts (failures+errors+unexpected successes, skipped,
+ * expected failures) equal theirs; a test that wrote to stderr in the middle of its own line, a
+ * truncated stream or anything else that does not add up is `results_unparsed`. Statuses: ok and
+ * expected failure → passed (unittest counts both as success; the message says which), FAIL,
+ * ERROR and unexpected success → failed, skipped → skipped.
+ */
+export function parseUnittestVerbose(stderr: string, ctx: { readonly testFiles: readonly string[]; readonly source: { readonly name: string; readonly sha256: string } }): TestResults {
+  const lines = stderr.split("\n");
+  const tests: (ParsedTest & { id: string })[] = [];
+  let i = 0;
+  let pendingHeader: RegExpExecArray | undefined;
+  for (; i < lines.length; i++) {
+    const line = lines[i] ?? "";
+    if (line === "" || line === SEPARATOR || line === DASHES) break;
+    const at = line.lastIndexOf(" ... ");
+    const head = at >= 0 ? line.slice(0, at) : line;
+    const outcome = at >= 0 ? OUTCOME.exec(line.slice(at + 5)) : null;
+    const header = HEADER.exec(head) ?? (pendingHeader !== undefined && at >= 0 ? pendingHeader : null);
+    if (at < 0) {
+      pendingHeader = HEADER.exec(line) ?? undefined;
+      if (pendingHeader === undefined) return unparsedResults(UNITTEST_VERBOSE_FORMAT, "unittest_line_unrecognised", `Line ${i + 1} of the unittest output is not a test result: ${JSON.stringify(line.slice(0, 200))}.`, ctx.source);
+      continue;
+    }
+    pendingHeader = undefined;
+    if (!header || !outcome) return unparsedResults(UNITTEST_VERBOSE_FORMAT, "unittest_line_unrecognised", `Line ${i + 1} of the unittest output is not a test result: ${JSON.stringify(line.slice(0, 200))}.`, ctx.source);
+    const word = outcome[1] ?? "";
+    const status = word === "ok" || word === "expected failure" ? TestStatus.PASSED : word.startsWith("skipped") ? TestStatus.SKIPPED : TestStatus.FAILED;
+    const id = header[2] ?? "";
+    const dotted = id.split(".");
+    const message = word.startsWith("skipped") ? (outcome[2] ?? "").replace(/^'(.*)'$/, "$1") : word === "expected failure" || word === "unexpected success" ? word : "";
+    tests.push({ id, name: header[1] ?? "", parents: [dotted.slice(0, -1).join(".")], file: fileOfModule(id, ctx.testFiles), status, durationMs: 0, message });
+  }
+  // The ERROR/FAIL sections: "FAIL: name (id)", an optional docstring line, dashes, the traceback.
+  const messages = new Map<string, string>();
+  const rest = lines.slice(i);
+  for (let j = 0; j < rest.length; j++) {
+    const m = /^(FAIL|ERROR): ([A-Za-z_][A-Za-z0-9_]*) \(([A-Za-z_][A-Za-z0-9_.]*)\)$/.exec(rest[j] ?? "");
+    if (!m || rest[j - 1] !== SEPARATOR) continue;
+    let k = j + 1;
+    while (k < rest.length && rest[k] !== DASHES) k++;
+    const body: string[] = [];
+    for (k++; k < rest.length && rest[k] !== SEPARATOR && rest[k] !== DASHES; k++) body.push(rest[k] ?? "");
+    if (!messages.has(m[3] ?? "")) messages.set(m[3] ?? "", body.join("\n").trim());
+  }
+  const ran = [...stderr.matchAll(/^Ran (\d+) tests? in [0-9.]+s$/gm)].at(-1);
+  const final = [...stderr.matchAll(/^(OK|FAILED)(?: \((.*)\))?$/gm)].at(-1);
+  if (!ran || !final) return unparsedResults(UNITTEST_VERBOSE_FORMAT, "summary_missing", "The unittest output ends without its \"Ran N tests\" and OK/FAILED lines: the run did not finish its report.", ctx.source);
+  const fields = new Map((final[2] ?? "").split(", ").filter((s) => s !== "").map((kv) => {
+    const [k, v] = kv.split("=");
+    return [k ?? "", Number(v)] as const;
+  }));
+  const counted = (word: string) => tests.filter((t) => t.message === word).length;
+  const failed = tests.filter((t) => t.status === TestStatus.FAILED).length;
+  const skipped = tests.filter((t) => t.status === TestStatus.SKIPPED).length;
+  const want: [string, number, number][] = [
+    ["tests run", Number(ran[1]), tests.length],
+    ["failures+errors+unexpected successes", (fields.get("failures") ?? 0) + (fields.get("errors") ?? 0) + (fields.get("unexpected successes") ?? 0), failed],
+    ["skipped", fields.get("skipped") ?? 0, skipped],
+    ["expected failures", fields.get("expected failures") ?? 0, counted("expected failure")],
+  ];
+  const off = want.filter(([, reported, parsed]) => reported !== parsed);
+  if (off.length > 0) {
+    return unparsedResults(UNITTEST_VERBOSE_FORMAT, "summary_mismatch", `unittest's own summary does not match the parsed tests: ${off.map(([k, r, p]) => `${k} ${r} reported, ${p} parsed`).join(", ")}.`, ctx.source);
+  }
+  const withMessages = tests.map(({ id, ...t }) => (t.status === TestStatus.FAILED && messages.has(id) ? { ...t, message: boundMessage(messages.get(id) ?? "") } : t));
+  return parsedResults(UNITTEST_VERBOSE_FORMAT, keyTests(withMessages, true), ctx.source);
+}

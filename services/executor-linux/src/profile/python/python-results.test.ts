@@ -1,0 +1,129 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { TestStatus, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
+import { afterAll, describe, expect, it } from "vitest";
+import type { FixtureRepo } from "../../test-fixtures/fixture-repo.js";
+import { createPythonProject, pythonForTests } from "../../test-fixtures/python-projects.js";
+import { inspectRepository } from "../inspect.js";
+import { stageRepository, type StagedRepository } from "../stage.js";
+import { readStepReport } from "../test-results.js";
+
+// Real CPython and Debian's pytest over fixture repositories, run with the exact staged argv
+// (cwd = the staged root, the job's environment); the results are parsed from what the approved
+// argv makes them write: pytest's --junitxml report, unittest -v's stderr.
+const python = pythonForTests({ needPytest: true });
+const scratch = await mkdtemp(join(tmpdir(), "seraph-pyres-"));
+const repos: FixtureRepo[] = [];
+afterAll(async () => {
+  await Promise.all(repos.map((r) => r.cleanup()));
+  await rm(scratch, { recursive: true, force: true });
+});
+let jobs = 0;
+
+const MIXED = [
+  "import sys, unittest",
+  "from calc.ops import add",
+  "class TestMix(unittest.TestCase):",
+  "    def test_adds(self):",
+  "        self.assertEqual(add(2, 3), 5)",
+  "    def test_wrong(self):",
+  '        """Two and two."""',
+  "        self.assertEqual(add(2, 2), 5)",
+  '    @unittest.skip("not on this host")',
+  "    def test_later(self):",
+  "        pass",
+  "    def test_broken(self):",
+  '        raise RuntimeError("boom")',
+  "    @unittest.expectedFailure",
+  "    def test_known_bug(self):",
+  "        self.assertEqual(1, 2)",
+  "    def test_prints(self):",
+  '        print("test_fake (x.Y.test_fake) ... ok")',
+  '        print("Ran 99 tests in 0.1s")',
+  "",
+].join("\n");
+
+async function stagedRun(selection: string, testFiles: readonly string[], venv: boolean): Promise<{ results: TestResults; stage: StagedRepository; stdout: string; stderr: string }> {
+  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED } });
+  repos.push(repo);
+  const inspection = await inspectRepository({ profile: "repo-python3-v1", repositoryPath: repo.dir, selection });
+  expect(inspection.reasons.map((r) => r.code)).toEqual([]);
+  const staged = await stageRepository({ inspection, jobDir: join(scratch, `job-${++jobs}`) });
+  if (!staged.ok) throw new Error(JSON.stringify(staged.reasons));
+  const step = staged.stage.steps[0]!;
+  let out: { stdout: string; stderr: string };
+  try {
+    out = await promisify(execFile)(step.argv[0]!, step.argv.slice(1), { cwd: staged.stage.packageDir, env: staged.stage.env });
+  } catch (err) {
+    out = err as { stdout: string; stderr: string };
+  }
+  const { results } = await readStepReport(staged.stage.jobDir, staged.stage.packageDir, step, testFiles, Buffer.from(out.stderr));
+  return { results, stage: staged.stage, ...out };
+}
+
+const statuses = (r: TestResults) => Object.fromEntries(r.tests.map((t) => [t.key, TestStatus[t.status]]));
+
+describe.skipIf(!python)("per-test results of the Python profile's forms", () => {
+  it("pytest: parsed from the --junitxml report the approved argv writes, matching pytest's own summary line", async () => {
+    const r = await stagedRun("python -m pytest tests/test_ops.py tests/test_mix.py", ["tests/test_ops.py", "tests/test_mix.py"], true);
+    expect(r.stage.steps[0]?.displayArgv).toContain("--junitxml=../results/pytest-junit.xml");
+    expect(r.results.state, r.results.message).toBe("parsed");
+    expect(r.results.format).toBe("pytest_junit_xml");
+    expect(statuses(r.results)).toEqual({
+      "tests/test_ops.py › tests.test_ops.AddTest › test_add": "PASSED",
+      "tests/test_ops.py › tests.test_ops.AddTest › test_add_zero": "PASSED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_adds": "PASSED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_broken": "FAILED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_known_bug": "SKIPPED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_later": "SKIPPED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_prints": "PASSED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_wrong": "FAILED",
+    });
+    // pytest's own words: "2 failed, 4 passed, 1 skipped, 1 xfailed".
+    const line = /=+ (.*) in [0-9.]+s/.exec(r.stdout)?.[1] ?? "";
+    const said = Object.fromEntries(line.split(", ").map((p) => p.split(" ").reverse()));
+    const c = r.results.counts!;
+    expect({ failed: c.failed, passed: c.passed, skipped: c.skipped }).toEqual({ failed: Number(said.failed), passed: Number(said.passed ?? 0), skipped: Number(said.skipped ?? 0) + Number(said.xfailed ?? 0) });
+    const broken = r.results.tests.find((t) => t.name === "test_broken");
+    expect(broken?.message).toContain("RuntimeError: boom");
+    expect(r.results.tests.find((t) => t.name === "test_known_bug")?.message).toMatch(/^xfail/);
+  });
+
+  it("unittest: parsed from -v's stderr, checked against its Ran N / FAILED line, with tracebacks as messages", async () => {
+    const r = await stagedRun("python -m unittest tests/test_ops.py tests/test_mix.py", ["tests/test_ops.py", "tests/test_mix.py"], false);
+    expect(r.results.state, r.results.message).toBe("parsed");
+    expect(r.results.format).toBe("unittest_verbose");
+    expect(statuses(r.results)).toEqual({
+      "tests/test_ops.py › tests.test_ops.AddTest › test_add": "PASSED",
+      "tests/test_ops.py › tests.test_ops.AddTest › test_add_zero": "PASSED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_adds": "PASSED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_broken": "FAILED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_known_bug": "PASSED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_later": "SKIPPED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_prints": "PASSED",
+      "tests/test_mix.py › tests.test_mix.TestMix › test_wrong": "FAILED",
+    });
+    expect(/^Ran (\d+) tests/m.exec(r.stderr)?.[1]).toBe(String(r.results.counts?.total));
+    expect(r.results.tests.find((t) => t.name === "test_wrong")?.message).toContain("AssertionError: 4 != 5");
+    expect(r.results.tests.find((t) => t.name === "test_known_bug")?.message).toBe("expected failure");
+    // The text test_prints wrote went to stdout; it is no test of its own.
+    expect(r.stdout).toContain("test_fake (x.Y.test_fake) ... ok");
+    expect(r.results.tests.some((t) => t.name === "test_fake")).toBe(false);
+  });
+
+  it("unittest output a test broke (stderr written mid-line) or cut short is results_unparsed, never guessed", async () => {
+    const ctx = { testFiles: [], source: { name: "test.stderr", sha256: "" } };
+    const { parseUnittestVerbose, parsePytestJunit } = await import("@seraph/profiles/results");
+    const broken = parseUnittestVerbose("test_a (t.T.test_a) ... noise from the test\nok\n\n----------------------------------------------------------------------\nRan 1 test in 0.001s\n\nOK\n", ctx);
+    expect([broken.state, broken.reason, broken.tests.length]).toEqual(["results_unparsed", "unittest_line_unrecognised", 0]);
+    const cut = parseUnittestVerbose("test_a (t.T.test_a) ... ok\n", ctx);
+    expect([cut.state, cut.reason]).toEqual(["results_unparsed", "summary_missing"]);
+    const lying = parseUnittestVerbose("test_a (t.T.test_a) ... ok\n\n----------------------------------------------------------------------\nRan 2 tests in 0.001s\n\nOK\n", ctx);
+    expect([lying.state, lying.reason]).toEqual(["results_unparsed", "summary_mismatch"]);
+    expect(parsePytestJunit("<testsuites><testsuite tests=\"1\"", ctx).reason).toBe("xml_invalid");
+    expect(parsePytestJunit('<testsuites><testsuite tests="2" failures="0" errors="0" skipped="0"><testcase classname="t" name="a"/></testsuite></testsuites>', ctx).reason).toBe("summary_mismatch");
+  });
+});
