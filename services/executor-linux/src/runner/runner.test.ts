@@ -1,7 +1,8 @@
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
-import { createLocalSignals, createRootLogger } from "@seraph/kit";
+import { createLocalSignals, createRootLogger, type Signals } from "@seraph/kit";
+import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import {
   AdoptJobResponseSchema,
   ClaimJobResponseSchema,
@@ -66,18 +67,18 @@ afterEach(async () => {
   if (dataDir) await rm(dataDir, { recursive: true, force: true });
 });
 
-async function start(jobs: Client<typeof JobsService>): Promise<Runner> {
+async function start(jobs: Client<typeof JobsService>, signals: Signals = createLocalSignals(), pollMs = 50): Promise<Runner> {
   dataDir = await mkdtemp(join(tmpdir(), "seraph-runner-"));
   runner = startRunner({
     jobs,
     identity,
     dataDir,
     log: createRootLogger({ name: "runner-test", level: "silent" }),
-    pollMs: 50,
+    pollMs,
     facilities: () => create(FacilityReportSchema, { ok: true }),
     proc: createProcFs(),
     repositoryRoots: ["/srv"],
-    signals: createLocalSignals(),
+    signals,
   });
   return runner;
 }
@@ -137,5 +138,37 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
     await start(fake.client);
     await until(() => fake.completed.length === 1);
     expect(fake.completed[0]).toMatchObject({ jobId, state: JobState.REJECTED, outcome: "executor_restarted_before_start" });
+  });
+});
+
+describe("runner: work signals", () => {
+  it("claims the job a work signal names at once, without listing the node's jobs, and takes the attempt from the claim", async () => {
+    const signals = createLocalSignals();
+    const claimed: unknown[] = [];
+    const fake = fakeJobs({
+      listNodeJobs: () => [],
+      claimJob: async () => {
+        // Not admitted at claim (the runner then does nothing more): enough to see the claim.
+        const job = create(JobSchema, { id: jobId, state: JobState.REJECTED, outcome: "rejected_test", attempt: 3 });
+        claimed.push(job);
+        return create(ClaimJobResponseSchema, { job, bundle: create(ExecutionBundleSchema, {}) });
+      },
+    });
+    // A poll interval far beyond the test: only the signal can lead to the claim.
+    await start(fake.client, signals, 60_000);
+    await until(() => fake.calls.some((c) => c.method === "listNodeJobs")); // the first pass at start
+    const listsBefore = fake.calls.filter((c) => c.method === "listNodeJobs").length;
+    signals.publish(`seraph.nodes.${identity.nodeId}.work`, toBinary(WorkSignalSchema, create(WorkSignalSchema, { nodeId: identity.nodeId, jobId })));
+    await until(() => claimed.length === 1);
+    expect(fake.calls.filter((c) => c.method === "claimJob").map((c) => c.req)).toEqual([{ jobId, nodeId: identity.nodeId, incarnationId: identity.incarnationId }]);
+    // No list between the signal and the claim (the task's end wakes a poll afterwards).
+    const claimAt = fake.calls.findIndex((c) => c.method === "claimJob");
+    expect(fake.calls.slice(0, claimAt).filter((c) => c.method === "listNodeJobs")).toHaveLength(listsBefore);
+    await new Promise((r) => setTimeout(r, 50));
+    // A signal naming no job (or one that cannot be read) only wakes the poll.
+    const listsNow = fake.calls.filter((c) => c.method === "listNodeJobs").length;
+    signals.publish(`seraph.nodes.${identity.nodeId}.work`, new Uint8Array([0xff, 0xff]));
+    await until(() => fake.calls.filter((c) => c.method === "listNodeJobs").length === listsNow + 1);
+    expect(fake.calls.filter((c) => c.method === "claimJob")).toHaveLength(1);
   });
 });

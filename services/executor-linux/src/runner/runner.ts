@@ -40,8 +40,9 @@ export interface Runner {
 }
 
 /**
- * The executor side of durable execution. It polls ListNodeJobs (slowly, and at once on
- * `seraph.nodes.<node>.work`), claims what is reserved for this node, re-adopts attempts this
+ * The executor side of durable execution. It claims the job a `seraph.nodes.<node>.work` signal
+ * names at once, polls ListNodeJobs (slowly, and at once on a signal naming no job), claims what
+ * is reserved for this node, re-adopts attempts this
  * node claimed before a restart, delivers cancellations (`seraph.nodes.<node>.cancel`, polling,
  * ExecutorService.CancelJob) to the exact supervisor, and records late receipts of UNKNOWN jobs
  * for recovery. It never signals a process itself: only supervisors do, through pidfds.
@@ -61,9 +62,18 @@ export function startRunner(deps: RunnerDeps): Runner {
   const wake = () => loop?.wake();
   const isStopped = () => loop?.stopped === true;
 
-  const offWork = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.work`, () => {
+  // A work signal names the job reserved for this node: it is claimed at once, without a
+  // ListNodeJobs round trip (ClaimJob decides; a lost or malformed signal only waits for the poll).
+  const offWork = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.work`, (m) => {
     phase(log, "work_signal");
-    wake();
+    let jobId = "";
+    try {
+      jobId = fromBinary(WorkSignalSchema, m.data).jobId;
+    } catch {
+      // malformed: the poll finds the work
+    }
+    if (jobId === "" || isStopped()) wake();
+    else if (!active.has(jobId)) claim({ id: jobId, attempt: 0 });
   });
   const offCancel = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.cancel`, (m) => {
     try {
@@ -93,7 +103,8 @@ export function startRunner(deps: RunnerDeps): Runner {
     tasks.add(p);
   };
 
-  const claim = (job: Job) => {
+  /** Claims a reserved job (named by a work signal or listed by the poll); its attempt is the one ClaimJob answers. */
+  const claim = (job: Pick<Job, "id" | "attempt">) => {
     const a: ActiveJob = { jobId: job.id, attempt: job.attempt, fence: 0n, cancel: new CancelLatch(), connection: undefined };
     track(
       job.id,
@@ -112,7 +123,7 @@ export function startRunner(deps: RunnerDeps): Runner {
           log.info({ jobId: job.id, state: res.job ? JobState[res.job.state] : "?", outcome: res.job?.outcome }, "claimed job was not admitted");
           return;
         }
-        const claimed: ActiveJob = { ...act, fence: res.fence, slotIndex: res.job.slotIndex };
+        const claimed: ActiveJob = { ...act, attempt: res.job.attempt, fence: res.fence, slotIndex: res.job.slotIndex };
         active.set(job.id, claimed);
         if (res.job.cancelRequested) claimed.cancel.trigger("cancellation requested");
         await executeClaimed(exec, claimed, res.bundle, res.job, Number(res.deadlineUnixMs));
