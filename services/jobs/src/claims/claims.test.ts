@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { newId, sha256Hex } from "@seraph/kit";
-import { JobState, SlotState, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobPreflightSchema, JobState, SlotState, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { OwnerMarkerSchema, Outcome, ReceiptSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
@@ -256,6 +256,33 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     const done = await h.client.completeJob({ jobId, fence, state: JobState.CANCELLED, outcome: "cancelled_before_start", receipt });
     expect(done.job?.slotHeld).toBe(false);
     expect(done.job?.cancelRequested).toBe(true);
+  });
+
+  it("the preparation evidence comes with the marker in one transaction; a refused marker or evidence records neither", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    const marker = markerFor(jobId, fence);
+    const preflight = create(JobPreflightSchema, { nodeId: node, bootId: boot, driftChecked: true, startedUnixMs: 1n, finishedUnixMs: 2n });
+    const wrongNode = await h.client.recordOwnerMarker({ jobId, fence, marker, preflight: { ...preflight, nodeId: "node-x" } }).catch((e: unknown) => e);
+    expect(codeOf(wrongNode)).toBe(Code.InvalidArgument);
+    expect(String(wrongNode)).toContain("preflight_node_mismatch");
+    const drifted = create(OwnerMarkerSchema, { ...marker, supervisorSourceSha256: "f".repeat(64) });
+    const refused = await h.client.recordOwnerMarker({ jobId, fence, marker: drifted, preflight }).catch((e: unknown) => e);
+    expect(String(refused)).toContain("supervisor_source_drift");
+    const untouched = (await h.client.getJob({ jobId })).job;
+    expect([untouched?.state, untouched?.preflight, untouched?.marker]).toEqual([JobState.PREPARING, undefined, undefined]);
+    // Cancelled first, so the slot can be freed without a run: go=false, both recorded at once.
+    await h.client.cancelJob({ jobId, requestedBy: root, reason: "free the slot" });
+    const rec = await h.client.recordOwnerMarker({ jobId, fence, marker, preflight });
+    expect(rec.go).toBe(false);
+    expect(rec.job?.preflight?.driftChecked).toBe(true);
+    expect(rec.job?.marker?.supervisor?.pid).toBe(marker.supervisor?.pid);
+    // The identical pair again is idempotent; other evidence afterwards is refused.
+    expect((await h.client.recordOwnerMarker({ jobId, fence, marker, preflight })).go).toBe(false);
+    const other = await h.client.recordPreflight({ jobId, fence, preflight: { ...preflight, driftChecked: false } }).catch((e: unknown) => e);
+    expect(String(other)).toContain("preflight_already_recorded");
+    const receipt = create(ReceiptSchema, { outcome: Outcome.CANCELLED, echildObserved: true, cancelledBeforeGo: true, marker });
+    expect((await h.client.completeJob({ jobId, fence, state: JobState.CANCELLED, outcome: "cancelled_before_start", receipt })).job?.slotHeld).toBe(false);
   });
 
   it("supervisor lost: UNKNOWN without a receipt keeps the slot; recovery refuses until the node re-registers with another boot id", async () => {

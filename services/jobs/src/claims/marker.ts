@@ -16,6 +16,7 @@ import { jobView } from "../jobs/job-queries.js";
 import { readBundle } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
+import { writePreflight } from "./preflight.js";
 
 async function previousStepProved(db: Db, jobId: string, current: OwnerMarker): Promise<boolean> {
   for (const a of await listArtifactsWithContent(db, jobId, "step_receipt")) {
@@ -52,19 +53,27 @@ export function markerProblems(job: JobRow, fence: bigint, m: OwnerMarker): stri
  * approval bound is refused (`supervisor_source_drift`): no start token for another supervisor.
  * A repeat with the identical marker is idempotent (also under a fence taken by re-adoption). A job
  * with several steps runs one supervisor per step; a later step's marker replaces the previous
- * one only after that supervisor's ECHILD receipt was stored (`step_receipt` artifact).
+ * one only after that supervisor's ECHILD receipt was stored (`step_receipt` artifact). The
+ * attempt's preparation evidence may come with the marker (`preflight`): it is recorded first,
+ * in the same transaction, by RecordPreflight's rules.
  */
 export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRequest): Promise<RecordOwnerMarkerResponse> {
   const marker = req.marker;
   if (!marker) throw new InvalidArgumentError("marker", "required", "an owner marker is required");
   const changes = noChanges();
   const row = await inTransaction(core.db, async (trx) => {
-    const job = await lockJob(trx, req.jobId);
-    requireFence(job, req.fence);
+    const locked = await lockJob(trx, req.jobId);
+    requireFence(locked, req.fence);
+    // The preparation evidence, when it comes with the marker: in this same transaction, by
+    // RecordPreflight's rules (a refused marker records no evidence either).
+    const job = req.preflight ? await writePreflight(trx, locked, req.preflight, "preflight") : locked;
     const current = job.marker ? fromBinary(OwnerMarkerSchema, job.marker) : undefined;
     // The identical marker again (a retry, or the executor that re-adopted the attempt with a
     // new fence resuming the barrier of the supervisor launched under the claim fence).
-    if ((job.state === "starting" || job.state === "running") && current && equals(OwnerMarkerSchema, current, marker)) return job;
+    if ((job.state === "starting" || job.state === "running") && current && equals(OwnerMarkerSchema, current, marker)) {
+      if (job !== locked) changes.jobs.push(job);
+      return job;
+    }
     const problems = markerProblems(job, req.fence, marker);
     if (problems.length > 0) throw new InvalidArgumentError("marker", "marker_mismatch", problems.join("; "));
     const node = await findNode(trx, job.node_id);

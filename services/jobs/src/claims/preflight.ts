@@ -2,6 +2,7 @@ import { create, equals, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { FailedPreconditionError, InvalidArgumentError } from "@seraph/kit";
 import {
   JobPreflightSchema,
+  type JobPreflight,
   RecordPreflightResponseSchema,
   type RecordPreflightRequest,
   type RecordPreflightResponse,
@@ -9,10 +10,10 @@ import {
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
-import { lockJob, updateJobCas } from "../jobs/job.repository.js";
+import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
-import { inTransaction } from "../store/db.js";
+import { inTransaction, type Db } from "../store/db.js";
 
 /**
  * Records the executor's preparation evidence for a claimed attempt (fenced, under the
@@ -29,19 +30,30 @@ export async function recordPreflight(core: JobsCore, req: RecordPreflightReques
   const row = await inTransaction(core.db, async (trx) => {
     const job = await lockJob(trx, req.jobId);
     requireFence(job, req.fence);
-    if (preflight.nodeId !== job.node_id) {
-      throw new InvalidArgumentError("preflight.node_id", "preflight_node_mismatch", `the evidence names node ${preflight.nodeId}, the job is bound to ${job.node_id}`);
-    }
-    if (job.preflight) {
-      if (equals(JobPreflightSchema, fromBinary(JobPreflightSchema, job.preflight), preflight)) return job;
-      throw new FailedPreconditionError("preflight_already_recorded", `job ${job.id} already has recorded preparation evidence`);
-    }
-    if (!CLAIMED_STATES.includes(job.state as JobStateName)) throw new FailedPreconditionError("job_not_active", `job ${job.id} is ${job.state}`);
-    const updated = await updateJobCas(trx, job.id, job.revision, { preflight: toBinary(JobPreflightSchema, preflight) });
-    changes.jobs.push(updated);
+    const updated = await writePreflight(trx, job, preflight, "preflight");
+    if (updated !== job) changes.jobs.push(updated);
     return updated;
   });
   core.publisher.publish(changes);
   core.log.child({ jobId: row.id, attempt: row.attempt }).info({ blocked: preflight.blocked }, "job preflight recorded");
   return create(RecordPreflightResponseSchema, { job: await jobView(core.db, row) });
+}
+
+/**
+ * Records `preflight` on a locked, fenced job row (RecordPreflight's rules, also applied by
+ * RecordOwnerMarker when the evidence comes with the marker): it must name the job's node; an
+ * identical repeat returns the row unchanged; other evidence for an attempt that has some is
+ * FAILED_PRECONDITION `preflight_already_recorded`; only a claimed attempt records evidence.
+ * Returns the updated row (or `job` itself when nothing changed). `field` names the request field.
+ */
+export async function writePreflight(trx: Db, job: JobRow, preflight: JobPreflight, field: string): Promise<JobRow> {
+  if (preflight.nodeId !== job.node_id) {
+    throw new InvalidArgumentError(`${field}.node_id`, "preflight_node_mismatch", `the evidence names node ${preflight.nodeId}, the job is bound to ${job.node_id}`);
+  }
+  if (job.preflight) {
+    if (equals(JobPreflightSchema, fromBinary(JobPreflightSchema, job.preflight), preflight)) return job;
+    throw new FailedPreconditionError("preflight_already_recorded", `job ${job.id} already has recorded preparation evidence`);
+  }
+  if (!CLAIMED_STATES.includes(job.state as JobStateName)) throw new FailedPreconditionError("job_not_active", `job ${job.id} is ${job.state}`);
+  return updateJobCas(trx, job.id, job.revision, { preflight: toBinary(JobPreflightSchema, preflight) });
 }
