@@ -337,6 +337,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await expect.poll(() => page.evaluate(() => document.activeElement?.getAttribute("data-panel") ?? document.activeElement?.tagName ?? "none"), { timeout: 30_000, message: pageErrors.join("\n") }).toBe("job");
     await waitText(page, "job-state", /^succeeded$/, 40_000);
     await waitText(page, "outcome-badge", /^Succeeded$/);
+    // A quick step's time reads in tenths of a second, not "0:00".
+    expect(await page.locator(".step-output h3").first().innerText()).toMatch(/^Step test — passed, exit 0, \d\.\d s$/);
     const log = await page.getByTestId("live-log").innerText();
     expect(log).toMatch(/job: \w+/);
     expect(log).toMatch(/→ succeeded/);

@@ -25,9 +25,11 @@ export const INSPECTOR_TABS = [
   ["recovery", "Recovery"],
 ] as const;
 
-/** "1:05" (minutes:seconds) or "1:02:05". */
+/** "4.2 s" under ten seconds, else "1:05" (minutes:seconds) or "1:02:05". */
 function elapsed(ms: number): string {
-  const t = Math.max(0, Math.floor(ms / 1000));
+  // Under ten seconds in tenths ("0.4 s"): a quick test step should not read "0:00".
+  if (ms < 10_000) return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
+  const t = Math.floor(ms / 1000);
   const hh = Math.floor(t / 3600);
   const mm = Math.floor((t % 3600) / 60);
   const ss = String(t % 60).padStart(2, "0");
