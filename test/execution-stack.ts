@@ -203,7 +203,18 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
 export async function bundleFor(
   stack: ExecutionStack,
   repositoryPath: string,
-  opts: { diff?: string; nodeId?: string; expiresInMs?: number; allowed?: string[]; selection?: Selection; supervisorSourceSha256?: string; limits?: string[]; owner?: string } = {},
+  opts: {
+    diff?: string;
+    nodeId?: string;
+    expiresInMs?: number;
+    allowed?: string[];
+    selection?: Selection;
+    supervisorSourceSha256?: string;
+    limits?: string[];
+    owner?: string;
+    /** What the node would state (default: the stack's executors' default settings, one slot). */
+    containment?: NodeContainment;
+  } = {},
 ): Promise<ExecutionBundle> {
   // What the stack's executors (default containment settings, one slot) report at inspection.
   containmentOfNodes ??= readFacilityReport().then((r) => nodeContainment(defaultContainmentSettings(1), r.containment));
@@ -214,7 +225,7 @@ export async function bundleFor(
     ...(opts.limits ? { limits: parseLimitOverrides(opts.limits) } : {}),
   });
   if (!inspection.admitted) throw new Error(`fixture not admitted: ${inspection.reasons.map((r) => r.message).join("; ")}`);
-  const containment = await containmentOfNodes;
+  const containment = opts.containment ?? (await containmentOfNodes);
   const bundle = create(ExecutionBundleSchema, {
     repairId: newId(),
     approvalId: newId(),
