@@ -5,7 +5,8 @@
 #   tini -- node services/executor-linux/dist/supervisor-host/main.js   (supervisor host)
 # The filesystem is what scripts/build-image-layout.mjs produces (a test starts every service
 # from that layout): production node_modules only, compiled dist/ without tests, the UI bundle,
-# and the pinned Node 24 proof runtime at /opt/node-v24.15.0/bin/node.
+# the per-job supervisor's bundle, and the pinned Node 24 proof runtime at
+# /opt/node-v24.15.0/bin/node (which runs the jobs and the supervisors).
 ARG NODE_IMAGE=node:20-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
@@ -37,6 +38,7 @@ RUN apt-get update \
   && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin seraph
 COPY --from=build --chown=root:root /layout/ /
 WORKDIR /opt/seraph
-ENV NODE_ENV=production
+# The per-job supervisors run on the pinned runtime (the services run on the image's node).
+ENV NODE_ENV=production SERAPH_SUPERVISOR_RUNTIME=/opt/node-v24.15.0/bin/node
 USER 10001:10001
 CMD ["node", "services/api/dist/main.js"]

@@ -108,6 +108,14 @@ describe("image layout (scripts/build-image-layout.mjs)", () => {
     expect(existsSync(join(app, "services/executor-linux/dist/supervisor-host/main.js"))).toBe(true);
     const pinned = join(out, "root/opt/node-v24.15.0/bin/node");
     expect(execFileSync(pinned, ["--version"], { encoding: "utf8" }).trim()).toBe("v24.15.0");
+    // The per-job supervisor's one bundled entry runs on the pinned runtime from the layout: it
+    // loads koffi from the production node_modules and names exactly what it loaded.
+    const bundle = join(app, "services/executor-linux/dist/supervisor-bundle/supervisor.mjs");
+    const source = JSON.parse(execFileSync(pinned, [bundle, "--source"], { encoding: "utf8", env: {} })) as { entry: string; modules: string[]; sha256: string };
+    expect(source.entry).toBe(bundle);
+    expect(source.modules.every((m) => m.startsWith(join(app, "node_modules")))).toBe(true);
+    expect(source.modules.some((m) => m.endsWith("/koffi.node"))).toBe(true);
+    expect(source.sha256).toMatch(/^[0-9a-f]{64}$/);
   });
 
   it("jobs, api, the executor pod (agent as uid 10001, the supervisor host by the manifest's own command) and the UI gateway each start from the layout to SERVING", async () => {
@@ -131,7 +139,9 @@ describe("image layout (scripts/build-image-layout.mjs)", () => {
     mkdirSync(dataDir, { mode: 0o700 });
     chownSync(dataDir, 10001, 10001);
     chmodSync(out, 0o755);
-    const hostEnv = { ...envOf(hostContainer), SERAPH_EXECUTOR_DATA_DIR: dataDir, SERAPH_SUPERVISOR_HOST_SOCKET: join(dataDir, "supervisor-host.sock") };
+    // The image sets SERAPH_SUPERVISOR_RUNTIME=/opt/node-v24.15.0/bin/node (Dockerfile); here the layout's copy.
+    const supervisorRuntime = join(out, "root/opt/node-v24.15.0/bin/node");
+    const hostEnv = { ...envOf(hostContainer), SERAPH_EXECUTOR_DATA_DIR: dataDir, SERAPH_SUPERVISOR_HOST_SOCKET: join(dataDir, "supervisor-host.sock"), SERAPH_SUPERVISOR_RUNTIME: supervisorRuntime };
     const socket = hostEnv.SERAPH_SUPERVISOR_HOST_SOCKET;
     const [cmd, ...args] = hostContainer.command as string[];
     const host = spawn(cmd!, args, { cwd: app, env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", ...hostEnv }, stdio: ["ignore", "ignore", "pipe"] });
@@ -171,6 +181,7 @@ describe("image layout (scripts/build-image-layout.mjs)", () => {
         SERAPH_NODE_ID: "layout-node",
         SERAPH_EXECUTOR_DATA_DIR: dataDir,
         SERAPH_SUPERVISOR_HOST_SOCKET: socket,
+        SERAPH_SUPERVISOR_RUNTIME: supervisorRuntime,
       },
       eg!,
       { uid: 10001, gid: 10001 },

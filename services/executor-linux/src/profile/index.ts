@@ -18,7 +18,7 @@ export {
   parseLimitOverrides,
 } from "@seraph/profiles";
 export type { LimitName } from "@seraph/profiles";
-export { checkRuntime, resolvePinnedNode, sha256File, PINNED_NODE_PACKAGE, PINNED_NODE_VERSION } from "./runtime.js";
+export { checkRuntime, resolvePinnedNode, resolvePinnedNodeSync, sha256File, PINNED_NODE_PACKAGE, PINNED_NODE_VERSION } from "./runtime.js";
 export type { RuntimeCheck, RuntimeDigestCache, RuntimeExpectation } from "./runtime.js";
 export { inspectRepository, inspectSnapshot, DEFAULT_NODE_BUILD_OUTPUT_DIR, PROFILE_NAME, TSCONFIG_NAME } from "./inspect.js";
 export type { InspectOptions, SnapshotInspection } from "./inspect.js";

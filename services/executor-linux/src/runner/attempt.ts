@@ -26,8 +26,10 @@ export interface ExecutionDeps {
   readonly proc: ProcFs;
   /** TEST ONLY: the boot-id file every supervisor must read too (unset in production). */
   readonly testBootIdFile?: string | undefined;
-  /** Compiled supervisor entry (default: this package's dist/supervisor/main.js). */
+  /** Supervisor bundle (default: this package's dist/supervisor-bundle/supervisor.mjs). */
   readonly supervisorEntry?: string | undefined;
+  /** The supervisors' Node (default: the pinned runtime). */
+  readonly supervisorRuntime?: string | undefined;
   /** Delegate supervisor starts to this supervisor host (unset: the executor's own children). */
   readonly supervisorHost?: SupervisorHostAddress | undefined;
   /** The node's repository roots: a bundle naming a path outside them is rejected. */

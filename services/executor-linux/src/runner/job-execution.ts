@@ -6,7 +6,7 @@ import { JobState, type ExecutionBundle, type Job, type StepResult } from "@sera
 import type { BlockReason, Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { OwnerMarkerSchema, Phase, ReceiptSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { applyPatchToStage, deadlineBudget, digestTree, limitValues, stageRepository, validateBuildOutput, type StagedRepository } from "../profile/index.js";
-import { connectSupervisor, launchSupervisor, RunDirFiles, waitSupervisorGone, type SupervisorConnection } from "../supervisor-client/index.js";
+import { connectSupervisor, launchSupervisor, RunDirFiles, supervisorCompileCacheDir, waitSupervisorGone, type SupervisorConnection } from "../supervisor-client/index.js";
 import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment } from "../supervisor-client/node-containment.js";
 import { ensureJobRoot, handStageToJobUser, jobUserStageDir } from "./job-user-staging.js";
 import {
@@ -241,7 +241,13 @@ async function runSteps(
     const tLaunch = Date.now();
     let handle;
     try {
-      handle = await launchSupervisor(spec, { ...(deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {}), host: deps.supervisorHost, proc: deps.proc });
+      handle = await launchSupervisor(spec, {
+        ...(deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {}),
+        host: deps.supervisorHost,
+        proc: deps.proc,
+        nodePath: deps.supervisorRuntime,
+        compileCacheDir: supervisorCompileCacheDir(deps.dataDir),
+      });
     } catch (err) {
       log.error({ err }, "supervisor launch failed");
       if (i === 0) await complete(ctx, { state: JobState.REJECTED, outcome: "rejected_supervisor_launch", message: `the supervisor could not be started: ${(err as Error).message}`.slice(0, 2000) });

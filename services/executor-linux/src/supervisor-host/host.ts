@@ -11,8 +11,8 @@ import {
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { NativeSystem } from "../native/native-system.js";
 import { readPidNamespace } from "../native/pid-namespace.js";
-import { spawnSupervisorProcess, SupervisorLaunchError } from "../supervisor-client/launch.js";
-import { defaultSupervisorEntry } from "../supervisor-client/paths.js";
+import { spawnSupervisorProcess, SupervisorLaunchError, supervisorRuntimeOf } from "../supervisor-client/launch.js";
+import { defaultSupervisorEntry, supervisorCompileCacheDir } from "../supervisor-client/paths.js";
 import { writeFileAtomic } from "../supervisor/atomic-file.js";
 import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
@@ -31,10 +31,12 @@ export interface SupervisorHostOptions {
   readonly dataDir: string;
   readonly log: Logger;
   readonly native: Pick<NativeSystem, "peerCredentials">;
-  /** Compiled supervisor entry (default: this package's dist/supervisor/main.js). */
+  /** Supervisor bundle (default: this package's dist/supervisor-bundle/supervisor.mjs). */
   readonly supervisorEntry?: string;
-  /** Node for supervisors (default: process.execPath). */
-  readonly nodePath?: string;
+  /** Node for supervisors (default: the pinned runtime, defaultSupervisorRuntime()). */
+  readonly nodePath?: string | undefined;
+  /** Node's compile cache for supervisors (default: `<dataDir>/supervisor-compile-cache`). */
+  readonly compileCacheDir?: string | undefined;
   /** Bound on each supervisor's start (default 10000 ms). */
   readonly startTimeoutMs?: number;
 }
@@ -135,7 +137,8 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
     unlinkSync(o.socketPath);
   }
   const entry = o.supervisorEntry ?? defaultSupervisorEntry();
-  const nodePath = o.nodePath ?? process.execPath;
+  const nodePath = supervisorRuntimeOf(o.nodePath);
+  const compileCacheDir = o.compileCacheDir ?? supervisorCompileCacheDir(o.dataDir);
   const children = new Set<number>();
   const waiters: (() => void)[] = [];
 
@@ -167,6 +170,7 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
       const pid = await spawnSupervisorProcess(req.specPath, {
         entry,
         nodePath,
+        compileCacheDir,
         startTimeoutMs: o.startTimeoutMs ?? 10_000,
         onExit: (p) => {
           exitedEarly = !children.delete(p);

@@ -41,6 +41,7 @@ if (process.argv[2] === "--check") {
   const host = await startSupervisorHost({
     socketPath: config.SERAPH_SUPERVISOR_HOST_SOCKET,
     dataDir: config.SERAPH_EXECUTOR_DATA_DIR,
+    nodePath: config.SERAPH_SUPERVISOR_RUNTIME || undefined,
     log,
     native: createNativeSystem(),
   });
