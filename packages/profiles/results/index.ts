@@ -4,3 +4,4 @@
 export * from "./report.js";
 export * from "./node-tap.js";
 export * from "./python.js";
+export * from "./compare.js";

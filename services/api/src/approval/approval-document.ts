@@ -48,7 +48,13 @@ export interface ApprovalInputs {
   readonly containment?: NodeContainment | undefined;
   /** The paths the proposal adds, changes or deletes (its tests among them are shown as untrusted evidence). */
   readonly changedPaths?: readonly string[];
+  /** A baseline run: the same selection on the unpatched snapshot, no patch (proposal id and sha256 empty). */
+  readonly baseline?: boolean;
 }
+
+/** The words a baseline document carries. */
+export const BASELINE_NOTE =
+  "baseline, no patch: the same selection runs on the unpatched snapshot, as its own job, so the patched run's tests can be compared with it (fail→pass, pass→fail). Its results are evidence, not proof.";
 
 /**
  * The SHA-256 a person approves: over the protobuf binary encoding (protobuf-es toBinary) of the
@@ -100,6 +106,12 @@ export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
     profile: i.inspection.profile,
     cleanupClaim: cleanupClaim(i.inspection.profile),
   });
+  if (i.baseline === true) {
+    doc.baseline = true;
+    doc.baselineNote = BASELINE_NOTE;
+    doc.proposalId = "";
+    doc.proposalSha256 = "";
+  }
   const tests = patchChangedTests(i.changedPaths ?? [], i.inspection);
   if (tests.length > 0) {
     doc.patchChangedTests = tests;
@@ -133,5 +145,6 @@ export function buildExecutionBundle(input: { doc: ApprovalDocument; approvalId:
     isolationClaim: doc.isolationClaim,
     resourceEnforcement: doc.resourceEnforcement,
     patchChangedTests: [...doc.patchChangedTests],
+    baseline: doc.baseline,
   });
 }

@@ -6,6 +6,7 @@ import { supervisorSource } from "./migrations/2026-11-30-0003-supervisor-source
 import { instanceOperator } from "./migrations/2026-11-30-0004-instance-operator.js";
 import { nodeContainment } from "./migrations/2026-12-01-0101-node-containment.js";
 import { repositoryTenancy } from "./migrations/2026-12-01-0201-repository-tenancy.js";
+import { baselineRuns } from "./migrations/2026-12-01-0301-baseline-runs.js";
 import type { ApiDatabase } from "./schema.js";
 
 /** Every API migration, by dated name. Append only; never edit one that has shipped. */
@@ -16,6 +17,7 @@ export const API_MIGRATIONS: Record<string, Migration> = {
   "2026-11-30-0004-instance-operator": instanceOperator,
   "2026-12-01-0101-node-containment": nodeContainment,
   "2026-12-01-0201-repository-tenancy": repositoryTenancy,
+  "2026-12-01-0301-baseline-runs": baselineRuns,
 };
 
 /** Brings the API tables to the latest schema under Kysely's migration lock. */

@@ -120,4 +120,25 @@ export interface ApiDatabase {
     expires_at: Timestamp;
     job_id: string | null;
   };
+  /** Issued baseline documents (same selection, unpatched snapshot, no patch). */
+  baseline_documents: {
+    id: string;
+    repair_id: string;
+    /** protobuf ApprovalDocument (baseline = true), with document_sha256 set. */
+    document: Uint8Array;
+    document_sha256: string;
+    issued_at: Timestamp;
+    expires_at: Timestamp;
+  };
+  /** A repair's one baseline approval and its job. */
+  baseline_approvals: {
+    id: string;
+    repair_id: string;
+    document: Uint8Array;
+    document_sha256: string;
+    approved_by: string;
+    approved_at: Timestamp;
+    expires_at: Timestamp;
+    job_id: string | null;
+  };
 }

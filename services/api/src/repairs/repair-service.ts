@@ -68,7 +68,17 @@ import {
   type ApprovalRow,
   type RepairRow,
 } from "./repair.repository.js";
-import { repairInspection, repairMessage } from "./repair-view.js";
+import { approvalMessage, repairInspection, repairMessage } from "./repair-view.js";
+import { compareRepairRuns, runResultsOf } from "./repair-results.js";
+import {
+  findBaselineApproval,
+  findBaselineDocumentByHash,
+  findLiveBaselineDocument,
+  insertBaselineApproval,
+  insertBaselineDocument,
+  setBaselineJob,
+  type BaselineApprovalRow,
+} from "./baseline.repository.js";
 
 /** What the repair service depends on. */
 export interface RepairServiceDeps {
@@ -152,6 +162,20 @@ function requireForward(row: RepairRow): void {
   }
 }
 
+/** Refuses a baseline unless the repair has an admitted, current inspection (any later state). */
+function requireBaselineable(row: RepairRow): void {
+  if (row.stale_reason) throw staleError(row.id, row.stale_reason);
+  switch (row.state) {
+    case "inspecting":
+      throw new FailedPreconditionError("not_inspected", `Repair ${row.id} is still being inspected.`);
+    case "blocked":
+      throw new FailedPreconditionError("inspection_blocked", `Repair ${row.id} is blocked: the inspection did not admit the repository (see inspection.reasons).`);
+    case "cancelled":
+      throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
+    default:
+  }
+}
+
 function isDrift(err: unknown): boolean {
   return err instanceof ConnectError && err.code === Code.FailedPrecondition && /\((drift|inspection_drift)\)$/.test(err.rawMessage);
 }
@@ -205,6 +229,11 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     const [proposals, approval, waitReason] = await Promise.all([listProposals(db, current.id), findApproval(db, current.id), job?.state === JobState.QUEUED ? whyQueued(job, current.node_id) : ""]);
     const repair = repairMessage(current, proposals, approval, job);
     repair.waitReason = waitReason;
+    const baseline = await findBaselineApproval(db, current.id);
+    if (baseline) {
+      repair.baselineApproval = approvalMessage(baseline);
+      repair.baselineJob = await fetchJob(baseline.job_id);
+    }
     return repair;
   }
 
@@ -261,6 +290,86 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (isDrift(err)) await markStale(row, "inspection_drift");
       throw err;
     }
+  }
+
+  /**
+   * The checks every approval (patched or baseline) passes right before it is recorded: the
+   * repair's bindings (Goal, settings) still hold and equal the document's, and a fresh read-only
+   * inspection on the node reproduces the inspection hash, the supervisor code and the containment
+   * the document shows. Any drift marks the repair stale and refuses.
+   */
+  async function freshlyAdmitted(row: RepairRow, doc: ApprovalDocument, signal: AbortSignal): Promise<void> {
+    await checkBindings(row);
+    if (doc.goalRevision !== row.goal_revision || doc.settingsRevision !== BigInt(row.settings_revision)) {
+      await markStale(row, "settings_changed");
+      throw staleError(row.id, "settings_changed");
+    }
+    // Fresh read-only inspection: any drift in source, scripts, lockfile, config, compiler or
+    // runtime since the document was issued refuses the approval.
+    const { settings } = await loadSettings(db, deps.defaults);
+    const inspection = repairInspection(row);
+    const fresh = await onNode(row, "re-inspect the repository", (node) =>
+      nodes.executor(node).inspect(
+        {
+          repositoryPath: row.repository_path,
+          sourcePaths: inspection?.sourcePaths ?? [],
+          selection: row.selection,
+          runtimePath: settings.runtimePath,
+          limits: settings.limits,
+          profile: inspection?.profile ?? "",
+          testPaths: [...(inspection?.testPaths ?? [])],
+          runtimeSha256: settings.runtimeSha256,
+        },
+        { timeoutMs: 120_000, signal },
+      ),
+    );
+    if (!fresh.inspection?.admitted || fresh.inspection.inspectionSha256 !== row.inspection_sha256) {
+      await markStale(row, "inspection_drift");
+      throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
+    }
+    // The per-job supervisor code the document shows must still be the node's: another
+    // supervisor could never be started for this approval (the runner refuses it GO).
+    if (doc.supervisorSourceSha256 === "" || fresh.supervisorSourceSha256 !== doc.supervisorSourceSha256) {
+      await markStale(row, "supervisor_source_drift");
+      throw new FailedPreconditionError(
+        "supervisor_source_drift",
+        `The node's per-job supervisor code is ${fresh.supervisorSourceSha256 || "unknown"}, not ${doc.supervisorSourceSha256 || "unknown"} shown in the approval document; create a new repair.`,
+        { field: "document_sha256" },
+      );
+    }
+    // The containment the document states (job user, cgroup, enforced ceilings) must still be
+    // what the node would hold: a weaker or different one needs a new document.
+    const freshContainment = fresh.containment !== undefined ? toBinary(NodeContainmentSchema, fresh.containment) : new Uint8Array();
+    const shownContainment = doc.containment !== undefined ? toBinary(NodeContainmentSchema, doc.containment) : new Uint8Array();
+    if (Buffer.compare(Buffer.from(freshContainment), Buffer.from(shownContainment)) !== 0) {
+      await markStale(row, "containment_changed");
+      throw new FailedPreconditionError(
+        "containment_changed",
+        `The node now claims isolation_claim=${fresh.containment?.isolationClaim || "none"} and resource_enforcement=${fresh.containment?.resourceEnforcement || "admission_and_wall_timeout_only"}, not what the approval document shows; create a new repair.`,
+        { field: "document_sha256" },
+      );
+    }
+  }
+
+  /** Queues the baseline job of a baseline approval once (idempotent per approval id) and records it. */
+  async function ensureBaselineJob(p: AuthenticatedPrincipal, row: RepairRow, approval: BaselineApprovalRow): Promise<void> {
+    if (approval.job_id) return;
+    const doc = fromBinary(ApprovalDocumentSchema, approval.document);
+    const inspection = repairInspection(row);
+    if (!inspection) throw new FailedPreconditionError("approval_incomplete", "The repair's inspection is missing.");
+    // No patch: the unpatched snapshot runs; the bundle says baseline and carries an empty diff.
+    const bundle = buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff: "" });
+    let job: Job | undefined;
+    try {
+      job = (await jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs: 15_000 })).job;
+    } catch (err) {
+      const detail = err instanceof ConnectError ? `${Code[err.code]} ${err.rawMessage}` : (err as Error).message;
+      throw new UnavailableError("job_not_queued", `The baseline approval ${approval.id} is recorded, but its job could not be queued yet (${detail}); retry ApproveBaseline with the same document.`, err);
+    }
+    if (!job) throw new UnavailableError("job_not_queued", "The jobs service returned no job; retry ApproveBaseline with the same document.");
+    await setBaselineJob(db, approval.id, job.id);
+    publishRepairEvents(signals, [row]);
+    log.info({ repairId: row.id, approvalId: approval.id, jobId: job.id }, "baseline job queued");
   }
 
   /** Queues the job of an approval once (EnqueueJob is idempotent per approval id) and records it. */
@@ -664,56 +773,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (!proposalRow || !proposalRow.valid || proposalRow.diff_sha256 !== doc.proposalSha256) {
         throw new FailedPreconditionError("proposal_invalid", "The document's proposal is not a valid proposal of this repair.", { field: "document_sha256" });
       }
-      await checkBindings(row);
-      if (doc.goalRevision !== row.goal_revision || doc.settingsRevision !== BigInt(row.settings_revision)) {
-        await markStale(row, "settings_changed");
-        throw staleError(row.id, "settings_changed");
-      }
-      // Fresh read-only inspection: any drift in source, scripts, lockfile, config, compiler or
-      // runtime since the document was issued refuses the approval.
-      const { settings } = await loadSettings(db, deps.defaults);
-      const inspection = repairInspection(row);
-      const fresh = await onNode(row, "re-inspect the repository", (node) =>
-        nodes.executor(node).inspect(
-          {
-            repositoryPath: row.repository_path,
-            sourcePaths: inspection?.sourcePaths ?? [],
-            selection: row.selection,
-            runtimePath: settings.runtimePath,
-            limits: settings.limits,
-            profile: inspection?.profile ?? "",
-            testPaths: [...(inspection?.testPaths ?? [])],
-            runtimeSha256: settings.runtimeSha256,
-          },
-          { timeoutMs: 120_000, signal: ctx.signal },
-        ),
-      );
-      if (!fresh.inspection?.admitted || fresh.inspection.inspectionSha256 !== row.inspection_sha256) {
-        await markStale(row, "inspection_drift");
-        throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
-      }
-      // The per-job supervisor code the document shows must still be the node's: another
-      // supervisor could never be started for this approval (the runner refuses it GO).
-      if (doc.supervisorSourceSha256 === "" || fresh.supervisorSourceSha256 !== doc.supervisorSourceSha256) {
-        await markStale(row, "supervisor_source_drift");
-        throw new FailedPreconditionError(
-          "supervisor_source_drift",
-          `The node's per-job supervisor code is ${fresh.supervisorSourceSha256 || "unknown"}, not ${doc.supervisorSourceSha256 || "unknown"} shown in the approval document; create a new repair.`,
-          { field: "document_sha256" },
-        );
-      }
-      // The containment the document states (job user, cgroup, enforced ceilings) must still be
-      // what the node would hold: a weaker or different one needs a new document.
-      const freshContainment = fresh.containment !== undefined ? toBinary(NodeContainmentSchema, fresh.containment) : new Uint8Array();
-      const shownContainment = doc.containment !== undefined ? toBinary(NodeContainmentSchema, doc.containment) : new Uint8Array();
-      if (Buffer.compare(Buffer.from(freshContainment), Buffer.from(shownContainment)) !== 0) {
-        await markStale(row, "containment_changed");
-        throw new FailedPreconditionError(
-          "containment_changed",
-          `The node now claims isolation_claim=${fresh.containment?.isolationClaim || "none"} and resource_enforcement=${fresh.containment?.resourceEnforcement || "admission_and_wall_timeout_only"}, not what the approval document shows; create a new repair.`,
-          { field: "document_sha256" },
-        );
-      }
+      await freshlyAdmitted(row, doc, ctx.signal);
       const approvalId = newId();
       let approval: ApprovalRow;
       try {
@@ -768,6 +828,106 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (!job || !job.artifacts.some((a) => a.id === req.artifactId)) throw new NotFoundError("artifact", req.artifactId);
       const res = await jobs.readArtifact({ artifactId: req.artifactId }, { timeoutMs: 60_000 });
       return { artifact: res.artifact, content: res.content };
+    },
+
+    async getBaselineApprovalDocument(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      const approved = await findBaselineApproval(db, row.id);
+      if (approved) return { document: fromBinary(ApprovalDocumentSchema, approved.document) };
+      requireBaselineable(row);
+      const settings = await checkBindings(row);
+      const at = new Date(now());
+      const live = await findLiveBaselineDocument(db, row.id, at);
+      if (live) return { document: fromBinary(ApprovalDocumentSchema, live.document) };
+      const inspection = repairInspection(row);
+      if (!inspection) throw new FailedPreconditionError("inspection_blocked", "The repair has no inspection.");
+      const doc = buildApprovalDocument({
+        repairId: row.id,
+        proposalId: "",
+        proposalSha256: sha256Hex(""),
+        inspection,
+        goalId: row.goal_id,
+        goalRevision: row.goal_revision,
+        settingsRevision: BigInt(row.settings_revision),
+        repositoryPath: row.repository_path,
+        nodeId: row.node_id,
+        runtimePath: settings.runtimePath,
+        ownerId: row.owner_id,
+        allowedPatchPaths: row.allowed_patch_paths,
+        issuedUnixMs: at.getTime(),
+        expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
+        supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
+        containment: row.containment !== null ? fromBinary(NodeContainmentSchema, row.containment) : undefined,
+        baseline: true,
+      });
+      await insertBaselineDocument(db, {
+        id: newId(),
+        repair_id: row.id,
+        document: toBinary(ApprovalDocumentSchema, doc),
+        document_sha256: doc.documentSha256,
+        issued_at: at,
+        expires_at: new Date(Number(doc.expiresUnixMs)),
+      });
+      return { document: doc };
+    },
+
+    async approveBaseline(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      const answer = async (a: BaselineApprovalRow) => {
+        await ensureBaselineJob(p, row, a);
+        const repair = await view(await owned(p, row.id));
+        return { repair, approval: repair.baselineApproval };
+      };
+      const existing = await findBaselineApproval(db, row.id);
+      if (existing) {
+        if (existing.document_sha256 !== req.documentSha256) {
+          throw new FailedPreconditionError("already_approved", `Repair ${row.id} already has a baseline approved with document ${existing.document_sha256}.`, { field: "document_sha256" });
+        }
+        return answer(existing);
+      }
+      const docRow = await findBaselineDocumentByHash(db, row.id, req.documentSha256);
+      if (!docRow) {
+        throw new FailedPreconditionError("document_mismatch", `No baseline document with SHA-256 ${req.documentSha256} was issued for repair ${row.id}; fetch the baseline document again and approve the hash it shows.`, { field: "document_sha256" });
+      }
+      const doc = fromBinary(ApprovalDocumentSchema, docRow.document);
+      if (approvalDocumentSha256(doc) !== req.documentSha256 || !doc.baseline) throw new FailedPreconditionError("document_mismatch", "The stored baseline document does not hash to the approved SHA-256.", { field: "document_sha256" });
+      if (docRow.expires_at.getTime() <= now()) {
+        throw new FailedPreconditionError("approval_expired", `The baseline document expired at ${docRow.expires_at.toISOString()}; fetch a fresh one.`, { field: "document_sha256" });
+      }
+      requireBaselineable(row);
+      await freshlyAdmitted(row, doc, ctx.signal);
+      let approval: BaselineApprovalRow;
+      try {
+        approval = await insertBaselineApproval(db, { id: newId(), repair_id: row.id, document: docRow.document, document_sha256: doc.documentSha256, approved_by: p.id, expires_at: docRow.expires_at });
+      } catch (err) {
+        // A concurrent ApproveBaseline won the unique constraint: answer as it did.
+        const raced = await findBaselineApproval(db, row.id);
+        if (raced && raced.document_sha256 === req.documentSha256) return answer(raced);
+        throw err;
+      }
+      log.info({ repairId: row.id, approvalId: approval.id, documentSha256: doc.documentSha256 }, "baseline approved");
+      return answer(approval);
+    },
+
+    async getRepairResults(req, ctx) {
+      const p = requirePrincipal(ctx);
+      const row = await owned(p, req.repairId);
+      const [approval, baselineApproval] = await Promise.all([findApproval(db, row.id), findBaselineApproval(db, row.id)]);
+      const inspectionOf = (a: { document: Uint8Array } | undefined) => (a ? fromBinary(ApprovalDocumentSchema, a.document).inspectionSha256 : "");
+      const patchedDoc = approval ? fromBinary(ApprovalDocumentSchema, approval.document) : undefined;
+      const patched = await runResultsOf(jobs, await fetchJob(approval?.job_id ?? null), inspectionOf(approval), ctx.signal);
+      const baseline = baselineApproval ? await runResultsOf(jobs, await fetchJob(baselineApproval.job_id), inspectionOf(baselineApproval), ctx.signal) : undefined;
+      const changed = patchedDoc?.patchChangedTests ?? [];
+      return {
+        repairId: row.id,
+        patched,
+        baseline,
+        comparison: baseline && approval ? compareRepairRuns(baseline, patched, changed) : undefined,
+        patchChangedTests: [...changed],
+        testEvidenceNote: patchedDoc?.testEvidenceNote ?? "",
+      };
     },
 
     async *streamOutput(req, ctx) {

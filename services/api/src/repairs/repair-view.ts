@@ -35,7 +35,7 @@ export function repairInspection(row: RepairRow): Inspection | undefined {
 }
 
 /** The Approval message of a row. */
-export function approvalMessage(a: ApprovalRow): Approval {
+export function approvalMessage(a: Pick<ApprovalRow, "id" | "document_sha256" | "approved_by" | "approved_at" | "expires_at" | "job_id">): Approval {
   return create(ApprovalSchema, {
     id: a.id,
     documentSha256: a.document_sha256,

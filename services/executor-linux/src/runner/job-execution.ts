@@ -173,6 +173,11 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     const stage = staged.stage;
     preflight = withStagedIdentities(preflight, stage.inspection);
     const allowed = bundle.allowedPatchPaths.length > 0 ? bundle.allowedPatchPaths : inspection.sourcePaths.length > 0 ? inspection.sourcePaths : ["."];
+    if (bundle.baseline && bundle.diff !== "") {
+      // A baseline was approved as "no patch": a bundle carrying one is not what was approved.
+      await reject("rejected_patch", "the baseline approval says no patch, but the job carries one", [reason("rejected_patch", "A baseline job carries a patch.", "diff")]);
+      return;
+    }
     if (bundle.diff !== "") {
       const applied = await applyPatchToStage(stage, bundle.diff, allowed);
       if (!applied.ok) {

@@ -27,8 +27,9 @@ function reason(code: string, message: string, subject = ""): BlockReason {
 }
 
 /**
- * Reads the API's tables in the shared database, read-only: `approvals` (also the approved
- * document bytes, for recovery), `goals`,
+ * Reads the API's tables in the shared database, read-only: `approvals` and `baseline_approvals`
+ * (a repair's baseline run: its own approval, issue 16; also the approved document bytes, for
+ * recovery), `goals`,
  * `sandbox_settings`, `principals` and `api_tokens`. This is the one cross-service read in
  * Seraph, chosen so that fresh admission and the fenced claim are a single PostgreSQL
  * transaction (no window between "the approval is valid" and "the job is claimed", and no new
@@ -45,7 +46,9 @@ export function createSharedTableAuthority(): AuthorityReader {
       }
       const approval = (
         await sql<{ document_sha256: string; expires_at: Date; repair_id: string }>`
-          SELECT document_sha256, expires_at, repair_id FROM approvals WHERE id = ${bundle.approvalId}`.execute(db)
+          SELECT document_sha256, expires_at, repair_id FROM approvals WHERE id = ${bundle.approvalId}
+          UNION ALL
+          SELECT document_sha256, expires_at, repair_id FROM baseline_approvals WHERE id = ${bundle.approvalId}`.execute(db)
       ).rows[0];
       if (!approval) {
         out.push(reason("rejected_approval_missing", "the approval this job was queued for no longer exists", "approval"));
@@ -95,7 +98,9 @@ export function createSharedTableAuthority(): AuthorityReader {
     },
     async approvedDocument(db, approvalId) {
       const row = (await sql<{ document: Uint8Array; document_sha256: string }>`
-        SELECT document, document_sha256 FROM approvals WHERE id = ${approvalId}`.execute(db)).rows[0];
+        SELECT document, document_sha256 FROM approvals WHERE id = ${approvalId}
+        UNION ALL
+        SELECT document, document_sha256 FROM baseline_approvals WHERE id = ${approvalId}`.execute(db)).rows[0];
       return row ? { document: row.document, documentSha256: row.document_sha256 } : undefined;
     },
   };

@@ -8,10 +8,12 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
-import type { Artifact, Job } from "../../jobs/v1/jobs_pb.js";
+import type { Artifact, Job, JobState } from "../../jobs/v1/jobs_pb.js";
 import { file_seraph_jobs_v1_jobs } from "../../jobs/v1/jobs_pb.js";
 import type { BlockReason, Identity, Inspection, Limits, Selection, Step } from "../../profile/v1/profile_pb.js";
 import { file_seraph_profile_v1_profile } from "../../profile/v1/profile_pb.js";
+import type { TestComparison, TestResults } from "../../profile/v1/results_pb.js";
+import { file_seraph_profile_v1_results } from "../../profile/v1/results_pb.js";
 import type { NodeContainment } from "../../supervisor/v1/supervisor_pb.js";
 import { file_seraph_supervisor_v1_supervisor } from "../../supervisor/v1/supervisor_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -20,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/api/v1/repairs.proto.
  */
 export const file_seraph_api_v1_repairs: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXJhcGgvYXBpL3YxL3JlcGFpcnMucHJvdG8SDXNlcmFwaC5hcGkudjEikgEKB0NvbnNlbnQSGQoRaW5zcGVjdGlvbl9zaGEyNTYYASABKAkSFgoObW9kZWxfcm91dGVfaWQYAiABKAkSEAoIZ2l2ZW5fYnkYAyABKAkSFQoNZ2l2ZW5fdW5peF9tcxgEIAEoAxIrCgVmaWxlcxgFIAMoCzIcLnNlcmFwaC5hcGkudjEuQ29uc2VudGVkRmlsZSI7Cg1Db25zZW50ZWRGaWxlEgwKBHBhdGgYASABKAkSDgoGc2hhMjU2GAIgASgJEgwKBHNpemUYAyABKAQipgIKCFByb3Bvc2FsEgoKAmlkGAEgASgJEisKBXJvdXRlGAIgASgOMhwuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbFJvdXRlEgwKBGRpZmYYAyABKAkSEwoLZGlmZl9zaGEyNTYYBCABKAkSFQoNY2hhbmdlZF9wYXRocxgFIAMoCRINCgV2YWxpZBgGIAEoCBIvCgdyZWFzb25zGAcgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFgoObW9kZWxfcm91dGVfaWQYCCABKAkSDQoFbW9kZWwYCSABKAkSEwoLbm9fbGVhcm5pbmcYCiABKAgSFwoPY3JlYXRlZF91bml4X21zGAsgASgDEhIKCmNyZWF0ZWRfYnkYDCABKAkiswYKEEFwcHJvdmFsRG9jdW1lbnQSDAoEa2luZBgBIAEoCRIRCglyZXBhaXJfaWQYAiABKAkSEwoLcHJvcG9zYWxfaWQYAyABKAkSFwoPcHJvcG9zYWxfc2hhMjU2GAQgASgJEhkKEWluc3BlY3Rpb25fc2hhMjU2GAUgASgJEi8KCmlkZW50aXRpZXMYBiADKAsyGy5zZXJhcGgucHJvZmlsZS52MS5JZGVudGl0eRImCgVzdGVwcxgHIAMoCzIXLnNlcmFwaC5wcm9maWxlLnYxLlN0ZXASKQoGbGltaXRzGAggASgLMhkuc2VyYXBoLnByb2ZpbGUudjEuTGltaXRzEhYKDmxpbWl0c19jaGFuZ2VkGAkgAygJEhcKD2lzb2xhdGlvbl9jbGFpbRgKIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgLIAEoCRISCgp1bmVuZm9yY2VkGAwgAygJEg8KB2dvYWxfaWQYDSABKAkSFQoNZ29hbF9yZXZpc2lvbhgOIAEoDRIZChFzZXR0aW5nc19yZXZpc2lvbhgPIAEoBBIXCg9yZXBvc2l0b3J5X3BhdGgYECABKAkSDwoHbm9kZV9pZBgRIAEoCRIUCgxydW50aW1lX3BhdGgYEiABKAkSEAoIb3duZXJfaWQYEyABKAkSFgoOaXNzdWVkX3VuaXhfbXMYFCABKAMSFwoPZXhwaXJlc191bml4X21zGBUgASgDEhMKC25vX2xlYXJuaW5nGBYgASgIEhcKD2RvY3VtZW50X3NoYTI1NhgXIAEoCRIbChNhbGxvd2VkX3BhdGNoX3BhdGhzGBggAygJEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgZIAEoCRI6Cgtjb250YWlubWVudBgaIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudBIPCgdwcm9maWxlGCggASgJEhUKDWNsZWFudXBfY2xhaW0YKSABKAkSGwoTcGF0Y2hfY2hhbmdlZF90ZXN0cxgyIAMoCRIaChJ0ZXN0X2V2aWRlbmNlX25vdGUYMyABKAkihwEKCEFwcHJvdmFsEgoKAmlkGAEgASgJEhcKD2RvY3VtZW50X3NoYTI1NhgCIAEoCRITCgthcHByb3ZlZF9ieRgDIAEoCRIYChBhcHByb3ZlZF91bml4X21zGAQgASgDEhcKD2V4cGlyZXNfdW5peF9tcxgFIAEoAxIOCgZqb2JfaWQYBiABKAki6gQKBlJlcGFpchIKCgJpZBgBIAEoCRIQCghvd25lcl9pZBgCIAEoCRIPCgdnb2FsX2lkGAMgASgJEhUKDWdvYWxfcmV2aXNpb24YBCABKA0SFQoNcmVwb3NpdG9yeV9pZBgFIAEoCRIUCgxzb3VyY2VfcGF0aHMYBiADKAkSGwoTYWxsb3dlZF9wYXRjaF9wYXRocxgHIAMoCRIbChNhY2NlcHRhbmNlX2NyaXRlcmlhGAggASgJEi8KCXNlbGVjdGlvbhgJIAEoDjIcLnNlcmFwaC5wcm9maWxlLnYxLlNlbGVjdGlvbhIpCgVzdGF0ZRgKIAEoDjIaLnNlcmFwaC5hcGkudjEuUmVwYWlyU3RhdGUSMQoKaW5zcGVjdGlvbhgLIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SJwoHY29uc2VudBgMIAEoCzIWLnNlcmFwaC5hcGkudjEuQ29uc2VudBIqCglwcm9wb3NhbHMYDSADKAsyFy5zZXJhcGguYXBpLnYxLlByb3Bvc2FsEikKCGFwcHJvdmFsGA4gASgLMhcuc2VyYXBoLmFwaS52MS5BcHByb3ZhbBIgCgNqb2IYDyABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISEAoIcmV2aXNpb24YECABKAQSFwoPY3JlYXRlZF91bml4X21zGBEgASgDEhcKD3VwZGF0ZWRfdW5peF9tcxgSIAEoAxIUCgxzdGFsZV9yZWFzb24YEyABKAkSEwoLbm9fbGVhcm5pbmcYFCABKAgSEwoLd2FpdF9yZWFzb24YFSABKAkinAIKE0NyZWF0ZVJlcGFpclJlcXVlc3QSGQoHZ29hbF9pZBgBIAEoCUIIukgFcgOwAQESHgoNZ29hbF9yZXZpc2lvbhgCIAEoDUIHukgEKgIoARIfCg1yZXBvc2l0b3J5X2lkGAMgASgJQgi6SAVyA7ABARIsCgxzb3VyY2VfcGF0aHMYBCADKAlCFrpIE5IBEAgBEMgBGAEiB3IFEAEYgAgSMwoTYWxsb3dlZF9wYXRjaF9wYXRocxgFIAMoCUIWukgTkgEQCAEQyAEYASIHcgUQARiACBIoChNhY2NlcHRhbmNlX2NyaXRlcmlhGAYgASgJQgu6SAhyBhABGKCcARIcCglzZWxlY3Rpb24YByABKAlCCbpIBnIEEAEYZCI9ChRDcmVhdGVSZXBhaXJSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciIvChBHZXRSZXBhaXJSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQEiOgoRR2V0UmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiJQoSTGlzdFJlcGFpcnNSZXF1ZXN0Eg8KB2dvYWxfaWQYASABKAkiPQoTTGlzdFJlcGFpcnNSZXNwb25zZRImCgdyZXBhaXJzGAEgAygLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiMQoSV2F0Y2hSZXBhaXJSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQEiPAoTV2F0Y2hSZXBhaXJSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciJQChdSZWFkUmVwYWlyU291cmNlUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEhgKBHBhdGgYAiABKAlCCrpIB3IFEAEYgAgiSQoYUmVhZFJlcGFpclNvdXJjZVJlc3BvbnNlEgwKBHBhdGgYASABKAkSDwoHY29udGVudBgCIAEoDBIOCgZzaGEyNTYYAyABKAkidwoSR2l2ZUNvbnNlbnRSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIwoRaW5zcGVjdGlvbl9zaGEyNTYYAiABKAlCCLpIBXIDmAFAEh8KDm1vZGVsX3JvdXRlX2lkGAMgASgJQge6SARyAhABIjwKE0dpdmVDb25zZW50UmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIidwoTUHJvcG9zZVBhdGNoUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiIKC21hbnVhbF9kaWZmGAIgASgJQgu6SAhyBhABGICAQEgAEg8KBW1vZGVsGAMgASgISABCDgoFcm91dGUSBbpIAggBImgKFFByb3Bvc2VQYXRjaFJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEikKCHByb3Bvc2FsGAIgASgLMhcuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbCJYChpHZXRBcHByb3ZhbERvY3VtZW50UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEh0KC3Byb3Bvc2FsX2lkGAIgASgJQgi6SAVyA7ABASJQChtHZXRBcHByb3ZhbERvY3VtZW50UmVzcG9uc2USMQoIZG9jdW1lbnQYASABKAsyHy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsRG9jdW1lbnQiUAoOQXBwcm92ZVJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIhCg9kb2N1bWVudF9zaGEyNTYYAiABKAlCCLpIBXIDmAFAImMKD0FwcHJvdmVSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIpCghhcHByb3ZhbBgCIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwiTAoTQ2FuY2VsUmVwYWlyUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMY6AciPQoUQ2FuY2VsUmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiOwocUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIocBCh1SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIQCghyZWxlYXNlZBgCIAEoCBIUCgxyZWZ1c2FsX2NvZGUYAyABKAkSFwoPcmVmdXNhbF9tZXNzYWdlGAQgASgJIlEKE1JlYWRBcnRpZmFjdFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIdCgthcnRpZmFjdF9pZBgCIAEoCUIIukgFcgOwAQEiUwoUUmVhZEFydGlmYWN0UmVzcG9uc2USKgoIYXJ0aWZhY3QYASABKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdBIPCgdjb250ZW50GAIgASgMIpsBChNTdHJlYW1PdXRwdXRSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIAoEc3RlcBgCIAEoCUISukgPcg1SBWJ1aWxkUgR0ZXN0EiUKBnN0cmVhbRgDIAEoCUIVukgSchBSBnN0ZG91dFIGc3RkZXJyEg4KBm9mZnNldBgEIAEoBBIOCgZmb2xsb3cYBSABKAgihgEKFFN0cmVhbU91dHB1dFJlc3BvbnNlEgwKBHN0ZXAYASABKAkSDgoGc3RyZWFtGAIgASgJEg4KBm9mZnNldBgDIAEoBBIMCgRkYXRhGAQgASgMEg4KBnNvdXJjZRgFIAEoCRILCgNlb2YYBiABKAgSFQoNbmV2ZXJfc3RhcnRlZBgHIAEoCCqHAgoLUmVwYWlyU3RhdGUSHAoYUkVQQUlSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGwoXUkVQQUlSX1NUQVRFX0lOU1BFQ1RJTkcQARIaChZSRVBBSVJfU1RBVEVfSU5TUEVDVEVEEAISGAoUUkVQQUlSX1NUQVRFX0JMT0NLRUQQAxIaChZSRVBBSVJfU1RBVEVfQ09OU0VOVEVEEAQSGQoVUkVQQUlSX1NUQVRFX1BST1BPU0VEEAUSGQoVUkVQQUlSX1NUQVRFX0FQUFJPVkVEEAYSGQoVUkVQQUlSX1NUQVRFX0ZJTklTSEVEEAcSGgoWUkVQQUlSX1NUQVRFX0NBTkNFTExFRBAIKmQKDVByb3Bvc2FsUm91dGUSHgoaUFJPUE9TQUxfUk9VVEVfVU5TUEVDSUZJRUQQABIZChVQUk9QT1NBTF9ST1VURV9NQU5VQUwQARIYChRQUk9QT1NBTF9ST1VURV9NT0RFTBACMrMJCg1SZXBhaXJTZXJ2aWNlElcKDENyZWF0ZVJlcGFpchIiLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVzcG9uc2USTgoJR2V0UmVwYWlyEh8uc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXF1ZXN0GiAuc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXNwb25zZRJUCgtMaXN0UmVwYWlycxIhLnNlcmFwaC5hcGkudjEuTGlzdFJlcGFpcnNSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5MaXN0UmVwYWlyc1Jlc3BvbnNlElYKC1dhdGNoUmVwYWlyEiEuc2VyYXBoLmFwaS52MS5XYXRjaFJlcGFpclJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLldhdGNoUmVwYWlyUmVzcG9uc2UwARJjChBSZWFkUmVwYWlyU291cmNlEiYuc2VyYXBoLmFwaS52MS5SZWFkUmVwYWlyU291cmNlUmVxdWVzdBonLnNlcmFwaC5hcGkudjEuUmVhZFJlcGFpclNvdXJjZVJlc3BvbnNlElQKC0dpdmVDb25zZW50EiEuc2VyYXBoLmFwaS52MS5HaXZlQ29uc2VudFJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLkdpdmVDb25zZW50UmVzcG9uc2USVwoMUHJvcG9zZVBhdGNoEiIuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXNwb25zZRJsChNHZXRBcHByb3ZhbERvY3VtZW50Eikuc2VyYXBoLmFwaS52MS5HZXRBcHByb3ZhbERvY3VtZW50UmVxdWVzdBoqLnNlcmFwaC5hcGkudjEuR2V0QXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEkgKB0FwcHJvdmUSHS5zZXJhcGguYXBpLnYxLkFwcHJvdmVSZXF1ZXN0Gh4uc2VyYXBoLmFwaS52MS5BcHByb3ZlUmVzcG9uc2USVwoMQ2FuY2VsUmVwYWlyEiIuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXNwb25zZRJyChVSZWNvdmVyUHJvY2Vzc0NsZWFudXASKy5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QaLC5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlElcKDFJlYWRBcnRpZmFjdBIiLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVxdWVzdBojLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVzcG9uc2USWQoMU3RyZWFtT3V0cHV0EiIuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXNwb25zZTABYgZwcm90bzM", [file_buf_validate_validate, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("ChtzZXJhcGgvYXBpL3YxL3JlcGFpcnMucHJvdG8SDXNlcmFwaC5hcGkudjEikgEKB0NvbnNlbnQSGQoRaW5zcGVjdGlvbl9zaGEyNTYYASABKAkSFgoObW9kZWxfcm91dGVfaWQYAiABKAkSEAoIZ2l2ZW5fYnkYAyABKAkSFQoNZ2l2ZW5fdW5peF9tcxgEIAEoAxIrCgVmaWxlcxgFIAMoCzIcLnNlcmFwaC5hcGkudjEuQ29uc2VudGVkRmlsZSI7Cg1Db25zZW50ZWRGaWxlEgwKBHBhdGgYASABKAkSDgoGc2hhMjU2GAIgASgJEgwKBHNpemUYAyABKAQipgIKCFByb3Bvc2FsEgoKAmlkGAEgASgJEisKBXJvdXRlGAIgASgOMhwuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbFJvdXRlEgwKBGRpZmYYAyABKAkSEwoLZGlmZl9zaGEyNTYYBCABKAkSFQoNY2hhbmdlZF9wYXRocxgFIAMoCRINCgV2YWxpZBgGIAEoCBIvCgdyZWFzb25zGAcgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFgoObW9kZWxfcm91dGVfaWQYCCABKAkSDQoFbW9kZWwYCSABKAkSEwoLbm9fbGVhcm5pbmcYCiABKAgSFwoPY3JlYXRlZF91bml4X21zGAsgASgDEhIKCmNyZWF0ZWRfYnkYDCABKAki3AYKEEFwcHJvdmFsRG9jdW1lbnQSDAoEa2luZBgBIAEoCRIRCglyZXBhaXJfaWQYAiABKAkSEwoLcHJvcG9zYWxfaWQYAyABKAkSFwoPcHJvcG9zYWxfc2hhMjU2GAQgASgJEhkKEWluc3BlY3Rpb25fc2hhMjU2GAUgASgJEi8KCmlkZW50aXRpZXMYBiADKAsyGy5zZXJhcGgucHJvZmlsZS52MS5JZGVudGl0eRImCgVzdGVwcxgHIAMoCzIXLnNlcmFwaC5wcm9maWxlLnYxLlN0ZXASKQoGbGltaXRzGAggASgLMhkuc2VyYXBoLnByb2ZpbGUudjEuTGltaXRzEhYKDmxpbWl0c19jaGFuZ2VkGAkgAygJEhcKD2lzb2xhdGlvbl9jbGFpbRgKIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgLIAEoCRISCgp1bmVuZm9yY2VkGAwgAygJEg8KB2dvYWxfaWQYDSABKAkSFQoNZ29hbF9yZXZpc2lvbhgOIAEoDRIZChFzZXR0aW5nc19yZXZpc2lvbhgPIAEoBBIXCg9yZXBvc2l0b3J5X3BhdGgYECABKAkSDwoHbm9kZV9pZBgRIAEoCRIUCgxydW50aW1lX3BhdGgYEiABKAkSEAoIb3duZXJfaWQYEyABKAkSFgoOaXNzdWVkX3VuaXhfbXMYFCABKAMSFwoPZXhwaXJlc191bml4X21zGBUgASgDEhMKC25vX2xlYXJuaW5nGBYgASgIEhcKD2RvY3VtZW50X3NoYTI1NhgXIAEoCRIbChNhbGxvd2VkX3BhdGNoX3BhdGhzGBggAygJEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgZIAEoCRI6Cgtjb250YWlubWVudBgaIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudBIPCgdwcm9maWxlGCggASgJEhUKDWNsZWFudXBfY2xhaW0YKSABKAkSGwoTcGF0Y2hfY2hhbmdlZF90ZXN0cxgyIAMoCRIaChJ0ZXN0X2V2aWRlbmNlX25vdGUYMyABKAkSEAoIYmFzZWxpbmUYNCABKAgSFQoNYmFzZWxpbmVfbm90ZRg1IAEoCSKHAQoIQXBwcm92YWwSCgoCaWQYASABKAkSFwoPZG9jdW1lbnRfc2hhMjU2GAIgASgJEhMKC2FwcHJvdmVkX2J5GAMgASgJEhgKEGFwcHJvdmVkX3VuaXhfbXMYBCABKAMSFwoPZXhwaXJlc191bml4X21zGAUgASgDEg4KBmpvYl9pZBgGIAEoCSLJBQoGUmVwYWlyEgoKAmlkGAEgASgJEhAKCG93bmVyX2lkGAIgASgJEg8KB2dvYWxfaWQYAyABKAkSFQoNZ29hbF9yZXZpc2lvbhgEIAEoDRIVCg1yZXBvc2l0b3J5X2lkGAUgASgJEhQKDHNvdXJjZV9wYXRocxgGIAMoCRIbChNhbGxvd2VkX3BhdGNoX3BhdGhzGAcgAygJEhsKE2FjY2VwdGFuY2VfY3JpdGVyaWEYCCABKAkSLwoJc2VsZWN0aW9uGAkgASgOMhwuc2VyYXBoLnByb2ZpbGUudjEuU2VsZWN0aW9uEikKBXN0YXRlGAogASgOMhouc2VyYXBoLmFwaS52MS5SZXBhaXJTdGF0ZRIxCgppbnNwZWN0aW9uGAsgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbhInCgdjb25zZW50GAwgASgLMhYuc2VyYXBoLmFwaS52MS5Db25zZW50EioKCXByb3Bvc2FscxgNIAMoCzIXLnNlcmFwaC5hcGkudjEuUHJvcG9zYWwSKQoIYXBwcm92YWwYDiABKAsyFy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsEiAKA2pvYhgPIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIQCghyZXZpc2lvbhgQIAEoBBIXCg9jcmVhdGVkX3VuaXhfbXMYESABKAMSFwoPdXBkYXRlZF91bml4X21zGBIgASgDEhQKDHN0YWxlX3JlYXNvbhgTIAEoCRITCgtub19sZWFybmluZxgUIAEoCBITCgt3YWl0X3JlYXNvbhgVIAEoCRIyChFiYXNlbGluZV9hcHByb3ZhbBgWIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwSKQoMYmFzZWxpbmVfam9iGBcgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iIpwCChNDcmVhdGVSZXBhaXJSZXF1ZXN0EhkKB2dvYWxfaWQYASABKAlCCLpIBXIDsAEBEh4KDWdvYWxfcmV2aXNpb24YAiABKA1CB7pIBCoCKAESHwoNcmVwb3NpdG9yeV9pZBgDIAEoCUIIukgFcgOwAQESLAoMc291cmNlX3BhdGhzGAQgAygJQha6SBOSARAIARDIARgBIgdyBRABGIAIEjMKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYBSADKAlCFrpIE5IBEAgBEMgBGAEiB3IFEAEYgAgSKAoTYWNjZXB0YW5jZV9jcml0ZXJpYRgGIAEoCUILukgIcgYQARignAESHAoJc2VsZWN0aW9uGAcgASgJQgm6SAZyBBABGGQiPQoUQ3JlYXRlUmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiLwoQR2V0UmVwYWlyUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIjoKEUdldFJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIiUKEkxpc3RSZXBhaXJzUmVxdWVzdBIPCgdnb2FsX2lkGAEgASgJIj0KE0xpc3RSZXBhaXJzUmVzcG9uc2USJgoHcmVwYWlycxgBIAMoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIjEKEldhdGNoUmVwYWlyUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIjwKE1dhdGNoUmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiUAoXUmVhZFJlcGFpclNvdXJjZVJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIYCgRwYXRoGAIgASgJQgq6SAdyBRABGIAIIkkKGFJlYWRSZXBhaXJTb3VyY2VSZXNwb25zZRIMCgRwYXRoGAEgASgJEg8KB2NvbnRlbnQYAiABKAwSDgoGc2hhMjU2GAMgASgJIncKEkdpdmVDb25zZW50UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiMKEWluc3BlY3Rpb25fc2hhMjU2GAIgASgJQgi6SAVyA5gBQBIfCg5tb2RlbF9yb3V0ZV9pZBgDIAEoCUIHukgEcgIQASI8ChNHaXZlQ29uc2VudFJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIncKE1Byb3Bvc2VQYXRjaFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIiCgttYW51YWxfZGlmZhgCIAEoCUILukgIcgYQARiAgEBIABIPCgVtb2RlbBgDIAEoCEgAQg4KBXJvdXRlEgW6SAIIASJoChRQcm9wb3NlUGF0Y2hSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIpCghwcm9wb3NhbBgCIAEoCzIXLnNlcmFwaC5hcGkudjEuUHJvcG9zYWwiWAoaR2V0QXBwcm92YWxEb2N1bWVudFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIdCgtwcm9wb3NhbF9pZBgCIAEoCUIIukgFcgOwAQEiUAobR2V0QXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEjEKCGRvY3VtZW50GAEgASgLMh8uc2VyYXBoLmFwaS52MS5BcHByb3ZhbERvY3VtZW50IlAKDkFwcHJvdmVSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIQoPZG9jdW1lbnRfc2hhMjU2GAIgASgJQgi6SAVyA5gBQCJjCg9BcHByb3ZlUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXISKQoIYXBwcm92YWwYAiABKAsyFy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsIkwKE0NhbmNlbFJlcGFpclJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIYCgZyZWFzb24YAiABKAlCCLpIBXIDGOgHIj0KFENhbmNlbFJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIjsKHFJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASKHAQodUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXISEAoIcmVsZWFzZWQYAiABKAgSFAoMcmVmdXNhbF9jb2RlGAMgASgJEhcKD3JlZnVzYWxfbWVzc2FnZRgEIAEoCSJRChNSZWFkQXJ0aWZhY3RSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESHQoLYXJ0aWZhY3RfaWQYAiABKAlCCLpIBXIDsAEBIlMKFFJlYWRBcnRpZmFjdFJlc3BvbnNlEioKCGFydGlmYWN0GAEgASgLMhguc2VyYXBoLmpvYnMudjEuQXJ0aWZhY3QSDwoHY29udGVudBgCIAEoDCKbAQoTU3RyZWFtT3V0cHV0UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiAKBHN0ZXAYAiABKAlCErpID3INUgVidWlsZFIEdGVzdBIlCgZzdHJlYW0YAyABKAlCFbpIEnIQUgZzdGRvdXRSBnN0ZGVychIOCgZvZmZzZXQYBCABKAQSDgoGZm9sbG93GAUgASgIIoYBChRTdHJlYW1PdXRwdXRSZXNwb25zZRIMCgRzdGVwGAEgASgJEg4KBnN0cmVhbRgCIAEoCRIOCgZvZmZzZXQYAyABKAQSDAoEZGF0YRgEIAEoDBIOCgZzb3VyY2UYBSABKAkSCwoDZW9mGAYgASgIEhUKDW5ldmVyX3N0YXJ0ZWQYByABKAgiQQoiR2V0QmFzZWxpbmVBcHByb3ZhbERvY3VtZW50UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIlgKI0dldEJhc2VsaW5lQXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEjEKCGRvY3VtZW50GAEgASgLMh8uc2VyYXBoLmFwaS52MS5BcHByb3ZhbERvY3VtZW50IlgKFkFwcHJvdmVCYXNlbGluZVJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIhCg9kb2N1bWVudF9zaGEyNTYYAiABKAlCCLpIBXIDmAFAImsKF0FwcHJvdmVCYXNlbGluZVJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEikKCGFwcHJvdmFsGAIgASgLMhcuc2VyYXBoLmFwaS52MS5BcHByb3ZhbCLuAQoKUnVuUmVzdWx0cxIOCgZqb2JfaWQYASABKAkSKwoJam9iX3N0YXRlGAIgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGUSEwoLam9iX291dGNvbWUYAyABKAkSGQoRaW5zcGVjdGlvbl9zaGEyNTYYBCABKAkSLwoHcmVzdWx0cxgFIAEoCzIeLnNlcmFwaC5wcm9maWxlLnYxLlRlc3RSZXN1bHRzEhMKC2FydGlmYWN0X2lkGAYgASgJEhcKD2FydGlmYWN0X3NoYTI1NhgHIAEoCRIUCgxhdmFpbGFiaWxpdHkYCCABKAkiNgoXR2V0UmVwYWlyUmVzdWx0c1JlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASL2AQoYR2V0UmVwYWlyUmVzdWx0c1Jlc3BvbnNlEhEKCXJlcGFpcl9pZBgBIAEoCRIqCgdwYXRjaGVkGAIgASgLMhkuc2VyYXBoLmFwaS52MS5SdW5SZXN1bHRzEisKCGJhc2VsaW5lGAMgASgLMhkuc2VyYXBoLmFwaS52MS5SdW5SZXN1bHRzEjUKCmNvbXBhcmlzb24YBCABKAsyIS5zZXJhcGgucHJvZmlsZS52MS5UZXN0Q29tcGFyaXNvbhIbChNwYXRjaF9jaGFuZ2VkX3Rlc3RzGAUgAygJEhoKEnRlc3RfZXZpZGVuY2Vfbm90ZRgGIAEoCSqHAgoLUmVwYWlyU3RhdGUSHAoYUkVQQUlSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGwoXUkVQQUlSX1NUQVRFX0lOU1BFQ1RJTkcQARIaChZSRVBBSVJfU1RBVEVfSU5TUEVDVEVEEAISGAoUUkVQQUlSX1NUQVRFX0JMT0NLRUQQAxIaChZSRVBBSVJfU1RBVEVfQ09OU0VOVEVEEAQSGQoVUkVQQUlSX1NUQVRFX1BST1BPU0VEEAUSGQoVUkVQQUlSX1NUQVRFX0FQUFJPVkVEEAYSGQoVUkVQQUlSX1NUQVRFX0ZJTklTSEVEEAcSGgoWUkVQQUlSX1NUQVRFX0NBTkNFTExFRBAIKmQKDVByb3Bvc2FsUm91dGUSHgoaUFJPUE9TQUxfUk9VVEVfVU5TUEVDSUZJRUQQABIZChVQUk9QT1NBTF9ST1VURV9NQU5VQUwQARIYChRQUk9QT1NBTF9ST1VURV9NT0RFTBACMoEMCg1SZXBhaXJTZXJ2aWNlElcKDENyZWF0ZVJlcGFpchIiLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVzcG9uc2USTgoJR2V0UmVwYWlyEh8uc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXF1ZXN0GiAuc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXNwb25zZRJUCgtMaXN0UmVwYWlycxIhLnNlcmFwaC5hcGkudjEuTGlzdFJlcGFpcnNSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5MaXN0UmVwYWlyc1Jlc3BvbnNlElYKC1dhdGNoUmVwYWlyEiEuc2VyYXBoLmFwaS52MS5XYXRjaFJlcGFpclJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLldhdGNoUmVwYWlyUmVzcG9uc2UwARJjChBSZWFkUmVwYWlyU291cmNlEiYuc2VyYXBoLmFwaS52MS5SZWFkUmVwYWlyU291cmNlUmVxdWVzdBonLnNlcmFwaC5hcGkudjEuUmVhZFJlcGFpclNvdXJjZVJlc3BvbnNlElQKC0dpdmVDb25zZW50EiEuc2VyYXBoLmFwaS52MS5HaXZlQ29uc2VudFJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLkdpdmVDb25zZW50UmVzcG9uc2USVwoMUHJvcG9zZVBhdGNoEiIuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXNwb25zZRJsChNHZXRBcHByb3ZhbERvY3VtZW50Eikuc2VyYXBoLmFwaS52MS5HZXRBcHByb3ZhbERvY3VtZW50UmVxdWVzdBoqLnNlcmFwaC5hcGkudjEuR2V0QXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEkgKB0FwcHJvdmUSHS5zZXJhcGguYXBpLnYxLkFwcHJvdmVSZXF1ZXN0Gh4uc2VyYXBoLmFwaS52MS5BcHByb3ZlUmVzcG9uc2USVwoMQ2FuY2VsUmVwYWlyEiIuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXNwb25zZRJyChVSZWNvdmVyUHJvY2Vzc0NsZWFudXASKy5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QaLC5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlElcKDFJlYWRBcnRpZmFjdBIiLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVxdWVzdBojLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVzcG9uc2USWQoMU3RyZWFtT3V0cHV0EiIuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXNwb25zZTABEoQBChtHZXRCYXNlbGluZUFwcHJvdmFsRG9jdW1lbnQSMS5zZXJhcGguYXBpLnYxLkdldEJhc2VsaW5lQXBwcm92YWxEb2N1bWVudFJlcXVlc3QaMi5zZXJhcGguYXBpLnYxLkdldEJhc2VsaW5lQXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEmAKD0FwcHJvdmVCYXNlbGluZRIlLnNlcmFwaC5hcGkudjEuQXBwcm92ZUJhc2VsaW5lUmVxdWVzdBomLnNlcmFwaC5hcGkudjEuQXBwcm92ZUJhc2VsaW5lUmVzcG9uc2USYwoQR2V0UmVwYWlyUmVzdWx0cxImLnNlcmFwaC5hcGkudjEuR2V0UmVwYWlyUmVzdWx0c1JlcXVlc3QaJy5zZXJhcGguYXBpLnYxLkdldFJlcGFpclJlc3VsdHNSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile, file_seraph_profile_v1_results, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * @generated from message seraph.api.v1.Consent
@@ -343,6 +345,19 @@ export type ApprovalDocument = Message<"seraph.api.v1.ApprovalDocument"> & {
    * @generated from field: string test_evidence_note = 51;
    */
   testEvidenceNote: string;
+
+  /**
+   * A baseline run: the same selection on the unpatched snapshot, no patch applied
+   * (proposal_id and proposal_sha256 are empty). `baseline_note` says so in words.
+   *
+   * @generated from field: bool baseline = 52;
+   */
+  baseline: boolean;
+
+  /**
+   * @generated from field: string baseline_note = 53;
+   */
+  baselineNote: string;
 };
 
 /**
@@ -507,6 +522,18 @@ export type Repair = Message<"seraph.api.v1.Repair"> & {
    * @generated from field: string wait_reason = 21;
    */
   waitReason: string;
+
+  /**
+   * The baseline run's approval and job, when one was asked for (ApproveBaseline).
+   *
+   * @generated from field: seraph.api.v1.Approval baseline_approval = 22;
+   */
+  baselineApproval?: Approval | undefined;
+
+  /**
+   * @generated from field: seraph.jobs.v1.Job baseline_job = 23;
+   */
+  baselineJob?: Job | undefined;
 };
 
 /**
@@ -1159,6 +1186,215 @@ export const StreamOutputResponseSchema: GenMessage<StreamOutputResponse> = /*@_
   messageDesc(file_seraph_api_v1_repairs, 31);
 
 /**
+ * @generated from message seraph.api.v1.GetBaselineApprovalDocumentRequest
+ */
+export type GetBaselineApprovalDocumentRequest = Message<"seraph.api.v1.GetBaselineApprovalDocumentRequest"> & {
+  /**
+   * @generated from field: string repair_id = 1;
+   */
+  repairId: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.GetBaselineApprovalDocumentRequest.
+ * Use `create(GetBaselineApprovalDocumentRequestSchema)` to create a new message.
+ */
+export const GetBaselineApprovalDocumentRequestSchema: GenMessage<GetBaselineApprovalDocumentRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 32);
+
+/**
+ * @generated from message seraph.api.v1.GetBaselineApprovalDocumentResponse
+ */
+export type GetBaselineApprovalDocumentResponse = Message<"seraph.api.v1.GetBaselineApprovalDocumentResponse"> & {
+  /**
+   * baseline = true: the same selection on the unpatched snapshot, no patch.
+   *
+   * @generated from field: seraph.api.v1.ApprovalDocument document = 1;
+   */
+  document?: ApprovalDocument | undefined;
+};
+
+/**
+ * Describes the message seraph.api.v1.GetBaselineApprovalDocumentResponse.
+ * Use `create(GetBaselineApprovalDocumentResponseSchema)` to create a new message.
+ */
+export const GetBaselineApprovalDocumentResponseSchema: GenMessage<GetBaselineApprovalDocumentResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 33);
+
+/**
+ * @generated from message seraph.api.v1.ApproveBaselineRequest
+ */
+export type ApproveBaselineRequest = Message<"seraph.api.v1.ApproveBaselineRequest"> & {
+  /**
+   * @generated from field: string repair_id = 1;
+   */
+  repairId: string;
+
+  /**
+   * @generated from field: string document_sha256 = 2;
+   */
+  documentSha256: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.ApproveBaselineRequest.
+ * Use `create(ApproveBaselineRequestSchema)` to create a new message.
+ */
+export const ApproveBaselineRequestSchema: GenMessage<ApproveBaselineRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 34);
+
+/**
+ * @generated from message seraph.api.v1.ApproveBaselineResponse
+ */
+export type ApproveBaselineResponse = Message<"seraph.api.v1.ApproveBaselineResponse"> & {
+  /**
+   * @generated from field: seraph.api.v1.Repair repair = 1;
+   */
+  repair?: Repair | undefined;
+
+  /**
+   * @generated from field: seraph.api.v1.Approval approval = 2;
+   */
+  approval?: Approval | undefined;
+};
+
+/**
+ * Describes the message seraph.api.v1.ApproveBaselineResponse.
+ * Use `create(ApproveBaselineResponseSchema)` to create a new message.
+ */
+export const ApproveBaselineResponseSchema: GenMessage<ApproveBaselineResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 35);
+
+/**
+ * One run's per-test results as the executor parsed them and stored them (artifact
+ * `test_results`), read back here by sha256.
+ *
+ * @generated from message seraph.api.v1.RunResults
+ */
+export type RunResults = Message<"seraph.api.v1.RunResults"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: seraph.jobs.v1.JobState job_state = 2;
+   */
+  jobState: JobState;
+
+  /**
+   * @generated from field: string job_outcome = 3;
+   */
+  jobOutcome: string;
+
+  /**
+   * The approval's inspection hash (both runs of a comparison must bind the same).
+   *
+   * @generated from field: string inspection_sha256 = 4;
+   */
+  inspectionSha256: string;
+
+  /**
+   * Unset until the job stored results (state "pending" below says so).
+   *
+   * @generated from field: seraph.profile.v1.TestResults results = 5;
+   */
+  results?: TestResults | undefined;
+
+  /**
+   * @generated from field: string artifact_id = 6;
+   */
+  artifactId: string;
+
+  /**
+   * @generated from field: string artifact_sha256 = 7;
+   */
+  artifactSha256: string;
+
+  /**
+   * "pending" (no job yet, or it has not stored results), "stored", or "not_stored" (the job
+   * ended without results: it never ran its test step, or ran none).
+   *
+   * @generated from field: string availability = 8;
+   */
+  availability: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.RunResults.
+ * Use `create(RunResultsSchema)` to create a new message.
+ */
+export const RunResultsSchema: GenMessage<RunResults> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 36);
+
+/**
+ * @generated from message seraph.api.v1.GetRepairResultsRequest
+ */
+export type GetRepairResultsRequest = Message<"seraph.api.v1.GetRepairResultsRequest"> & {
+  /**
+   * @generated from field: string repair_id = 1;
+   */
+  repairId: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.GetRepairResultsRequest.
+ * Use `create(GetRepairResultsRequestSchema)` to create a new message.
+ */
+export const GetRepairResultsRequestSchema: GenMessage<GetRepairResultsRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 37);
+
+/**
+ * @generated from message seraph.api.v1.GetRepairResultsResponse
+ */
+export type GetRepairResultsResponse = Message<"seraph.api.v1.GetRepairResultsResponse"> & {
+  /**
+   * @generated from field: string repair_id = 1;
+   */
+  repairId: string;
+
+  /**
+   * The patched run (the repair's approved job).
+   *
+   * @generated from field: seraph.api.v1.RunResults patched = 2;
+   */
+  patched?: RunResults | undefined;
+
+  /**
+   * The baseline run, when one was approved.
+   *
+   * @generated from field: seraph.api.v1.RunResults baseline = 3;
+   */
+  baseline?: RunResults | undefined;
+
+  /**
+   * Baseline vs patched, when both exist; evidence only.
+   *
+   * @generated from field: seraph.profile.v1.TestComparison comparison = 4;
+   */
+  comparison?: TestComparison | undefined;
+
+  /**
+   * Test files the patch adds or changes (untrusted evidence) and the sentence shown with them.
+   *
+   * @generated from field: repeated string patch_changed_tests = 5;
+   */
+  patchChangedTests: string[];
+
+  /**
+   * @generated from field: string test_evidence_note = 6;
+   */
+  testEvidenceNote: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.GetRepairResultsResponse.
+ * Use `create(GetRepairResultsResponseSchema)` to create a new message.
+ */
+export const GetRepairResultsResponseSchema: GenMessage<GetRepairResultsResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 38);
+
+/**
  * @generated from enum seraph.api.v1.RepairState
  */
 export enum RepairState {
@@ -1358,6 +1594,36 @@ export const RepairService: GenService<{
     methodKind: "server_streaming";
     input: typeof StreamOutputRequestSchema;
     output: typeof StreamOutputResponseSchema;
+  },
+  /**
+   * The exact document of a baseline run (same selection, unpatched snapshot, no patch).
+   *
+   * @generated from rpc seraph.api.v1.RepairService.GetBaselineApprovalDocument
+   */
+  getBaselineApprovalDocument: {
+    methodKind: "unary";
+    input: typeof GetBaselineApprovalDocumentRequestSchema;
+    output: typeof GetBaselineApprovalDocumentResponseSchema;
+  },
+  /**
+   * Approves a baseline document by its hash and queues the baseline job (its own approval).
+   *
+   * @generated from rpc seraph.api.v1.RepairService.ApproveBaseline
+   */
+  approveBaseline: {
+    methodKind: "unary";
+    input: typeof ApproveBaselineRequestSchema;
+    output: typeof ApproveBaselineResponseSchema;
+  },
+  /**
+   * Per-test results of the patched run and the baseline, and their comparison.
+   *
+   * @generated from rpc seraph.api.v1.RepairService.GetRepairResults
+   */
+  getRepairResults: {
+    methodKind: "unary";
+    input: typeof GetRepairResultsRequestSchema;
+    output: typeof GetRepairResultsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_seraph_api_v1_repairs, 0);

@@ -1,0 +1,162 @@
+import { execFile } from "node:child_process";
+import { cp, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { Code } from "@connectrpc/connect";
+import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { TestStatus, TestTransition, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
+
+// Baseline vs patched through the API (real jobs, api and executor, real PostgreSQL, the real
+// supervisor and the pinned Node): a repository with a known failing test and a patch that fixes
+// it and breaks another; the per-test outcomes of both runs are compared with what node --test
+// itself reports when run by hand on the same trees.
+const SRC_BEFORE = "export function add(a, b) {\n  return a - b;\n}\nexport function sub(a, b) {\n  return a - b;\n}\n";
+const SRC_AFTER = "export function add(a, b) {\n  return a + b;\n}\nexport function sub(a, b) {\n  return a + b;\n}\n";
+const TEST_HEAD = ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add, sub } from "../src/math.js";', ""];
+const TESTS_BEFORE = [
+  ...TEST_HEAD,
+  'test("add adds", () => assert.equal(add(2, 3), 5));',
+  'test("sub subtracts", () => assert.equal(sub(5, 3), 2));',
+  'test("zero is zero", () => assert.equal(0, 0));',
+  'test("old check", () => assert.ok(true));',
+  'test("always broken", () => assert.fail("known bad"));',
+  "",
+].join("\n");
+const TESTS_AFTER = TESTS_BEFORE.replace('test("old check", () => assert.ok(true));\n', 'test("mul multiplies", () => assert.equal(2 * 3, 6));\n');
+const PATCH = fixturePatch("src/math.js", SRC_BEFORE, SRC_AFTER) + fixturePatch("test/math.test.js", TESTS_BEFORE, TESTS_AFTER);
+
+/** node --test as a person runs it by hand (spec reporter, its default), name → status. */
+async function byHand(node: string, dir: string): Promise<Record<string, string>> {
+  let stdout: string;
+  try {
+    stdout = (await promisify(execFile)(node, ["--test", "test/math.test.js"], { cwd: dir })).stdout;
+  } catch (err) {
+    stdout = (err as { stdout: string }).stdout;
+  }
+  const out: Record<string, string> = {};
+  const summary = stdout.slice(0, stdout.indexOf("ℹ tests"));
+  for (const m of summary.matchAll(/^(✔|✖|﹣) (.+?) \([0-9.]+ms\)/gm)) out[m[2] ?? ""] = m[1] === "✔" ? "PASSED" : m[1] === "✖" ? "FAILED" : "SKIPPED";
+  return out;
+}
+const statuses = (r: TestResults | undefined) => Object.fromEntries((r?.tests ?? []).map((t) => [t.name, TestStatus[t.status]]));
+
+describe("baseline vs patched through the API", () => {
+  let stack: JourneyStack;
+  let repo: FixtureRepo;
+  let repairId = "";
+  const scratch: string[] = [];
+
+  beforeAll(async () => {
+    stack = await startJourneyStack();
+    repo = await createJsTestProject({ parent: stack.root, name: "results-fixture", extraFiles: { "src/math.js": SRC_BEFORE, "test/math.test.js": TESTS_BEFORE } });
+  });
+  afterAll(async () => {
+    await Promise.all(scratch.map((d) => rm(d, { recursive: true, force: true })));
+    await stack?.stop();
+  });
+
+  async function finished(id: string, baseline = false): Promise<Repair> {
+    for (;;) {
+      const r = (await stack.operator.repairs.getRepair({ repairId: id })).repair!;
+      const job = baseline ? r.baselineJob : r.job;
+      if (job && [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.UNKNOWN].includes(job.state)) return r;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  }
+
+  it("runs the baseline on its own approval (no patch), the patched run on the repair's, and compares them test by test", async () => {
+    const c = stack.operator;
+    await c.settings.updateSandboxSettings({
+      expectedRevision: 0n,
+      settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: stack.node, enabled: true, repositoryRoots: [stack.root] },
+    });
+    const { goal } = await c.goals.createGoal({ title: "add adds" });
+    const { repository } = await c.repositories.registerRepository({ path: repo.dir });
+    const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["src", "test"], acceptanceCriteria: "add adds", selection: "npm test" });
+    repairId = repair!.id;
+    expect(repair?.state).toBe(RepairState.INSPECTED);
+    // The baseline document says "baseline, no patch", binds the same inspection and runs the same argv.
+    const { document: bdoc } = await c.repairs.getBaselineApprovalDocument({ repairId });
+    expect(bdoc).toMatchObject({ baseline: true, proposalId: "", inspectionSha256: repair?.inspection?.inspectionSha256 });
+    expect(bdoc?.baselineNote).toMatch(/^baseline, no patch/);
+    expect(bdoc?.steps[0]?.argv).toContain("--test-reporter-destination=../results/node-test.tap");
+    await expectRefused(c.repairs.approveBaseline({ repairId, documentSha256: "0".repeat(64) }), Code.FailedPrecondition, "document_mismatch");
+    const approvedBaseline = await c.repairs.approveBaseline({ repairId, documentSha256: bdoc!.documentSha256 });
+    expect(approvedBaseline.approval?.documentSha256).toBe(bdoc?.documentSha256);
+    // Idempotent; another hash is refused.
+    expect((await c.repairs.approveBaseline({ repairId, documentSha256: bdoc!.documentSha256 })).approval?.id).toBe(approvedBaseline.approval?.id);
+
+    const { proposal } = await c.repairs.proposePatch({ repairId, route: { case: "manualDiff", value: PATCH } });
+    expect(proposal?.valid).toBe(true);
+    const { document } = await c.repairs.getApprovalDocument({ repairId, proposalId: proposal!.id });
+    expect(document?.baseline).toBe(false);
+    expect(document?.patchChangedTests).toEqual(["test/math.test.js"]);
+    await c.repairs.approve({ repairId, documentSha256: document!.documentSha256 });
+
+    const done = await finished(repairId);
+    const base = await finished(repairId, true);
+    expect(done.job?.state).toBe(JobState.FAILED);
+    expect(base.baselineJob?.state).toBe(JobState.FAILED);
+    expect(base.baselineJob?.id).not.toBe(done.job?.id);
+    // The baseline job applied nothing.
+    const applied = base.baselineJob!.artifacts.find((a) => a.kind === "applied_diff");
+    expect(applied?.size).toBe(0n);
+
+    const res = await c.repairs.getRepairResults({ repairId });
+    expect(res.baseline?.availability).toBe("stored");
+    expect(res.patched?.availability).toBe("stored");
+    expect(res.baseline?.inspectionSha256).toBe(res.patched?.inspectionSha256);
+    // Per-test outcomes equal what node --test reports by hand on the unpatched and patched trees.
+    const patchedTree = await mkdtemp(join(tmpdir(), "seraph-patched-"));
+    scratch.push(patchedTree);
+    await cp(repo.dir, patchedTree, { recursive: true });
+    await writeFile(join(patchedTree, "src/math.js"), SRC_AFTER);
+    await writeFile(join(patchedTree, "test/math.test.js"), TESTS_AFTER);
+    expect(statuses(res.baseline?.results)).toEqual(await byHand(stack.node, repo.dir));
+    expect(statuses(res.patched?.results)).toEqual(await byHand(stack.node, patchedTree));
+
+    const cmp = res.comparison!;
+    expect(cmp.valid).toBe(true);
+    const by = Object.fromEntries(cmp.entries.map((e) => [e.key, TestTransition[e.transition]]));
+    expect(by).toEqual({
+      "add adds": "FAIL_TO_PASS",
+      "sub subtracts": "PASS_TO_FAIL",
+      "zero is zero": "PASS_TO_PASS",
+      "mul multiplies": "NEW",
+      "always broken": "FAIL_TO_FAIL",
+      "old check": "REMOVED",
+    });
+    expect(cmp.counts).toMatchObject({ failToPass: 1, passToFail: 1, passToPass: 1, failToFail: 1, newTests: 1, removedTests: 1 });
+    // The patch changed the test file: every one of its tests is labelled untrusted evidence.
+    expect(res.patchChangedTests).toEqual(["test/math.test.js"]);
+    expect(cmp.entries.every((e) => e.patchChangedTest)).toBe(true);
+    expect(res.testEvidenceNote).not.toBe("");
+    // The comparison changes no outcome: the patched job stays failed.
+    expect(res.patched?.jobState).toBe(JobState.FAILED);
+    expect((await c.repairs.getRepair({ repairId })).repair?.job?.state).toBe(JobState.FAILED);
+  }, 120_000);
+
+  it("after the repository drifts, a baseline is refused (inspection_drift), and a repair without one has no comparison", async () => {
+    const c = stack.operator;
+    const { goal } = await c.goals.createGoal({ title: "drift" });
+    const other = await createJsTestProject({ parent: stack.root, name: "drift-fixture", failing: true });
+    const { repository } = await c.repositories.registerRepository({ path: other.dir });
+    const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
+    const { document } = await c.repairs.getBaselineApprovalDocument({ repairId: repair!.id });
+    await writeFile(join(other.dir, "src/math.js"), "export function add(a, b) {\n  return a * b;\n}\n");
+    await expectRefused(c.repairs.approveBaseline({ repairId: repair!.id, documentSha256: document!.documentSha256 }), Code.FailedPrecondition, "inspection_drift");
+    const res = await c.repairs.getRepairResults({ repairId: repair!.id });
+    expect(res.baseline).toBeUndefined();
+    expect(res.comparison).toBeUndefined();
+    expect(res.patched?.availability).toBe("pending");
+    // Nobody else reads them.
+    const eve = await c.principals.createPrincipal({ name: "eve-results", newRoot: true });
+    await expectRefused(stack.clients(eve.secret).repairs.getRepairResults({ repairId }), Code.NotFound);
+  }, 60_000);
+});
