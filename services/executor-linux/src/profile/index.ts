@@ -27,8 +27,8 @@ export { computeInspectionHash, inspectionHashInput, sortIdentities, INSPECTION_
 export { canonicalJson } from "@seraph/profiles";
 export type { CanonicalValue } from "@seraph/profiles";
 export { checkDrift, describeDrift } from "@seraph/profiles";
-export { applyPatchToStage, removeJobDir, stageRepository, stagedArgv, verifyStagedTree } from "./stage.js";
-export type { StageOptions, StageResult, StagedRepository, TreeDifference } from "./stage.js";
+export { applyPatchToStage, planStage, removeJobDir, stageRepository, stagedArgv, verifyStagedTree } from "./stage.js";
+export type { StageOptions, StagePlan, StageResult, StagedRepository, TreeDifference } from "./stage.js";
 export { checkPatchApplies, checkPatchPaths, immutableInputReason, parseBoundedPatch } from "./patch.js";
 export type { ParsedPatch, PatchFile, PatchResult } from "./patch.js";
 export { validateBuildOutput } from "./build-output.js";

@@ -34,6 +34,26 @@ export interface StagedRepository {
   readonly links: ReadonlyMap<string, string>;
 }
 
+/** What a stage of `inspection` in `jobDir` will be, known before anything is copied. */
+export type StagePlan = Pick<StagedRepository, "jobDir" | "packageDir" | "env" | "inspection" | "steps" | "outputDir">;
+
+/**
+ * The stage an inspection gives in `jobDir`: its package directory, environment, steps with
+ * absolute (Node) or staged-root-relative (Python) argv, and build output directory. A
+ * successful stageRepository returns exactly this for its re-inspection, which staging proves
+ * equal to the approved one (so a supervisor can be prepared from the approved inspection's
+ * plan while the copy runs, and is checked against the real stage before its start).
+ */
+export function planStage(inspection: Inspection, jobDir: string): StagePlan {
+  const packageDir = join(jobDir, "pkg");
+  const python = inspection.profile === PYTHON_PROFILE;
+  // Python argv is relative to the staged root (the cwd); Node's names package files absolutely.
+  const steps = inspection.steps.map((s) =>
+    create(StepSchema, { ...s, argv: python ? pythonArgv(s.displayArgv, inspection.pythonPath) : stagedArgv(s, inspection.nodePath, packageDir) }),
+  );
+  return { jobDir, packageDir, env: python ? buildPythonJobEnv(jobDir) : buildJobEnv(jobDir), inspection, steps, outputDir: inspection.buildOutputDir };
+}
+
 /** What staging produced: a verified stage, or the reasons and drift that stopped it. */
 export type StageResult =
   | { readonly ok: true; readonly stage: StagedRepository }
@@ -47,6 +67,8 @@ export interface StageOptions {
   readonly jobDir: string;
   /** Runtime expectation for the re-check (default: the inspection's version). */
   readonly runtime?: RuntimeExpectation;
+  /** Called once the job directory and its skeleton exist, before anything is copied. */
+  readonly onJobDir?: () => void;
 }
 
 /** Flags of a staged file's creation: a new regular file, never through a link planted at the path. */
@@ -177,6 +199,7 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
   const packageDir = join(jobDir, "pkg");
   const dirs = jobDirs(jobDir);
   for (const d of [packageDir, dirs.home, dirs.tmp, dirs.npmCache, dirs.cache, dirs.config, dirs.results]) await mkdir(d, { recursive: true, mode: 0o700 });
+  options.onJobDir?.();
 
   const python = inspection.profile === PYTHON_PROFILE;
   const staged = await inspectSnapshot(
@@ -239,17 +262,10 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
     }
   }
   if (linkProblems.length > 0) return { ok: false, drift: [], reasons: linkProblems.slice(0, 10) };
-  // Python argv is relative to the staged root (the cwd); Node's names package files absolutely.
-  const steps = re.steps.map((s) => create(StepSchema, { ...s, argv: python ? pythonArgv(s.displayArgv, re.pythonPath) : stagedArgv(s, re.nodePath, packageDir) }));
   return {
     ok: true,
     stage: {
-      jobDir,
-      packageDir,
-      env: python ? buildPythonJobEnv(jobDir) : buildJobEnv(jobDir),
-      inspection: re,
-      steps,
-      outputDir: re.buildOutputDir,
+      ...planStage(re, jobDir),
       deferredTestPaths: staged.deferredTestPaths,
       files,
       links: staged.snapshot.links,

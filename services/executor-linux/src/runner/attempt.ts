@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import { sha256Hex, type Logger } from "@seraph/kit";
-import { JobState, type ExecutionBundle, type Job, type JobsService, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobState, type ExecutionBundle, type Job, type JobPreflight, type JobsService, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { BlockReasonSchema, type BlockReason, type Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { CgroupRequest, ContainmentFacilities, FacilityReport, JobUser, Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { ProcFs } from "../native/proc-fs.js";
@@ -102,6 +102,16 @@ export interface Ctx {
   cgroup?: CgroupRequest | undefined;
   /** The job user's staged directory under the job root, when there is one. */
   jobStageDir?: string | undefined;
+  /**
+   * The attempt's finished preparation evidence until PostgreSQL has it: sent with the first
+   * owner marker (one transaction), or on its own before a completion that never got that far.
+   */
+  pendingPreflight?: JobPreflight | undefined;
+  /**
+   * Evidence being stored while the command runs (the applied diff): awaited before
+   * completion, never before the start token. Each resolves to its error, or undefined.
+   */
+  pendingEvidence?: Promise<unknown>[];
 }
 
 /** The private directory of one attempt (short: the supervisor socket lives below it). */
@@ -201,6 +211,7 @@ function completeRequest(ctx: Ctx, r: Completion, artifactIds: string[]) {
  * started) keeps its REJECTED/CANCELLED result.
  */
 export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined> {
+  await settleEvidence(ctx);
   let result = r;
   const late = () => deadlinePassed(ctx) && result.state !== JobState.UNKNOWN && ctx.markerRecorded;
   if (late()) result = exhausted(ctx, result, "before readback");
@@ -244,6 +255,34 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
     if (ctx.jobStageDir !== undefined) await rm(ctx.jobStageDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
   }
   return job;
+}
+
+/**
+ * Before a completion: the evidence still being stored is awaited (a failure is logged; a
+ * success then lacks it and CompleteJob refuses SUCCEEDED), and preparation evidence that never
+ * went with an owner marker is recorded on its own (best effort: the completion must not wait
+ * on it past the deadline).
+ */
+async function settleEvidence(ctx: Ctx): Promise<void> {
+  const pending = ctx.pendingEvidence ?? [];
+  ctx.pendingEvidence = [];
+  for (const err of await Promise.all(pending)) {
+    if (err instanceof DetachedError) throw err;
+    if (err !== undefined) ctx.log.error({ err }, "evidence not stored");
+  }
+  const preflight = ctx.pendingPreflight;
+  if (preflight !== undefined) {
+    ctx.pendingPreflight = undefined;
+    await call(ctx, "RecordPreflight", () => ctx.deps.jobs.recordPreflight({ jobId: ctx.active.jobId, fence: ctx.active.fence, preflight })).catch((err: unknown) => {
+      if (err instanceof DetachedError) throw err;
+      ctx.log.warn({ err }, "preflight not recorded");
+    });
+  }
+}
+
+/** Starts storing one artifact without waiting for it: complete() awaits it (see Ctx.pendingEvidence). */
+export function storeLater(ctx: Ctx, kind: string, name: string, content: Uint8Array): void {
+  (ctx.pendingEvidence ??= []).push(store(ctx, kind, name, content).then(() => undefined, (err: unknown) => err));
 }
 
 /**

@@ -1,13 +1,14 @@
 import { mkdir, readFile, readdir, realpath, rename, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { fromBinary } from "@bufbuild/protobuf";
+import { equals, fromBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
 import { JobState, type ExecutionBundle, type Job, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { BlockReason, Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { OwnerMarkerSchema, Phase, ReceiptSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { applyPatchToStage, deadlineBudget, digestTree, limitValues, stageRepository, validateBuildOutput, type StagedRepository } from "../profile/index.js";
-import { connectSupervisor, launchSupervisor, RunDirFiles, supervisorCompileCacheDir, waitSupervisorGone, type SupervisorConnection } from "../supervisor-client/index.js";
+import { OwnerMarkerSchema, Phase, ReceiptSchema, SupervisorSpecSchema, type Receipt, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { applyPatchToStage, deadlineBudget, digestTree, limitValues, planStage, stageRepository, validateBuildOutput, type StagedRepository } from "../profile/index.js";
+import { connectSupervisor, launchSupervisor, RunDirFiles, supervisorCompileCacheDir, waitSupervisorGone, type SupervisorConnection, type SupervisorHandle } from "../supervisor-client/index.js";
 import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment } from "../supervisor-client/node-containment.js";
+import { DetachedError } from "./retry.js";
 import { ensureJobRoot, handStageToJobUser, jobUserStageDir } from "./job-user-staging.js";
 import {
   attemptDir,
@@ -19,11 +20,12 @@ import {
   reason,
   stageDirOf,
   store,
+  storeLater,
   type ActiveJob,
   type Ctx,
   type ExecutionDeps,
 } from "./attempt.js";
-import { beginPreflight, recordPreflight, rootOf, withStagedIdentities } from "./preflight.js";
+import { beginPreflight, finishedPreflight, recordPreflight, rootOf, withStagedIdentities } from "./preflight.js";
 import { decodeStageManifest, encodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
 import { sameMarkerIdentity } from "@seraph/profiles";
 import {
@@ -89,10 +91,13 @@ async function stageDirFor(ctx: Ctx, create = true): Promise<string> {
 /**
  * Executes a freshly claimed attempt within the one absolute deadline the claim fixed:
  * executor-side fresh admission (approval expiry, Linux facilities, repository root, runtime
- * path), staging with the drift check (re-inspection must reproduce every identity), the
- * recorded job preflight (durable evidence of this job's preparation), the patch, then each
- * step under its own supervisor behind the start barrier, the evidence, the repository
- * re-hash, readback and completion. A supervisor whose marker names other code than the
+ * path), then at once the repository digest, staging with the drift check (re-inspection must
+ * reproduce every identity) and the patch, while the first step's supervisor is launched and
+ * waits at its start barrier (from the approved inspection's plan; used only if the real stage
+ * gives exactly its spec); the recorded job preflight (durable evidence of this job's
+ * preparation) goes in with the owner marker, in the transaction that gives the start token;
+ * then each step under its own supervisor behind the start barrier, the evidence (the applied
+ * diff stored while the command runs), the repository re-hash and completion. A supervisor whose marker names other code than the
  * approved `supervisor_source_sha256` never gets GO: it is cancelled, and after its cleanup
  * receipt the job is REJECTED `supervisor_source_drift`.
  */
@@ -104,11 +109,19 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
   await boundedByDeadline(ctx, () => last, async () => {
     const inspection = bundle.inspection;
     let preflight = beginPreflight(ctx);
+    // The first step's supervisor, once preparation launched it (until runSteps takes it over).
+    let early: EarlyLaunch | undefined;
     const reject = async (outcome: string, message: string, reasons: BlockReason[] = [], drift: Drift[] = []) => {
       // The evidence of a blocked preparation is recorded before the rejection (best effort:
       // the rejection itself must not wait on it past the deadline).
       await recordPreflight(ctx, preflight, reasons.length > 0 ? reasons : [reason(outcome, message)]).catch((err: unknown) => log.warn({ err }, "blocked preflight not recorded"));
-      await complete(ctx, { state: JobState.REJECTED, outcome, message, reasons, drift });
+      // A supervisor launched for the job never gets its start token: cancelled, its cleanup proved.
+      const stopped = early ? await stopEarlyLaunch(ctx, early, message) : undefined;
+      if (stopped === "unproved") {
+        await complete(ctx, { state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", message: `${message}; the supervisor prepared for the job did not prove its cleanup`.slice(0, 2000), reasons, drift });
+        return;
+      }
+      await complete(ctx, { state: JobState.REJECTED, outcome, message, reasons, drift, receipt: stopped });
     };
 
     if (Number(bundle.approvalExpiresUnixMs) <= Date.now()) {
@@ -152,17 +165,29 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     phase(log, "admitted");
     await mkdir(ctx.base, { recursive: true, mode: 0o700 });
     const jobDir = await stageDirFor(ctx);
+    const outputLimit = limitValues(inspection.limits ?? ({} as never)).output_bytes;
+    // Overlap: the repository digest and the staging copy start together, and the first step's
+    // supervisor is launched as soon as the job directory exists, from the approved inspection's
+    // plan; it waits at its start barrier while the copy, the drift check and the patch run, and
+    // is checked against the real stage before it can get its start token.
     const tBefore = Date.now();
-    const before = await digestTree(bundle.repositoryPath).catch(() => undefined);
-    await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
-
-    const tDigest = Date.now();
-    phase(log, "repo_digested");
-    const staged = await stageRepository({
+    const digest = digestTree(bundle.repositoryPath).catch(() => undefined);
+    let jobDirMade: (made: boolean) => void = () => undefined;
+    const jobDirReady = new Promise<boolean>((r) => (jobDirMade = r));
+    const staging = stageRepository({
       inspection,
       jobDir,
       runtime: { expectedVersion: inspection.nodeVersion || undefined, digestCache: deps.runtimeDigests },
+      onJobDir: () => jobDirMade(true),
     });
+    staging.then(() => jobDirMade(false), () => jobDirMade(false));
+    const firstSpec = stepSpecFor(ctx, planStage(inspection, jobDir), 0, outputLimit);
+    early = { spec: firstSpec, launched: jobDirReady.then((made) => (made ? launchStep(ctx, firstSpec) : undefined)) };
+    const before = await digest;
+    await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
+    const tDigest = Date.now();
+    phase(log, "repo_digested");
+    const staged = await staging;
     const tStaged = Date.now();
     phase(log, "staged");
     if (!staged.ok) {
@@ -193,21 +218,17 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       ]);
       return;
     }
-    // Durable evidence of this job's preparation, before any supervisor exists.
-    await recordPreflight(ctx, preflight);
-    phase(log, "preflight_recorded");
-    await store(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
-    phase(log, "diff_stored");
-    log.debug({ repoDigestMs: tDigest - tBefore, stageMs: tStaged - tDigest, patchAndStoreMs: Date.now() - tStaged }, "prepared");
-
-    // A cancellation committed before any supervisor exists: nothing to launch.
-    const p = await call(ctx, "ReportProgress", () => deps.jobs.reportProgress({ jobId: active.jobId, fence: active.fence, state: JobState.PREPARING }));
-    phase(log, "preparing_reported");
-    if (p.cancelRequested || active.cancel.reason !== undefined) {
-      await complete(ctx, { state: JobState.CANCELLED, outcome: "cancelled_before_start", message: "cancelled before the command started" });
-      return;
-    }
-    await runSteps(ctx, stage, 0, [], undefined, limitValues(inspection.limits ?? ({} as never)).output_bytes, (r) => (last = r));
+    // The preparation evidence is recorded with the owner marker, in the transaction that gives
+    // the start token (or on its own if the job ends before that). The applied diff (the approved
+    // one, also in the bundle) is stored while the command runs; completion waits for it.
+    ctx.pendingPreflight = finishedPreflight(preflight);
+    storeLater(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
+    log.debug({ repoDigestMs: tDigest - tBefore, stageMs: tStaged - tBefore, patchMs: Date.now() - tStaged }, "prepared");
+    // A cancellation committed meanwhile is seen by RecordOwnerMarker (no start token: the
+    // supervisor is cancelled before GO and proves its cleanup).
+    const launched = early;
+    early = undefined;
+    await runSteps(ctx, stage, 0, [], undefined, outputLimit, (r) => (last = r), launched);
   });
 }
 
@@ -225,6 +246,7 @@ async function runSteps(
   previous: Receipt | undefined,
   outputLeftBytes: number,
   onReceipt: (r: Receipt) => void,
+  early?: EarlyLaunch,
 ): Promise<void> {
   const { deps, log, bundle } = ctx;
   let last = previous;
@@ -244,16 +266,24 @@ async function runSteps(
     const spec = stepSpecFor(ctx, stage, i, outputLeft);
     if (from > 0 && i === from) await setAsideStrayRunDir(ctx, spec.runDir);
     const tLaunch = Date.now();
-    let handle;
-    try {
-      handle = await launchSupervisor(spec, {
-        ...(deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {}),
-        host: deps.supervisorHost,
-        proc: deps.proc,
-        nodePath: deps.supervisorRuntime,
-        compileCacheDir: supervisorCompileCacheDir(deps.dataDir),
+    // The first step's supervisor may have been launched during preparation, from the approved
+    // inspection's plan: it is used only when its spec is exactly the one the real stage gives.
+    const prepared = i === from && early !== undefined ? early : undefined;
+    const launch = prepared ? ((await prepared.launched) ?? { error: new Error("the prepared supervisor was never launched") }) : await launchStep(ctx, spec);
+    if (prepared && "handle" in launch && !equals(SupervisorSpecSchema, prepared.spec, spec)) {
+      const stopped = await stopEarlyLaunch(ctx, prepared, "the staged job differs from the plan its supervisor was launched with");
+      await complete(ctx, {
+        state: stopped === "unproved" ? JobState.UNKNOWN : JobState.REJECTED,
+        outcome: stopped === "unproved" ? "unknown_supervisor_lost" : "rejected_stage_mismatch",
+        message: "the staged job's command, environment or limits differ from the approved inspection's; the start barrier was never released",
+        receipt: stopped === "unproved" ? undefined : stopped,
       });
-    } catch (err) {
+      return;
+    }
+    let handle;
+    if ("handle" in launch) handle = launch.handle;
+    else {
+      const err = launch.error;
       log.error({ err }, "supervisor launch failed");
       if (i === 0) await complete(ctx, { state: JobState.REJECTED, outcome: "rejected_supervisor_launch", message: `the supervisor could not be started: ${(err as Error).message}`.slice(0, 2000) });
       else await complete(ctx, { state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", message: `the supervisor of step ${step.name} could not be started`, steps, receipt: last });
@@ -319,6 +349,52 @@ async function runSteps(
     }
   }
   await finish(ctx, { state: JobState.SUCCEEDED, outcome: "succeeded", message: "every step passed", next: false }, last, steps);
+}
+
+/** A supervisor launch: its handle, or why it failed. */
+type Launched = { readonly handle: SupervisorHandle } | { readonly error: unknown };
+
+/** The first step's supervisor, launched during preparation for `spec` (undefined: never launched). */
+interface EarlyLaunch {
+  readonly spec: SupervisorSpec;
+  readonly launched: Promise<Launched | undefined>;
+}
+
+/** Launches one step's supervisor (behind its start barrier); never rejects. */
+async function launchStep(ctx: Ctx, spec: SupervisorSpec): Promise<Launched> {
+  const { deps } = ctx;
+  try {
+    return {
+      handle: await launchSupervisor(spec, {
+        ...(deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {}),
+        host: deps.supervisorHost,
+        proc: deps.proc,
+        nodePath: deps.supervisorRuntime,
+        compileCacheDir: supervisorCompileCacheDir(deps.dataDir),
+      }),
+    };
+  } catch (error) {
+    return { error };
+  }
+}
+
+/**
+ * A supervisor launched during preparation whose job will not start: it is cancelled before GO
+ * (its marker never recorded) and must prove its cleanup. Resolves to its receipt, undefined
+ * when none was launched, or "unproved" when it gave no receipt that observed ECHILD.
+ */
+async function stopEarlyLaunch(ctx: Ctx, early: EarlyLaunch, why: string): Promise<Receipt | undefined | "unproved"> {
+  const launched = await early.launched;
+  if (launched === undefined || "error" in launched) return undefined;
+  try {
+    const conn = await launched.handle.connect(ctx.deps.identity.incarnationId);
+    const run = await driveStep(ctx, conn, launched.handle.marker, early.spec.runDir, true, why);
+    return run.receipt?.echildObserved ? run.receipt : "unproved";
+  } catch (err) {
+    if (err instanceof DetachedError) throw err;
+    ctx.log.error({ err }, "the supervisor prepared for the job could not be stopped");
+    return "unproved";
+  }
 }
 
 /**
@@ -451,6 +527,9 @@ export async function adoptClaimed(
       await abandonUnstarted(ctx, unstarted);
       return;
     }
+    // A recorded marker means the approved diff was applied; its artifact is stored while the
+    // command runs, so a restart may have come first (StoreArtifact keeps the first copy of a name).
+    storeLater(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
     const verdict = await verdictFor(ctx, marker);
     log.info({ verdict, pid: marker.supervisor?.pid, deadline: new Date(deadlineMs).toISOString() }, "re-adopting a job after restart");
     const stepName = marker.runDir.slice(marker.runDir.lastIndexOf("/run-") + 5);

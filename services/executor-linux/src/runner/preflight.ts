@@ -63,6 +63,11 @@ export function withStagedIdentities(p: JobPreflight, staged: Inspection): JobPr
  * with `reasons` when preparation stopped the job. Throws when it cannot be recorded.
  */
 export async function recordPreflight(ctx: Ctx, p: JobPreflight, reasons: readonly BlockReason[] = []): Promise<void> {
-  const done = create(JobPreflightSchema, { ...p, blocked: reasons.length > 0, reasons: [...reasons], finishedUnixMs: BigInt(Date.now()) });
+  const done = finishedPreflight(p, reasons);
   await call(ctx, "RecordPreflight", () => ctx.deps.jobs.recordPreflight({ jobId: ctx.active.jobId, fence: ctx.active.fence, preflight: done }));
+}
+
+/** The evidence as recorded: finished now, blocked with `reasons` when there are any. */
+export function finishedPreflight(p: JobPreflight, reasons: readonly BlockReason[] = []): JobPreflight {
+  return create(JobPreflightSchema, { ...p, blocked: reasons.length > 0, reasons: [...reasons], finishedUnixMs: BigInt(Date.now()) });
 }

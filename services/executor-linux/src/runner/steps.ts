@@ -17,7 +17,7 @@ import {
   type Receipt,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { deadlineBudget, limitValues, readStepReport, type StagedRepository, type TestReport } from "../profile/index.js";
+import { deadlineBudget, limitValues, readStepReport, type StagePlan, type TestReport } from "../profile/index.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
   JournalMismatchError,
@@ -110,7 +110,7 @@ export async function verdictFor(ctx: Pick<Ctx, "deps">, marker: OwnerMarker): P
 }
 
 /** The launch spec of step `index`: its argv, environment, the attempt's deadline less the readback reserve, and the marker bindings. */
-export function stepSpecFor(ctx: Ctx, stage: StagedRepository, index: number, outputLeftBytes: number): SupervisorSpec {
+export function stepSpecFor(ctx: Ctx, stage: StagePlan, index: number, outputLeftBytes: number): SupervisorSpec {
   const step = stage.steps[index];
   if (!step) throw new RangeError(`no step ${index}`);
   const limits = limitValues(stage.inspection.limits ?? ({} as never));
@@ -305,7 +305,10 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
       let go = false;
       markerRecorded = false;
       try {
-        const rec = await call(ctx, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker }));
+        // The preparation evidence goes with the first marker: one transaction, then the start token.
+        const preflight = ctx.pendingPreflight;
+        const rec = await call(ctx, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker, preflight }));
+        ctx.pendingPreflight = undefined;
         go = rec.go;
         phase(ctx.log, "marker_recorded");
         markerRecorded = true;
