@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { Code } from "@connectrpc/connect";
+import { main, type CliIo } from "@seraph/cli";
 import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -141,6 +142,32 @@ describe("baseline vs patched through the API", () => {
     expect(res.patched?.jobState).toBe(JobState.FAILED);
     expect((await c.repairs.getRepair({ repairId })).repair?.job?.state).toBe(JobState.FAILED);
   }, 120_000);
+
+  it("seraph repair results prints the summary first and failures first with their messages; its exit status is the patched job's outcome", async () => {
+    const configDir = await mkdtemp(join(tmpdir(), "seraph-results-cli-"));
+    scratch.push(configDir);
+    const seraph = async (args: string[]) => {
+      let out = "";
+      const io: CliIo = { env: { SERAPH_CONFIG_DIR: configDir, SERAPH_API_URL: stack.api.server.grpcUrl, SERAPH_TOKEN: stack.operatorToken }, stdout: { write: (s: string) => (out += s) }, stderr: { write: (s: string) => (out += s) }, stdinIsTTY: false, home: configDir, readLine: async () => "" };
+      return { code: await main(args, io), out };
+    };
+    const text = await seraph(["repair", "results", repairId.slice(0, 8)]);
+    expect(text.code, text.out).toBe(3);
+    const lines = text.out.split("\n");
+    expect(lines[1]).toBe("  summary  1 fail→pass, 1 pass→fail (regressions), 1 pass→pass, 1 fail→fail, 1 new, 1 removed");
+    const firstPassed = lines.findIndex((l) => l.startsWith("    PASSED"));
+    const lastFailed = lines.map((l) => l.startsWith("    FAILED")).lastIndexOf(true);
+    expect(lastFailed).toBeGreaterThan(0);
+    expect(lastFailed).toBeLessThan(firstPassed);
+    expect(text.out).toMatch(/FAILED +sub subtracts .*pass→fail {2}\[untrusted: patch-changed test\]/);
+    expect(text.out).toContain("known bad");
+    expect(text.out).toContain("REMOVED   old check");
+    const json = await seraph(["--json", "repair", "results", repairId]);
+    expect(json.code).toBe(3);
+    const parsed = JSON.parse(json.out) as { comparison: { valid: boolean; counts: Record<string, number> } };
+    expect(parsed.comparison.valid).toBe(true);
+    expect(parsed.comparison.counts["failToPass"]).toBe(1);
+  });
 
   it("after the repository drifts, a baseline is refused (inspection_drift), and a repair without one has no comparison", async () => {
     const c = stack.operator;

@@ -1,6 +1,7 @@
 import type { Goal } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import type { ApiToken } from "@seraph/proto/seraph/api/v1/principals_pb.js";
-import { ProposalRoute, RepairState, type ApprovalDocument, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { ProposalRoute, RepairState, type ApprovalDocument, type GetRepairResultsResponse, type Repair, type RunResults } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { TestStatus, TestTransition, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { SandboxBackend, type ProfileOption, type Repository, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -212,7 +213,8 @@ export function documentText(d: ApprovalDocument): string {
   return [
     `APPROVAL DOCUMENT (${d.kind})`,
     `  document sha256     ${d.documentSha256}`,
-    `  repair / proposal   ${d.repairId} / ${d.proposalId}`,
+    ...(d.baseline ? [`  BASELINE            ${d.baselineNote}`] : []),
+    `  repair / proposal   ${d.repairId} / ${d.proposalId || "(none: baseline, no patch)"}`,
     `  proposal sha256     ${d.proposalSha256}`,
     `  inspection sha256   ${d.inspectionSha256}`,
     `  goal                ${d.goalId} @ revision ${d.goalRevision}`,
@@ -275,4 +277,70 @@ export function prerequisitesText(reports: readonly PrerequisiteReport[]): strin
     )
     .join("\n")
     .concat("\n");
+}
+
+const TRANSITION_WORDS: Readonly<Record<number, string>> = {
+  [TestTransition.FAIL_TO_PASS]: "fail→pass",
+  [TestTransition.PASS_TO_PASS]: "pass→pass",
+  [TestTransition.PASS_TO_FAIL]: "pass→fail",
+  [TestTransition.FAIL_TO_FAIL]: "fail→fail",
+  [TestTransition.NEW]: "new",
+  [TestTransition.REMOVED]: "removed",
+  [TestTransition.OTHER]: "other",
+};
+
+/** "failed", "passed"… of a test status. */
+export function testStatusWord(s: TestStatus): string {
+  return (TestStatus[s] ?? "unspecified").toLowerCase();
+}
+
+/** Failed and cancelled first, then the rest in report order. */
+function failuresFirst<T extends { status: TestStatus }>(tests: readonly T[]): T[] {
+  const bad = (t: T) => t.status === TestStatus.FAILED || t.status === TestStatus.CANCELLED;
+  return [...tests.filter(bad), ...tests.filter((t) => !bad(t))];
+}
+
+function countsText(r: TestResults): string {
+  const c = r.counts;
+  return `${c?.total ?? 0} tests: ${c?.passed ?? 0} passed, ${c?.failed ?? 0} failed, ${c?.skipped ?? 0} skipped, ${c?.todo ?? 0} todo, ${c?.cancelled ?? 0} cancelled`;
+}
+
+function runText(label: string, run: RunResults | undefined): string[] {
+  if (!run) return [];
+  const job = run.jobId === "" ? "no job yet" : `job ${run.jobId.slice(0, 8)} ${enumName(JobState, run.jobState)}${run.jobOutcome ? ` (${run.jobOutcome})` : ""}`;
+  const r = run.results;
+  let what: string;
+  if (run.availability !== "stored" || !r) what = run.availability === "not_stored" ? "no results stored (its test step did not run)" : "results pending";
+  else if (r.state === "parsed") what = `${countsText(r)} (${r.format}, parsed from ${r.sourceName} sha256 ${r.sourceSha256.slice(0, 12)}…)`;
+  else what = `${r.state.toUpperCase()} ${r.reason}: ${r.message} (the raw output artifacts are stored; see seraph repair logs)`;
+  return [`  ${label.padEnd(9)}${job}: ${what}`];
+}
+
+/** `seraph repair results`: the summary first, then the patched run's tests, failures first with their messages. */
+export function resultsText(res: GetRepairResultsResponse): string {
+  const lines = [`RESULTS of repair ${res.repairId}`];
+  const cmp = res.comparison;
+  if (cmp?.valid) {
+    const c = cmp.counts;
+    lines.push(`  summary  ${c?.failToPass ?? 0} fail→pass, ${c?.passToFail ?? 0} pass→fail (regressions), ${c?.passToPass ?? 0} pass→pass, ${c?.failToFail ?? 0} fail→fail, ${c?.newTests ?? 0} new, ${c?.removedTests ?? 0} removed`);
+  } else if (cmp) {
+    lines.push(`  summary  NO COMPARISON: ${cmp.invalidReason}: ${cmp.invalidMessage}`);
+  } else {
+    lines.push("  summary  no baseline (seraph repair baseline runs the unpatched snapshot to compare with)");
+  }
+  lines.push(...runText("patched", res.patched), ...runText("baseline", res.baseline));
+  if (res.patchChangedTests.length > 0) lines.push(`  untrusted tests the patch adds or changes: ${res.patchChangedTests.join(", ")}`, `    ${res.testEvidenceNote}`);
+  lines.push("  evidence, not proof: the outcome is the patched job's; the comparison never changes it.");
+  const transitions = new Map((cmp?.valid ? cmp.entries : []).map((e) => [e.key, e]));
+  const tests = res.patched?.results?.state === "parsed" ? failuresFirst(res.patched.results.tests) : [];
+  if (tests.length > 0) lines.push("  tests (failures first):");
+  for (const t of tests) {
+    const e = transitions.get(t.key);
+    const tail = [e ? TRANSITION_WORDS[e.transition] : "", e?.patchChangedTest ? "[untrusted: patch-changed test]" : ""].filter((s) => s !== "").join("  ");
+    lines.push(`    ${testStatusWord(t.status).toUpperCase().padEnd(9)} ${t.key}${t.file ? `  (${t.file})` : ""}${t.durationMs > 0 ? `  ${t.durationMs.toFixed(1)} ms` : ""}${tail ? `  ${tail}` : ""}`);
+    if (t.message && (t.status === TestStatus.FAILED || t.status === TestStatus.CANCELLED)) for (const m of t.message.split("\n").slice(0, 6)) lines.push(`              ${m}`);
+  }
+  for (const e of cmp?.valid ? cmp.entries.filter((x) => x.transition === TestTransition.REMOVED) : []) lines.push(`    REMOVED   ${e.key}  (in the baseline only: ${testStatusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`);
+  lines.push("");
+  return lines.join("\n");
 }

@@ -1,7 +1,9 @@
 import { readFile } from "node:fs/promises";
 import { toJson } from "@bufbuild/protobuf";
 import {
+  ApproveBaselineResponseSchema,
   ApproveResponseSchema,
+  GetRepairResultsResponseSchema,
   ApprovalDocumentSchema,
   CancelRepairResponseSchema,
   CreateRepairResponseSchema,
@@ -20,7 +22,8 @@ import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { CommandGroup } from "../command-spec.js";
 import { intFlag, need, str, strs, type CommandContext } from "../context.js";
-import { badge, documentText, enumName, jobLine, OUTCOME_EXIT, repairLine, repairText, statusOf, TIMEOUT_EXIT } from "../format.js";
+import { badge, documentText, enumName, jobLine, OUTCOME_EXIT, repairLine, repairText, resultsText, statusOf, TIMEOUT_EXIT } from "../format.js";
+import { JOB_OUTCOMES } from "@seraph/profiles/outcome";
 import { CliFailure, UsageError } from "../io.js";
 import { goalId as resolveGoal, proposalId as resolveProposal, repairId as resolveRepair, repositoryId } from "../resolve.js";
 
@@ -351,6 +354,55 @@ export const repair: CommandGroup = {
         ctx.say(`approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);
         if (res.repair?.job) ctx.say(jobLine(res.repair.job));
         return 0;
+      },
+    },
+    baseline: {
+      spec: {
+        name: "repair baseline",
+        summary: "Print the exact baseline document (the same selection on the unpatched snapshot, no patch) and approve exactly it; the baseline job is queued.",
+        args: [REPAIR_ID],
+        flags: { yes: { type: "boolean", help: 'approve without asking (otherwise you type "yes" on a terminal)' } },
+        notes: [
+          "The baseline is its own job on its own approval; `seraph repair results` compares it with the patched run.",
+          "Without --yes and without a terminal on stdin, nothing is approved and the exit status is 2; 1 when the prompt is declined. With --json: one object {document, repair, approval}.",
+        ],
+      },
+      async run(ctx, { values, positionals }) {
+        const api = await ctx.api();
+        const repairId = await repairArg(ctx, positionals);
+        const doc = (await api.repairs.getBaselineApprovalDocument({ repairId })).document!;
+        if (!ctx.json) ctx.io.stdout.write(documentText(doc));
+        if (values["yes"] !== true) {
+          if (!ctx.io.stdinIsTTY) throw new UsageError("refusing to approve without a terminal to confirm on: review the document and pass --yes", { showUsage: false });
+          const answer = await ctx.io.readLine(`Approve exactly this baseline document (sha256 ${doc.documentSha256})? Type "yes": `);
+          if (answer !== "yes") {
+            ctx.say("not approved");
+            return 1;
+          }
+        }
+        const res = await api.repairs.approveBaseline({ repairId, documentSha256: doc.documentSha256 });
+        if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }), ...(toJson(ApproveBaselineResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
+        ctx.say(`baseline approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);
+        if (res.repair?.baselineJob) ctx.say(jobLine(res.repair.baselineJob));
+        return 0;
+      },
+    },
+    results: {
+      spec: {
+        name: "repair results",
+        summary: "Per-test results of the patched run (failures first, with their messages) and, with a baseline, fail→pass / pass→fail against it.",
+        args: [REPAIR_ID],
+        notes: [
+          "Exit status follows the patched job's outcome, as repair watch --exit-status: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown; 1 when it has not ended (or there is none). The results and the comparison never change it.",
+          "With --json: one GetRepairResultsResponse.",
+        ],
+      },
+      async run(ctx, { positionals }) {
+        const res = await (await ctx.api()).repairs.getRepairResults({ repairId: await repairArg(ctx, positionals) });
+        if (ctx.json) ctx.json1(GetRepairResultsResponseSchema, res);
+        else ctx.io.stdout.write(resultsText(res));
+        const ended = res.patched ? JOB_OUTCOMES[res.patched.jobState] : undefined;
+        return ended !== undefined ? (OUTCOME_EXIT[ended] ?? 1) : 1;
       },
     },
     cancel: {
