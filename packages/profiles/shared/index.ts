@@ -1,5 +1,5 @@
 // The rules every execution profile shares: reason codes, limits, path rules, canonical JSON, the
-// inspection hash, drift and the owner-marker identity. Pure: no host I/O, no native code.
+// inspection hash, drift, the owner-marker identity and the approval-document digest. Pure: no host I/O, no native code.
 export { blockReason, formatCount, REASON_CODES } from "./reasons.js";
 export type { ReasonCode } from "./reasons.js";
 export { LimitOverrideError, ProfileError, SelectionError } from "./errors.js";
@@ -22,3 +22,4 @@ export { isSha256Hex, sha256Hex } from "./digest.js";
 export { computeInspectionHash, inspectionHashInput, sortIdentities, INSPECTION_HASH_DOMAIN } from "./inspection-hash.js";
 export { checkDrift, describeDrift } from "./drift.js";
 export { sameMarkerIdentity } from "./marker-identity.js";
+export { approvalDocumentSha256 } from "./approval-digest.js";

@@ -1,9 +1,9 @@
-import { clone, create, toBinary } from "@bufbuild/protobuf";
-import { sha256Hex } from "@seraph/kit";
+import { create } from "@bufbuild/protobuf";
 import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { ExecutionBundleSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { approvalDocumentSha256 } from "@seraph/profiles";
 import { NODE_CLEANUP_CLAIM } from "@seraph/profiles/node24-npm";
 import { PYTHON_CLEANUP_CLAIM, PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { patchChangedTests, UNTRUSTED_TEST_NOTE } from "./untrusted-tests.js";
@@ -56,17 +56,8 @@ export interface ApprovalInputs {
 export const BASELINE_NOTE =
   "baseline, no patch: the same selection runs on the unpatched snapshot, as its own job, so the patched run's tests can be compared with it (fail→pass, pass→fail). Its results are evidence, not proof.";
 
-/**
- * The SHA-256 a person approves: over the protobuf binary encoding (protobuf-es toBinary) of the
- * document with document_sha256 empty. The encoding is canonical for this message: fields are
- * written in field-number order, repeated fields in their order, it has no maps and no unknown
- * fields, and default values are omitted — so the same document always hashes the same.
- */
-export function approvalDocumentSha256(doc: ApprovalDocument): string {
-  const body = clone(ApprovalDocumentSchema, doc);
-  body.documentSha256 = "";
-  return sha256Hex(toBinary(ApprovalDocumentSchema, body));
-}
+/** The SHA-256 a person approves (the shared rule in @seraph/profiles; recovery re-hashes by it too). */
+export { approvalDocumentSha256 };
 
 /**
  * The exact local_host_execution document: proposal and inspection hashes, every identity, the

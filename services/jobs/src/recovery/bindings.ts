@@ -1,5 +1,6 @@
-import { clone, equals, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { equals, fromBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
+import { approvalDocumentSha256, computeInspectionHash } from "@seraph/profiles";
 import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import type { ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentitySchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -11,16 +12,6 @@ import type { SlotRow } from "../slots/slot.repository.js";
 export interface Refusal {
   readonly code: string;
   readonly message: string;
-}
-
-/**
- * The SHA-256 of an approval document as the schema defines it: over the protobuf binary
- * encoding of the document with document_sha256 empty (the same rule the API approves by).
- */
-export function approvalDocumentDigest(doc: ApprovalDocument): string {
-  const body = clone(ApprovalDocumentSchema, doc);
-  body.documentSha256 = "";
-  return sha256Hex(toBinary(ApprovalDocumentSchema, body));
 }
 
 /** Everything recovery revalidates, read under the per-job lock. */
@@ -50,7 +41,8 @@ function identitiesEqual(a: ApprovalDocument["identities"], b: ApprovalDocument[
  * - `authority_mismatch`: the approval is gone, or its stored bytes do not hash to the recorded
  *   and the bundle's document hash, or it approved another repair or owner;
  * - `proposal_identity_mismatch`: the stored diff does not hash to the proposal identity the bundle and the approval name;
- * - `source_identity_mismatch`: the inspection identities or inspection hash differ from the approved ones;
+ * - `source_identity_mismatch`: the stored inspection does not recompute (computeInspectionHash) to its
+ *   recorded hash, or its identities or hash differ from the approved ones;
  * - `dispatch_mismatch`: the bundle, approval, slot or marker name another node than the job's dispatch;
  * - `slot_index_mismatch`: the held slot or the marker name another slot index than the reservation;
  * - `attempt_mismatch`: the marker names another job or attempt;
@@ -73,7 +65,7 @@ export function bindingRefusal(e: BindingEvidence): Refusal | undefined {
   } catch {
     return { code: "authority_mismatch", message: "the stored approval document cannot be decoded" };
   }
-  const digest = approvalDocumentDigest(doc);
+  const digest = approvalDocumentSha256(doc);
   if (digest !== approval.documentSha256 || digest !== bundle.approvalDocumentSha256 || digest !== doc.documentSha256) {
     return { code: "authority_mismatch", message: `the stored approval document hashes to ${digest}, not the approved ${bundle.approvalDocumentSha256}` };
   }
@@ -84,8 +76,16 @@ export function bindingRefusal(e: BindingEvidence): Refusal | undefined {
   if (!HEX64.test(bundle.proposalSha256) || diffSha256 !== bundle.proposalSha256 || doc.proposalSha256 !== bundle.proposalSha256) {
     return { code: "proposal_identity_mismatch", message: `the stored diff hashes to ${diffSha256}; the bundle names ${bundle.proposalSha256 || "(none)"}, the approval ${doc.proposalSha256 || "(none)"}` };
   }
-  if (doc.inspectionSha256 !== bundle.inspection.inspectionSha256 || !identitiesEqual(doc.identities, bundle.inspection.identities)) {
-    return { code: "source_identity_mismatch", message: "the stored inspection's identities or hash differ from the approved ones" };
+  // The source identity recomputed from the stored inspection (the profile's hash over its steps,
+  // limits, identities...), not only compared: a changed step or limit that left the identities
+  // and the recorded hash alone is caught here.
+  const recomputed = computeInspectionHash(bundle.inspection);
+  const sameIdentities = identitiesEqual(doc.identities, bundle.inspection.identities);
+  if (recomputed !== bundle.inspection.inspectionSha256 || doc.inspectionSha256 !== bundle.inspection.inspectionSha256 || !sameIdentities) {
+    return {
+      code: "source_identity_mismatch",
+      message: `the stored inspection recomputes to ${recomputed}; it records ${bundle.inspection.inspectionSha256 || "(none)"} and the approval ${doc.inspectionSha256 || "(none)"}${sameIdentities ? "" : "; its identities differ from the approved ones"}`,
+    };
   }
   if (bundle.nodeId !== job.node_id || doc.nodeId !== job.node_id || slot.node_id !== job.node_id) {
     return { code: "dispatch_mismatch", message: `the job was dispatched to node ${job.node_id}; the bundle, approval or held slot names another` };

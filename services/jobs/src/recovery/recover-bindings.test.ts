@@ -6,7 +6,7 @@ import { IdentityKind, InspectionSchema } from "@seraph/proto/seraph/profile/v1/
 import { OwnerMarkerSchema, Outcome, ProcessIdentitySchema, ReceiptSchema, type OwnerMarker, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testApprovalDocument, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+import { inspectionWithHash, startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testApprovalDocument, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
 
 // Recovery revalidates every binding seeds/001 names before it releases a physical slot; each
 // mismatch keeps the slot held with its own refusal code. Every case below starts from an
@@ -37,12 +37,14 @@ interface Held {
 
 /** An UNKNOWN job (cancelled while running) holding a slot, with a receipt that proves its cleanup. */
 async function heldJob(opts: { receiptInJob?: boolean } = {}): Promise<Held> {
-  const inspection = create(InspectionSchema, {
-    profile: "repo-node24-npm-v1",
-    admitted: true,
-    inspectionSha256: "9".repeat(64),
-    identities: [{ kind: IdentityKind.SOURCE_FILE, name: "src/a.js", sha256: "1".repeat(64), size: 10n }],
-  });
+  const inspection = inspectionWithHash(
+    create(InspectionSchema, {
+      profile: "repo-node24-npm-v1",
+      admitted: true,
+      steps: [{ name: "test", scriptName: "test", scriptBody: "node --test", displayArgv: ["node", "--test"] }],
+      identities: [{ kind: IdentityKind.SOURCE_FILE, name: "src/a.js", sha256: "1".repeat(64), size: 10n }],
+    }),
+  );
   const bundle = testBundle(node, { diff: "--- a/src/a.js\n+++ b/src/a.js\n", inspection }, owner);
   const { job } = await h.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
   const jobId = job?.id ?? "";
@@ -139,6 +141,11 @@ const cases: { code: string; what: string; tamper: (held: Held) => Promise<void>
   },
   { code: "source_identity_mismatch", what: "a source identity in the stored inspection changed", tamper: (x) => setBundle(x.jobId, (b) => (b.inspection!.identities[0]!.sha256 = "2".repeat(64))) },
   { code: "source_identity_mismatch", what: "the stored inspection hash changed", tamper: (x) => setBundle(x.jobId, (b) => (b.inspection!.inspectionSha256 = "8".repeat(64))) },
+  {
+    code: "source_identity_mismatch",
+    what: "a step of the stored inspection changed (identities and recorded hash untouched: only recomputing the hash sees it)",
+    tamper: (x) => setBundle(x.jobId, (b) => (b.inspection!.steps[0]!.scriptBody = "node evil.js")),
+  },
   { code: "dispatch_mismatch", what: "the bundle names another node", tamper: (x) => setBundle(x.jobId, (b) => (b.nodeId = "node-other")) },
   { code: "dispatch_mismatch", what: "the marker binds another node", tamper: (x) => setMarker(x.jobId, withMarker(x.marker, { bindings: { ...x.marker.bindings!, nodeId: "node-other" } })) },
   {

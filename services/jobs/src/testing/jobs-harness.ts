@@ -6,13 +6,13 @@ import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobsService, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { approvalDocumentSha256, computeInspectionHash } from "@seraph/profiles";
 import type { Kysely } from "kysely";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AuthorityReader } from "../admission/authority.js";
 import type { JobsDatabase } from "../db/schema.js";
-import { approvalDocumentDigest } from "../recovery/bindings.js";
 import { startJobs, type JobsHandle } from "../start.js";
 
 /** A jobs service on a fresh PostgreSQL database, with a controllable authority (test only). */
@@ -53,7 +53,7 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
     },
     async approvedDocument(trx, approvalId) {
       const given = h.documents.get(approvalId);
-      if (given) return { document: given, documentSha256: approvalDocumentDigest(fromBinary(ApprovalDocumentSchema, given)) };
+      if (given) return { document: given, documentSha256: approvalDocumentSha256(fromBinary(ApprovalDocumentSchema, given)) };
       const row = await trx.selectFrom("jobs").select(["bundle", "owner_id"]).where("approval_id", "=", approvalId).executeTakeFirst();
       if (!row) return undefined;
       const doc = testApprovalDocument(fromBinary(ExecutionBundleSchema, row.bundle), row.owner_id);
@@ -104,8 +104,14 @@ export function testApprovalDocument(bundle: ExecutionBundle, ownerId: string): 
     allowedPatchPaths: [...bundle.allowedPatchPaths],
     supervisorSourceSha256: bundle.supervisorSourceSha256,
   });
-  doc.documentSha256 = approvalDocumentDigest(doc);
+  doc.documentSha256 = approvalDocumentSha256(doc);
   return doc;
+}
+
+/** `inspection` with its inspection_sha256 set as the profile computes it (what recovery recomputes). */
+export function inspectionWithHash<T extends ExecutionBundle["inspection"]>(inspection: T): T {
+  if (inspection) inspection.inspectionSha256 = computeInspectionHash(inspection);
+  return inspection;
 }
 
 /**
@@ -120,7 +126,7 @@ export function testBundle(nodeId: string, over: Omit<Partial<ExecutionBundle>, 
     approvalDocumentSha256: "a".repeat(64),
     repositoryPath: "/srv/repos/demo",
     nodeId,
-    inspection: create(InspectionSchema, { profile: "repo-node24-npm-v1", admitted: true }),
+    inspection: inspectionWithHash(create(InspectionSchema, { profile: "repo-node24-npm-v1", admitted: true })),
     diff,
     proposalSha256: sha256Hex(diff),
     runtimePath: "/usr/bin/node",
