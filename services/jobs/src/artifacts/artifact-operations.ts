@@ -11,7 +11,8 @@ import type { JobsCore } from "../core.js";
 import { requireFence } from "../jobs/fence.js";
 import { getJob } from "../jobs/job.repository.js";
 import { toArtifactProto } from "../jobs/job-view.js";
-import { findArtifact, insertArtifactOnce } from "./artifact.repository.js";
+import type { Db } from "../store/db.js";
+import { findArtifact, insertArtifactOnce, type ArtifactMetaRow } from "./artifact.repository.js";
 
 const KIND = /^[a-z][a-z0-9_]{0,31}$/;
 
@@ -22,28 +23,42 @@ const KIND = /^[a-z][a-z0-9_]{0,31}$/;
  * (a cleanup receipt found later by the executor is evidence for recovery).
  */
 export async function storeArtifact(core: JobsCore, req: StoreArtifactRequest): Promise<StoreArtifactResponse> {
-  if (!KIND.test(req.kind)) throw new InvalidArgumentError("kind", "invalid_kind", "kind must be a lowercase identifier");
-  const actual = sha256Hex(req.content);
-  if (actual !== req.sha256) throw new InvalidArgumentError("sha256", "sha256_mismatch", `content hashes to ${actual}`);
+  checkUpload(req, "");
   const job = await getJob(core.db, req.jobId);
   requireFence(job, req.fence);
   if (!["preparing", "starting", "running", "unknown"].includes(job.state)) {
     throw new FailedPreconditionError("job_not_active", `job ${job.id} is ${job.state}`);
   }
-  const row = await insertArtifactOnce(core.db, {
-    id: newId(),
-    job_id: job.id,
-    kind: req.kind,
-    name: req.name,
-    sha256: actual,
-    size: req.content.byteLength,
-    content: req.content,
-  });
-  if (row.sha256 !== actual || row.kind !== req.kind) {
-    throw new FailedPreconditionError("artifact_name_conflict", `job ${job.id} already has a different artifact named ${req.name}`);
-  }
+  const row = await insertUpload(core.db, job.id, req);
   core.log.child({ jobId: job.id, attempt: job.attempt }).debug({ artifactId: row.id, kind: row.kind, size: row.size }, "artifact stored");
   return create(StoreArtifactResponseSchema, { artifact: toArtifactProto(row) });
+}
+
+/** One artifact's bytes as StoreArtifact or CompleteJob receive them. */
+export interface ArtifactBytes {
+  readonly kind: string;
+  readonly name: string;
+  readonly content: Uint8Array;
+  readonly sha256: string;
+}
+
+/** Refuses a malformed kind or content that does not hash to the declared sha256 (`field` prefixes the field names). */
+export function checkUpload(a: ArtifactBytes, field: string): void {
+  if (!KIND.test(a.kind)) throw new InvalidArgumentError(`${field}kind`, "invalid_kind", "kind must be a lowercase identifier");
+  const actual = sha256Hex(a.content);
+  if (actual !== a.sha256) throw new InvalidArgumentError(`${field}sha256`, "sha256_mismatch", `content hashes to ${actual}`);
+}
+
+/**
+ * Stores a checked artifact of a job once per name: a repeat with the same bytes returns the
+ * first copy, other bytes under that name are FAILED_PRECONDITION `artifact_name_conflict`.
+ */
+export async function insertUpload(db: Db, jobId: string, a: ArtifactBytes): Promise<ArtifactMetaRow> {
+  const row = await insertArtifactOnce(db, { id: newId(), job_id: jobId, kind: a.kind, name: a.name, sha256: a.sha256, size: a.content.byteLength, content: a.content });
+  if (row.sha256 !== a.sha256 || row.kind !== a.kind) {
+    throw new FailedPreconditionError("artifact_name_conflict", `job ${jobId} already has a different artifact named ${a.name}`);
+  }
+  return row;
 }
 
 /** Reads an artifact's bytes back exactly as stored. */

@@ -356,4 +356,36 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     expect((await h.client.completeJob({ jobId, fence, state: JobState.SUCCEEDED, outcome: "succeeded", receipt, steps, artifactIds: ids })).job?.state).toBe(JobState.SUCCEEDED);
     expect(String(await h.client.recordOwnerMarker({ jobId, fence, marker }).catch((e: unknown) => e))).toContain("job_not_preparing");
   });
+
+  it("artifacts sent with the completion are stored and proved in its transaction; a bad hash or a name conflict records nothing", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    const marker = markerFor(jobId, fence);
+    await h.client.recordOwnerMarker({ jobId, fence, marker });
+    await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING });
+    const bytes = (text: string) => new TextEncoder().encode(text);
+    const upload = (kind: string, name: string, text: string) => ({ kind, name, content: bytes(text), sha256: sha256Hex(bytes(text)) });
+    const diff = bytes("diff");
+    const diffId = (await h.client.storeArtifact({ jobId, fence, kind: "applied_diff", name: "applied.diff", content: diff, sha256: sha256Hex(diff) })).artifact?.id ?? "";
+    const receipt = create(ReceiptSchema, { outcome: Outcome.SUCCEEDED, echildObserved: true, marker });
+    const steps = [{ name: "test", argv: ["/n", "--test"], started: true, passed: true, exitCode: 0 }];
+    const complete = (artifacts: ReturnType<typeof upload>[]) =>
+      h.client.completeJob({ jobId, fence, state: JobState.SUCCEEDED, outcome: "succeeded", receipt, steps, artifactIds: [diffId], artifacts });
+    const names = async () => (await h.client.getJob({ jobId })).job?.artifacts.map((a) => a.name).sort();
+    const badHash = await complete([upload("receipt", "test.receipt.json", "{}"), { ...upload("test_output", "test.stdout", "ok"), sha256: "0".repeat(64) }]).catch((e: unknown) => e);
+    expect(codeOf(badHash)).toBe(Code.InvalidArgument);
+    expect(String(badHash)).toContain("artifacts[1].sha256");
+    expect(await names()).toEqual(["applied.diff"]);
+    const conflict = await complete([upload("receipt", "test.receipt.json", "{}"), upload("applied_diff", "applied.diff", "another diff")]).catch((e: unknown) => e);
+    expect(String(conflict)).toContain("artifact_name_conflict");
+    expect(await names()).toEqual(["applied.diff"]);
+    expect((await h.client.getJob({ jobId })).job?.state).toBe(JobState.RUNNING);
+    // Without the step output the success is refused, and the uploads go with the refusal.
+    expect(String(await complete([upload("receipt", "test.receipt.json", "{}")]).catch((e: unknown) => e))).toContain("test_output");
+    expect(await names()).toEqual(["applied.diff"]);
+    const done = await complete([upload("receipt", "test.receipt.json", "{}"), upload("test_output", "test.stdout", "ok")]);
+    expect(done.job?.state).toBe(JobState.SUCCEEDED);
+    expect(done.job?.slotHeld).toBe(false);
+    expect(done.job?.artifacts.map((a) => [a.name, a.readbackVerified]).sort()).toEqual([["applied.diff", true], ["test.receipt.json", true], ["test.stdout", true]]);
+  });
 });

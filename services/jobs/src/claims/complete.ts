@@ -8,6 +8,7 @@ import {
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { OwnerMarkerSchema, Outcome, ReceiptSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { JobsCore } from "../core.js";
+import { checkUpload, insertUpload } from "../artifacts/artifact-operations.js";
 import { findArtifact, listArtifacts, markReadbackVerified } from "../artifacts/artifact.repository.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
@@ -37,7 +38,8 @@ async function verifyArtifacts(db: Db, jobId: string, ids: readonly string[]): P
  * marker, and the outcome is not UNKNOWN; or no supervisor was ever recorded for the attempt
  * (rejected or cancelled before the owner marker). UNKNOWN always keeps the slot held.
  * SUCCEEDED additionally requires the start token, a succeeded receipt, every step passed, and
- * the diff, receipt and step outputs stored and read back by sha256. After the attempt's
+ * the diff, receipt and step outputs stored and read back by sha256 (artifacts may come with
+ * the request: stored in this transaction, then proved with the rest). After the attempt's
  * absolute deadline, an attempt with a recorded owner marker can only become UNKNOWN
  * (FAILED_PRECONDITION `deadline_exhausted` otherwise). A retried call with the same result
  * is idempotent.
@@ -86,8 +88,15 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
     if (req.outcome === "cancelled_before_start" && started && !(receipt?.cancelledBeforeGo ?? false)) {
       throw new FailedPreconditionError("start_token_committed", "the start token was committed; the command may have started");
     }
-    await verifyArtifacts(trx, job.id, req.artifactIds);
-    await markReadbackVerified(trx, job.id, req.artifactIds);
+    // Artifacts sent with the completion are stored here, in its transaction, by StoreArtifact's
+    // rules, and then proved like every listed one.
+    const ids = [...req.artifactIds];
+    for (const [i, a] of req.artifacts.entries()) {
+      checkUpload(a, `artifacts[${i}].`);
+      ids.push((await insertUpload(trx, job.id, a)).id);
+    }
+    await verifyArtifacts(trx, job.id, ids);
+    await markReadbackVerified(trx, job.id, ids);
     if (target === "succeeded") {
       const verified = (await listArtifacts(trx, job.id)).filter((a) => a.readback_verified).map((a) => a.kind);
       const needed = [...REQUIRED_FOR_SUCCESS, ...req.steps.map((s) => `${s.name}_output`)];
