@@ -112,7 +112,30 @@ export interface Ctx {
    * completion, never before the start token. Each resolves to its error, or undefined.
    */
   pendingEvidence?: Promise<unknown>[];
+  /** True for a re-adopted attempt: artifacts of an earlier incarnation may exist (listed with GetJob). */
+  adopted?: boolean;
+  /** While true, store() keeps artifacts for CompleteJob (within INLINE_EVIDENCE_BYTES) instead of storing them. */
+  deferEvidence?: boolean;
+  /** Artifacts to be stored in the completion's transaction. */
+  completionArtifacts?: ArtifactBytes[];
+  /** Ids of the artifacts StoreArtifact answered for this attempt in this process. */
+  storedArtifactIds?: string[];
 }
+
+/** One artifact's bytes and their SHA-256. */
+export interface ArtifactBytes {
+  readonly kind: string;
+  readonly name: string;
+  readonly content: Uint8Array;
+  readonly sha256: string;
+}
+
+/**
+ * At most this many bytes of artifacts go in with CompleteJob (the jobs service reads at most
+ * 17 MiB per message); anything past it is stored on its own first. At most 64 artifacts.
+ */
+export const INLINE_EVIDENCE_BYTES = 8 * 1024 * 1024;
+const INLINE_EVIDENCE_COUNT = 64;
 
 /** The private directory of one attempt (short: the supervisor socket lives below it). */
 export function attemptDir(dataDir: string, jobId: string, fence: bigint): string {
@@ -159,9 +182,16 @@ export function call<T>(ctx: Ctx, what: string, fn: () => Promise<T>, untilMs = 
 /** Stores one artifact of the job (fenced; idempotent by name). */
 export async function store(ctx: Ctx, kind: string, name: string, content: Uint8Array): Promise<void> {
   const { jobs } = ctx.deps;
-  await call(ctx, "StoreArtifact", () =>
-    jobs.storeArtifact({ jobId: ctx.active.jobId, fence: ctx.active.fence, kind, name, content, sha256: sha256Hex(content) }),
-  );
+  const sha256 = sha256Hex(content);
+  const inline = ctx.completionArtifacts ?? [];
+  const inlineBytes = inline.reduce((n, a) => n + a.content.byteLength, 0);
+  if (ctx.deferEvidence === true && inline.length < INLINE_EVIDENCE_COUNT && inlineBytes + content.byteLength <= INLINE_EVIDENCE_BYTES) {
+    // Goes in with CompleteJob: stored and proved in the completion's transaction.
+    ctx.completionArtifacts = [...inline, { kind, name, content, sha256 }];
+    return;
+  }
+  const res = await call(ctx, "StoreArtifact", () => jobs.storeArtifact({ jobId: ctx.active.jobId, fence: ctx.active.fence, kind, name, content, sha256 }));
+  if (res.artifact) (ctx.storedArtifactIds ??= []).push(res.artifact.id);
 }
 
 /** A job result the executor reports. */
@@ -197,13 +227,15 @@ function completeRequest(ctx: Ctx, r: Completion, artifactIds: string[]) {
     receipt: r.receipt,
     steps: r.steps ?? [],
     artifactIds,
+    artifacts: ctx.completionArtifacts ?? [],
     reasons: r.reasons ?? [],
     drift: r.drift ?? [],
   };
 }
 
 /**
- * Reads every artifact back, then completes the job, all before the attempt's deadline. A
+ * Lists the artifacts for the jobs service to prove, then completes the job (with the artifacts
+ * kept for the completion), all before the attempt's deadline. A
  * result that could not be proved and recorded in time becomes UNKNOWN
  * `deadline_exhausted_before_proof` (the slot stays held). Retries stop at the deadline: past
  * it one UNKNOWN completion is tried once, bounded, and otherwise the jobs service's deadline
@@ -218,7 +250,9 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
   let artifactIds: string[] = [];
   if (result.state !== JobState.UNKNOWN || result.receipt) {
     try {
-      artifactIds = await readBackArtifacts(ctx);
+      // A fresh attempt stored every artifact itself; a re-adopted one lists them (an earlier
+      // incarnation stored some).
+      artifactIds = ctx.adopted === true ? await readBackArtifacts(ctx) : [...new Set(ctx.storedArtifactIds ?? [])];
       phase(ctx.log, "artifact_ids_listed");
     } catch (err) {
       if (err instanceof DetachedError || !outOfTime(ctx, err)) throw err;

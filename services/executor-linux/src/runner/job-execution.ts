@@ -332,8 +332,12 @@ async function runSteps(
     onReceipt(last);
     outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
+    // The last step's evidence goes in with the completion (one transaction); an earlier step's
+    // is stored now: the next step's owner marker needs its receipt stored first.
+    ctx.deferEvidence = i === stage.steps.length - 1;
     const { mismatch, stderr } = await storeStepEvidenceOf(ctx, step.name, run.runDir, run.receipt);
     if (!mismatch) await storeTestResults(ctx, stage.jobDir, step, run.receipt, stderr);
+    ctx.deferEvidence = false;
     phase(log, "evidence_stored");
     const verdict = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, i === 0, i === stage.steps.length - 1);
     if (!verdict.next) {
@@ -514,7 +518,7 @@ export async function adoptClaimed(
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
   // The attempt's private directory is named by the fence it was claimed with; every write
   // from here on carries the new fence the adoption took (active.fence).
-  const ctx: Ctx = { deps, log, active, bundle, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined };
+  const ctx: Ctx = { deps, log, active, bundle, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined, adopted: true };
   // A job user's staged tree of this attempt (if one was made) goes with the attempt at the end.
   if (deps.containment !== undefined && (bundle.containment?.isolationClaim ?? "none") !== "none") {
     ctx.jobStageDir = jobUserStageDir(deps.containment.settings.jobRoot, ctx.base);
@@ -568,8 +572,10 @@ export async function adoptClaimed(
       return r ? [stepResultOf(n, r)] : [];
     });
     steps.push(stepResultOf(stepName, run.receipt));
+    ctx.deferEvidence = index === names.length - 1;
     const { mismatch, stderr } = await storeStepEvidenceOf(ctx, stepName, run.runDir, run.receipt);
     if (!mismatch) await storeTestResults(ctx, ctx.jobStageDir ?? stageDirOf(ctx.base), bundle.inspection?.steps[index], run.receipt, stderr);
+    ctx.deferEvidence = false;
     const v = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, index === 0, index === names.length - 1);
     if (!v.next) {
       await finish(ctx, v, run.receipt, steps);
