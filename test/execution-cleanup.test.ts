@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readFacilityReport } from "../services/executor-linux/src/supervisor-client/index.js";
 import { defaultContainmentSettings, nodeContainment } from "../services/executor-linux/src/supervisor-client/node-containment.js";
 import { createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { alive, bundleFor, EXECUTION_TEST_OWNER, pollUntil, processesUnder, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { alive, bundleFor, closeStackAndLeftovers, EXECUTION_TEST_OWNER, pollUntil, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
 
 /**
  * Durable jobs whose evidence cannot be trusted, through the jobs service and real executor and
@@ -40,15 +40,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  const leftovers = stack ? processesUnder(stack.dir) : [];
-  await stack?.close();
-  for (const pid of leftovers) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      // gone
-    }
-  }
+  await closeStackAndLeftovers(stack);
   for (const r of repos) await r.cleanup();
 });
 

@@ -6,7 +6,7 @@ import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { bundleFor, processesUnder, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
+import { bundleFor, closeStackAndLeftovers, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 
 /**
@@ -39,15 +39,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (nats?.pid === undefined) await startNats().catch(() => undefined);
-  const leftovers = stack ? processesUnder(stack.dir) : [];
-  await stack?.close();
-  for (const pid of leftovers) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      // gone
-    }
-  }
+  await closeStackAndLeftovers(stack);
   await nats?.close();
   for (const r of repos) await r.cleanup();
 });

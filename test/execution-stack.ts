@@ -336,3 +336,16 @@ export async function simulateReboot(stack: ExecutionStack): Promise<void> {
   const current = (await readFile(stack.bootIdFile, "utf8")).trim();
   await writeFile(stack.bootIdFile, `${current.slice(0, -4)}beef\n`);
 }
+
+/** Closes the stack, then SIGKILLs (by pid) whatever still runs from its private directory (and `also`). */
+export async function closeStackAndLeftovers(stack: ExecutionStack | undefined, also: readonly number[] = []): Promise<void> {
+  const leftovers = [...also, ...(stack ? processesUnder(stack.dir) : [])];
+  await stack?.close();
+  for (const pid of leftovers) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+}

@@ -383,23 +383,24 @@ function checkJobUser(parsed: RunArgs, user: { uid: number; gid: number; name: s
 function notStarted(parsed: RunArgs, reason: string, message: string, resolvedExecutable: string | null): void {
   process.stderr.write(`seraph-exec run: ${message}\n`);
   if (!parsed.json) return;
-  const empty = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256 };
-  process.stdout.write(
-    `${JSON.stringify({
-      outcome: "failed",
-      reason,
-      message,
-      exitCode: null,
-      signal: null,
-      leftoverDescendants: 0,
-      echildObserved: false,
-      stdout: empty,
-      stderr: empty,
-      durationMs: 0,
-      commands: [{ name: "command", argv: parsed.argv, started: false }],
-      resolvedExecutable,
-    })}\n`,
-  );
+  process.stdout.write(`${JSON.stringify({ outcome: "failed", reason, message, ...receiptlessFields(parsed.argv, false, 0), resolvedExecutable })}\n`);
+}
+
+/** The stats of a stream nothing was read from. */
+const EMPTY_STREAM = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256, producedSha256: EMPTY_SHA256, headBytes: 0, tailBytes: 0, elidedBytes: 0 };
+
+/** The receipt's command fields for a run with no receipt: `started` false (nothing started) or null (unknown). */
+function receiptlessFields(argv: readonly string[], started: false | null, durationMs: number) {
+  return {
+    exitCode: null,
+    signal: null,
+    leftoverDescendants: 0,
+    echildObserved: false,
+    stdout: EMPTY_STREAM,
+    stderr: EMPTY_STREAM,
+    durationMs,
+    commands: [{ name: "command", argv: [...argv], started }],
+  };
 }
 
 const CANCEL_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
@@ -458,7 +459,6 @@ async function printReceipt(
  */
 function printUnknown(parsed: RunArgs, err: ControllerUnknownError, executable: string, runDir: string, durationMs: number): void {
   const marker = err.handle?.marker;
-  const empty = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256, producedSha256: EMPTY_SHA256, headBytes: 0, tailBytes: 0, elidedBytes: 0 };
   const supervisor = {
     pid: marker?.supervisor?.pid ?? 0,
     startTimeTicks: String(marker?.supervisor?.startTimeTicks ?? 0n),
@@ -469,14 +469,7 @@ function printUnknown(parsed: RunArgs, err: ControllerUnknownError, executable: 
   const fromReceipt = err.receipt !== undefined ? receiptToJson(err.receipt) : undefined;
   const object = {
     ...(fromReceipt ?? {
-      exitCode: null,
-      signal: null,
-      leftoverDescendants: 0,
-      echildObserved: false,
-      stdout: empty,
-      stderr: empty,
-      durationMs,
-      commands: [{ name: "command", argv: parsed.argv, started: null }],
+      ...receiptlessFields(parsed.argv, null, durationMs),
       supervisor,
       containment: null,
       controllerLossPolicy: "cancel",
