@@ -59,7 +59,8 @@ describe.skipIf(!isRoot)("seraph-exec run as root: a job user by default", () =>
   // A private TMPDIR (0700, root-owned, as mkdtemp makes it): run dirs are created inside it.
   const scratch = mkdtempSync(join(tmpdir(), "sxj-"));
   afterAll(() => rmSync(scratch, { recursive: true, force: true }));
-  const env = { TMPDIR: scratch };
+  // SERAPH_JOB_UID_BASE empty: the default base (64000), whatever the caller exports.
+  const env = { TMPDIR: scratch, SERAPH_JOB_UID_BASE: "" };
   const runDirs = (): string[] => readdirSync(scratch).filter((n) => n.startsWith("seraph-exec-"));
 
   it("without --job-user the command runs as uid = gid = 64064 (SERAPH_JOB_UID_BASE 64000 + 64) with no groups; SERAPH_JOB_UID_BASE moves it", async () => {

@@ -35,6 +35,8 @@ function startCli(args: readonly string[]): CliRun {
   const root = mkdtempSync(join(tmpdir(), "sxc-"));
   roots.push(root);
   const child = spawn(process.execPath, [BIN, "run", ...args], {
+    // cwd /: any job user can enter it (the checkout may sit below a directory it cannot).
+    cwd: "/",
     env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", TMPDIR: root, SERAPH_SCENARIO: tag },
     stdio: ["ignore", "pipe", "pipe"],
   });
