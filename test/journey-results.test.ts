@@ -85,6 +85,8 @@ describe("baseline vs patched through the API", () => {
     // The baseline document says "baseline, no patch", binds the same inspection and runs the same argv.
     const { document: bdoc } = await c.repairs.getBaselineApprovalDocument({ repairId });
     expect(bdoc).toMatchObject({ baseline: true, proposalId: "", inspectionSha256: repair?.inspection?.inspectionSha256 });
+    // The document binds the empty patch by its SHA-256 (what the bundle's diff hashes to).
+    expect(bdoc?.proposalSha256).toBe("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     expect(bdoc?.baselineNote).toMatch(/^baseline, no patch/);
     expect(bdoc?.steps[0]?.argv).toContain("--test-reporter-destination=../results/node-test.tap");
     await expectRefused(c.repairs.approveBaseline({ repairId, documentSha256: "0".repeat(64) }), Code.FailedPrecondition, "document_mismatch");

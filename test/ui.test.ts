@@ -11,6 +11,12 @@ import { startEmbedded, type Embedded } from "@seraph/embedded";
 import { createRootLogger } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch, pinnedNodeForTests, pythonForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
@@ -584,5 +590,47 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await waitText(page, "job-state", /^succeeded$/, 60_000);
     await waitText(page, "log-note-test-stderr", /^Complete: \d+ bytes/);
     expect(await page.getByTestId("log-test-stderr").innerText()).toMatch(/Ran 2 tests[\s\S]*OK/);
+  });
+
+  it("Test results: a baseline asked for on its own document, then the summary at the top and the patched run's tests, failures first with their messages", async (ctx) => {
+    if (!pythonForTests({ needPytest: false })) return ctx.skip("/usr/bin/python3 is not installed");
+    // The request, patch and approval go through the gateway's own Connect API (the Inspector's
+    // other tabs are covered above); the baseline is asked for and approved in the browser.
+    const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [(next) => (req) => { req.header.set("authorization", `Bearer ${token}`); return next(req); }] });
+    const [goals, repos, repairs] = [createClient(GoalService, transport), createClient(RepositoryService, transport), createClient(RepairService, transport)];
+    const more = "import unittest\n\n\nclass MoreTest(unittest.TestCase):\n    def test_known_bad(self):\n        self.assertEqual(1, 2, 'still broken')\n";
+    const fixture = await createPythonProject({ failing: true, parent: reposDir, extraFiles: { "tests/test_more.py": more } });
+    fixtures.push(fixture);
+    const { goal } = await goals.createGoal({ title: "results in the browser" });
+    const { repository } = await repos.registerRepository({ path: fixture.dir, name: "py-results" });
+    const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["calc", "tests"], allowedPatchPaths: ["calc"], acceptanceCriteria: "add adds", selection: "python\n-m\nunittest\ntests/test_ops.py\ntests/test_more.py" });
+    const repairId = repair!.id;
+    await page.goto(`${baseUrl}/#/repair/${repairId}/results`);
+    await page.getByRole("button", { name: "Show the baseline document" }).click();
+    await waitText(page, "baseline-note", /^Baseline, no patch\. baseline, no patch: the same selection/);
+    expect(await page.getByTestId("baseline").innerText()).toContain("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    await page.getByRole("button", { name: /^Approve exactly this baseline \(sha256 [0-9a-f]{12}…\)$/ }).click();
+    await page.getByText(/^Baseline approved \(document [0-9a-f]{12}…\); its job is queued\.$/).waitFor({ timeout: 10_000 });
+    const { proposal } = await repairs.proposePatch({ repairId, route: { case: "manualDiff", value: fixPythonAddPatch() } });
+    const { document } = await repairs.getApprovalDocument({ repairId, proposalId: proposal!.id });
+    await repairs.approve({ repairId, documentSha256: document!.documentSha256 });
+    await expect.poll(async () => {
+      const r = (await repairs.getRepair({ repairId })).repair;
+      return [r?.job?.state, r?.baselineJob?.state];
+    }, { timeout: 60_000, interval: 250 }).toEqual([JobState.FAILED, JobState.FAILED]);
+    await page.getByRole("button", { name: "Reload results" }).click();
+    await waitText(page, "results-summary", /1 fail → pass.*0 pass → fail \(regressions\).*1 pass → pass.*1 fail → fail.*0 new.*0 removed/s);
+    const rows = page.getByTestId("results-tests").locator("tbody tr");
+    expect(await rows.count()).toBe(3);
+    // Failures first, with the runner's message; then the rest with their badges and transitions.
+    const first = rows.nth(0);
+    expect(await first.locator(".badge").first().innerText()).toBe("Failed");
+    expect(await first.innerText()).toMatch(/test_known_bad in tests\/test_more\.py[\s\S]*fail → fail[\s\S]*AssertionError: 1 != 2 : still broken/);
+    expect(await rows.nth(1).innerText()).toMatch(/Passed[\s\S]*test_add\b[\s\S]*fail → pass/);
+    expect(await rows.nth(2).innerText()).toMatch(/Passed[\s\S]*test_add_zero[\s\S]*pass → pass/);
+    expect(await page.getByTestId("results-run-patched").innerText()).toMatch(/3 tests: 2 passed, 1 failed, 0 skipped, 0 todo, 0 cancelled \(unittest_verbose\)/);
+    expect(await page.getByTestId("results-run-baseline").innerText()).toMatch(/Baseline run \(no patch\)[\s\S]*1 passed, 2 failed/);
+    await page.screenshot({ path: join(SCREENSHOTS, "inspector-test-results.png"), fullPage: true });
+    await expectAccessible(page, "inspector: test results");
   });
 });

@@ -100,8 +100,9 @@ export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
   if (i.baseline === true) {
     doc.baseline = true;
     doc.baselineNote = BASELINE_NOTE;
+    // No proposal: the patch is the empty one, and the document binds its SHA-256.
     doc.proposalId = "";
-    doc.proposalSha256 = "";
+    doc.proposalSha256 = sha256Hex("");
   }
   const tests = patchChangedTests(i.changedPaths ?? [], i.inspection);
   if (tests.length > 0) {

@@ -12,6 +12,7 @@ import type { ViewContext } from "../view.js";
 import { diffView } from "./diff-view.js";
 import { recordedPreflight, untrustedTests } from "./preflight-render.js";
 import { driftTable, identitiesTable, limitsTable, reasonsTable, selectionName, stepView } from "./profile-render.js";
+import { resultsView } from "./results-view.js";
 import { stepLog, type StepLog } from "./step-logs.js";
 
 /** The inspector's tabs, in order; the key is the last part of the URL (#/repair/ID/KEY). */
@@ -21,6 +22,7 @@ export const INSPECTOR_TABS = [
   ["proposal", "Consent & proposal"],
   ["approval", "Approval"],
   ["job", "Job & logs"],
+  ["results", "Test results"],
   ["artifacts", "Artifacts"],
   ["recovery", "Recovery"],
 ] as const;
@@ -767,6 +769,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     renderJob(r.job, r);
     replace(preflightBody, recordedPreflight(r.job));
     renderResults(r.job, r);
+    testResults.update(r);
     renderRecovery(r.job);
   };
 
@@ -885,6 +888,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     recoverResult,
   );
   const recoveryNone = h("p", { class: "empty" }, "No recovery is needed: recovery is only for a job whose outcome is unknown.");
+  const testResults = resultsView(ctx, repairId, (r) => apply(r, "ApproveBaseline"));
   const panels: Record<string, HTMLElement> = {
     request: section("Request", 2, summaryBody),
     inspection: h("div", null, section("Inspection", 2, inspectionBody), section("Source files", 2, sourcesBody, sourceStatus.el, sourceView)),
@@ -910,6 +914,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       section("Job", 2, jobBody, field("Cancellation reason", cancelReason), h("div", { class: "actions" }, cancelButton), cancelStatus.el),
       section("Recorded job preflight", 2, preflightBody),
     ),
+    results: testResults.el,
     artifacts: section("Steps and artifacts", 2, resultsBody, artifactStatus.el, artifactView),
     recovery: h("div", null, recoveryNone, recoverySection),
   };
