@@ -3,7 +3,7 @@ import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/ser
 import { ExecutionBundleSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { approvalDocumentSha256 } from "@seraph/profiles";
+import { approvalDocumentSha256, sha256Hex } from "@seraph/profiles";
 import { NODE_CLEANUP_CLAIM } from "@seraph/profiles/node24-npm";
 import { PYTHON_CLEANUP_CLAIM, PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { patchChangedTests, UNTRUSTED_TEST_NOTE } from "./untrusted-tests.js";
@@ -48,7 +48,7 @@ export interface ApprovalInputs {
   readonly containment?: NodeContainment | undefined;
   /** The paths the proposal adds, changes or deletes (its tests among them are shown as untrusted evidence). */
   readonly changedPaths?: readonly string[];
-  /** A baseline run: the same selection on the unpatched snapshot, no patch (proposal id and sha256 empty). */
+  /** A baseline run: the same selection on the unpatched snapshot, no patch (no proposal id; the proposal sha256 is the empty patch's). */
   readonly baseline?: boolean;
 }
 
