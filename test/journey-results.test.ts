@@ -164,6 +164,9 @@ describe("baseline vs patched through the API", () => {
     expect(text.out).toMatch(/FAILED +sub subtracts .*pass→fail {2}\[untrusted: patch-changed test\]/);
     expect(text.out).toContain("known bad");
     expect(text.out).toContain("REMOVED   old check");
+    const show = await seraph(["repair", "show", repairId]);
+    expect(show.out).toMatch(/\n {2}baseline {5}\S+ {2}document [0-9a-f]{64} \(no patch\)/);
+    expect(show.out).toContain(`results: seraph repair results ${repairId.slice(0, 8)}`);
     const json = await seraph(["--json", "repair", "results", repairId]);
     expect(json.code).toBe(3);
     const parsed = JSON.parse(json.out) as { comparison: { valid: boolean; counts: Record<string, number> } };

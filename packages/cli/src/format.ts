@@ -130,6 +130,11 @@ export function repairText(r: Repair, colour = false): string {
   }
   if (r.approval) lines.push(`  approval     ${r.approval.id}  document ${r.approval.documentSha256}  by ${r.approval.approvedBy} at ${time(r.approval.approvedUnixMs)}, valid until ${time(r.approval.expiresUnixMs)}`);
   if (r.job) lines.push(`  ${jobLine(r.job)}`, ...jobDetails(r.job), ...preflightText(r.job));
+  if (r.baselineApproval) {
+    lines.push(`  baseline     ${r.baselineApproval.id}  document ${r.baselineApproval.documentSha256} (no patch)  by ${r.baselineApproval.approvedBy} at ${time(r.baselineApproval.approvedUnixMs)}`);
+    if (r.baselineJob) lines.push(`  baseline ${jobLine(r.baselineJob)}`);
+    lines.push(`  results: seraph repair results ${r.id.slice(0, 8)}`);
+  }
   return `${lines.join("\n")}\n`;
 }
 
