@@ -89,7 +89,9 @@ describe.skipIf(freezerMissing)("durable jobs whose evidence cannot be trusted",
     mkdirSync(cgroup);
     let frozen: number[] = [];
     try {
-      const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { limits: ["wall_ms=12000"] }) });
+      // The budget is the job's deadline: short, yet long enough for a loaded host to start the
+      // test and freeze its child before the supervisor's cleanup begins (deadline − reserve).
+      const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { limits: ["wall_ms=15000"] }) });
       await pollUntil(async () => tagged(tag).length === 1, 30_000, "the fixture's child");
       frozen = tagged(tag);
       writeFileSync(join(cgroup, "cgroup.procs"), `${frozen[0]}\n`);
