@@ -10,7 +10,7 @@ import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { TestStatus, TestTransition, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
 import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 // Baseline vs patched through the API (real jobs, api and executor, real PostgreSQL, the real
@@ -191,4 +191,42 @@ describe("baseline vs patched through the API", () => {
     const eve = await c.principals.createPrincipal({ name: "eve-results", newRoot: true });
     await expectRefused(stack.clients(eve.secret).repairs.getRepairResults({ repairId }), Code.NotFound);
   }, 60_000);
+
+  it("a baseline whose repository drifts after its approval is rejected at staging, and the comparison is invalid and says why", async () => {
+    const c = stack.operator;
+    const { goal } = await c.goals.createGoal({ title: "drift at staging" });
+    const create = async (name: string, files: Record<string, string> = {}) => {
+      const dir = await createJsTestProject({ parent: stack.root, name, failing: true, extraFiles: files });
+      const { repository } = await c.repositories.registerRepository({ path: dir.dir });
+      const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
+      return { dir: dir.dir, id: repair!.id };
+    };
+    const baseline = async (id: string) => {
+      const { document } = await c.repairs.getBaselineApprovalDocument({ repairId: id });
+      return c.repairs.approveBaseline({ repairId: id, documentSha256: document!.documentSha256 });
+    };
+    const target = await create("staging-drift");
+    const { proposal } = await c.repairs.proposePatch({ repairId: target.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+    const { document } = await c.repairs.getApprovalDocument({ repairId: target.id, proposalId: proposal!.id });
+    await c.repairs.approve({ repairId: target.id, documentSha256: document!.documentSha256 });
+    expect((await finished(target.id)).job?.state).toBe(JobState.SUCCEEDED);
+    // Another repair's baseline holds the node's one slot for a while …
+    const slow = await create("slot-holder", { "test/math.test.js": 'import test from "node:test";\ntest("slow", () => new Promise((r) => setTimeout(r, 6000)));\n' });
+    await baseline(slow.id);
+    await expect.poll(async () => (await c.repairs.getRepair({ repairId: slow.id })).repair?.baselineJob?.state, { timeout: 30_000, interval: 100 }).toBe(JobState.RUNNING);
+    // … so the target's baseline, approved now on the unchanged repository, waits; then the repository changes.
+    const queued = await baseline(target.id);
+    expect([JobState.QUEUED, JobState.RESERVED]).toContain(queued.repair?.baselineJob?.state);
+    await writeFile(join(target.dir, "src/math.js"), "export function add(a, b) {\n  return a * b;\n}\n");
+    const done = await finished(target.id, true);
+    expect([done.baselineJob?.state, done.baselineJob?.outcome]).toEqual([JobState.REJECTED, "rejected_drift"]);
+    const res = await c.repairs.getRepairResults({ repairId: target.id });
+    expect(res.baseline?.availability).toBe("not_stored");
+    expect(res.comparison).toMatchObject({ valid: false, invalidReason: "baseline_run_not_completed", entries: [] });
+    expect(res.comparison?.invalidMessage).toContain("rejected_drift");
+    // The patched run's own results and outcome are unchanged.
+    expect(res.patched?.results?.state).toBe("parsed");
+    expect(res.patched?.jobState).toBe(JobState.SUCCEEDED);
+    await finished(slow.id, true);
+  }, 90_000);
 });
