@@ -252,6 +252,11 @@ describe("seraph CLI outcomes", () => {
     expect(shown.out).toMatch(/^repair [0-9a-f-]{36}  \[UNKNOWN\]\n  RECOVERY NEEDED/);
     expect(shown.out).toContain(`seraph repair recover ${slowId.slice(0, 8)}`);
     expect(shown.out).toMatch(/sha256 [0-9a-f]{64}/);
+    // The job's recorded preflight, as the executor recorded it at claim (issue 14).
+    expect(shown.out).toContain("recorded job preflight (evidence recorded when this job was prepared on its executor; not a fresh readiness claim");
+    expect(shown.out).toMatch(/ {6}preparation recorded at \d{4}-\d\d-\d\dT/);
+    expect(shown.out).toMatch(/ {6}runtime \S+ v24\.15\.0 {2}sha256 [0-9a-f]{64}/);
+    expect(shown.out).toMatch(/ {6}linux facilities ok \(x64 /);
 
     // The only slot stays held by the unknown job: the next job waits, and says behind what.
     const failId = await openRepair("stillfails");
