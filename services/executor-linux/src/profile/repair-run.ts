@@ -18,6 +18,8 @@ import { blockReason, defaultLimits, limitValues } from "@seraph/profiles";
 import { checkPatchPaths } from "./patch.js";
 import { applyPatchToStage, removeJobDir, stageRepository, type StagedRepository } from "./stage.js";
 import { digestTree, type TreeDigest } from "./tree-digest.js";
+import { TestResultsSchema } from "@seraph/proto/seraph/profile/v1/results_pb.js";
+import { readStepReport } from "./test-results.js";
 
 /**
  * Runs one supervised command sequence and resolves to its receipt. In production this is the
@@ -63,6 +65,11 @@ export interface StepReport {
   /** The last bytes (at most 4 KiB) of the step's kept stdout/stderr journals, when readable. */
   readonly stdoutTail?: string;
   readonly stderrTail?: string;
+  /**
+   * The test step's per-test results (protobuf JSON of TestResults), parsed from the report its
+   * argv wrote (see test-results.ts); absent for other steps and when the step did not start.
+   */
+  readonly results?: JsonValue;
 }
 
 /** How much of each journal's end the report carries. */
@@ -289,6 +296,13 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
     const stepOutcome = mismatch ? "unknown" : outcomeName(receipt.outcome);
     const stdoutTail = outTail === "mismatch" ? undefined : outTail;
     const stderrTail = errTail === "mismatch" ? undefined : errTail;
+    let results: JsonValue | undefined;
+    if (step.name === "test" && result?.started && !mismatch) {
+      // The stderr journal was just verified against the receipt (journalTail); unittest's report is it.
+      const stderr = await readFile(join(spec.runDir, journalFileName(0, "stderr"))).catch(() => undefined);
+      const testFiles = step.displayArgv.slice(1).filter((t) => !t.startsWith("-") && /\.(test\.m?js|py)$/.test(t));
+      results = toJson(TestResultsSchema, (await readStepReport(stage.jobDir, stage.packageDir, step, testFiles, stderr)).results);
+    }
     steps.push({
       name: step.name,
       argv: step.argv,
@@ -299,6 +313,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       receipt: receiptToJson(receipt),
       ...(stdoutTail !== undefined ? { stdoutTail } : {}),
       ...(stderrTail !== undefined ? { stderrTail } : {}),
+      ...(results !== undefined ? { results } : {}),
     });
     outputLeft = Math.max(0, outputLeft - Number(receipt.outputKeptBytes));
     if (stepOutcome !== "succeeded") {

@@ -45,6 +45,12 @@ export function formatRepairText(report: RepairRunReport): string {
     lines.push(`  argv: ${s.argv.join(" ")}`);
     if (s.stdoutTail) lines.push(`  stdout (tail):\n${s.stdoutTail.replace(/^/gm, "    ")}`);
     if (s.stderrTail) lines.push(`  stderr (tail):\n${s.stderrTail.replace(/^/gm, "    ")}`);
+    const r = s.results as { state?: string; reason?: string; format?: string; counts?: Record<string, number>; tests?: { key?: string; status?: string }[] } | undefined;
+    if (r?.state === "parsed") {
+      const c = r.counts ?? {};
+      lines.push(`  tests (${r.format ?? ""}): ${c["total"] ?? 0} — ${c["passed"] ?? 0} passed, ${c["failed"] ?? 0} failed, ${c["skipped"] ?? 0} skipped, ${c["todo"] ?? 0} todo, ${c["cancelled"] ?? 0} cancelled`);
+      for (const t of r.tests ?? []) lines.push(`    ${(t.status ?? "").replace("TEST_STATUS_", "").padEnd(9)} ${t.key ?? ""}`);
+    } else if (r?.state) lines.push(`  tests: ${r.state}${r.reason ? ` (${r.reason})` : ""}`);
   }
   lines.push(`repository unchanged: ${report.repositoryUnchanged === null ? "not proved (tree too large)" : String(report.repositoryUnchanged)}`);
   lines.push(`duration: ${report.durationMs} ms of ${report.wallMs} ms wall`);
