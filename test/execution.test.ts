@@ -74,7 +74,8 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     expect(done.steps.map((s) => [s.name, s.started, s.passed, s.exitCode])).toEqual([["test", true, true, 0]]);
     expect(done.steps[0]?.argv[0]).toBe(stack.runtime);
     const kinds = done.artifacts.map((a) => a.kind).sort();
-    expect(kinds).toEqual(["applied_diff", "receipt", "step_receipt", "test_output", "test_output"]);
+    // The test step's TAP report (written by the approved argv) and the per-test results parsed from it.
+    expect(kinds).toEqual(["applied_diff", "receipt", "step_receipt", "test_output", "test_output", "test_report", "test_results"]);
     expect(done.artifacts.every((a) => a.readbackVerified)).toBe(true);
     for (const a of done.artifacts) {
       const back = await stack.client.readArtifact({ artifactId: a.id });
@@ -114,6 +115,8 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
       "stage.manifest.json",
       "test.receipt.binpb",
       "test.receipt.json",
+      "test.report.tap",
+      "test.results.json",
       "test.stderr",
       "test.stdout",
     ]);

@@ -23,7 +23,7 @@ function fakeJobs(calls: Calls, behave: { getJob?: () => Promise<unknown>; compl
   } as unknown as Client<typeof JobsService>;
 }
 
-function ctxWith(jobs: Client<typeof JobsService>, deadlineMs: number, markerRecorded = true): Ctx {
+function ctxWith(jobs: Client<typeof JobsService>, deadlineMs: number, markerRecorded = true, extra: Partial<Ctx> = {}): Ctx {
   return {
     deps: {
       jobs,
@@ -44,6 +44,7 @@ function ctxWith(jobs: Client<typeof JobsService>, deadlineMs: number, markerRec
     deadlineMs,
     slotIndex: 0,
     markerRecorded,
+    ...extra,
   };
 }
 
@@ -52,7 +53,8 @@ const unavailable = () => Promise.reject(new ConnectError("jobs service down", C
 describe("complete(): readback and completion are bounded by the attempt's one absolute deadline", () => {
   it("a jobs service that never answers: retries stop at the deadline and the one completion sent past it is UNKNOWN deadline_exhausted_before_proof", async () => {
     const calls: Calls = { complete: [], getJob: 0 };
-    const ctx = ctxWith(fakeJobs(calls, { getJob: unavailable, completeJob: unavailable }), Date.now() + 400);
+    // Re-adopted, so the artifacts are listed with GetJob (the call that never answers either).
+    const ctx = ctxWith(fakeJobs(calls, { getJob: unavailable, completeJob: unavailable }), Date.now() + 400, true, { adopted: true });
     const job = await complete(ctx, { state: JobState.FAILED, outcome: "failed", message: "the test failed" });
     expect(job).toBeUndefined();
     expect(Date.now()).toBeGreaterThanOrEqual(ctx.deadlineMs);
@@ -94,7 +96,18 @@ describe("complete(): readback and completion are bounded by the attempt's one a
 });
 
 describe("complete(): evidence goes to CompleteJob without reading each artifact back", () => {
-  it("one GetJob lists the stored artifacts, no ReadArtifact is made, and every stored id is sent for the jobs service to prove", async () => {
+  it("a fresh attempt sends the ids StoreArtifact answered and the artifacts kept for completion, with no GetJob and no ReadArtifact", async () => {
+    const calls: Calls = { complete: [], getJob: 0 };
+    const kept = [{ kind: "test_output", name: "test.stdout", content: new TextEncoder().encode("ok\n"), sha256: "c".repeat(64) }];
+    const jobs = fakeJobs(calls, { completeJob: async (req) => ({ job: { id: req.jobId, state: req.state, outcome: req.outcome } }) });
+    const ctx = ctxWith(jobs, Date.now() + 60_000, true, { storedArtifactIds: ["a1", "a2", "a1"], completionArtifacts: kept });
+    expect((await complete(ctx, { state: JobState.SUCCEEDED, outcome: "succeeded", message: "" }))?.outcome).toBe("succeeded");
+    expect(calls.getJob).toBe(0);
+    expect(calls.complete[0]?.artifactIds).toEqual(["a1", "a2"]);
+    expect(calls.complete[0]?.artifacts.map((a) => a.name)).toEqual(["test.stdout"]);
+  });
+
+  it("a re-adopted attempt: one GetJob lists the stored artifacts, no ReadArtifact is made, and every stored id is sent for the jobs service to prove", async () => {
     const calls: Calls = { complete: [], getJob: 0 };
     let reads = 0;
     const artifacts = [
@@ -109,7 +122,7 @@ describe("complete(): evidence goes to CompleteJob without reading each artifact
         throw new Error("ReadArtifact must not be called");
       },
     } as unknown as Client<typeof JobsService>;
-    const job = await complete(ctxWith(jobs, Date.now() + 60_000), { state: JobState.FAILED, outcome: "failed", message: "" });
+    const job = await complete(ctxWith(jobs, Date.now() + 60_000, true, { adopted: true }), { state: JobState.FAILED, outcome: "failed", message: "" });
     expect(job?.outcome).toBe("failed");
     expect(calls.getJob).toBe(1);
     expect(reads).toBe(0);
