@@ -16,6 +16,7 @@ import {
   RepairState,
   StreamOutputResponseSchema,
   WatchRepairResponseSchema,
+  type ApprovalDocument,
   type Repair,
 } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -32,6 +33,24 @@ const REPAIR_ID = { name: "REPAIR_ID", help: "the repair's id, or a unique prefi
 /** The repair the first positional names (full id or unique prefix). */
 async function repairArg(ctx: CommandContext, positionals: readonly string[]): Promise<string> {
   return resolveRepair(await ctx.api(), positionals[0] as string);
+}
+
+/**
+ * Prints an approval document and asks for "yes" on a terminal (unless `yes`): false when the
+ * prompt is declined; without a terminal, a UsageError (exit 2, nothing approved; with --json the
+ * document is printed first so it can be reviewed).
+ */
+async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: boolean, command: "approve" | "baseline"): Promise<boolean> {
+  if (!ctx.json) ctx.io.stdout.write(documentText(doc));
+  if (yes) return true;
+  if (!ctx.io.stdinIsTTY) {
+    if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }) })}\n`);
+    throw new UsageError(`refusing to approve without a terminal to confirm on: review the document (seraph repair ${command} ID --json shows it) and pass --yes`, { showUsage: false });
+  }
+  const answer = await ctx.io.readLine(`Approve exactly this ${command === "baseline" ? "baseline " : ""}document (sha256 ${doc.documentSha256})? Type "yes": `);
+  if (answer === "yes") return true;
+  ctx.say("not approved");
+  return false;
 }
 
 /** True when the repair can change no more, or its job ended (unknown included). */
@@ -334,19 +353,7 @@ export const repair: CommandGroup = {
         }
         const { document } = await api.repairs.getApprovalDocument({ repairId, proposalId });
         const doc = document!;
-        if (!ctx.json) ctx.io.stdout.write(documentText(doc));
-        if (values["yes"] !== true) {
-          if (!ctx.io.stdinIsTTY) {
-            // The refusal points at --json to review the document: print it (nothing is approved).
-            if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }) })}\n`);
-            throw new UsageError("refusing to approve without a terminal to confirm on: review the document (seraph repair approve ID --json shows it) and pass --yes", { showUsage: false });
-          }
-          const answer = await ctx.io.readLine(`Approve exactly this document (sha256 ${doc.documentSha256})? Type "yes": `);
-          if (answer !== "yes") {
-            ctx.say("not approved");
-            return 1;
-          }
-        }
+        if (!(await confirmDocument(ctx, doc, values["yes"] === true, "approve"))) return 1;
         const res = await api.repairs.approve({ repairId, documentSha256: doc.documentSha256 });
         if (ctx.json) {
           ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }), ...(toJson(ApproveResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
@@ -371,15 +378,7 @@ export const repair: CommandGroup = {
         const api = await ctx.api();
         const repairId = await repairArg(ctx, positionals);
         const doc = (await api.repairs.getBaselineApprovalDocument({ repairId })).document!;
-        if (!ctx.json) ctx.io.stdout.write(documentText(doc));
-        if (values["yes"] !== true) {
-          if (!ctx.io.stdinIsTTY) throw new UsageError("refusing to approve without a terminal to confirm on: review the document and pass --yes", { showUsage: false });
-          const answer = await ctx.io.readLine(`Approve exactly this baseline document (sha256 ${doc.documentSha256})? Type "yes": `);
-          if (answer !== "yes") {
-            ctx.say("not approved");
-            return 1;
-          }
-        }
+        if (!(await confirmDocument(ctx, doc, values["yes"] === true, "baseline"))) return 1;
         const res = await api.repairs.approveBaseline({ repairId, documentSha256: doc.documentSha256 });
         if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }), ...(toJson(ApproveBaselineResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
         ctx.say(`baseline approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);

@@ -40,7 +40,7 @@ import type { ApiLimiters } from "../limits.js";
 import { findOwnedGoal } from "../goals/goal.repository.js";
 import { requestPatch, type ModelClientDeps } from "../model-route/model-client.js";
 import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../model-route/prompt.js";
-import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle } from "../approval/approval-document.js";
+import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle, type ApprovalInputs } from "../approval/approval-document.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
 import { isInstanceOperator } from "../principals/principal.repository.js";
 import { findOwnedRepository } from "../repositories/repository.repository.js";
@@ -353,6 +353,29 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         { field: "document_sha256" },
       );
     }
+  }
+
+  /** The approval document of the repair's current inspection and bindings, issued at `at` (a proposal's, or the baseline's). */
+  function documentFor(row: RepairRow, settings: SandboxSettings, at: Date, what: Pick<ApprovalInputs, "proposalId" | "proposalSha256" | "changedPaths" | "baseline">): ApprovalDocument {
+    const inspection = repairInspection(row);
+    if (!inspection) throw new FailedPreconditionError("inspection_blocked", "The repair has no inspection.");
+    return buildApprovalDocument({
+      repairId: row.id,
+      ...what,
+      inspection,
+      goalId: row.goal_id,
+      goalRevision: row.goal_revision,
+      settingsRevision: BigInt(row.settings_revision),
+      repositoryPath: row.repository_path,
+      nodeId: row.node_id,
+      runtimePath: settings.runtimePath,
+      ownerId: row.owner_id,
+      allowedPatchPaths: row.allowed_patch_paths,
+      issuedUnixMs: at.getTime(),
+      expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
+      supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
+      containment: row.containment !== null ? fromBinary(NodeContainmentSchema, row.containment) : undefined,
+    });
   }
 
   /** Queues the baseline job of a baseline approval once (idempotent per approval id) and records it. */
@@ -716,27 +739,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const at = new Date(now());
       const live = await findLiveDocument(db, row.id, proposal.id, at);
       if (live) return { document: fromBinary(ApprovalDocumentSchema, live.document) };
-      const inspection = repairInspection(row);
-      if (!inspection) throw new FailedPreconditionError("inspection_blocked", "The repair has no inspection.");
-      const doc = buildApprovalDocument({
-        repairId: row.id,
-        proposalId: proposal.id,
-        proposalSha256: proposal.diffSha256,
-        inspection,
-        goalId: row.goal_id,
-        goalRevision: row.goal_revision,
-        settingsRevision: BigInt(row.settings_revision),
-        repositoryPath: row.repository_path,
-        nodeId: row.node_id,
-        runtimePath: settings.runtimePath,
-        ownerId: row.owner_id,
-        allowedPatchPaths: row.allowed_patch_paths,
-        issuedUnixMs: at.getTime(),
-        expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
-        supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
-        containment: row.containment !== null ? fromBinary(NodeContainmentSchema, row.containment) : undefined,
-        changedPaths: proposal.changedPaths,
-      });
+      const doc = documentFor(row, settings, at, { proposalId: proposal.id, proposalSha256: proposal.diffSha256, changedPaths: proposal.changedPaths });
       await insertDocument(db, {
         id: newId(),
         repair_id: row.id,
@@ -859,27 +862,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const at = new Date(now());
       const live = await findLiveBaselineDocument(db, row.id, at);
       if (live) return { document: fromBinary(ApprovalDocumentSchema, live.document) };
-      const inspection = repairInspection(row);
-      if (!inspection) throw new FailedPreconditionError("inspection_blocked", "The repair has no inspection.");
-      const doc = buildApprovalDocument({
-        repairId: row.id,
-        proposalId: "",
-        proposalSha256: sha256Hex(""),
-        inspection,
-        goalId: row.goal_id,
-        goalRevision: row.goal_revision,
-        settingsRevision: BigInt(row.settings_revision),
-        repositoryPath: row.repository_path,
-        nodeId: row.node_id,
-        runtimePath: settings.runtimePath,
-        ownerId: row.owner_id,
-        allowedPatchPaths: row.allowed_patch_paths,
-        issuedUnixMs: at.getTime(),
-        expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
-        supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
-        containment: row.containment !== null ? fromBinary(NodeContainmentSchema, row.containment) : undefined,
-        baseline: true,
-      });
+      const doc = documentFor(row, settings, at, { proposalId: "", proposalSha256: sha256Hex(""), baseline: true });
       await insertBaselineDocument(db, {
         id: newId(),
         repair_id: row.id,
