@@ -229,4 +229,26 @@ describe("baseline vs patched through the API", () => {
     expect(res.patched?.jobState).toBe(JobState.SUCCEEDED);
     await finished(slow.id, true);
   }, 90_000);
+
+  it("a run whose runner died mid-report is results_unparsed with the reason, its raw output still stored, no test guessed", async () => {
+    const c = stack.operator;
+    const { goal } = await c.goals.createGoal({ title: "unparsable" });
+    // The test kills its runner (the node --test parent) and lingers: the TAP report stops after its header.
+    const dir = await createJsTestProject({ parent: stack.root, name: "runner-dies", extraFiles: { "test/math.test.js": 'import test from "node:test";\ntest("kills the runner", () => { process.kill(process.ppid, "SIGKILL"); return new Promise(() => {}); });\n' } });
+    const { repository } = await c.repositories.registerRepository({ path: dir.dir });
+    const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
+    const { document } = await c.repairs.getBaselineApprovalDocument({ repairId: repair!.id });
+    await c.repairs.approveBaseline({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+    const done = await finished(repair!.id, true);
+    expect(done.baselineJob?.steps[0]?.signal).toBe("SIGKILL");
+    const res = await c.repairs.getRepairResults({ repairId: repair!.id });
+    const r = res.baseline?.results;
+    expect(r?.state).toBe("results_unparsed");
+    expect(["tap_invalid", "summary_missing"]).toContain(r?.reason);
+    expect(r?.tests).toEqual([]);
+    // The raw evidence is there, by sha256: the stdout/stderr and the TAP as the runner left it.
+    const kinds = done.baselineJob!.artifacts.map((a) => a.kind);
+    expect(kinds).toEqual(expect.arrayContaining(["test_output", "test_report", "test_results"]));
+    expect(done.baselineJob!.artifacts.find((a) => a.kind === "test_report")?.sha256).toBe(r?.sourceSha256);
+  }, 60_000);
 });
