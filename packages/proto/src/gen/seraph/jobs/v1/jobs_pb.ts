@@ -228,7 +228,9 @@ export type Artifact = Message<"seraph.jobs.v1.Artifact"> & {
   id: string;
 
   /**
-   * "build_output", "test_output", "applied_diff", "receipt".
+   * "build_output", "test_output", "applied_diff", "receipt", "step_receipt", "stage_manifest",
+   * "cleanup_receipt", "test_report" (the raw per-test report) and "test_results" (TestResults
+   * parsed from it, protobuf JSON).
    *
    * @generated from field: string kind = 2;
    */
