@@ -169,12 +169,28 @@ export async function spawnSupervisorProcess(
   options: { readonly entry: string; readonly nodePath: string; readonly startTimeoutMs: number; readonly compileCacheDir?: string | undefined; readonly onExit?: (pid: number) => void },
 ): Promise<number> {
   const runDir = dirname(specPath);
+  return (await spawnDetached(runDir, [options.entry, "--spec", specPath], [RunDirFiles.marker, RunDirFiles.socket], options)).pid;
+}
+
+/**
+ * Starts `<nodePath> ...args` detached from us (own session, stdio ignored but stderr into the
+ * run dir, no inherited environment, unref'd) and waits (bounded) until every file of `ready`
+ * exists in `runDir`. A process that dies first fails with the end of its log; one not ready in
+ * time is sent SIGTERM (still our unreaped child, so its pid cannot have been reused). Returns the
+ * child's pid and a promise of its exit.
+ */
+export async function spawnDetached(
+  runDir: string,
+  args: readonly string[],
+  ready: readonly string[],
+  options: { readonly nodePath: string; readonly startTimeoutMs: number; readonly compileCacheDir?: string | undefined; readonly onExit?: (pid: number) => void },
+): Promise<{ pid: number; exited: Promise<void> }> {
   if (options.compileCacheDir !== undefined) prepareCompileCacheDir(options.compileCacheDir);
   const stderrFd = openSync(join(runDir, STDERR_FILE), "a", 0o600);
   let exited: string | undefined;
   let child;
   try {
-    child = spawn(options.nodePath, [options.entry, "--spec", specPath], {
+    child = spawn(options.nodePath, args, {
       detached: true,
       stdio: ["ignore", "ignore", stderrFd],
       // Nothing inherited; only node's compile cache when one is given (the commands get the
@@ -185,22 +201,24 @@ export async function spawnSupervisorProcess(
   } finally {
     closeSync(stderrFd);
   }
-  child.once("error", (err) => {
-    exited ??= `could not start: ${err.message}`;
-  });
-  child.once("exit", (code, signal) => {
-    exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}`;
-    if (child.pid !== undefined) options.onExit?.(child.pid);
-    if (child.pid !== undefined) ownChildren.delete(child.pid);
+  const gone = new Promise<void>((r) => {
+    child.once("error", (err) => {
+      exited ??= `could not start: ${err.message}`;
+      r();
+    });
+    child.once("exit", (code, signal) => {
+      exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}`;
+      if (child.pid !== undefined) options.onExit?.(child.pid);
+      if (child.pid !== undefined) ownChildren.delete(child.pid);
+      r();
+    });
   });
   child.unref();
   if (child.pid !== undefined) ownChildren.set(child.pid, child);
 
-  const markerPath = join(runDir, RunDirFiles.marker);
-  const socketPath = join(runDir, RunDirFiles.socket);
   const until = Date.now() + options.startTimeoutMs;
   for (;;) {
-    if (existsSync(markerPath) && existsSync(socketPath)) break;
+    if (ready.every((f) => existsSync(join(runDir, f)))) break;
     if (exited !== undefined) throw new SupervisorLaunchError(`supervisor ${exited} before it was ready`, logTail(runDir));
     if (Date.now() >= until) {
       child.kill("SIGTERM");
@@ -209,7 +227,7 @@ export async function spawnSupervisorProcess(
     await new Promise((r) => setTimeout(r, 5));
   }
   if (child.pid === undefined) throw new SupervisorLaunchError("the supervisor has no pid");
-  return child.pid;
+  return { pid: child.pid, exited: gone };
 }
 
 /**
@@ -289,6 +307,17 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
     const nodePath = supervisorRuntimeOf(options.nodePath);
     started = { pid: await spawnSupervisorProcess(specPath, { entry, nodePath, startTimeoutMs, compileCacheDir: options.compileCacheDir }), pidNamespace: undefined };
   }
+  const { marker, pid } = await startedMarker(runDir, started, observer);
+  return handleOf(runDir, marker, pid, options.proc);
+}
+
+/**
+ * The owner marker a just-started supervisor wrote in `runDir`: it must name the pid (and,
+ * through a host, the PID namespace) that was started, and a supervisor in another namespace must
+ * be visible from this one, else nothing it reports could be verified here (it is then cancelled
+ * before GO and this throws).
+ */
+export async function startedMarker(runDir: string, started: { pid: number; pidNamespace: string | undefined }, observer: string): Promise<{ marker: OwnerMarker; pid: number }> {
   const marker = fromBinary(OwnerMarkerSchema, readFileSync(join(runDir, RunDirFiles.marker)));
   const pid = marker.supervisor?.pid;
   if (pid === undefined || pid !== started.pid) {
@@ -308,13 +337,18 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
       .catch(() => undefined);
     throw new SupervisorLaunchError(`the supervisor (pid ${pid} in ${marker.pidNamespace}) is not visible from this executor's PID namespace ${observer}`);
   }
+  return { marker, pid };
+}
+
+/** The handle of a started supervisor whose owner marker names `pid`. */
+export function handleOf(runDir: string, marker: OwnerMarker, pid: number, proc: ProcFs | undefined): SupervisorHandle {
   return {
     runDir,
     marker,
     pid,
     connect: (incarnationId = randomUUID(), connectOptions) => connectSupervisor(runDir, incarnationId, connectOptions),
-    verify: () => verifySupervisorIdentity(marker, options.proc),
-    waitGone: (timeoutMs = 5000) => waitSupervisorGone(marker, timeoutMs, options.proc),
+    verify: () => verifySupervisorIdentity(marker, proc),
+    waitGone: (timeoutMs = 5000) => waitSupervisorGone(marker, timeoutMs, proc),
     signal: (sig) => ownChildren.get(pid)?.kill(sig) ?? false,
   };
 }

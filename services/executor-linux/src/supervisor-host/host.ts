@@ -1,6 +1,6 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { existsSync, lstatSync, mkdirSync, readFileSync, realpathSync, unlinkSync } from "node:fs";
-import { createServer, type Server, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import { basename, dirname, join, resolve } from "node:path";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Logger } from "@seraph/kit";
@@ -14,7 +14,8 @@ import { readPidNamespace } from "../native/pid-namespace.js";
 import { spawnSupervisorProcess, SupervisorLaunchError, supervisorRuntimeOf } from "../supervisor-client/launch.js";
 import { defaultSupervisorEntry, supervisorCompileCacheDir } from "../supervisor-client/paths.js";
 import { writeFileAtomic } from "../supervisor/atomic-file.js";
-import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
+import { encodeFrame } from "../supervisor/framing.js";
+import { listenOneRequest } from "../supervisor/one-request-server.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { specProblems } from "../supervisor/spec.js";
 
@@ -188,52 +189,7 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
     }
   };
 
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((socket) => {
-    sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-    const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
-    let uid = -1;
-    try {
-      if (fd === undefined || fd < 0) throw new Error("accepted socket has no fd");
-      uid = o.native.peerCredentials(fd).uid;
-    } catch {
-      refuse(socket, "peer_credentials", "peer credentials unavailable");
-      return;
-    }
-    if (uid !== process.getuid?.()) {
-      refuse(socket, "peer_uid", `peer uid ${uid} is not the host's uid ${process.getuid?.()}`);
-      return;
-    }
-    const decoder = new FrameDecoder();
-    let taken = false;
-    let received = 0;
-    const timer = setTimeout(() => socket.destroy(), 10_000);
-    socket.on("close", () => clearTimeout(timer));
-    socket.on("error", () => socket.destroy());
-    socket.on("data", (chunk: Buffer) => {
-      if (taken) return;
-      received += chunk.length;
-      let frames: Buffer[];
-      try {
-        if (received > MAX_REQUEST_BYTES + 4) throw new Error(`a launch request is at most ${MAX_REQUEST_BYTES} bytes`);
-        frames = decoder.push(chunk);
-      } catch (err) {
-        taken = true;
-        refuse(socket, "frame_too_large", (err as Error).message);
-        return;
-      }
-      const first = frames[0];
-      if (first === undefined) return;
-      taken = true;
-      clearTimeout(timer);
-      void handle(socket, first);
-    });
-  });
-  await new Promise<void>((resolveListen, reject) => {
-    server.once("error", reject);
-    server.listen(o.socketPath, () => resolveListen());
-  });
+  const server = await listenOneRequest({ socketPath: o.socketPath, native: o.native, maxRequestBytes: MAX_REQUEST_BYTES, onRequest: handle, refuse });
   // The token becomes readable only once the socket exists: a client that sees it can connect.
   writeFileAtomic(hostTokenFile(o.socketPath), `${token}\n`, 0o600);
   log.info({ event: "listening", socketPath: o.socketPath, pidNamespace }, "supervisor host listening");
@@ -248,9 +204,7 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
       return new Promise<void>((r) => waiters.push(r)).finally(() => clearInterval(hold));
     },
     async close() {
-      const closed = new Promise<void>((r) => server.close(() => r()));
-      for (const s of sockets) s.destroy();
-      await closed;
+      await server.close();
       for (const f of [o.socketPath, hostTokenFile(o.socketPath)]) {
         try {
           unlinkSync(f);

@@ -11,14 +11,28 @@
  * receipt was written; 64 usage (or not the bundle); 65 invalid spec; 69 facility missing
  * (the pinned runtime included); 70 internal error.
  */
-import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { lstatSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
-import { FacilityItemSchema, FacilityReportSchema, SupervisorSpecSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import {
+  FacilityItemSchema,
+  FacilityReportSchema,
+  SupervisorSpecSchema,
+  WarmMarkerSchema,
+  WarmRequestSchema,
+  WarmResponseSchema,
+  type SupervisorSpec,
+} from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { Logger } from "pino";
+import type { NativeSystem } from "../native/native-system.js";
+import type { ProcFs } from "../native/proc-fs.js";
+import { writeFileAtomic } from "./atomic-file.js";
+import { encodeFrame } from "./framing.js";
+import { listenOneRequest } from "./one-request-server.js";
 import { probeContainment } from "../native/containment-probe.js";
 import { facilityBlocker, probeFacilitiesInThisProcess } from "../native/facility.js";
 import { createNativeSystem } from "../native/libc.js";
@@ -77,9 +91,12 @@ async function main(args: readonly string[]): Promise<number> {
     await new Promise<void>((done) => process.stdout.write(`${JSON.stringify({ sha256: supervisorSourceSha256(code), ...code })}\n`, () => done()));
     return 0;
   }
+  if (args[0] === "--warm" && args[1] !== undefined) {
+    return warm(resolve(args[1]), args[2] === "--test-boot-id-file" ? (args[3] ?? "") : "", startup);
+  }
   const specArg = args[0] === "--spec" ? args[1] : undefined;
   if (specArg === undefined) {
-    process.stderr.write("usage: main.js --spec <run-dir>/spec.binpb | --probe\n");
+    process.stderr.write("usage: supervisor.mjs --spec <run-dir>/spec.binpb | --warm <run-dir> [--test-boot-id-file F] | --probe | --source\n");
     return 64;
   }
   const specPath = resolve(specArg);
@@ -119,9 +136,6 @@ async function main(args: readonly string[]): Promise<number> {
   // launchSupervisor starts us with setsid already; be sure (a session leader cannot setsid).
   if (native.getsid(0) !== native.getpid()) native.setsid();
 
-  const bootId = proc.readBootId();
-  const self = proc.readStat(process.pid);
-  if (self === undefined) throw new Error("cannot read this process's /proc stat");
   let containment: Containment | undefined;
   if (spec.jobUser !== undefined || spec.cgroup !== undefined) {
     // Containment the spec asks for and this host cannot give: refuse before the marker exists
@@ -134,14 +148,183 @@ async function main(args: readonly string[]): Promise<number> {
       return 69;
     }
   }
+  return runJob({ native, proc, log, spec, specSha256, containment, sourceSha256: supervisorSourceSha256(loadedCode()), startup });
+}
+
+/** How often a warm supervisor checks that its launcher is still its parent. */
+const WARM_PARENT_CHECK_MS = 250;
+
+/**
+ * `--warm <run dir>`: a supervisor started before any job. It verifies the runtime and the
+ * facilities (subreaper on), writes warm.token, listens on warm.sock and writes warm.binpb, then
+ * owns nothing until one WarmRequest carries a valid spec for exactly this run directory: it then
+ * writes spec.binpb and runs that job exactly as `--spec` would (owner marker, ctl.sock, start
+ * barrier), same process. Every refused request (bad token, malformed or invalid spec, another
+ * run directory or boot-id source, its code changed on disk, containment unavailable) is
+ * answered with a code, changes nothing and leaves it warm; once it took a spec, every further
+ * request is refused `already_owns_job`. Without a spec it exits on WarmRetire or as soon as its
+ * launcher is no longer its parent (the executor is gone; it owns nothing).
+ */
+async function warm(runDir: string, testBootIdFile: string, startup: Record<string, number>): Promise<number> {
+  const wrongRuntime = runtimeProblem();
+  if (wrongRuntime !== undefined) {
+    process.stderr.write(`supervisor: ${wrongRuntime}\n`);
+    return 69;
+  }
+  const st = lstatSync(runDir, { throwIfNoEntry: false });
+  if (st === undefined || !st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o077) !== 0) {
+    process.stderr.write(`supervisor: ${runDir} is not a 0700 directory of uid ${process.getuid?.()}\n`);
+    return 64;
+  }
+  const launcher = process.ppid;
+  const rootLog = createSupervisorLogger(join(runDir, RunDirFiles.log), { warm: true });
+  const proc = createProcFs("/proc", { bootIdFile: testBootIdFile || undefined });
+  const probe = probeFacilitiesInThisProcess({ loadNative: createNativeSystem, proc });
+  const native = probe.native;
+  if (!probe.report.ok || native === undefined) {
+    rootLog.error({ event: "facility_missing", report: toJson(FacilityReportSchema, probe.report) }, `facility missing: ${facilityBlocker(probe.report) ?? "unknown"}`);
+    return 69;
+  }
+  startup["facilities"] = Math.round(performance.now() * 10) / 10;
+  if (native.getsid(0) !== native.getpid()) native.setsid();
+  const sourceSha256 = supervisorSourceSha256(loadedCode());
+  const self = proc.readStat(process.pid);
+  if (self === undefined) throw new Error("cannot read this process's /proc stat");
+  const token = randomBytes(32).toString("hex");
+  writeFileAtomic(join(runDir, RunDirFiles.warmToken), token, 0o600);
+
+  let taken: { spec: SupervisorSpec; specSha256: string; containment: Containment | undefined } | undefined;
+  let retiring = false;
+  let settle!: (how: "spec" | "retire" | "orphaned") => void;
+  const settled = new Promise<"spec" | "retire" | "orphaned">((r) => (settle = r));
+  const refusal = (code: string, message: string) => create(WarmResponseSchema, { accepted: false, errorCode: code, errorMessage: message });
+  const decide = (payload: Buffer) => {
+    let req;
+    try {
+      req = fromBinary(WarmRequestSchema, payload);
+    } catch {
+      return refusal("malformed_request", "the request is not a WarmRequest");
+    }
+    const given = Buffer.from(req.token, "utf8");
+    if (given.length !== token.length || !timingSafeEqual(given, Buffer.from(token, "utf8"))) return refusal("bad_token", "the token does not match warm.token");
+    if (taken !== undefined) return refusal("already_owns_job", `this supervisor owns job ${taken.spec.jobId} attempt ${taken.spec.attempt}; it takes no other spec`);
+    if (retiring) return refusal("retiring", "this supervisor is retiring");
+    if (req.body.case === "retire") {
+      retiring = true;
+      settle("retire");
+      return create(WarmResponseSchema, { accepted: true });
+    }
+    if (req.body.case !== "spec") return refusal("malformed_request", "the request carries neither a spec nor a retire");
+    const bytes = req.body.value;
+    let spec: SupervisorSpec;
+    try {
+      spec = fromBinary(SupervisorSpecSchema, bytes);
+    } catch {
+      return refusal("malformed_spec", "spec is not a SupervisorSpec");
+    }
+    const problems = specProblems(spec);
+    if (resolve(spec.runDir) !== runDir) problems.push(`spec.run_dir ${spec.runDir} is not this warm supervisor's run directory ${runDir}`);
+    if (problems.length > 0) return refusal("invalid_spec", problems.join("; ").slice(0, 2000));
+    if (spec.testBootIdFile !== testBootIdFile) return refusal("boot_id_source_mismatch", "the spec names another boot-id source than this supervisor was started with");
+    if (supervisorSourceSha256(loadedCode()) !== sourceSha256) return refusal("supervisor_source_changed", "the supervisor's code on disk changed since it started; it cannot name what it runs");
+    const jobLog = rootLog.child({ jobId: spec.jobId, attempt: spec.attempt });
+    let containment: Containment | undefined;
+    if (spec.jobUser !== undefined || spec.cgroup !== undefined) {
+      try {
+        containment = new Containment({ spec, log: jobLog, selfPid: native.getpid() });
+      } catch (err) {
+        if (!(err instanceof ContainmentUnavailableError)) throw err;
+        return refusal("containment_unavailable", `${err.code}: ${err.message}`);
+      }
+    }
+    // The job's files as a fresh launch has them: spec.binpb first, then (runJob) token, ctl.sock, marker.
+    writeFileAtomic(join(runDir, RunDirFiles.spec), bytes, 0o600);
+    taken = { spec, specSha256: createHash("sha256").update(bytes).digest("hex"), containment };
+    settle("spec");
+    return create(WarmResponseSchema, { accepted: true });
+  };
+  const server = await listenOneRequest({
+    socketPath: join(runDir, RunDirFiles.warmSocket),
+    native,
+    // A spec is at most the socket frame cap.
+    maxRequestBytes: 4 * 1024 * 1024,
+    refuse: (socket, code, message) => {
+      rootLog.warn({ event: "refused", code }, message);
+      socket.end(encodeFrame(toBinary(WarmResponseSchema, refusal(code, message))));
+    },
+    onRequest: (socket, payload) => {
+      let answer;
+      try {
+        answer = decide(payload);
+      } catch (err) {
+        answer = refusal("internal_error", (err as Error).message);
+      }
+      if (answer.accepted) rootLog.info({ event: taken !== undefined ? "warm_spec_taken" : "warm_retire" }, "warm request accepted");
+      else rootLog.warn({ event: "refused", code: answer.errorCode }, answer.errorMessage);
+      socket.end(encodeFrame(toBinary(WarmResponseSchema, answer)));
+    },
+  });
+  writeFileAtomic(
+    join(runDir, RunDirFiles.warmMarker),
+    toBinary(WarmMarkerSchema, create(WarmMarkerSchema, {
+      supervisor: { pid: process.pid, startTimeTicks: self.startTimeTicks, bootId: proc.readBootId() },
+      runDir,
+      supervisorSourceSha256: sourceSha256,
+      pidNamespace: readPidNamespace("/proc", "self") ?? "",
+      testBootIdFile,
+      writtenUnixMs: BigInt(Date.now()),
+    })),
+    0o600,
+  );
+  startup["warm"] = Math.round(performance.now() * 10) / 10;
+  rootLog.info({ event: "warm_ready", ms: startup }, "warm supervisor ready; owns nothing until a spec arrives");
+  const orphanCheck = setInterval(() => {
+    if (process.ppid !== launcher) settle("orphaned");
+  }, WARM_PARENT_CHECK_MS);
+  const how = await settled;
+  clearInterval(orphanCheck);
+  if (how !== "spec" || taken === undefined) {
+    await server.close();
+    rootLog.info({ event: "warm_exit", reason: how }, "warm supervisor exits without a job");
+    return 0;
+  }
+  // The job, exactly as a fresh launch runs it; warm.sock keeps refusing (already_owns_job).
+  const jobLog = rootLog.child({ jobId: taken.spec.jobId, attempt: taken.spec.attempt });
+  jobLog.info({ event: "starting", specSha256: taken.specSha256, warm: true }, "supervisor starting");
+  startup["spec"] = Math.round(performance.now() * 10) / 10;
+  try {
+    return await runJob({ native, proc, log: jobLog, spec: taken.spec, specSha256: taken.specSha256, containment: taken.containment, sourceSha256, startup });
+  } finally {
+    await server.close();
+  }
+}
+
+/** What runJob needs: a checked spec, the facilities verified, containment made. */
+interface JobStart {
+  readonly native: NativeSystem;
+  readonly proc: ProcFs;
+  readonly log: Logger;
+  readonly spec: SupervisorSpec;
+  readonly specSha256: string;
+  readonly containment: Containment | undefined;
+  /** After the facility probe loaded koffi: the bundle and every file loaded through require. */
+  readonly sourceSha256: string;
+  readonly startup: Record<string, number>;
+}
+
+/** Runs one job to its receipt (the same for a fresh launch and a warm supervisor that took a spec). */
+async function runJob(j: JobStart): Promise<number> {
+  const { native, proc, log, spec, specSha256, containment, startup } = j;
+  const bootId = proc.readBootId();
+  const self = proc.readStat(process.pid);
+  if (self === undefined) throw new Error("cannot read this process's /proc stat");
   const supervisor = new Supervisor({
     native,
     proc,
     log,
     spec,
     specSha256,
-    // After the facility probe loaded koffi: the bundle and every file loaded through require.
-    sourceSha256: supervisorSourceSha256(loadedCode()),
+    sourceSha256: j.sourceSha256,
     bootId,
     selfStartTimeTicks: self.startTimeTicks,
     ...(containment !== undefined ? { containment } : {}),

@@ -16,6 +16,12 @@ export const RunDirFiles = Object.freeze({
   receiptJson: "receipt.json",
   /** pino JSON lines. */
   log: "supervisor.log",
+  /** A warm supervisor's one-request socket (spec or retire), before and after it took a job. */
+  warmSocket: "warm.sock",
+  /** The warm socket's capability token (64 hex chars, 0600), written before the socket exists. */
+  warmToken: "warm.token",
+  /** WarmMarker: the warm supervisor's identity, written atomically once warm.sock listens. */
+  warmMarker: "warm.binpb",
 });
 
 /** Journal file of one command's stream: `cmd-<index>.<stdout|stderr>`. */
