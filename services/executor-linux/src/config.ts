@@ -111,6 +111,8 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
      * other version refuses to start.
      */
     SERAPH_SUPERVISOR_RUNTIME: absolutePath(""),
+    /** One started supervisor waiting for each free slot ("on"), or every one launched at claim ("off"). */
+    SERAPH_WARM_SUPERVISORS: oneOf(["on", "off"] as const, "on"),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
     /**
      * TEST ONLY. Where the host's boot id is read, by the executor and by every supervisor it

@@ -31,6 +31,7 @@ const executor = await startExecutor({
   heartbeatMs: config.SERAPH_EXECUTOR_HEARTBEAT_MS,
   supervisorHostSocket: config.SERAPH_SUPERVISOR_HOST_SOCKET,
   supervisorRuntime: config.SERAPH_SUPERVISOR_RUNTIME || undefined,
+  warmSupervisors: config.SERAPH_WARM_SUPERVISORS === "on",
   containment: containmentSettingsOf(config),
   signals,
   log,

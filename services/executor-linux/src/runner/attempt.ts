@@ -11,6 +11,7 @@ import type { RuntimeDigestCache } from "../profile/index.js";
 import type { SupervisorConnection, SupervisorHostAddress } from "../supervisor-client/index.js";
 import type { ContainmentSettings } from "../supervisor-client/node-containment.js";
 import type { NodeIdentity } from "./registration.js";
+import type { WarmPool } from "./warm-pool.js";
 import { DeadlineReachedError, DetachedError, reasonOf, retrying } from "./retry.js";
 
 /** What executing a job needs from the runner. */
@@ -30,6 +31,8 @@ export interface ExecutionDeps {
   readonly supervisorEntry?: string | undefined;
   /** The supervisors' Node (default: the pinned runtime). */
   readonly supervisorRuntime?: string | undefined;
+  /** Warm supervisors, one per free slot (absent: every step's supervisor is launched cold). */
+  readonly warm?: WarmPool | undefined;
   /** Delegate supervisor starts to this supervisor host (unset: the executor's own children). */
   readonly supervisorHost?: SupervisorHostAddress | undefined;
   /** The node's repository roots: a bundle naming a path outside them is rejected. */

@@ -1,5 +1,5 @@
 import { mkdir, readFile, readdir, realpath, rename, stat, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { equals, fromBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
 import { JobState, type ExecutionBundle, type Job, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -8,6 +8,7 @@ import { OwnerMarkerSchema, Phase, ReceiptSchema, SupervisorSpecSchema, type Rec
 import { applyPatchToStage, deadlineBudget, digestTree, limitValues, planStage, stageRepository, validateBuildOutput, type StagedRepository } from "../profile/index.js";
 import { connectSupervisor, launchSupervisor, RunDirFiles, supervisorCompileCacheDir, waitSupervisorGone, type SupervisorConnection, type SupervisorHandle } from "../supervisor-client/index.js";
 import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment } from "../supervisor-client/node-containment.js";
+import { handOverSpec, moveWarmSupervisor, retireWarmSupervisor, WarmUnavailableError, type WarmSupervisor } from "../supervisor-client/warm.js";
 import { DetachedError } from "./retry.js";
 import { ensureJobRoot, handStageToJobUser, jobUserStageDir } from "./job-user-staging.js";
 import {
@@ -368,6 +369,14 @@ interface EarlyLaunch {
 async function launchStep(ctx: Ctx, spec: SupervisorSpec): Promise<Launched> {
   const { deps } = ctx;
   try {
+    // A warm supervisor when one waits (after it took the spec it is exactly a fresh launch of
+    // it); anything that keeps it from taking the spec falls back to a cold launch.
+    const warm = deps.warm?.take();
+    const handed = warm !== undefined ? await handOverWarm(ctx, warm, spec) : undefined;
+    if (handed !== undefined) {
+      ctx.log.debug({ pid: handed.pid }, "a warm supervisor took the step's spec");
+      return { handle: handed };
+    }
     return {
       handle: await launchSupervisor(spec, {
         ...(deps.supervisorEntry ? { supervisorEntry: deps.supervisorEntry } : {}),
@@ -398,6 +407,34 @@ async function stopEarlyLaunch(ctx: Ctx, early: EarlyLaunch, why: string): Promi
     if (err instanceof DetachedError) throw err;
     ctx.log.error({ err }, "the supervisor prepared for the job could not be stopped");
     return "unproved";
+  }
+}
+
+/**
+ * Gives a step's spec to a warm supervisor: its directory is renamed to the step's run directory
+ * (where a fresh launch would have made it), then the spec goes over warm.sock. When the warm
+ * supervisor was not reached or refused (it took nothing), its directory is moved aside, it is
+ * retired, and undefined tells the caller to launch cold.
+ */
+async function handOverWarm(ctx: Ctx, warm: WarmSupervisor, spec: SupervisorSpec): Promise<SupervisorHandle | undefined> {
+  let moved: WarmSupervisor;
+  try {
+    await mkdir(dirname(spec.runDir), { recursive: true, mode: 0o700 });
+    moved = await moveWarmSupervisor(warm, spec.runDir);
+  } catch (err) {
+    ctx.log.warn({ err }, "warm supervisor not used; launching cold");
+    void retireWarmSupervisor(warm.runDir);
+    return undefined;
+  }
+  try {
+    return await handOverSpec(moved, spec, { proc: ctx.deps.proc });
+  } catch (err) {
+    if (!(err instanceof WarmUnavailableError)) throw err;
+    ctx.log.warn({ err }, "warm supervisor did not take the spec; launching cold");
+    const aside = `${spec.runDir}.stale-warm-${Date.now()}`;
+    await rename(spec.runDir, aside);
+    void retireWarmSupervisor(aside);
+    return undefined;
   }
 }
 

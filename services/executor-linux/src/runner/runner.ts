@@ -9,6 +9,7 @@ import { phase } from "./attempt.js";
 import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
 import { recordPidNamespaceGone } from "./namespace-proof.js";
 import { DetachedError, reasonOf, retrying } from "./retry.js";
+import { WarmPool } from "./warm-pool.js";
 
 /** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
 export interface RunnerDeps
@@ -16,6 +17,11 @@ export interface RunnerDeps
   readonly signals: Signals;
   /** The executor process's one runtime-digest cache (shared with Inspect); absent: one private to this runner. */
   readonly runtimeDigests?: ExecutionDeps["runtimeDigests"];
+  /**
+   * The node's physical slots: with it (and no supervisor host), one warm supervisor waits for
+   * each free slot. Absent: every supervisor is launched cold.
+   */
+  readonly warmSlots?: number | undefined;
 }
 
 /**
@@ -50,9 +56,23 @@ export interface Runner {
 export function startRunner(deps: RunnerDeps): Runner {
   const log = deps.log.child({ component: "runner" });
   const stopping = new AbortController();
-  const { signals: _signals, runtimeDigests, ...shared } = deps;
-  const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: runtimeDigests ?? new Map() };
+  const { signals: _signals, runtimeDigests, warmSlots, ...shared } = deps;
   const active = new Map<string, ActiveJob>();
+  // Warm supervisors need the node's facilities (a node that cannot supervise starts none) and
+  // are this process's own children (through a supervisor host every launch stays cold).
+  const warm =
+    warmSlots !== undefined && warmSlots > 0 && deps.supervisorHost === undefined
+      ? new WarmPool({
+          dataDir: deps.dataDir,
+          log,
+          supervisorEntry: deps.supervisorEntry,
+          supervisorRuntime: deps.supervisorRuntime,
+          testBootIdFile: deps.testBootIdFile,
+          target: () => (deps.facilities().ok ? Math.max(0, warmSlots - active.size) : 0),
+        })
+      : undefined;
+  const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: runtimeDigests ?? new Map(), warm };
+  void warm?.sweep().then(() => warm.fill(), (err: unknown) => log.warn({ err }, "warm directory sweep failed"));
   const tasks = new Set<Promise<void>>();
   const lateChecked = new Set<string>();
   // Why this incarnation's own execution of a job ended early (for the job's outcome message).
@@ -176,6 +196,7 @@ export function startRunner(deps: RunnerDeps): Runner {
   };
 
   const poll = async () => {
+    warm?.fill();
     const { jobs } = await deps.jobs.listNodeJobs({ nodeId: deps.identity.nodeId }, { timeoutMs: 5000 });
     for (const job of jobs) {
       const mine = active.get(job.id);
@@ -249,6 +270,8 @@ export function startRunner(deps: RunnerDeps): Runner {
       // waiting only for them to let go of their connections, bounded.
       stopping.abort();
       await Promise.race([Promise.allSettled([...tasks]), new Promise((r) => setTimeout(r, 5000).unref())]);
+      // Warm supervisors own nothing: retired, not left for the next incarnation.
+      await warm?.stop();
     },
   };
 }

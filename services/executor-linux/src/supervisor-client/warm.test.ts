@@ -3,7 +3,7 @@
 // is refused with a code and changes nothing.
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, rmdirSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -15,7 +15,7 @@ import { encodeFrame, FrameDecoder } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { defaultSupervisorEntry } from "./paths.js";
 import { facilityGate, newTag, removeScenarioRunDirs, scenarioSpec, waitFor } from "./test-kit.js";
-import { handOverSpec, retireWarmSupervisor, sendWarmRequest, startWarmSupervisor } from "./warm.js";
+import { handOverSpec, moveWarmSupervisor, retireWarmSupervisor, sendWarmRequest, startWarmSupervisor } from "./warm.js";
 
 const skipReason = await facilityGate();
 
@@ -47,7 +47,12 @@ describe.skipIf(skipReason !== undefined)("warm supervisor", () => {
   test("refuses every bad request without changing anything, then takes one spec and is a fresh launch of it", async () => {
     const tag = newTag();
     const spec = scenarioSpec({ tag, commands: [{ script: "echo warm-ok" }] });
-    const warm = await startWarmSupervisor(spec.runDir);
+    // Started in a directory of its own, then moved to where the job's run directory belongs.
+    rmdirSync(spec.runDir);
+    const home = `${spec.runDir}-warm`;
+    const started = await startWarmSupervisor(home);
+    const warm = await moveWarmSupervisor(started, spec.runDir);
+    expect(existsSync(home)).toBe(false);
     expect(warm.marker.supervisor?.pid).toBe(warm.pid);
     expect(warm.marker.supervisorSourceSha256).toBe(supervisorSourceOf(defaultSupervisorEntry()));
     expect(jobFiles(spec.runDir)).toEqual([]);
@@ -61,6 +66,8 @@ describe.skipIf(skipReason !== undefined)("warm supervisor", () => {
       ["malformed_request", request({ token, body: { case: undefined } })],
       ["malformed_spec", request({ token, body: { case: "spec", value: Buffer.from([0x0a, 0xff]) } })],
       ["invalid_spec", request({ token, body: { case: "spec", value: specBytes({ commands: [] }) } })],
+      ["invalid_spec", request({ token, body: { case: "spec", value: specBytes({ runDir: "/tmp" }) } })],
+      ["invalid_spec", request({ token, body: { case: "spec", value: specBytes({ runDir: home }) } })],
       ["invalid_spec", request({ token, body: { case: "spec", value: specBytes({ runDir: join(spec.runDir, "elsewhere") }) } })],
       ["boot_id_source_mismatch", request({ token, body: { case: "spec", value: specBytes({ testBootIdFile: "/tmp/other-boot-id" }) } })],
     ];

@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
+import { rename } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
@@ -23,6 +24,7 @@ import { defaultSupervisorEntry } from "./paths.js";
 
 /** A warm supervisor this process started: facilities verified, warm.sock up, no job. */
 export interface WarmSupervisor {
+  /** Its run directory now (moveWarmSupervisor renames it). */
   readonly runDir: string;
   readonly pid: number;
   /** What it wrote in warm.binpb (identity, run dir, source hash). */
@@ -41,8 +43,11 @@ export interface WarmStartOptions {
   readonly startTimeoutMs?: number | undefined;
 }
 
+/** The warm supervisor was not reached or refused: it took no spec (it owns nothing). */
+export class WarmUnavailableError extends SupervisorLaunchError {}
+
 /** A warm supervisor refused a request (a stable code); nothing changed there. */
-export class WarmRefusedError extends SupervisorLaunchError {
+export class WarmRefusedError extends WarmUnavailableError {
   constructor(
     readonly code: string,
     message: string,
@@ -81,6 +86,7 @@ export async function sendWarmRequest(runDir: string, body: MessageInitShape<typ
     const socket = connect(join(runDir, RunDirFiles.warmSocket));
     const decoder = new FrameDecoder();
     let done = false;
+    let connected = false;
     const finish = (err: Error | undefined, value?: WarmResponse) => {
       if (done) return;
       done = true;
@@ -90,8 +96,12 @@ export async function sendWarmRequest(runDir: string, body: MessageInitShape<typ
       else resolve(value as WarmResponse);
     };
     const timer = setTimeout(() => finish(new SupervisorLaunchError(`the warm supervisor did not answer within ${timeoutMs} ms`)), timeoutMs);
-    socket.on("connect", () => socket.write(request));
-    socket.on("error", (err) => finish(new SupervisorLaunchError(`cannot reach the warm supervisor in ${runDir}: ${err.message}`)));
+    socket.on("connect", () => {
+      connected = true;
+      socket.write(request);
+    });
+    // Not connected: the request never reached it. Connected without an answer: it may have taken it.
+    socket.on("error", (err) => finish(new (connected ? SupervisorLaunchError : WarmUnavailableError)(`cannot reach the warm supervisor in ${runDir}: ${err.message}`)));
     socket.on("close", () => finish(new SupervisorLaunchError("the warm supervisor closed the connection without an answer")));
     socket.on("data", (chunk: Buffer) => {
       try {
@@ -116,7 +126,7 @@ export async function handOverSpec(warm: WarmSupervisor, spec: SupervisorSpec, o
   if (spec.runDir !== warm.runDir) throw new SupervisorLaunchError(`spec.run_dir ${spec.runDir} is not the warm supervisor's ${warm.runDir}`);
   const identity = warm.marker.supervisor;
   const alive = identity ? await verifySupervisorIdentity(create(OwnerMarkerSchema, { supervisor: identity, pidNamespace: warm.marker.pidNamespace }), options.proc) : "gone";
-  if (alive !== "alive") throw new SupervisorLaunchError(`the warm supervisor pid ${identity?.pid} is ${alive}`);
+  if (alive !== "alive") throw new WarmUnavailableError(`the warm supervisor pid ${identity?.pid} is ${alive}`);
   const observer = readPidNamespace("/proc", "self") ?? "";
   const written = create(SupervisorSpecSchema, { ...spec, observerPidNamespace: observer });
   const answer = await sendWarmRequest(warm.runDir, { case: "spec", value: toBinary(SupervisorSpecSchema, written) });
@@ -133,6 +143,17 @@ export async function handOverSpec(warm: WarmSupervisor, spec: SupervisorSpec, o
   const { marker, pid } = await startedMarker(warm.runDir, { pid: warm.pid, pidNamespace: undefined }, observer);
   if (marker.supervisor?.startTimeTicks !== identity?.startTimeTicks) throw new SupervisorLaunchError("the owner marker names another process than the warm marker");
   return handleOf(warm.runDir, marker, pid, options.proc);
+}
+
+/**
+ * Renames a warm supervisor's run directory to `to` (which must not exist, on the same
+ * filesystem), so the job's run directory is where a fresh launch would have made it; the
+ * supervisor recognises its directory by inode. Returns the moved supervisor.
+ */
+export async function moveWarmSupervisor(warm: WarmSupervisor, to: string): Promise<WarmSupervisor> {
+  if (existsSync(to)) throw new SupervisorLaunchError(`run dir ${to} was already used`);
+  await rename(warm.runDir, to);
+  return { ...warm, runDir: to };
 }
 
 /** Asks a warm supervisor that owns nothing to exit; true when it accepted. */

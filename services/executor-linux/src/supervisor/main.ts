@@ -157,7 +157,8 @@ const WARM_PARENT_CHECK_MS = 250;
 /**
  * `--warm <run dir>`: a supervisor started before any job. It verifies the runtime and the
  * facilities (subreaper on), writes warm.token, listens on warm.sock and writes warm.binpb, then
- * owns nothing until one WarmRequest carries a valid spec for exactly this run directory: it then
+ * owns nothing until one WarmRequest carries a valid spec for exactly this run directory (the
+ * same directory inode: the executor renames it into the attempt's directory first): it then
  * writes spec.binpb and runs that job exactly as `--spec` would (owner marker, ctl.sock, start
  * barrier), same process. Every refused request (bad token, malformed or invalid spec, another
  * run directory or boot-id source, its code changed on disk, containment unavailable) is
@@ -176,6 +177,9 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
     process.stderr.write(`supervisor: ${runDir} is not a 0700 directory of uid ${process.getuid?.()}\n`);
     return 64;
   }
+  // The directory itself, not its path: the executor may rename it into the job's attempt
+  // directory before it hands over the spec (same filesystem, so the same inode).
+  const home = { dev: st.dev, ino: st.ino };
   const launcher = process.ppid;
   const rootLog = createSupervisorLogger(join(runDir, RunDirFiles.log), { warm: true });
   const proc = createProcFs("/proc", { bootIdFile: testBootIdFile || undefined });
@@ -223,7 +227,10 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
       return refusal("malformed_spec", "spec is not a SupervisorSpec");
     }
     const problems = specProblems(spec);
-    if (resolve(spec.runDir) !== runDir) problems.push(`spec.run_dir ${spec.runDir} is not this warm supervisor's run directory ${runDir}`);
+    const there = spec.runDir !== "" && resolve(spec.runDir) === spec.runDir ? lstatSync(spec.runDir, { throwIfNoEntry: false }) : undefined;
+    if (there === undefined || !there.isDirectory() || there.dev !== home.dev || there.ino !== home.ino) {
+      problems.push(`spec.run_dir ${spec.runDir} is not this warm supervisor's run directory (started in ${runDir})`);
+    }
     if (problems.length > 0) return refusal("invalid_spec", problems.join("; ").slice(0, 2000));
     if (spec.testBootIdFile !== testBootIdFile) return refusal("boot_id_source_mismatch", "the spec names another boot-id source than this supervisor was started with");
     if (supervisorSourceSha256(loadedCode()) !== sourceSha256) return refusal("supervisor_source_changed", "the supervisor's code on disk changed since it started; it cannot name what it runs");
@@ -238,7 +245,7 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
       }
     }
     // The job's files as a fresh launch has them: spec.binpb first, then (runJob) token, ctl.sock, marker.
-    writeFileAtomic(join(runDir, RunDirFiles.spec), bytes, 0o600);
+    writeFileAtomic(join(spec.runDir, RunDirFiles.spec), bytes, 0o600);
     taken = { spec, specSha256: createHash("sha256").update(bytes).digest("hex"), containment };
     settle("spec");
     return create(WarmResponseSchema, { accepted: true });

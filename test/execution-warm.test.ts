@@ -1,0 +1,79 @@
+// Warm supervisors in a real executor (issue 11 item 3): one started supervisor waits for the
+// free slot; a claim hands it the spec, and the job's owner marker names that very process (same
+// pid and start time) in the attempt's own run directory; one that dies without a job is
+// replaced, and the next job runs on the replacement.
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { fromBinary } from "@bufbuild/protobuf";
+import { newId } from "@seraph/kit";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { WarmMarkerSchema, type WarmMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { alive, bundleFor, pollUntil, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
+
+let stack: ExecutionStack;
+const repos: FixtureRepo[] = [];
+const root = newId();
+
+beforeAll(async () => {
+  stack = await startExecutionStack({});
+  stack.liveRoots.add(root);
+}, 120_000);
+
+afterAll(async () => {
+  await stack?.close();
+  for (const r of repos) await r.cleanup();
+});
+
+/** The warm supervisors waiting in the node's data directory now. */
+function waiting(): WarmMarker[] {
+  const dir = join(stack.dir, `x-${stack.node}`, "warm");
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .filter((n) => existsSync(join(dir, n, "warm.binpb")))
+    .map((n) => fromBinary(WarmMarkerSchema, readFileSync(join(dir, n, "warm.binpb"))))
+    .filter((m) => alive(m.supervisor!.pid));
+}
+
+async function oneWaiting(not?: number): Promise<WarmMarker> {
+  let found: WarmMarker | undefined;
+  await pollUntil(async () => {
+    found = waiting().find((m) => m.supervisor!.pid !== not);
+    return found !== undefined;
+  }, 20_000, "a warm supervisor waiting for the free slot");
+  return found!;
+}
+
+async function runJob(): Promise<Awaited<ReturnType<typeof waitForState>>> {
+  const r = await createJsTestProject({ failing: true, parent: stack.repoRoot });
+  repos.push(r);
+  const { job } = await stack.client.enqueueJob({ ownerId: EXECUTION_TEST_OWNER, rootId: root, bundle: await bundleFor(stack, r.dir, { diff: fixAddPatch() }) });
+  return waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN, JobState.CANCELLED]);
+}
+
+describe("warm supervisor per free slot", () => {
+  it("a claim takes the waiting supervisor (its identity is the job's owner marker); one that dies is replaced", async () => {
+    const first = await oneWaiting();
+    expect(waiting()).toHaveLength(1);
+    const done = await runJob();
+    expect([JobState[done.state], done.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    const marker = done.receipt?.marker;
+    expect(marker?.supervisor?.pid).toBe(first.supervisor?.pid);
+    expect(marker?.supervisor?.startTimeTicks).toBe(first.supervisor?.startTimeTicks);
+    expect(marker?.supervisorSourceSha256).toBe(first.supervisorSourceSha256);
+    // The run directory is where a fresh launch makes it: in the attempt's own directory.
+    expect(marker?.runDir).toMatch(/\/j\/[0-9a-f-]{8}-\d+\/w\/run-test$/);
+    expect(done.receipt?.echildObserved).toBe(true);
+
+    // The slot is free again: a new warm supervisor waits. Killed without a job, it is replaced.
+    const second = await oneWaiting(first.supervisor!.pid);
+    process.kill(second.supervisor!.pid, "SIGKILL");
+    const third = await oneWaiting(second.supervisor!.pid);
+    expect(third.supervisor!.pid).not.toBe(first.supervisor!.pid);
+    await pollUntil(async () => !existsSync(second.runDir), 5000, "the dead warm supervisor's directory removed");
+    const next = await runJob();
+    expect([JobState[next.state], next.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    expect(next.receipt?.marker?.supervisor?.pid).toBe(third.supervisor!.pid);
+  }, 90_000);
+});
