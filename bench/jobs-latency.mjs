@@ -4,6 +4,9 @@
 // processes, PostgreSQL, NATS).
 //
 //   node bench/jobs-latency.mjs [iterations=8]
+//   BENCH_MODES=embedded,cluster-cold,cluster (default embedded,cluster): cluster-cold is cluster
+//   mode with SERAPH_WARM_SUPERVISORS=off (each supervisor launched at claim), the baseline of the
+//   warm supervisor per free slot.
 //
 // With BENCH_PHASES=1 the executor logs at debug and the bench prints, per mode, the median wall
 // time of each phase the executor timestamps (`{"phase": …}` log lines, see runner/attempt.ts)
@@ -150,7 +153,8 @@ if (modes.includes("embedded")) {
     await rm(dir, { recursive: true, force: true });
   }
 }
-if (modes.includes("cluster")) {
+/** Cluster mode: jobs, api and one executor as three processes (the UI gateway plays no part here). */
+async function cluster(label, executorEnv) {
   const nats = await startTestNats({ nodes: ["bench-node"] });
   const database = await createTestDatabase();
   const dir = await mkdtemp(join(tmpdir(), "sxj-cl-"));
@@ -170,14 +174,14 @@ if (modes.includes("cluster")) {
     const execP = await spawnService(
       "executor",
       "executor-linux",
-      { ...common, ...(PHASES ? { LOG_LEVEL: "debug" } : {}), ...nats.env("executor", "bench-node"), SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x") },
+      { ...common, ...(PHASES ? { LOG_LEVEL: "debug" } : {}), ...nats.env("executor", "bench-node"), SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x"), ...executorEnv },
       dir,
       eg,
     );
     procs.push(execP);
     await Promise.all(procs.map((p) => waitServing(p)));
     const token = (await import("node:fs/promises").then((fs) => fs.readFile(tokenFile, "utf8"))).trim();
-    results.push(await measure("cluster (jobs, api, executor processes; PostgreSQL, NATS)", apiP.grpcUrl, token, repos));
+    results.push(await measure(label, apiP.grpcUrl, token, repos));
     if (PHASES) {
       await new Promise((r) => setTimeout(r, 200)); // let the log file catch up
       const text = await import("node:fs/promises").then((fs) => fs.readFile(join(dir, "executor.log"), "utf8"));
@@ -190,6 +194,10 @@ if (modes.includes("cluster")) {
     await rm(dir, { recursive: true, force: true });
   }
 }
+// `cluster`: warm supervisors (the default); `cluster-cold`: SERAPH_WARM_SUPERVISORS=off, every
+// supervisor launched at claim — the baseline for the warm supervisor's share of approve → start.
+if (modes.includes("cluster-cold")) await cluster("cluster, cold supervisors (SERAPH_WARM_SUPERVISORS=off)", { SERAPH_WARM_SUPERVISORS: "off" });
+if (modes.includes("cluster")) await cluster("cluster (jobs, api, executor processes; PostgreSQL, NATS; warm supervisors)", {});
 await rm(base, { recursive: true, force: true });
 
 const mb = median(bare);

@@ -6,6 +6,7 @@
 //             services' node running dist/supervisor/main.js, ~100 ES modules); optional
 //   cold    — this tree: the bundle on the pinned runtime, empty compile cache each start
 //   warm    — this tree: the bundle on the pinned runtime, compile cache kept across starts
+//   handover — a warm supervisor started ahead (`--warm`): only the spec hand-over is timed
 //   node bench/supervisor-startup.mjs [--runs N] [--before DIR]      (`npm run build` first)
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
@@ -16,6 +17,7 @@ import { argNum, fmt, importDist, machine, median, percentile, runDir, sleep } f
 const { create } = await import("@bufbuild/protobuf");
 const { SupervisorSpecSchema } = await import("@seraph/proto/seraph/supervisor/v1/supervisor_pb.js");
 const client = await importDist("supervisor-client/index.js");
+const warmLib = await importDist("supervisor-client/warm.js");
 
 const runs = argNum("--runs", 15);
 const beforeIdx = process.argv.indexOf("--before");
@@ -51,7 +53,7 @@ function logPhases(dir) {
   return out;
 }
 
-async function launchOnce(lib, options) {
+async function launchOnce(lib, options, warmStart = false) {
   const dir = runDir("sxs-");
   const spec = create(SupervisorSpecSchema, {
     jobId: "bench-startup",
@@ -65,9 +67,23 @@ async function launchOnce(lib, options) {
     runDir: join(dir, "run"),
     startBarrier: true,
   });
-  const t0 = performance.now();
-  const handle = await lib.launchSupervisor(spec, options);
-  const launchMs = performance.now() - t0;
+  let handle;
+  let launchMs;
+  let waitingMem;
+  if (warmStart) {
+    // Started ahead of the job: what the claim waits for is only the hand-over.
+    const warm = await warmLib.startWarmSupervisor(join(dir, "warm"), options);
+    await sleep(100);
+    waitingMem = memory(warm.pid);
+    const moved = await warmLib.moveWarmSupervisor(warm, spec.runDir);
+    const t0 = performance.now();
+    handle = await warmLib.handOverSpec(moved, spec);
+    launchMs = performance.now() - t0;
+  } else {
+    const t0 = performance.now();
+    handle = await lib.launchSupervisor(spec, options);
+    launchMs = performance.now() - t0;
+  }
   const conn = await handle.connect();
   await sleep(100); // at the barrier, settled after HELLO
   const mem = memory(handle.pid);
@@ -75,7 +91,7 @@ async function launchOnce(lib, options) {
   await conn.receipt(true);
   await conn.close();
   await handle.waitGone(5000);
-  return { launchMs, mem, phases: logPhases(join(dir, "run")) };
+  return { launchMs, mem, waitingMem, phases: logPhases(join(dir, "run")) };
 }
 
 /** Floor: the pinned node starting a script that only listens on a Unix socket. */
@@ -106,6 +122,7 @@ const variants = {
     },
   },
   warm: { label: "after: pinned node, bundle, compile cache kept", run: () => launchOnce(client, { compileCacheDir: warmCache }) },
+  handover: { label: "warm supervisor (started ahead, compile cache kept): spec hand-over → marker + socket", run: () => launchOnce(client, { compileCacheDir: warmCache }, true) },
 };
 
 // Warm-up (page cache, and the kept compile cache filled once).
@@ -132,8 +149,10 @@ const lines = [
   `| variant | bootstrapped | main | starting (spec read) | facilities | marker |`,
   `| --- | ---: | ---: | ---: | ---: | ---: |`,
   ...Object.keys(variants)
-    .filter((k) => k !== "floor")
+    .filter((k) => k !== "floor" && k !== "handover")
     .map((k) => `| ${k} | ${fmt(med(k, (r) => r.phases.bootstrapped ?? NaN))} | ${fmt(med(k, (r) => r.phases.main ?? NaN))} | ${fmt(med(k, (r) => r.phases.starting ?? NaN))} | ${fmt(med(k, (r) => r.phases.facilities ?? NaN))} | ${fmt(med(k, (r) => r.phases.marker_written ?? NaN))} |`),
+  ``,
+  `A warm supervisor waiting without a job: VmRSS ${fmt(med("handover", (r) => r.waitingMem.rss))} MiB, RssAnon ${fmt(med("handover", (r) => r.waitingMem.anon))} MiB.`,
   ``,
   `Target: RSS at the barrier ≤ 40 MiB → ${med("warm", (r) => r.mem.rss) <= 40 ? "met" : "MISSED"} (VmRSS ${fmt(med("warm", (r) => r.mem.rss))} MiB, of which ${fmt(med("warm", (r) => r.mem.file))} MiB file-backed; floor ${fmt(med("floor", (r) => r.mem.rss))} MiB).`,
 ];
