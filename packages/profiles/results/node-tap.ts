@@ -80,7 +80,8 @@ export interface NodeTapContext {
  */
 export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<TestResults> {
   const soleFile = ctx.testFiles.length === 1 ? (ctx.testFiles[0] ?? "") : "";
-  const tests: ParsedTest[] = [];
+  // Suites (describe blocks) are kept as placeholders while ordering, so their subtests stay with them.
+  const tests: (ParsedTest & { suite?: true })[] = [];
   const summary = new Map<string, number>();
   const problems: string[] = [];
   const watch = (parser: Parser, parents: readonly string[]): void => {
@@ -89,7 +90,10 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
     parser.on("child", (child: Parser) => watch(child, [...parents, child.name]));
     parser.on("assert", (r: Result) => {
       const type = (r.diag as Record<string, unknown> | null)?.["type"];
-      if (type === "suite") return;
+      if (type === "suite") {
+        tests.push({ name: r.name, parents, file: "", status: TestStatus.UNSPECIFIED, durationMs: 0, message: "", suite: true });
+        return;
+      }
       const status = statusOf(r);
       tests.push({ name: r.name, parents, file: fileOf(r, ctx.packageDir, soleFile), status, durationMs: typeof r.time === "number" ? r.time : 0, message: messageOf(r, status) });
     });
@@ -109,7 +113,7 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
   for (const f of final.failures) if (f.tapError) problems.push(`invalid TAP: ${f.tapError}`);
   if (problems.length > 0) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", `The TAP report is not a complete run: ${problems.join("; ")}.`, ctx.source);
   // Nested points arrive before their parents; order them as the run did (a parent before its subtests).
-  const ordered = orderParentsFirst(tests);
+  const ordered = orderParentsFirst(tests).filter((t) => !("suite" in t)).map(({ suite: _, ...t }: ParsedTest & { suite?: true }) => t);
   const keyed = keyTests(ordered, false);
   const counts = parsedResults(NODE_TAP_FORMAT, keyed, ctx.source).counts;
   if (counts === undefined) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", "No counts.", ctx.source);
@@ -128,11 +132,11 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
 }
 
 /** Puts every test before its subtests, keeping the report order otherwise. */
-function orderParentsFirst(tests: readonly ParsedTest[]): ParsedTest[] {
+function orderParentsFirst<T extends ParsedTest>(tests: readonly T[]): T[] {
   // TAP closes a parent after its subtests; a stable sort by "closing position of the top-level
   // ancestor" then depth-first order is what the run printed with "# Subtest:" lines.
-  const out: ParsedTest[] = [];
-  const pending: ParsedTest[][] = [];
+  const out: T[] = [];
+  const pending: T[][] = [];
   for (const t of tests) {
     while (pending.length <= t.parents.length) pending.push([]);
     // Subtests deeper than t have been collected already; t is their parent: emit t, then them.

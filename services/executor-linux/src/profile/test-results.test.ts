@@ -15,7 +15,7 @@ const scratch = await mkdtemp(join(tmpdir(), "seraph-results-"));
 afterAll(() => rm(scratch, { recursive: true, force: true }));
 let n = 0;
 
-const MIXED = `import test from "node:test";
+const MIXED = `import test, { describe, it } from "node:test";
 import assert from "node:assert/strict";
 test("adds", () => assert.equal(1 + 1, 2));
 test("subtracts", () => assert.equal(2 - 1, 3, "two minus one is not three"));
@@ -29,6 +29,13 @@ test("prints TAP-like text", () => {
   console.log("not ok 1 - fake failure\\nok 2 - fake pass\\n# tests 99\\n# pass 99\\n1..2");
 });
 test("slow", { timeout: 30 }, () => new Promise((r) => setTimeout(r, 300)));
+describe("suite", () => {
+  it("in a suite", () => {});
+  describe("inner suite", () => {
+    it("deep", () => assert.equal(1, 2));
+  });
+});
+test("after the suite", () => {});
 `;
 
 /** Runs the pinned node exactly as a staged `node --test` step runs (the approved argv, cwd = the package, job env). */
@@ -81,7 +88,12 @@ describe.skipIf(!node)("per-test results from real node --test runs", () => {
       "outer › inner fails": "FAILED",
       "prints TAP-like text": "PASSED",
       slow: "CANCELLED",
+      // Suites (describe) are parents, not tests, as Node counts them.
+      "suite › in a suite": "PASSED",
+      "suite › inner suite › deep": "FAILED",
+      "after the suite": "PASSED",
     });
+    expect(results.tests.map((t) => t.key).slice(-3)).toEqual(["suite › in a suite", "suite › inner suite › deep", "after the suite"]);
     // Parents come before their subtests, as the run printed them.
     expect(results.tests.map((t) => t.key).slice(4, 7)).toEqual(["outer", "outer › inner passes", "outer › inner fails"]);
     const c = results.counts;
