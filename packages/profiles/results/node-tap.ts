@@ -91,7 +91,7 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
     parser.on("assert", (r: Result) => {
       const type = (r.diag as Record<string, unknown> | null)?.["type"];
       if (type === "suite") {
-        tests.push({ name: r.name, parents, file: "", status: TestStatus.UNSPECIFIED, durationMs: 0, message: "", suite: true });
+        tests.push({ name: r.name, parents, file: "", status: TestStatus.UNSPECIFIED, durationMs: 0, message: r.ok ? "" : messageOf(r, TestStatus.FAILED), suite: true });
         return;
       }
       const status = statusOf(r);
@@ -113,7 +113,7 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
   for (const f of final.failures) if (f.tapError) problems.push(`invalid TAP: ${f.tapError}`);
   if (problems.length > 0) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", `The TAP report is not a complete run: ${problems.join("; ")}.`, ctx.source);
   // Nested points arrive before their parents; order them as the run did (a parent before its subtests).
-  const ordered = orderParentsFirst(tests).filter((t) => !("suite" in t)).map(({ suite: _, ...t }: ParsedTest & { suite?: true }) => t);
+  const ordered = withSuiteFailures(orderParentsFirst(tests));
   const keyed = keyTests(ordered, false);
   const counts = parsedResults(NODE_TAP_FORMAT, keyed, ctx.source).counts;
   if (counts === undefined) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", "No counts.", ctx.source);
@@ -129,6 +129,26 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
     );
   }
   return parsedResults(NODE_TAP_FORMAT, keyed, ctx.source);
+}
+
+/**
+ * Drops the suite placeholders; a failed suite's message (e.g. its `before` hook threw) is added
+ * to the message of each of its cancelled or failed tests, which otherwise only say they were
+ * cancelled by their parent.
+ */
+function withSuiteFailures(ordered: readonly (ParsedTest & { suite?: true })[]): ParsedTest[] {
+  const failedSuites = new Map<string, string>();
+  const out: ParsedTest[] = [];
+  for (const { suite, ...t } of ordered) {
+    const path = [...t.parents, t.name].join("\u0000");
+    if (suite) {
+      if (t.message !== "") failedSuites.set(path, `suite "${t.name}" failed: ${t.message}`);
+      continue;
+    }
+    const because = t.parents.map((_, i) => failedSuites.get(t.parents.slice(0, i + 1).join("\u0000"))).filter((m): m is string => m !== undefined);
+    out.push(because.length > 0 && (t.status === TestStatus.CANCELLED || t.status === TestStatus.FAILED) ? { ...t, message: boundMessage([t.message, ...because].filter((m) => m !== "").join("\n")) } : t);
+  }
+  return out;
 }
 
 /** Puts every test before its subtests, keeping the report order otherwise. */

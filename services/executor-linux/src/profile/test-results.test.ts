@@ -122,6 +122,16 @@ describe.skipIf(!node)("per-test results from real node --test runs", () => {
     expect(results.tests[1]?.message).toContain("b broke");
   });
 
+  it("a suite whose before hook throws: its tests are cancelled, as Node counts them, and say why", async () => {
+    const file = 'import { describe, it, before } from "node:test";\ndescribe("hooked", () => {\n  before(() => { throw new Error("setup broke"); });\n  it("never runs", () => {});\n});\n';
+    const run = await runNodeTest({ "test/hook.test.mjs": file }, ["test/hook.test.mjs"]);
+    const { results } = await readStepReport(run.jobDir, run.packageDir, step(["test/hook.test.mjs"]), ["test/hook.test.mjs"]);
+    expect(results.state, results.message).toBe("parsed");
+    expect(results.tests.map((t) => [t.key, TestStatus[t.status]])).toEqual([["hooked › never runs", "CANCELLED"]]);
+    expect(results.tests[0]?.message).toContain('suite "hooked" failed: setup broke');
+    expect(specSummary(run.stdout)).toMatchObject({ tests: 1, cancelled: 1, fail: 0 });
+  });
+
   it("a cut-short or hand-written report is results_unparsed with the reason, never guessed", async () => {
     const run = await runNodeTest({ "test/ok.test.mjs": 'import test from "node:test";\ntest("fine", () => {});\n' }, ["test/ok.test.mjs"]);
     const report = join(run.jobDir, NODE_TAP_REPORT);
