@@ -238,7 +238,18 @@ describe("baseline vs patched through the API", () => {
     const { repository } = await c.repositories.registerRepository({ path: dir.dir });
     const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
     const { document } = await c.repairs.getBaselineApprovalDocument({ repairId: repair!.id });
+    // WatchRepair follows the baseline job too: its changes arrive as updates of the repair.
+    const watching = (async () => {
+      const states: JobState[] = [];
+      for await (const m of c.repairs.watchRepair({ repairId: repair!.id }, { timeoutMs: 30_000 })) {
+        const s = m.repair?.baselineJob?.state;
+        if (s !== undefined && states.at(-1) !== s) states.push(s);
+        if (s === JobState.FAILED || s === JobState.REJECTED || s === JobState.UNKNOWN) break;
+      }
+      return states;
+    })();
     await c.repairs.approveBaseline({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+    expect((await watching).at(-1)).toBe((await finished(repair!.id, true)).baselineJob?.state);
     const done = await finished(repair!.id, true);
     expect(done.baselineJob?.steps[0]?.signal).toBe("SIGKILL");
     const res = await c.repairs.getRepairResults({ repairId: repair!.id });

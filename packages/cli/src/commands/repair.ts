@@ -454,6 +454,8 @@ function describeChange(prev: Repair | undefined, r: Repair): string {
   }
   if (r.consent && !prev?.consent) parts.push(`consent for route ${r.consent.modelRouteId}`);
   if (r.job && (!prev?.job || prev.job.state !== r.job.state || prev.job.revision !== r.job.revision)) parts.push(`job ${enumName(JobState, r.job.state)}${r.job.outcome ? ` (${r.job.outcome})` : ""}`);
+  const b = r.baselineJob;
+  if (b && (!prev?.baselineJob || prev.baselineJob.state !== b.state || prev.baselineJob.revision !== b.revision)) parts.push(`baseline job ${enumName(JobState, b.state)}${b.outcome ? ` (${b.outcome})` : ""}`);
   if (r.waitReason && r.waitReason !== prev?.waitReason) parts.push(`waiting: ${r.waitReason}`);
   if (parts.length === 0) parts.push(`revision ${r.revision}`);
   return parts.join("; ");

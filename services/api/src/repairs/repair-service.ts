@@ -572,13 +572,14 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         };
         const offs = [signals.subscribe(repairSubject(first.id), notify)];
         let jobWatched = "";
+        let baselineWatched = "";
         try {
           let lastKey = "";
           for (;;) {
             signalled = false;
             const row = await owned(p, first.id);
             const repair = await view(row);
-            const key = `${repair.revision}|${repair.job?.revision ?? ""}|${repair.job?.state ?? ""}|${repair.waitReason}`;
+            const key = `${repair.revision}|${repair.job?.revision ?? ""}|${repair.job?.state ?? ""}|${repair.waitReason}|${repair.baselineJob?.revision ?? ""}|${repair.baselineJob?.state ?? ""}`;
             if (key !== lastKey) {
               lastKey = key;
               yield { repair };
@@ -586,6 +587,11 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
             if (repair.job && repair.job.id !== jobWatched) {
               jobWatched = repair.job.id;
               offs.push(signals.subscribe(jobSubject(jobWatched), notify));
+            }
+            // A baseline job's changes are the repair's too (while the watch lasts).
+            if (repair.baselineJob && repair.baselineJob.id !== baselineWatched) {
+              baselineWatched = repair.baselineJob.id;
+              offs.push(signals.subscribe(jobSubject(baselineWatched), notify));
             }
             if (isFinal(repair)) return;
             if (!signalled) await waitFor(pollMs, ctx, (w) => (wake = w));
