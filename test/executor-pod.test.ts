@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, existsSync, mkdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync } from "node:fs";
+import { fromBinary } from "@bufbuild/protobuf";
+import { WarmMarkerSchema, type WarmMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { newId } from "@seraph/kit";
@@ -94,10 +96,23 @@ describe("executor pod: supervisors in the supervisor host's PID namespace", () 
     const own = readlinkSync("/proc/self/ns/pid");
     expect(host.namespace).not.toBe(own);
     await stack.startExecutor(stack.node, { SERAPH_SUPERVISOR_HOST_SOCKET: socketPath });
+    // The warm supervisor for the free slot: started by the host, in its namespace.
+    let warm: WarmMarker | undefined;
+    await pollUntil(async () => {
+      const dir = join(dataDir, "warm");
+      warm = (existsSync(dir) ? readdirSync(dir) : [])
+        .filter((n) => existsSync(join(dir, n, "warm.binpb")))
+        .map((n) => fromBinary(WarmMarkerSchema, readFileSync(join(dir, n, "warm.binpb"))))
+        .find((m) => m.pidNamespace === host.namespace);
+      return warm !== undefined;
+    }, 20_000, "a warm supervisor started by the host");
     const r = await slowRepo(6000);
     const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir) });
     const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
     const marker = running.marker!;
+    // The claim handed the spec to that warm supervisor: the job's supervisor is that process.
+    expect(marker.supervisor?.pid).toBe(warm!.supervisor?.pid);
+    expect(marker.supervisor?.startTimeTicks).toBe(warm!.supervisor?.startTimeTicks);
     // The marker records the supervisor's own namespace and pid there, and the executor's
     // namespace as the observer.
     expect(marker.pidNamespace).toBe(host.namespace);

@@ -58,16 +58,18 @@ export function startRunner(deps: RunnerDeps): Runner {
   const stopping = new AbortController();
   const { signals: _signals, runtimeDigests, warmSlots, ...shared } = deps;
   const active = new Map<string, ActiveJob>();
-  // Warm supervisors need the node's facilities (a node that cannot supervise starts none) and
-  // are this process's own children (through a supervisor host every launch stays cold).
+  // Warm supervisors need the node's facilities (a node that cannot supervise starts none); they
+  // are this process's children, or the supervisor host's when launches go through one.
   const warm =
-    warmSlots !== undefined && warmSlots > 0 && deps.supervisorHost === undefined
+    warmSlots !== undefined && warmSlots > 0
       ? new WarmPool({
           dataDir: deps.dataDir,
           log,
           supervisorEntry: deps.supervisorEntry,
           supervisorRuntime: deps.supervisorRuntime,
           testBootIdFile: deps.testBootIdFile,
+          host: deps.supervisorHost,
+          proc: deps.proc,
           target: () => (deps.facilities().ok ? Math.max(0, warmSlots - active.size) : 0),
         })
       : undefined;

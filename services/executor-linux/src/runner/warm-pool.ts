@@ -4,6 +4,8 @@ import { join } from "node:path";
 import type { Logger } from "@seraph/kit";
 import { retireWarmSupervisor, startWarmSupervisor, type WarmSupervisor } from "../supervisor-client/warm.js";
 import { supervisorCompileCacheDir } from "../supervisor-client/paths.js";
+import type { SupervisorHostAddress } from "../supervisor-client/launch.js";
+import type { ProcFs } from "../native/proc-fs.js";
 
 /** What the pool needs to start warm supervisors. */
 export interface WarmPoolDeps {
@@ -12,6 +14,9 @@ export interface WarmPoolDeps {
   readonly supervisorEntry?: string | undefined;
   readonly supervisorRuntime?: string | undefined;
   readonly testBootIdFile?: string | undefined;
+  /** Start them through this supervisor host (the executor pod) instead of as our children. */
+  readonly host?: SupervisorHostAddress | undefined;
+  readonly proc?: ProcFs | undefined;
   /** How many warm supervisors to keep: one per free slot. */
   readonly target: () => number;
 }
@@ -24,7 +29,7 @@ export const warmDirOf = (dataDir: string): string => join(dataDir, "warm");
 
 /**
  * One started supervisor waiting for each free slot (issue 11 item 3): each is a process of the
- * bundle on the pinned runtime that verified the facilities, set itself subreaper and listens on
+ * bundle on the pinned runtime (our child, or the supervisor host's in the executor pod) that verified the facilities, set itself subreaper and listens on
  * warm.sock, owning nothing. take() hands one out (the claim then renames its directory to the
  * step's run directory and gives it the spec); one that dies is dropped and replaced by the next
  * fill(). Warm supervisors exit by themselves once this process is gone (they watch their parent),
@@ -76,6 +81,8 @@ export class WarmPool {
         nodePath: this.#d.supervisorRuntime,
         compileCacheDir: supervisorCompileCacheDir(this.#d.dataDir),
         testBootIdFile: this.#d.testBootIdFile,
+        host: this.#d.host,
+        proc: this.#d.proc,
       });
       if (this.#stopped) {
         await retireWarmSupervisor(dir);

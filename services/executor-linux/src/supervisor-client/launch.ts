@@ -236,13 +236,22 @@ export async function spawnDetached(
  * with the host's reason code when it refused or the supervisor did not become ready.
  */
 export async function requestHostLaunch(host: SupervisorHostAddress, specPath: string, timeoutMs: number): Promise<{ pid: number; pidNamespace: string }> {
+  return requestHost(host, { specPath }, timeoutMs);
+}
+
+/** One HostLaunchRequest (a spec to launch, or a warm run directory) and its answer; refusals throw. */
+export async function requestHost(
+  host: SupervisorHostAddress,
+  what: { readonly specPath: string } | { readonly warmRunDir: string; readonly testBootIdFile?: string | undefined },
+  timeoutMs: number,
+): Promise<{ pid: number; pidNamespace: string }> {
   let token: string;
   try {
     token = readFileSync(host.tokenFile, "utf8").trim();
   } catch (err) {
     throw new SupervisorLaunchError(`cannot read the supervisor host's token file ${host.tokenFile}: ${(err as Error).message}`);
   }
-  const request = encodeFrame(toBinary(HostLaunchRequestSchema, create(HostLaunchRequestSchema, { token, specPath })));
+  const request = encodeFrame(toBinary(HostLaunchRequestSchema, create(HostLaunchRequestSchema, { token, ...what })));
   const response = await new Promise<HostLaunchResponse>((resolve, reject) => {
     const socket = connect(host.socketPath);
     const decoder = new FrameDecoder();

@@ -18,8 +18,8 @@ import type { ProcFs } from "../native/proc-fs.js";
 import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { assertValidSpec } from "../supervisor/spec.js";
-import { verifySupervisorIdentity } from "./identity.js";
-import { handleOf, prepareRunDir, spawnDetached, startedMarker, supervisorRuntimeOf, SupervisorLaunchError, type SupervisorHandle } from "./launch.js";
+import { supervisorPidHere, verifySupervisorIdentity } from "./identity.js";
+import { handleOf, prepareRunDir, requestHost, spawnDetached, startedMarker, supervisorRuntimeOf, SupervisorLaunchError, type SupervisorHandle, type SupervisorHostAddress } from "./launch.js";
 import { defaultSupervisorEntry } from "./paths.js";
 
 /** A warm supervisor this process started: facilities verified, warm.sock up, no job. */
@@ -41,7 +41,14 @@ export interface WarmStartOptions {
   /** TEST ONLY: the boot-id file the node uses (every spec it hands over must name the same). */
   readonly testBootIdFile?: string | undefined;
   readonly startTimeoutMs?: number | undefined;
+  /** Start it through this supervisor host (its child, in its PID namespace) instead of as ours. */
+  readonly host?: SupervisorHostAddress | undefined;
+  /** /proc with the node's boot-id source (a host-started one is watched through it). */
+  readonly proc?: ProcFs | undefined;
 }
+
+/** How often the executor checks that a warm supervisor a host started is still alive. */
+const HOST_WARM_WATCH_MS = 250;
 
 /** The warm supervisor was not reached or refused: it took no spec (it owns nothing). */
 export class WarmUnavailableError extends SupervisorLaunchError {}
@@ -63,8 +70,9 @@ export class WarmRefusedError extends WarmUnavailableError {
  */
 export async function startWarmSupervisor(runDir: string, options: WarmStartOptions = {}): Promise<WarmSupervisor> {
   const entry = options.supervisorEntry ?? defaultSupervisorEntry();
-  if (!existsSync(entry)) throw new SupervisorLaunchError(`the supervisor bundle ${entry} does not exist; build first (npm run build)`);
   prepareRunDir(runDir);
+  if (options.host !== undefined) return startWarmThroughHost(runDir, options.host, options);
+  if (!existsSync(entry)) throw new SupervisorLaunchError(`the supervisor bundle ${entry} does not exist; build first (npm run build)`);
   const args = [entry, "--warm", runDir, ...(options.testBootIdFile ? ["--test-boot-id-file", options.testBootIdFile] : [])];
   const { pid, exited } = await spawnDetached(runDir, args, [RunDirFiles.warmSocket, RunDirFiles.warmMarker], {
     nodePath: supervisorRuntimeOf(options.nodePath),
@@ -76,6 +84,35 @@ export async function startWarmSupervisor(runDir: string, options: WarmStartOpti
     throw new SupervisorLaunchError(`warm marker names pid ${marker.supervisor?.pid} in ${marker.runDir}, but pid ${pid} was started in ${runDir}`);
   }
   return { runDir, pid, marker, exited };
+}
+
+/**
+ * The host starts `--warm <runDir>` as its own child (in its PID namespace); the warm marker must
+ * name the pid and namespace the host answered, and that process must be visible from here.
+ * Its exit is watched through /proc (it is not our child).
+ */
+async function startWarmThroughHost(runDir: string, host: SupervisorHostAddress, options: WarmStartOptions): Promise<WarmSupervisor> {
+  const started = await requestHost(host, { warmRunDir: runDir, testBootIdFile: options.testBootIdFile ?? "" }, (options.startTimeoutMs ?? 10_000) + 5000);
+  const marker = fromBinary(WarmMarkerSchema, readFileSync(join(runDir, RunDirFiles.warmMarker)));
+  if (marker.supervisor?.pid !== started.pid || marker.pidNamespace !== started.pidNamespace || marker.runDir !== runDir) {
+    throw new SupervisorLaunchError(`warm marker names pid ${marker.supervisor?.pid} in ${marker.pidNamespace || "(none)"}, but the host started pid ${started.pid} in ${started.pidNamespace}`);
+  }
+  const identity = create(OwnerMarkerSchema, { supervisor: marker.supervisor, pidNamespace: marker.pidNamespace });
+  if (supervisorPidHere(identity) === undefined) {
+    await retireWarmSupervisor(runDir);
+    throw new SupervisorLaunchError(`the warm supervisor (pid ${started.pid} in ${started.pidNamespace}) is not visible from this executor's PID namespace`);
+  }
+  const exited = new Promise<void>((resolve) => {
+    const timer = setInterval(() => {
+      void verifySupervisorIdentity(identity, options.proc).then((v) => {
+        if (v === "alive") return;
+        clearInterval(timer);
+        resolve();
+      });
+    }, HOST_WARM_WATCH_MS);
+    timer.unref();
+  });
+  return { runDir, pid: started.pid, marker, exited };
 }
 
 /** Sends one WarmRequest (token from the run directory's warm.token) and reads the answer. */
@@ -140,7 +177,7 @@ export async function handOverSpec(warm: WarmSupervisor, spec: SupervisorSpec, o
     if (Date.now() >= until) throw new SupervisorLaunchError("the warm supervisor took the spec but wrote no owner marker in time");
     await new Promise((r) => setTimeout(r, 2));
   }
-  const { marker, pid } = await startedMarker(warm.runDir, { pid: warm.pid, pidNamespace: undefined }, observer);
+  const { marker, pid } = await startedMarker(warm.runDir, { pid: warm.pid, pidNamespace: warm.marker.pidNamespace || undefined }, observer);
   if (marker.supervisor?.startTimeTicks !== identity?.startTimeTicks) throw new SupervisorLaunchError("the owner marker names another process than the warm marker");
   return handleOf(warm.runDir, marker, pid, options.proc);
 }

@@ -4,11 +4,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { createRootLogger } from "@seraph/kit";
-import { HostLaunchRequestSchema, HostLaunchResponseSchema, type HostLaunchResponse } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { HostLaunchRequestSchema, HostLaunchResponseSchema, WarmMarkerSchema, type HostLaunchResponse } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createNativeSystem } from "../native/libc.js";
 import { readPidNamespace } from "../native/pid-namespace.js";
-import { requestHostLaunch, SupervisorLaunchError } from "../supervisor-client/launch.js";
+import { requestHost, requestHostLaunch, SupervisorLaunchError } from "../supervisor-client/launch.js";
+import { retireWarmSupervisor } from "../supervisor-client/warm.js";
 import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
 import { hostTokenFile, startSupervisorHost, type SupervisorHost } from "./host.js";
 
@@ -105,6 +106,26 @@ describe("supervisor host launch channel", () => {
     const err = await requestHostLaunch({ socketPath, tokenFile: hostTokenFile(socketPath) }, join(dir, "elsewhere", "spec.binpb"), 5000).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SupervisorLaunchError);
     expect(String(err)).toContain("spec_path_outside_data_dir");
+  });
+
+  it("starts a warm supervisor for a fresh run directory below the data directory; refuses both or neither target and a used directory", async () => {
+    const warmRequest = (fields: { specPath?: string; warmRunDir?: string }) => encodeFrame(toBinary(HostLaunchRequestSchema, create(HostLaunchRequestSchema, { token: token(), ...fields })));
+    expect((await raw(warmRequest({}))).errorCode).toBe("invalid_argument");
+    const fresh = join(dataDir, "w1");
+    mkdirSync(fresh, { mode: 0o700 });
+    expect((await raw(warmRequest({ specPath: join(dataDir, "r1", "spec.binpb"), warmRunDir: fresh })))).toMatchObject({ started: false, errorCode: "invalid_argument" });
+    expect((await raw(warmRequest({ warmRunDir: join(dir, "elsewhere") })))).toMatchObject({ started: false, errorCode: "spec_path_outside_data_dir" });
+    expect(host.children.size).toBe(0);
+    const started = await requestHost({ socketPath, tokenFile: hostTokenFile(socketPath) }, { warmRunDir: fresh }, 15_000);
+    const marker = fromBinary(WarmMarkerSchema, readFileSync(join(fresh, "warm.binpb")));
+    expect(marker.supervisor?.pid).toBe(started.pid);
+    expect(marker.pidNamespace).toBe(started.pidNamespace);
+    expect(host.children.has(started.pid)).toBe(true);
+    // The same directory again: used.
+    expect((await raw(warmRequest({ warmRunDir: fresh })))).toMatchObject({ started: false, errorCode: "run_dir_used" });
+    expect(await retireWarmSupervisor(fresh)).toBe(true);
+    await host.idle();
+    expect(host.children.size).toBe(0);
   });
 
   it("refuses a peer with another uid (SO_PEERCRED)", async () => {

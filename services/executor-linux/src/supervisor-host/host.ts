@@ -11,8 +11,9 @@ import {
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { NativeSystem } from "../native/native-system.js";
 import { readPidNamespace } from "../native/pid-namespace.js";
-import { spawnSupervisorProcess, SupervisorLaunchError, supervisorRuntimeOf } from "../supervisor-client/launch.js";
+import { spawnDetached, spawnSupervisorProcess, SupervisorLaunchError, supervisorRuntimeOf } from "../supervisor-client/launch.js";
 import { defaultSupervisorEntry, supervisorCompileCacheDir } from "../supervisor-client/paths.js";
+import { retireWarmSupervisor } from "../supervisor-client/warm.js";
 import { writeFileAtomic } from "../supervisor/atomic-file.js";
 import { encodeFrame } from "../supervisor/framing.js";
 import { listenOneRequest } from "../supervisor/one-request-server.js";
@@ -113,6 +114,28 @@ function checkSpecPath(specPath: string, dataDirReal: string): void {
 }
 
 /**
+ * Checks a warm run directory the way startWarmSupervisor left it: an absolute, normalised,
+ * real directory below the data directory, 0700 and ours, never used (no warm socket, marker,
+ * spec or control socket).
+ */
+function checkWarmRunDir(runDir: string, dataDirReal: string): void {
+  if (resolve(runDir) !== runDir) throw new Refusal("invalid_argument", "warm_run_dir: not a normalised absolute path");
+  let real: string;
+  try {
+    real = realpathSync(runDir);
+  } catch (err) {
+    throw new Refusal("invalid_argument", `warm_run_dir: ${(err as Error).message}`);
+  }
+  if (real !== runDir || !real.startsWith(`${dataDirReal}/`)) {
+    throw new Refusal("spec_path_outside_data_dir", `warm_run_dir: ${runDir} is not a real directory below ${dataDirReal}`);
+  }
+  privateDirOwnedByUs(runDir, "warm run dir");
+  for (const f of [RunDirFiles.warmSocket, RunDirFiles.warmMarker, RunDirFiles.spec, RunDirFiles.marker, RunDirFiles.socket]) {
+    if (existsSync(join(runDir, f))) throw new Refusal("run_dir_used", `run dir ${runDir} was already used (${f} exists)`);
+  }
+}
+
+/**
  * The supervisor host: a long-lived process (PID 1's only child in its own PID namespace, e.g.
  * `tini -- node dist/supervisor-host/main.js`) that starts per-job supervisors on behalf of the
  * executor, so they live as long as the host and not as long as the executor's container. It
@@ -141,6 +164,8 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
   const nodePath = supervisorRuntimeOf(o.nodePath);
   const compileCacheDir = o.compileCacheDir ?? supervisorCompileCacheDir(o.dataDir);
   const children = new Set<number>();
+  /** Warm supervisors this host started, by pid: their run directory at start. */
+  const warmDirs = new Map<number, string>();
   const waiters: (() => void)[] = [];
 
   const answer = (socket: Socket, r: MessageInitShape<typeof HostLaunchResponseSchema>) => {
@@ -165,22 +190,36 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
       return;
     }
     try {
-      if (!req.specPath.startsWith("/") || req.specPath.length > 4096) throw new Refusal("invalid_argument", "spec_path: must be an absolute path of at most 4096 bytes");
-      checkSpecPath(req.specPath, dataDirReal);
       let exitedEarly = false;
-      const pid = await spawnSupervisorProcess(req.specPath, {
-        entry,
+      const common = {
         nodePath,
         compileCacheDir,
         startTimeoutMs: o.startTimeoutMs ?? 10_000,
-        onExit: (p) => {
+        onExit: (p: number) => {
           exitedEarly = !children.delete(p);
+          warmDirs.delete(p);
           log.info({ event: "supervisor_exited", pid: p }, "supervisor exited");
           if (children.size === 0) for (const w of waiters.splice(0)) w();
         },
-      });
+      };
+      if ((req.specPath === "") === (req.warmRunDir === "")) throw new Refusal("invalid_argument", "exactly one of spec_path and warm_run_dir must be set");
+      let pid: number;
+      let runDir: string;
+      if (req.warmRunDir !== "") {
+        if (!req.warmRunDir.startsWith("/") || req.warmRunDir.length > 4096) throw new Refusal("invalid_argument", "warm_run_dir: must be an absolute path of at most 4096 bytes");
+        checkWarmRunDir(req.warmRunDir, dataDirReal);
+        runDir = req.warmRunDir;
+        const args = [entry, "--warm", runDir, ...(req.testBootIdFile !== "" ? ["--test-boot-id-file", req.testBootIdFile] : [])];
+        pid = (await spawnDetached(runDir, args, [RunDirFiles.warmSocket, RunDirFiles.warmMarker], common)).pid;
+        warmDirs.set(pid, runDir);
+      } else {
+        if (!req.specPath.startsWith("/") || req.specPath.length > 4096) throw new Refusal("invalid_argument", "spec_path: must be an absolute path of at most 4096 bytes");
+        checkSpecPath(req.specPath, dataDirReal);
+        runDir = dirname(req.specPath);
+        pid = await spawnSupervisorProcess(req.specPath, { entry, ...common });
+      }
       if (!exitedEarly) children.add(pid);
-      log.info({ event: "supervisor_started", pid, runDir: dirname(req.specPath) }, "supervisor started");
+      log.info({ event: "supervisor_started", pid, runDir, warm: req.warmRunDir !== "" }, "supervisor started");
       answer(socket, { started: true, pid, pidNamespace });
     } catch (err) {
       if (err instanceof Refusal) refuse(socket, err.code, err.message);
@@ -205,6 +244,9 @@ export async function startSupervisorHost(o: SupervisorHostOptions): Promise<Sup
     },
     async close() {
       await server.close();
+      // Warm supervisors own nothing: retired, so a draining host does not wait on them (one that
+      // took a spec refuses, already_owns_job, and runs its job to the end).
+      await Promise.all([...warmDirs.entries()].filter(([pid]) => children.has(pid)).map(([, runDir]) => retireWarmSupervisor(runDir)));
       for (const f of [o.socketPath, hostTokenFile(o.socketPath)]) {
         try {
           unlinkSync(f);

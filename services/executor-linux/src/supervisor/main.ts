@@ -245,7 +245,13 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
       }
     }
     // The job's files as a fresh launch has them: spec.binpb first, then (runJob) token, ctl.sock, marker.
-    writeFileAtomic(join(spec.runDir, RunDirFiles.spec), bytes, 0o600);
+    try {
+      writeFileAtomic(join(spec.runDir, RunDirFiles.spec), bytes, 0o600);
+    } catch (err) {
+      // Not taken: the cgroup it just made goes too, so nothing changed.
+      containment?.abandon();
+      return refusal("internal_error", `spec.binpb not written: ${(err as Error).message}`);
+    }
     taken = { spec, specSha256: createHash("sha256").update(bytes).digest("hex"), containment };
     settle("spec");
     return create(WarmResponseSchema, { accepted: true });
