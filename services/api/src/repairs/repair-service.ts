@@ -176,9 +176,6 @@ function requireBaselineable(row: RepairRow): void {
   }
 }
 
-/** Records that a repair went stale (markStale), or collects the reason to record it later. */
-type StaleMarker = (row: RepairRow, reason: string) => Promise<void>;
-
 function isDrift(err: unknown): boolean {
   return err instanceof ConnectError && err.code === Code.FailedPrecondition && /\((drift|inspection_drift)\)$/.test(err.rawMessage);
 }
@@ -269,7 +266,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
   }
 
   /** Refuses (and marks the repair stale) when its Goal or the settings moved since it was inspected. */
-  async function checkBindings(row: RepairRow, mark: StaleMarker = markStale): Promise<SandboxSettings> {
+  async function checkBindings(row: RepairRow): Promise<SandboxSettings> {
     const goal = await findOwnedGoal(db, row.owner_id, row.goal_id);
     const { settings, revision } = await loadSettings(db, deps.defaults);
     let reason: string | undefined;
@@ -278,19 +275,19 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     else if (revision !== BigInt(row.settings_revision)) reason = "settings_changed";
     else if (!settings.enabled) reason = "settings_disabled";
     if (reason) {
-      await mark(row, reason);
+      await markStale(row, reason);
       throw staleError(row.id, reason);
     }
     return settings;
   }
 
   /** Calls the node; on drift marks the repair stale before passing the refusal on. */
-  async function onNode<T>(row: RepairRow, what: string, fn: (node: Awaited<ReturnType<NodeDirectory["get"]>>) => Promise<T>, mark: StaleMarker = markStale): Promise<T> {
+  async function onNode<T>(row: RepairRow, what: string, fn: (node: Awaited<ReturnType<NodeDirectory["get"]>>) => Promise<T>): Promise<T> {
     const node = await nodes.get(row.node_id);
     try {
       return await callNode(node, what, () => fn(node));
     } catch (err) {
-      if (isDrift(err)) await mark(row, "inspection_drift");
+      if (isDrift(err)) await markStale(row, "inspection_drift");
       throw err;
     }
   }
@@ -299,12 +296,12 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
    * The checks every approval (patched or baseline) passes right before it is recorded: the
    * repair's bindings (Goal, settings) still hold and equal the document's, and a fresh read-only
    * inspection on the node reproduces the inspection hash, the supervisor code and the containment
-   * the document shows. Any drift marks the repair stale (through `mark`) and refuses.
+   * the document shows. Any drift marks the repair stale and refuses.
    */
-  async function freshlyAdmitted(row: RepairRow, doc: ApprovalDocument, signal: AbortSignal, mark: StaleMarker = markStale): Promise<void> {
-    await checkBindings(row, mark);
+  async function freshlyAdmitted(row: RepairRow, doc: ApprovalDocument, signal: AbortSignal): Promise<void> {
+    await checkBindings(row);
     if (doc.goalRevision !== row.goal_revision || doc.settingsRevision !== BigInt(row.settings_revision)) {
-      await mark(row, "settings_changed");
+      await markStale(row, "settings_changed");
       throw staleError(row.id, "settings_changed");
     }
     // Fresh read-only inspection: any drift in source, scripts, lockfile, config, compiler or
@@ -325,16 +322,15 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         },
         { timeoutMs: 120_000, signal },
       ),
-      mark,
     );
     if (!fresh.inspection?.admitted || fresh.inspection.inspectionSha256 !== row.inspection_sha256) {
-      await mark(row, "inspection_drift");
+      await markStale(row, "inspection_drift");
       throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
     }
     // The per-job supervisor code the document shows must still be the node's: another
     // supervisor could never be started for this approval (the runner refuses it GO).
     if (doc.supervisorSourceSha256 === "" || fresh.supervisorSourceSha256 !== doc.supervisorSourceSha256) {
-      await mark(row, "supervisor_source_drift");
+      await markStale(row, "supervisor_source_drift");
       throw new FailedPreconditionError(
         "supervisor_source_drift",
         `The node's per-job supervisor code is ${fresh.supervisorSourceSha256 || "unknown"}, not ${doc.supervisorSourceSha256 || "unknown"} shown in the approval document; create a new repair.`,
@@ -346,7 +342,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     const freshContainment = fresh.containment !== undefined ? toBinary(NodeContainmentSchema, fresh.containment) : new Uint8Array();
     const shownContainment = doc.containment !== undefined ? toBinary(NodeContainmentSchema, doc.containment) : new Uint8Array();
     if (Buffer.compare(Buffer.from(freshContainment), Buffer.from(shownContainment)) !== 0) {
-      await mark(row, "containment_changed");
+      await markStale(row, "containment_changed");
       throw new FailedPreconditionError(
         "containment_changed",
         `The node now claims isolation_claim=${fresh.containment?.isolationClaim || "none"} and resource_enforcement=${fresh.containment?.resourceEnforcement || "admission_and_wall_timeout_only"}, not what the approval document shows; create a new repair.`,
@@ -786,18 +782,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       if (!proposalRow || !proposalRow.valid || proposalRow.diff_sha256 !== doc.proposalSha256) {
         throw new FailedPreconditionError("proposal_invalid", "The document's proposal is not a valid proposal of this repair.", { field: "document_sha256" });
       }
-      // The fresh admission (bindings and the node's re-inspection) runs concurrently with the
-      // approval transaction, which commits only once admission passed: a refusal rolls the
-      // approval back, and the repair is marked stale after that rollback (marking it inside
-      // would wait on the row this transaction holds). This is an early refusal; what binds is
-      // the executor's drift check when it stages the job, before any start token.
-      let staleReason: string | undefined;
-      const admitted = freshlyAdmitted(row, doc, ctx.signal, async (_r, reason) => {
-        staleReason ??= reason;
-      }).then(
-        () => undefined,
-        (err: unknown) => err ?? new Error("admission refused"),
-      );
+      await freshlyAdmitted(row, doc, ctx.signal);
       const approvalId = newId();
       let approval: ApprovalRow;
       try {
@@ -813,13 +798,9 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
             approved_by: p.id,
             expires_at: docRow.expires_at,
           });
-          const refused = await admitted;
-          if (refused !== undefined) throw refused;
           return { row: u, approval: a };
         }));
       } catch (err) {
-        await admitted;
-        if (staleReason !== undefined) await markStale(row, staleReason);
         if (err instanceof SeraphError) throw err;
         // A concurrent Approve of the same repair won the unique constraint: answer as it did.
         const raced = await findApproval(db, row.id);
