@@ -1,5 +1,5 @@
 // Runs the three supervisor benchmarks one after the other and prints the "Supervisor"
-// section of docs/benchmarks.md (markdown) to stdout. Run `npx tsc -b` first.
+// section of docs/benchmarks.md (markdown) to stdout. Run `npm run build` first (the supervisor runs as its bundle).
 //   node bench/supervisor-all.mjs [--runs N]
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";

@@ -1,4 +1,4 @@
-// Shared helpers for the supervisor benchmarks (plain node scripts; run `npx tsc -b` first).
+// Shared helpers for the supervisor benchmarks (plain node scripts; run `npm run build` first: the supervisor runs as its bundle).
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { cpus, release, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
@@ -11,7 +11,7 @@ export const dist = join(root, "services/executor-linux/dist");
 export async function importDist(rel) {
   const path = join(dist, rel);
   if (!existsSync(path)) {
-    process.stderr.write(`${path} is missing: run \`npx tsc -b\` first\n`);
+    process.stderr.write(`${path} is missing: run \`npm run build\` first\n`);
     process.exit(2);
   }
   return import(path);

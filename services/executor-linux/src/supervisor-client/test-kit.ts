@@ -19,7 +19,7 @@ import { defaultSupervisorEntry } from "./paths.js";
 export function assertSupervisorBuilt(): void {
   const entry = defaultSupervisorEntry();
   if (!existsSync(entry)) {
-    throw new Error(`${entry} is missing: build first with \`npx tsc -b services/executor-linux\` (tests spawn the compiled supervisor)`);
+    throw new Error(`${entry} is missing: build first with \`npm run build\` (tests spawn the supervisor bundle)`);
   }
 }
 
