@@ -21,7 +21,8 @@ import { createExecutorRoutes } from "./routes.js";
 import { createProcFs } from "./native/proc-fs.js";
 import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
 import { startRunner, type Runner } from "./runner/runner.js";
-import { readFacilityReport } from "./supervisor-client/index.js";
+import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "./supervisor-client/index.js";
+import { supervisorSourceOf } from "./executor-service/supervisor-source.js";
 import { defaultContainmentSettings, nodeContainment, type ContainmentSettings } from "./supervisor-client/node-containment.js";
 
 /** Service names the executor reports in health. */
@@ -88,6 +89,9 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   // One probe for registration, the runner and CheckPrerequisites (which asks it afresh).
   const probeFacilities = rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile, nodePath: rt.supervisorRuntime }));
   const facilitiesPromise = probeFacilities();
+  // Which files the supervisor loads is asked of the bundle once per process (a short child run);
+  // asked here, so the first Inspect does not wait for it.
+  supervisorSourceOf(defaultSupervisorEntry(), rt.supervisorRuntime ?? defaultSupervisorRuntime());
   const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
   let runner: Runner | undefined;
   // One runtime-digest cache for this process: Inspect (at approval) and staging (at claim) hash
