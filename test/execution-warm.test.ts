@@ -2,7 +2,7 @@
 // free slot; a claim hands it the spec, and the job's owner marker names that very process (same
 // pid and start time) in the attempt's own run directory; one that dies without a job is
 // replaced, and the next job runs on the replacement.
-import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
 import { newId } from "@seraph/kit";
@@ -65,6 +65,10 @@ describe("warm supervisor per free slot", () => {
     // The run directory is where a fresh launch makes it: in the attempt's own directory.
     expect(marker?.runDir).toMatch(/\/j\/[0-9a-f-]{8}-\d+\/w\/run-test$/);
     expect(done.receipt?.echildObserved).toBe(true);
+    // Supervisors run with node's compile cache in the executor's private data directory.
+    const cache = join(stack.dir, `x-${stack.node}`, "supervisor-compile-cache");
+    expect(statSync(cache).mode & 0o777).toBe(0o700);
+    expect(readdirSync(cache).some((d) => d.startsWith("v24.15.0-") && readdirSync(join(cache, d)).length > 0)).toBe(true);
 
     // The slot is free again: a new warm supervisor waits. Killed without a job, it is replaced.
     const second = await oneWaiting(first.supervisor!.pid);

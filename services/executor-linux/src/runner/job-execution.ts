@@ -416,7 +416,7 @@ async function stopEarlyLaunch(ctx: Ctx, early: EarlyLaunch, why: string): Promi
  * supervisor was not reached or refused (it took nothing), its directory is moved aside, it is
  * retired, and undefined tells the caller to launch cold.
  */
-async function handOverWarm(ctx: Ctx, warm: WarmSupervisor, spec: SupervisorSpec): Promise<SupervisorHandle | undefined> {
+export async function handOverWarm(ctx: Pick<Ctx, "log" | "deps">, warm: WarmSupervisor, spec: SupervisorSpec): Promise<SupervisorHandle | undefined> {
   let moved: WarmSupervisor;
   try {
     await mkdir(dirname(spec.runDir), { recursive: true, mode: 0o700 });
