@@ -1,4 +1,4 @@
-import { chmod, copyFile, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { chmod, copyFile, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -36,6 +36,24 @@ describe("checkRuntime", () => {
     const r = await checkRuntime(process.execPath);
     if (process.version === "v24.15.0") expect(r.ok).toBe(true);
     else expect(r.reasons.map((x) => x.code)).toEqual(["runtime_version_mismatch"]);
+  });
+
+  it("with a digest cache asks --version once per binary: the same stat stamp reuses the answer, a rewritten binary is asked again", async () => {
+    const counter = join(scratch, "asked");
+    const fake = join(scratch, "counting-node");
+    const script = (v: string) => `#!/bin/sh\necho x >> '${counter}'\necho ${v}\n`;
+    await writeFile(fake, script("v24.15.0"));
+    await chmod(fake, 0o755);
+    const digestCache = new Map();
+    const asked = async () => (await readFile(counter, "utf8").catch(() => "")).split("\n").filter(Boolean).length;
+    expect((await checkRuntime(fake, { digestCache })).ok).toBe(true);
+    expect((await checkRuntime(fake, { digestCache })).version).toBe("v24.15.0");
+    expect(await asked()).toBe(1);
+    // Rewritten (new bytes, new stamp): re-hashed and asked again, and its new answer counts.
+    await writeFile(fake, script("v24.0.0"));
+    const changed = await checkRuntime(fake, { digestCache });
+    expect(changed.reasons.map((r) => r.code)).toEqual(["runtime_version_mismatch"]);
+    expect(await asked()).toBe(2);
   });
 
   it("blocks missing, relative, non-executable and non-node runtimes visibly", async () => {

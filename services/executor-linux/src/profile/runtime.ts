@@ -31,7 +31,7 @@ export interface RuntimeExpectation {
 }
 
 /** A cache of executable digests owned by the caller (never module state). */
-export type RuntimeDigestCache = Map<string, { readonly stamp: string; readonly sha256: string; readonly size: number }>;
+export type RuntimeDigestCache = Map<string, { readonly stamp: string; readonly sha256: string; readonly size: number; readonly version?: string }>;
 
 /** The result of checking one runtime path; `ok` only when every check passed. */
 export interface RuntimeCheck {
@@ -136,7 +136,8 @@ export async function checkRuntime(nodePath: string, expect: RuntimeExpectation 
   }
   const stamp = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
   const cached = expect.digestCache?.get(real);
-  const { sha256, size } = cached && cached.stamp === stamp ? cached : await sha256File(real);
+  const same = cached !== undefined && cached.stamp === stamp;
+  const { sha256, size } = same ? cached : await sha256File(real);
   expect.digestCache?.set(real, { stamp, sha256, size });
   const found = { realPath: real, sha256, size };
   if (expect.expectedSha256 !== undefined && expect.expectedSha256.toLowerCase() !== sha256) {
@@ -145,9 +146,11 @@ export async function checkRuntime(nodePath: string, expect: RuntimeExpectation 
       found,
     );
   }
+  // The version the same bytes printed before (same stat stamp, so the same binary: any write
+  // changes the stamp) is not asked again; a changed binary is re-hashed and asked.
   let version: string;
   try {
-    version = await runVersion(real, expect.timeoutMs ?? 5000);
+    version = same && cached.version !== undefined ? cached.version : await runVersion(real, expect.timeoutMs ?? 5000);
   } catch (err) {
     return blocked(
       blockReason("runtime_version_unreadable", `"${nodePath} --version" did not answer within the bound (${(err as Error).message.split("\n")[0]}).`, nodePath),
@@ -157,6 +160,7 @@ export async function checkRuntime(nodePath: string, expect: RuntimeExpectation 
   if (!/^v\d+\.\d+\.\d+$/.test(version)) {
     return blocked(blockReason("runtime_version_unreadable", `"${nodePath} --version" printed "${version.slice(0, 40)}", which is not a Node version.`, nodePath), found);
   }
+  expect.digestCache?.set(real, { stamp, sha256, size, version });
   if (version !== expectedVersion) {
     return blocked(
       blockReason("runtime_version_mismatch", `The Node runtime ${nodePath} is ${version}; the profile requires exactly ${expectedVersion}.`, nodePath),
