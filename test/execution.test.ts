@@ -74,8 +74,8 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     expect(done.steps.map((s) => [s.name, s.started, s.passed, s.exitCode])).toEqual([["test", true, true, 0]]);
     expect(done.steps[0]?.argv[0]).toBe(stack.runtime);
     const kinds = done.artifacts.map((a) => a.kind).sort();
-    // The test step's TAP report (written by the approved argv) and the per-test results parsed from it.
-    expect(kinds).toEqual(["applied_diff", "receipt", "step_receipt", "test_output", "test_output", "test_report", "test_results"]);
+    // The test step's TAP and JUnit reports (written by the approved argv) and the per-test results parsed from them.
+    expect(kinds).toEqual(["applied_diff", "receipt", "step_receipt", "test_output", "test_output", "test_report", "test_report", "test_results"]);
     expect(done.artifacts.every((a) => a.readbackVerified)).toBe(true);
     for (const a of done.artifacts) {
       const back = await stack.client.readArtifact({ artifactId: a.id });
@@ -115,6 +115,7 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
       "stage.manifest.json",
       "test.receipt.binpb",
       "test.receipt.json",
+      "test.report.junit.xml",
       "test.report.tap",
       "test.results.json",
       "test.stderr",

@@ -127,13 +127,14 @@ describe("baseline vs patched through the API", () => {
     const cmp = res.comparison!;
     expect(cmp.valid).toBe(true);
     const by = Object.fromEntries(cmp.entries.map((e) => [e.key, TestTransition[e.transition]]));
+    // Keys name the file (from the run's JUnit report), then the test.
     expect(by).toEqual({
-      "add adds": "FAIL_TO_PASS",
-      "sub subtracts": "PASS_TO_FAIL",
-      "zero is zero": "PASS_TO_PASS",
-      "mul multiplies": "NEW",
-      "always broken": "FAIL_TO_FAIL",
-      "old check": "REMOVED",
+      "test/math.test.js › add adds": "FAIL_TO_PASS",
+      "test/math.test.js › sub subtracts": "PASS_TO_FAIL",
+      "test/math.test.js › zero is zero": "PASS_TO_PASS",
+      "test/math.test.js › mul multiplies": "NEW",
+      "test/math.test.js › always broken": "FAIL_TO_FAIL",
+      "test/math.test.js › old check": "REMOVED",
     });
     expect(cmp.counts).toMatchObject({ failToPass: 1, passToFail: 1, passToPass: 1, failToFail: 1, newTests: 1, removedTests: 1 });
     // The patch changed the test file: every one of its tests is labelled untrusted evidence.
@@ -163,7 +164,7 @@ describe("baseline vs patched through the API", () => {
     expect(lastFailed).toBeLessThan(firstPassed);
     expect(text.out).toMatch(/FAILED +sub subtracts .*pass→fail {2}\[untrusted: patch-changed test\]/);
     expect(text.out).toContain("known bad");
-    expect(text.out).toContain("REMOVED   old check");
+    expect(text.out).toContain("REMOVED   old check  (test/math.test.js)");
     const show = await seraph(["repair", "show", repairId]);
     expect(show.out).toMatch(/\n {2}baseline {5}\S+ {2}document [0-9a-f]{64} \(no patch\)/);
     expect(show.out).toContain(`results: seraph repair results ${repairId.slice(0, 8)}`);
@@ -260,6 +261,6 @@ describe("baseline vs patched through the API", () => {
     // The raw evidence is there, by sha256: the stdout/stderr and the TAP as the runner left it.
     const kinds = done.baselineJob!.artifacts.map((a) => a.kind);
     expect(kinds).toEqual(expect.arrayContaining(["test_output", "test_report", "test_results"]));
-    expect(done.baselineJob!.artifacts.find((a) => a.kind === "test_report")?.sha256).toBe(r?.sourceSha256);
+    expect(done.baselineJob!.artifacts.find((a) => a.name === "test.report.tap")?.sha256).toBe(r?.sourceSha256);
   }, 60_000);
 });

@@ -229,7 +229,7 @@ describe("repair journey up to an approved, queued job", () => {
     }
     // The parsed per-test results and the raw TAP they came from are artifacts like the others.
     const results = job.artifacts.find((a) => a.kind === "test_results");
-    const tap = job.artifacts.find((a) => a.kind === "test_report");
+    const tap = job.artifacts.find((a) => a.name === "test.report.tap");
     expect(results?.readbackVerified).toBe(true);
     expect(tap?.readbackVerified).toBe(true);
     const parsed = JSON.parse(Buffer.from((await stack.operator.repairs.readArtifact({ repairId: finishedRepairId, artifactId: results!.id })).content).toString("utf8")) as { state: string; sourceSha256: string; tests: { name: string; status: string }[] };

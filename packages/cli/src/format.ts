@@ -342,10 +342,10 @@ export function resultsText(res: GetRepairResultsResponse): string {
   for (const t of tests) {
     const e = transitions.get(t.key);
     const tail = [e ? TRANSITION_WORDS[e.transition] : "", e?.patchChangedTest ? "[untrusted: patch-changed test]" : ""].filter((s) => s !== "").join("  ");
-    lines.push(`    ${testStatusWord(t.status).toUpperCase().padEnd(9)} ${t.key}${t.file ? `  (${t.file})` : ""}${t.durationMs > 0 ? `  ${t.durationMs.toFixed(1)} ms` : ""}${tail ? `  ${tail}` : ""}`);
+    lines.push(`    ${testStatusWord(t.status).toUpperCase().padEnd(9)} ${[...t.parents, t.name].join(" › ")}${t.file ? `  (${t.file})` : ""}${t.durationMs > 0 ? `  ${t.durationMs.toFixed(1)} ms` : ""}${tail ? `  ${tail}` : ""}`);
     if (t.message && (t.status === TestStatus.FAILED || t.status === TestStatus.CANCELLED)) for (const m of t.message.split("\n").slice(0, 6)) lines.push(`              ${m}`);
   }
-  for (const e of cmp?.valid ? cmp.entries.filter((x) => x.transition === TestTransition.REMOVED) : []) lines.push(`    REMOVED   ${e.key}  (in the baseline only: ${testStatusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`);
+  for (const e of cmp?.valid ? cmp.entries.filter((x) => x.transition === TestTransition.REMOVED) : []) lines.push(`    REMOVED   ${e.baseline ? [...e.baseline.parents, e.baseline.name].join(" › ") : e.key}${e.baseline?.file ? `  (${e.baseline.file})` : ""}  (in the baseline only: ${testStatusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`);
   lines.push("");
   return lines.join("\n");
 }

@@ -26,9 +26,9 @@ const buildCtx: ScriptContext = { step: "build", lookup };
 describe("resolveScript: accepted forms", () => {
   it.each([
     // The fixed reporter flags are part of the argv the approval shows: spec to stdout, TAP to the job-local report.
-    ["node --test test/a.test.js", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "test/a.test.js"]],
-    ["  node   --test\ttest/a.test.js   test/b.test.mjs ", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "test/a.test.js", "test/b.test.mjs"]],
-    ["node --test ./test/a.test.js", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "test/a.test.js"]],
+    ["node --test test/a.test.js", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "--test-reporter=junit", "--test-reporter-destination=../results/node-test.xml", "test/a.test.js"]],
+    ["  node   --test\ttest/a.test.js   test/b.test.mjs ", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "--test-reporter=junit", "--test-reporter-destination=../results/node-test.xml", "test/a.test.js", "test/b.test.mjs"]],
+    ["node --test ./test/a.test.js", ["node", "--test", "--test-reporter=spec", "--test-reporter-destination=stdout", "--test-reporter=tap", "--test-reporter-destination=../results/node-test.tap", "--test-reporter=junit", "--test-reporter-destination=../results/node-test.xml", "test/a.test.js"]],
     ["node test/app.js", ["node", "test/app.js"]],
     ["node ./test/c.test.cjs", ["node", "test/c.test.cjs"]],
   ])("test %j", (body, argv) => {

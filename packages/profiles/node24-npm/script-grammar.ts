@@ -41,7 +41,8 @@ export interface ResolvedScript {
   /**
    * `node …` argv relative to the package root; argv[0] is the literal word "node". A `node --test`
    * script's argv carries the fixed reporter flags (NODE_TEST_REPORTER_FLAGS: spec to stdout, TAP
-   * to the job-local `../results/node-test.tap`) after `--test`: the approval shows them, they run.
+   * to the job-local `../results/node-test.tap`, JUnit to `../results/node-test.xml`) after
+   * `--test`: the approval shows them, they run.
    */
   readonly displayArgv: readonly string[];
 }

@@ -1,6 +1,7 @@
+import { XMLParser, XMLValidator } from "fast-xml-parser";
 import { Parser, type Result } from "tap-parser";
 import { TestStatus, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
-import { RESULTS_DIR, boundMessage, keyTests, packageRelative, parsedResults, unparsedResults, type ParsedTest } from "./report.js";
+import { RESULTS_DIR, boundMessage, countTests, keyTests, packageRelative, parsedResults, unparsedResults, type ParsedTest } from "./report.js";
 
 /** The format name of `node --test` TAP results. */
 export const NODE_TAP_FORMAT = "node_test_tap";
@@ -9,18 +10,28 @@ export const NODE_TAP_FORMAT = "node_test_tap";
 export const NODE_TAP_REPORT = `${RESULTS_DIR}/node-test.tap`;
 
 /**
+ * The JUnit report of the same run, read only to name each test's file: Node's TAP gives a
+ * location to failures alone, and with several files it reports tests in the order they finish,
+ * so a name alone could pair a baseline test with another file's test of the same name.
+ */
+export const NODE_JUNIT_REPORT = `${RESULTS_DIR}/node-test.xml`;
+
+/**
  * The reporter flags every `node --test` step carries, in the argv the approval shows. Node ≥ 23
  * prints the spec reporter even to a pipe, so TAP is asked for explicitly: spec to stdout (the
  * captured output a person reads, as before) and TAP to a job-local file beside the staged package
  * (`../results/node-test.tap` from the step's cwd), which nothing else writes to: a test that
  * prints TAP-like text to stdout lands in the spec stream (and in the TAP file only as a `#`
- * comment line), never as a test point.
+ * comment line), never as a test point. The JUnit report (NODE_JUNIT_REPORT) of the same events
+ * names each test's file.
  */
 export const NODE_TEST_REPORTER_FLAGS = [
   "--test-reporter=spec",
   "--test-reporter-destination=stdout",
   "--test-reporter=tap",
   `--test-reporter-destination=../${NODE_TAP_REPORT}`,
+  "--test-reporter=junit",
+  `--test-reporter-destination=../${NODE_JUNIT_REPORT}`,
 ] as const;
 
 /** Node's own summary comment lines (`# tests 8`, `# pass 3`, …). */
@@ -67,6 +78,54 @@ export interface NodeTapContext {
   readonly testFiles: readonly string[];
   /** The report artifact's name and sha256. */
   readonly source: { readonly name: string; readonly sha256: string };
+  /**
+   * The JUnit report of the same run: every test's file comes from it (then a test's key includes
+   * its file). Without it, a failure's file comes from its TAP location, others' only when the
+   * step names one file, and keys are names alone.
+   */
+  readonly junit?: string;
+}
+
+type XmlNode = Record<string, unknown>;
+const xmlList = (v: unknown): XmlNode[] => (v === undefined ? [] : Array.isArray(v) ? (v as XmlNode[]) : [v as XmlNode]);
+
+/**
+ * From Node's JUnit report: for each test or suite, by its parents and name, the package-relative
+ * files in report order (a <testsuite> — a test with subtests, or a describe block — takes the
+ * file of its first test case). Both reporters are fed the same events in the same order, so the
+ * k-th TAP point of a name under given parents is the k-th JUnit entry of that name there.
+ */
+function junitFiles(xml: string, packageDir: string): Map<string, string[]> | string {
+  const valid = XMLValidator.validate(xml);
+  if (valid !== true) return `the JUnit report is not well-formed XML: ${valid.err.msg} (line ${valid.err.line})`;
+  const doc = new XMLParser({ ignoreAttributes: false, preserveOrder: true, parseAttributeValue: false }).parse(xml) as XmlNode[];
+  const files = new Map<string, string[]>();
+  const add = (parents: readonly string[], name: string, file: string) => {
+    const k = [...parents, name].join("\u0000");
+    files.set(k, [...(files.get(k) ?? []), file]);
+  };
+  // preserveOrder: each node is { tag: children[], ":@": { "@_attr": … } }.
+  const walk = (nodes: readonly XmlNode[], parents: readonly string[]): string => {
+    let first = "";
+    for (const n of nodes) {
+      const attrs = (n[":@"] ?? {}) as Record<string, string>;
+      const name = attrs["@_name"] ?? "";
+      if ("testcase" in n) {
+        const file = packageRelative(attrs["@_file"] ?? "", packageDir);
+        add(parents, name, file);
+        first ||= file;
+      } else if ("testsuite" in n) {
+        const file = walk(xmlList(n["testsuite"]), [...parents, name]);
+        add(parents, name, file);
+        first ||= file;
+      }
+    }
+    return first;
+  };
+  const root = doc.find((n) => "testsuites" in n);
+  if (!root) return "the JUnit report has no <testsuites>";
+  walk(xmlList(root["testsuites"]), []);
+  return files;
 }
 
 /**
@@ -113,10 +172,9 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
   for (const f of final.failures) if (f.tapError) problems.push(`invalid TAP: ${f.tapError}`);
   if (problems.length > 0) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", `The TAP report is not a complete run: ${problems.join("; ")}.`, ctx.source);
   // Nested points arrive before their parents; order them as the run did (a parent before its subtests).
-  const ordered = withSuiteFailures(orderParentsFirst(tests));
-  const keyed = keyTests(ordered, false);
-  const counts = parsedResults(NODE_TAP_FORMAT, keyed, ctx.source).counts;
-  if (counts === undefined) return unparsedResults(NODE_TAP_FORMAT, "tap_invalid", "No counts.", ctx.source);
+  let ordered = withSuiteFailures(orderParentsFirst(tests));
+  // The TAP's own completeness first: Node's summary must match what was parsed.
+  const counts = countTests(ordered);
   const expected: Record<string, number> = { tests: counts.total, pass: counts.passed, fail: counts.failed, cancelled: counts.cancelled, skipped: counts.skipped, todo: counts.todo };
   if (summary.size === 0) return unparsedResults(NODE_TAP_FORMAT, "summary_missing", "The TAP report ends without Node's summary (# tests, # pass, …): the run did not finish its report.", ctx.source);
   const off = Object.entries(expected).filter(([k, v]) => summary.get(k) !== v);
@@ -128,7 +186,21 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
       ctx.source,
     );
   }
-  return parsedResults(NODE_TAP_FORMAT, keyed, ctx.source);
+  // Then each test's file, from the JUnit report of the same run.
+  if (ctx.junit !== undefined) {
+    const files = junitFiles(ctx.junit, ctx.packageDir);
+    if (typeof files === "string") return unparsedResults(NODE_TAP_FORMAT, "junit_invalid", `The run's JUnit report, which names the tests' files, cannot be read: ${files}.`, ctx.source);
+    const missing: string[] = [];
+    // Suites take their place in the queues too (they are JUnit <testsuite>s): pop theirs first.
+    for (const t of tests.filter((x) => "suite" in x)) files.get([...t.parents, t.name].join("\u0000"))?.shift();
+    ordered = ordered.map((t) => {
+      const file = files.get([...t.parents, t.name].join("\u0000"))?.shift();
+      if (file === undefined) missing.push([...t.parents, t.name].join(" › "));
+      return { ...t, file: file || t.file };
+    });
+    if (missing.length > 0) return unparsedResults(NODE_TAP_FORMAT, "junit_mismatch", `The run's JUnit report does not name these tests of its TAP report: ${missing.slice(0, 5).join(", ")}.`, ctx.source);
+  }
+  return parsedResults(NODE_TAP_FORMAT, keyTests(ordered, ctx.junit !== undefined), ctx.source);
 }
 
 /**

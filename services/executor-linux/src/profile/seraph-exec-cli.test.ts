@@ -81,7 +81,7 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-ru
     const failedResults = (lastJson(failed.stdout).steps as { results?: Record<string, unknown> }[])[0]?.results;
     expect(failedResults).toMatchObject({ state: "parsed", format: "node_test_tap", tests: [{ name: "add adds", status: "TEST_STATUS_FAILED", file: "test/math.test.js" }] });
     const text = await cli(["repair-run", "--repo", repo.dir, "--selection", "npm test"]);
-    expect(text.stdout).toMatch(/tests \(node_test_tap\): 1 — 0 passed, 1 failed[^\n]*\n +FAILED +add adds/);
+    expect(text.stdout).toMatch(/tests \(node_test_tap\): 1 — 0 passed, 1 failed[^\n]*\n +FAILED +test\/math\.test\.js › add adds/);
     const patch = join(scratch, "fix.patch");
     await writeFile(patch, fixAddPatch("js"));
     const fixed = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--patch", patch, "--allow", "src"]);

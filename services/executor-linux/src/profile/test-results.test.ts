@@ -65,9 +65,12 @@ function specSummary(stdout: string): Record<string, number> {
   return out;
 }
 
+/** Status by key without the file prefix (every key starts with the test's file). */
 function byKey(r: TestResults): Record<string, string> {
-  return Object.fromEntries(r.tests.map((t) => [t.key, TestStatus[t.status]]));
+  for (const t of r.tests) expect(t.key.startsWith(`${t.file} › `), t.key).toBe(true);
+  return Object.fromEntries(r.tests.map((t) => [[...t.parents, t.name].join(" › "), TestStatus[t.status]]));
 }
+const names = (r: TestResults) => r.tests.map((t) => [...t.parents, t.name].join(" › "));
 
 const step = (files: readonly string[]) => ({ displayArgv: ["node", "--test", ...NODE_TEST_REPORTER_FLAGS, ...files] });
 
@@ -93,33 +96,44 @@ describe.skipIf(!node)("per-test results from real node --test runs", () => {
       "suite › inner suite › deep": "FAILED",
       "after the suite": "PASSED",
     });
-    expect(results.tests.map((t) => t.key).slice(-3)).toEqual(["suite › in a suite", "suite › inner suite › deep", "after the suite"]);
+    expect(names(results).slice(-3)).toEqual(["suite › in a suite", "suite › inner suite › deep", "after the suite"]);
     // Parents come before their subtests, as the run printed them.
-    expect(results.tests.map((t) => t.key).slice(4, 7)).toEqual(["outer", "outer › inner passes", "outer › inner fails"]);
+    expect(names(results).slice(4, 7)).toEqual(["outer", "outer › inner passes", "outer › inner fails"]);
     const c = results.counts;
     expect({ tests: c?.total, pass: c?.passed, fail: c?.failed, cancelled: c?.cancelled, skipped: c?.skipped, todo: c?.todo }).toEqual(specSummary(run.stdout));
-    const failed = results.tests.find((t) => t.key === "subtracts");
+    const failed = results.tests.find((t) => t.name === "subtracts");
     expect(failed?.message).toContain("two minus one is not three");
     expect(failed?.file).toBe("test/mixed.test.mjs");
-    expect(results.tests.find((t) => t.key === "later")?.message).toBe("not on this host");
+    expect(results.tests.find((t) => t.name === "later")?.message).toBe("not on this host");
     expect(results.tests.every((t) => t.durationMs >= 0)).toBe(true);
     // The TAP-like text the test printed is in the captured stdout, not a test of its own.
     expect(run.stdout).toContain("not ok 1 - fake failure");
     expect(results.tests.some((t) => t.name.includes("fake"))).toBe(false);
   });
 
-  it("with several files, a failure names its file from the runner's location and a passing test names none", async () => {
-    const run = await runNodeTest(
-      { "test/a.test.js": 'const test = require("node:test");\ntest("a ok", () => {});\n', "test/b.test.mjs": 'import test from "node:test";\ntest("b bad", () => { throw new Error("b broke"); });\n', "test/package.json": '{"type":"commonjs"}' },
-      ["test/a.test.js", "test/b.test.mjs"],
-    );
-    const { results } = await readStepReport(run.jobDir, run.packageDir, step(["test/a.test.js", "test/b.test.mjs"]), ["test/a.test.js", "test/b.test.mjs"]);
+  it("with several files every test names its file (from the run's JUnit report), so tests of the same name in two files keep apart whatever order they finish in", async () => {
+    const files = {
+      "test/a.test.js": 'const test = require("node:test");\ntest("works", () => new Promise((r) => setTimeout(r, 200)));\n',
+      "test/b.test.mjs": 'import test from "node:test";\ntest("works", () => { throw new Error("b broke"); });\n',
+      "test/package.json": '{"type":"commonjs"}',
+    };
+    const run = await runNodeTest(files, ["test/a.test.js", "test/b.test.mjs"]);
+    const { results, secondary } = await readStepReport(run.jobDir, run.packageDir, step(["test/a.test.js", "test/b.test.mjs"]), ["test/a.test.js", "test/b.test.mjs"]);
     expect(results.state, results.message).toBe("parsed");
-    expect(results.tests.map((t) => [t.key, t.file, TestStatus[t.status]])).toEqual([
-      ["a ok", "", "PASSED"],
-      ["b bad", "test/b.test.mjs", "FAILED"],
+    expect(secondary?.artifactName).toBe("test.report.junit.xml");
+    // The files run concurrently and are reported as they finish; whatever the order, each "works"
+    // keeps its own file, status and message.
+    expect(results.tests.map((t) => [t.key, t.file, TestStatus[t.status]]).sort()).toEqual([
+      ["test/a.test.js › works", "test/a.test.js", "PASSED"],
+      ["test/b.test.mjs › works", "test/b.test.mjs", "FAILED"],
     ]);
-    expect(results.tests[1]?.message).toContain("b broke");
+    expect(results.tests.find((t) => t.file === "test/b.test.mjs")?.message).toContain("b broke");
+    // Without the JUnit report, a TAP alone gives a passing test no file.
+    const junit = join(run.jobDir, "results/node-test.xml");
+    await writeFile(junit, "<testsuites><testcase");
+    expect((await readStepReport(run.jobDir, run.packageDir, step(["test/a.test.js", "test/b.test.mjs"]), ["test/a.test.js", "test/b.test.mjs"])).results.reason).toBe("junit_invalid");
+    await rm(junit);
+    expect((await readStepReport(run.jobDir, run.packageDir, step(["test/a.test.js", "test/b.test.mjs"]), ["test/a.test.js", "test/b.test.mjs"])).results.reason).toBe("report_missing");
   });
 
   it("a suite whose before hook throws: its tests are cancelled, as Node counts them, and say why", async () => {
@@ -127,7 +141,7 @@ describe.skipIf(!node)("per-test results from real node --test runs", () => {
     const run = await runNodeTest({ "test/hook.test.mjs": file }, ["test/hook.test.mjs"]);
     const { results } = await readStepReport(run.jobDir, run.packageDir, step(["test/hook.test.mjs"]), ["test/hook.test.mjs"]);
     expect(results.state, results.message).toBe("parsed");
-    expect(results.tests.map((t) => [t.key, TestStatus[t.status]])).toEqual([["hooked › never runs", "CANCELLED"]]);
+    expect(results.tests.map((t) => [t.key, TestStatus[t.status]])).toEqual([["test/hook.test.mjs › hooked › never runs", "CANCELLED"]]);
     expect(results.tests[0]?.message).toContain('suite "hooked" failed: setup broke');
     expect(specSummary(run.stdout)).toMatchObject({ tests: 1, cancelled: 1, fail: 0 });
   });

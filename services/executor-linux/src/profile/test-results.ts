@@ -4,6 +4,7 @@ import type { TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js"
 import { sha256Hex } from "@seraph/profiles";
 import {
   MAX_REPORT_BYTES,
+  NODE_JUNIT_REPORT,
   NODE_TAP_FORMAT,
   NODE_TAP_REPORT,
   PYTEST_JUNIT_FORMAT,
@@ -25,13 +26,16 @@ export interface ReportPlan {
   readonly file: string;
   /** The artifact name the raw report is stored under. */
   readonly artifactName: string;
+  /** A second report of the same run (Node's JUnit, for the tests' files) and its artifact name. */
+  readonly secondary?: { readonly file: string; readonly artifactName: string };
 }
 
 /** The per-test report a test step's approved argv writes, or undefined when its form writes none. */
 export function reportPlanOf(step: Pick<Step, "displayArgv">): ReportPlan | undefined {
   const argv = step.displayArgv;
   if (argv[0] === "node" && argv[1] === "--test" && argv.includes(`--test-reporter-destination=../${NODE_TAP_REPORT}`)) {
-    return { format: NODE_TAP_FORMAT, file: NODE_TAP_REPORT, artifactName: "test.report.tap" };
+    const junit = argv.includes(`--test-reporter-destination=../${NODE_JUNIT_REPORT}`) ? { file: NODE_JUNIT_REPORT, artifactName: "test.report.junit.xml" } : undefined;
+    return { format: NODE_TAP_FORMAT, file: NODE_TAP_REPORT, artifactName: "test.report.tap", ...(junit ? { secondary: junit } : {}) };
   }
   if (argv[0] === "python" && argv.includes(PYTEST_REPORT_FLAGS[0]) && argv.includes("pytest")) {
     return { format: PYTEST_JUNIT_FORMAT, file: PYTEST_JUNIT_REPORT, artifactName: "test.report.xml" };
@@ -45,7 +49,22 @@ export interface TestReport {
   /** The raw report bytes to store (undefined when there is no readable report). */
   readonly raw?: Uint8Array | undefined;
   readonly artifactName: string;
+  /** The secondary report's bytes and artifact name, when there is one and it was read. */
+  readonly secondary?: { readonly bytes: Uint8Array; readonly artifactName: string } | undefined;
   readonly results: TestResults;
+}
+
+/** A report file read without following links, bounded; or the unparsed results saying why not. */
+async function readReportFile(jobDir: string, file: string, format: string): Promise<Buffer | TestResults> {
+  try {
+    return (await readFileBounded(join(jobDir, file), MAX_REPORT_BYTES)).bytes;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (err instanceof FileTooLargeError) return unparsedResults(format, "report_too_large", `The report ${file} is larger than ${MAX_REPORT_BYTES} bytes; it was not read.`);
+    if (err instanceof NotRegularFileError) return unparsedResults(format, "report_not_regular_file", `The report ${file} is a link or special file; it was not read.`);
+    if (code === "ENOENT") return unparsedResults(format, "report_missing", `The step wrote no report ${file} (it may not have started its runner).`);
+    throw err;
+  }
 }
 
 /**
@@ -63,18 +82,21 @@ export async function readStepReport(jobDir: string, packageDir: string, step: P
     const source = { name: plan.artifactName, sha256: sha256Hex(stderr) };
     return { artifactName: "", results: parseUnittestVerbose(Buffer.from(stderr).toString("utf8"), { testFiles, source }) };
   }
-  let bytes: Buffer;
-  try {
-    bytes = (await readFileBounded(join(jobDir, plan.file), MAX_REPORT_BYTES)).bytes;
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (err instanceof FileTooLargeError) return { artifactName: plan.artifactName, results: unparsedResults(plan.format, "report_too_large", `The report ${plan.file} is larger than ${MAX_REPORT_BYTES} bytes; it was not read.`) };
-    if (err instanceof NotRegularFileError) return { artifactName: plan.artifactName, results: unparsedResults(plan.format, "report_not_regular_file", `The report ${plan.file} is a link or special file; it was not read.`) };
-    if (code === "ENOENT") return { artifactName: plan.artifactName, results: unparsedResults(plan.format, "report_missing", `The step wrote no report ${plan.file} (it may not have started its runner).`) };
-    throw err;
-  }
+  const bytes = await readReportFile(jobDir, plan.file, plan.format);
+  if (!Buffer.isBuffer(bytes)) return { artifactName: plan.artifactName, results: bytes };
   const source = { name: plan.artifactName, sha256: sha256Hex(bytes) };
   const text = bytes.toString("utf8");
-  const results = plan.format === PYTEST_JUNIT_FORMAT ? parsePytestJunit(text, { testFiles, source }) : await parseNodeTap(text, { packageDir, testFiles, source });
-  return { raw: bytes, artifactName: plan.artifactName, results };
+  if (plan.format === PYTEST_JUNIT_FORMAT) return { raw: bytes, artifactName: plan.artifactName, results: parsePytestJunit(text, { testFiles, source }) };
+  let secondary: TestReport["secondary"];
+  if (plan.secondary) {
+    const junit = await readReportFile(jobDir, plan.secondary.file, plan.format);
+    if (!Buffer.isBuffer(junit)) {
+      junit.sourceName = source.name;
+      junit.sourceSha256 = source.sha256;
+      return { raw: bytes, artifactName: plan.artifactName, results: junit };
+    }
+    secondary = { bytes: junit, artifactName: plan.secondary.artifactName };
+  }
+  const results = await parseNodeTap(text, { packageDir, testFiles, source, ...(secondary ? { junit: Buffer.from(secondary.bytes).toString("utf8") } : {}) });
+  return { raw: bytes, artifactName: plan.artifactName, secondary, results };
 }

@@ -200,6 +200,7 @@ export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | un
     report = { artifactName: "", results: unparsedResults("", "report_unreadable", `The test report could not be read: ${(err as Error).message}`.slice(0, 500)) };
   }
   if (report.raw !== undefined) await store(ctx, REPORT_ARTIFACT_KIND, report.artifactName, report.raw);
+  if (report.secondary !== undefined) await store(ctx, REPORT_ARTIFACT_KIND, report.secondary.artifactName, report.secondary.bytes);
   await store(ctx, RESULTS_ARTIFACT_KIND, RESULTS_ARTIFACT_NAME, Buffer.from(`${toJsonString(TestResultsSchema, report.results, { prettySpaces: 2 })}\n`));
 }
 

@@ -114,7 +114,7 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
               t.message && failing(t) ? pre(t.message, `Failure message of ${t.key}`) : t.message || "",
             ];
           }),
-          ...removed.map((e) => [h("span", { class: "badge badge-blocked" }, "Removed"), h("span", null, h("strong", null, e.key), e.baseline?.file ? h("span", { class: "hint" }, " in ", h("code", null, e.baseline.file)) : null), "—", `removed (baseline: ${statusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`, ""]),
+          ...removed.map((e) => [h("span", { class: "badge badge-blocked" }, "Removed"), h("span", null, h("strong", null, e.baseline?.name ?? e.key), e.baseline?.file ? h("span", { class: "hint" }, " in ", h("code", null, e.baseline.file)) : null), "—", `removed (baseline: ${statusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`, ""]),
         ],
       ),
     );
