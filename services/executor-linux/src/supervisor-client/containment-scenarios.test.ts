@@ -129,7 +129,9 @@ describe.skipIf(skip)("containment: per-job cgroup", () => {
 
   test.concurrent("the command is born in the job's cgroup; the supervisor is not in it; the cgroup is removed afterwards", async () => {
     const tag = newTag();
-    const spec = withCgroup(withJobUser(scenarioSpec({ tag, commands: [{ script: 'cat /proc/self/cgroup; echo "sup:"; cat /proc/$PPID/cgroup' }] })), { pids: 128 });
+    const spec = withCgroup(withJobUser(scenarioSpec({ tag, commands: [{ script: 'cat /proc/self/cgroup; sleep 0.3; echo "sup:"; cat /proc/$PPID/cgroup' }] })), { pids: 128 });
+    // The supervisor enters the cgroup only around the spawn (so the child is born inside) and
+    // leaves right after it returns; the pause keeps a loaded host from reading it mid-leave.
     const { receipt, stdout } = await runAndRead(spec);
     expect(receipt.outcome, receipt.message).toBe(Outcome.SUCCEEDED);
     const [mine, sup] = stdout.split("sup:\n") as [string, string];
