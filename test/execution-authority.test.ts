@@ -87,6 +87,25 @@ describe("fresh admission from the API's tables", () => {
     expect(await codes(bundle())).toEqual(["rejected_goal_inactive", "rejected_settings_disabled"]);
   });
 
+  it("admits a baseline run on its own approval (baseline_approvals), and without that table finds none instead of failing", async () => {
+    await sql`UPDATE goals SET state = 'active' WHERE id = ${goalId}`.execute(db);
+    const enabled = toBinary(SandboxSettingsSchema, create(SandboxSettingsSchema, { enabled: true, runtimePath: "/opt/node", revision: 3n }));
+    await sql`UPDATE sandbox_settings SET settings = ${enabled} WHERE id = 1`.execute(db);
+    const baselineId = newId();
+    const doc = new Uint8Array([1, 2, 3]);
+    await sql`INSERT INTO baseline_approvals (id, repair_id, document, document_sha256, approved_by, expires_at)
+              VALUES (${baselineId}, ${repairId}, ${doc}, ${"b".repeat(64)}, ${root}, now() + interval '1 hour')`.execute(db);
+    expect(await codes(bundle({ approvalId: baselineId, approvalDocumentSha256: "b".repeat(64) }))).toEqual([]);
+    expect(await codes(bundle({ approvalId: baselineId }))).toEqual(["rejected_approval_mismatch"]);
+    expect(await authority.approvedDocument(db, baselineId)).toEqual({ document: Buffer.from(doc), documentSha256: "b".repeat(64) });
+    // A jobs service newer than the API's schema (mid rolling upgrade): no table, no baseline, no error.
+    await sql`ALTER TABLE baseline_approvals RENAME TO baseline_approvals_gone`.execute(db);
+    expect(await codes(bundle({ approvalId: baselineId, approvalDocumentSha256: "b".repeat(64) }))).toEqual(["rejected_approval_missing"]);
+    expect(await authority.approvedDocument(db, baselineId)).toBeUndefined();
+    expect(await codes(bundle())).toEqual([]);
+    await sql`ALTER TABLE baseline_approvals_gone RENAME TO baseline_approvals`.execute(db);
+  });
+
   it("knows whether an operator root is still live", async () => {
     expect(await authority.rootIsLive(db, root)).toBe(true);
     expect(await authority.rootIsLive(db, newId())).toBe(false);

@@ -1,5 +1,5 @@
 import { create, fromBinary } from "@bufbuild/protobuf";
-import { sql } from "kysely";
+import { sql, type RawBuilder } from "kysely";
 import { SandboxSettingsSchema } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { BlockReasonSchema, type BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -20,6 +20,17 @@ export interface AuthorityReader {
    * document's hash and the identities it binds from these bytes.
    */
   approvedDocument(db: Db, approvalId: string): Promise<{ readonly document: Uint8Array; readonly documentSha256: string } | undefined>;
+}
+
+/**
+ * The baseline approval with this id (issue 16), read only when `approvals` has none: a jobs
+ * service newer than the API's schema (no `baseline_approvals` yet, mid rolling upgrade) finds
+ * none instead of failing the claim's transaction on a missing table.
+ */
+async function baselineRow<T>(db: Db, approvalId: string, columns: RawBuilder<unknown>): Promise<T | undefined> {
+  const exists = (await sql<{ t: string | null }>`SELECT to_regclass('baseline_approvals')::text AS t`.execute(db)).rows[0]?.t;
+  if (!exists) return undefined;
+  return (await sql<T>`SELECT ${columns} FROM baseline_approvals WHERE id = ${approvalId}`.execute(db)).rows[0];
 }
 
 function reason(code: string, message: string, subject = ""): BlockReason {
@@ -44,12 +55,10 @@ export function createSharedTableAuthority(): AuthorityReader {
       if (Number(bundle.approvalExpiresUnixMs) <= nowMs) {
         out.push(reason("rejected_approval_expired", "the execution approval expired before the job could start", "approval"));
       }
-      const approval = (
-        await sql<{ document_sha256: string; expires_at: Date; repair_id: string }>`
-          SELECT document_sha256, expires_at, repair_id FROM approvals WHERE id = ${bundle.approvalId}
-          UNION ALL
-          SELECT document_sha256, expires_at, repair_id FROM baseline_approvals WHERE id = ${bundle.approvalId}`.execute(db)
-      ).rows[0];
+      const approval =
+        (await sql<{ document_sha256: string; expires_at: Date; repair_id: string }>`
+          SELECT document_sha256, expires_at, repair_id FROM approvals WHERE id = ${bundle.approvalId}`.execute(db)).rows[0] ??
+        (await baselineRow<{ document_sha256: string; expires_at: Date; repair_id: string }>(db, bundle.approvalId, sql`document_sha256, expires_at, repair_id`));
       if (!approval) {
         out.push(reason("rejected_approval_missing", "the approval this job was queued for no longer exists", "approval"));
       } else {
@@ -97,10 +106,10 @@ export function createSharedTableAuthority(): AuthorityReader {
       return r.rows[0]?.live === true;
     },
     async approvedDocument(db, approvalId) {
-      const row = (await sql<{ document: Uint8Array; document_sha256: string }>`
-        SELECT document, document_sha256 FROM approvals WHERE id = ${approvalId}
-        UNION ALL
-        SELECT document, document_sha256 FROM baseline_approvals WHERE id = ${approvalId}`.execute(db)).rows[0];
+      const row =
+        (await sql<{ document: Uint8Array; document_sha256: string }>`
+        SELECT document, document_sha256 FROM approvals WHERE id = ${approvalId}`.execute(db)).rows[0] ??
+        (await baselineRow<{ document: Uint8Array; document_sha256: string }>(db, approvalId, sql`document, document_sha256`));
       return row ? { document: row.document, documentSha256: row.document_sha256 } : undefined;
     },
   };
