@@ -263,4 +263,25 @@ describe("baseline vs patched through the API", () => {
     expect(kinds).toEqual(expect.arrayContaining(["test_output", "test_report", "test_results"]));
     expect(done.baselineJob!.artifacts.find((a) => a.name === "test.report.tap")?.sha256).toBe(r?.sourceSha256);
   }, 60_000);
+
+  it("a running baseline job is cancelled on its own (the repair is not): it ends unknown with the slot held, and recovery of the baseline releases it", async () => {
+    const c = stack.operator;
+    const { goal } = await c.goals.createGoal({ title: "cancel the baseline" });
+    const dir = await createJsTestProject({ parent: stack.root, name: "baseline-cancel", extraFiles: { "test/math.test.js": 'import test from "node:test";\ntest("slow", () => new Promise((r) => setTimeout(r, 20000)));\n' } });
+    const { repository } = await c.repositories.registerRepository({ path: dir.dir });
+    const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
+    const repairId = repair!.id;
+    await expectRefused(c.repairs.cancelRepair({ repairId, baseline: true }), Code.FailedPrecondition, "no_baseline_job");
+    const { document } = await c.repairs.getBaselineApprovalDocument({ repairId });
+    await c.repairs.approveBaseline({ repairId, documentSha256: document!.documentSha256 });
+    await expect.poll(async () => (await c.repairs.getRepair({ repairId })).repair?.baselineJob?.state, { timeout: 30_000, interval: 100 }).toBe(JobState.RUNNING);
+    const cancelled = await c.repairs.cancelRepair({ repairId, baseline: true, reason: "enough" });
+    expect(cancelled.repair?.state).toBe(RepairState.INSPECTED);
+    const done = await finished(repairId, true);
+    expect([done.baselineJob?.state, done.baselineJob?.outcome, done.baselineJob?.slotHeld]).toEqual([JobState.UNKNOWN, "unknown_external_effect", true]);
+    const recovered = await c.repairs.recoverProcessCleanup({ repairId, baseline: true });
+    expect([recovered.released, recovered.refusalCode]).toEqual([true, ""]);
+    expect(recovered.repair?.baselineJob?.slotHeld).toBe(false);
+    expect(recovered.repair?.baselineJob?.recovery?.cleanupReceiptVerified).toBe(true);
+  }, 60_000);
 });

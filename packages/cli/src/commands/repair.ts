@@ -409,10 +409,13 @@ export const repair: CommandGroup = {
         name: "repair cancel",
         summary: "Cancel a repair; a running job is asked to stop (its outcome becomes unknown and its slot stays held until `repair recover`).",
         args: [REPAIR_ID],
-        flags: { reason: { type: "string", value: "TEXT", help: "why, recorded on the repair", defaultText: '"cancelled by the owner"' } },
+        flags: {
+          reason: { type: "string", value: "TEXT", help: "why, recorded on the repair", defaultText: '"cancelled by the owner"' },
+          baseline: { type: "boolean", help: "cancel the repair's baseline job instead (the repair itself is not cancelled)" },
+        },
       },
       async run(ctx, { values, positionals }) {
-        const res = await (await ctx.api()).repairs.cancelRepair({ repairId: await repairArg(ctx, positionals), reason: str(values, "reason") ?? "" });
+        const res = await (await ctx.api()).repairs.cancelRepair({ repairId: await repairArg(ctx, positionals), reason: str(values, "reason") ?? "", baseline: values["baseline"] === true });
         if (ctx.json) ctx.json1(CancelRepairResponseSchema, res);
         ctx.say(repairLine(res.repair!, ctx.colour));
         const job = res.repair?.job;
@@ -427,10 +430,11 @@ export const repair: CommandGroup = {
         name: "repair recover",
         summary: "For a job whose outcome is unknown: ask its node to prove process cleanup and release the physical slot (the outcome stays unknown).",
         args: [REPAIR_ID],
+        flags: { baseline: { type: "boolean", help: "recover the repair's baseline job instead of its patched job" } },
         notes: ["Exit status 0 when the slot is released, 1 when it stays held (the refusal code and message are printed)."],
       },
-      async run(ctx, { positionals }) {
-        const res = await (await ctx.api()).repairs.recoverProcessCleanup({ repairId: await repairArg(ctx, positionals) });
+      async run(ctx, { values, positionals }) {
+        const res = await (await ctx.api()).repairs.recoverProcessCleanup({ repairId: await repairArg(ctx, positionals), baseline: values["baseline"] === true });
         if (ctx.json) ctx.json1(RecoverProcessCleanupResponseSchema, res);
         ctx.say(res.released ? "physical slot released (process cleanup only; the task outcome stays unknown)" : `slot stays held: ${res.refusalCode}: ${res.refusalMessage}`);
         if (res.repair?.job?.recovery) {

@@ -18,7 +18,7 @@ import {
 import type { Job, Slot } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { isInstanceOperator } from "../principals/principal.repository.js";
 import { cancelOwnedRepair, recoverOwnedRepair, type RepairControlDeps } from "../repairs/repair-control.js";
-import { findOwnedRepairByJob, ownedJobIds } from "../repairs/repair.repository.js";
+import { findOwnedRepairByBaselineJob, findOwnedRepairByJob, ownedJobIds, type RepairRow } from "../repairs/repair.repository.js";
 
 /**
  * The operator requests, for an authenticated principal: the one implementation that the
@@ -63,10 +63,13 @@ export function toOperatorJob(job: Job): OperatorJob {
  */
 export function createOperatorOps(deps: RepairControlDeps): OperatorOps {
   const { db, jobs } = deps;
-  async function ownRepairOfJob(p: AuthenticatedPrincipal, jobId: string) {
+  /** The owner's repair of `jobId`, and whether that job is the repair's baseline run. */
+  async function ownRepairOfJob(p: AuthenticatedPrincipal, jobId: string): Promise<{ row: RepairRow; baseline?: string }> {
     const row = await findOwnedRepairByJob(db, p.id, jobId);
-    if (!row) throw new NotFoundError("job", jobId);
-    return row;
+    if (row) return { row };
+    const base = await findOwnedRepairByBaselineJob(db, p.id, jobId);
+    if (!base) throw new NotFoundError("job", jobId);
+    return { row: base, baseline: jobId };
   }
   async function scopedSlots(p: AuthenticatedPrincipal): Promise<{ scope: OperatorScope; slots: Slot[] }> {
     const { slots } = await jobs.listSlots({}, { timeoutMs: 10_000 });
@@ -87,12 +90,14 @@ export function createOperatorOps(deps: RepairControlDeps): OperatorOps {
       return create(ListOperatorSlotsResponseSchema, await scopedSlots(p));
     },
     async cancelJob(p, req) {
-      const { job } = await cancelOwnedRepair(deps, p, await ownRepairOfJob(p, req.jobId), req.reason);
+      const own = await ownRepairOfJob(p, req.jobId);
+      const { job } = await cancelOwnedRepair(deps, p, own.row, req.reason, own.baseline);
       const current = job ?? (await jobOf(req.jobId));
       return create(CancelOperatorJobResponseSchema, { job: current ? toOperatorJob(current) : undefined });
     },
     async recoverJob(p, req) {
-      const { result } = await recoverOwnedRepair(deps, p, await ownRepairOfJob(p, req.jobId));
+      const own = await ownRepairOfJob(p, req.jobId);
+      const { result } = await recoverOwnedRepair(deps, p, own.row, own.baseline);
       return create(RecoverOperatorJobResponseSchema, {
         job: result.job ? toOperatorJob(result.job) : undefined,
         released: result.released,

@@ -39,8 +39,15 @@ const ENDED: readonly JobState[] = [JobState.SUCCEEDED, JobState.FAILED, JobStat
  * job that had already ended is FAILED_PRECONDITION already_finished, not a silent OK. Without
  * a job, the repair becomes cancelled (compare-and-set on its revision).
  */
-export async function cancelOwnedRepair(deps: RepairControlDeps, p: AuthenticatedPrincipal, row: RepairRow, reason: string): Promise<CancelOutcome> {
+export async function cancelOwnedRepair(deps: RepairControlDeps, p: AuthenticatedPrincipal, row: RepairRow, reason: string, baselineJobId?: string): Promise<CancelOutcome> {
   const { db, signals, jobs } = deps;
+  if (baselineJobId !== undefined) {
+    // The baseline job only: the same monotonic cancel flag; the repair itself is not cancelled.
+    const res = await jobs.cancelJob({ jobId: baselineJobId, requestedBy: p.id, reason }, { timeoutMs: 15_000 });
+    if (res.job && ENDED.includes(res.job.state)) throw new FailedPreconditionError("already_finished", `The baseline job of repair ${row.id} already ended ${JobState[res.job.state]} (${res.job.outcome}); there is nothing to cancel.`);
+    signals.publish(repairSubject(row.id), new Uint8Array());
+    return { row, job: res.job };
+  }
   if (row.state === "cancelled") return { row, job: undefined };
   if (row.state === "finished") throw new FailedPreconditionError("already_finished", `Repair ${row.id} has finished; there is nothing to cancel.`);
   if (row.job_id) {
@@ -74,9 +81,10 @@ export async function cancelOwnedRepair(deps: RepairControlDeps, p: Authenticate
  * on a verified cleanup receipt or proof of a host reboot (else released=false with the
  * refusal code, nothing written).
  */
-export async function recoverOwnedRepair(deps: RepairControlDeps, p: AuthenticatedPrincipal, row: RepairRow): Promise<RecoverOutcome> {
-  if (!row.job_id) throw new FailedPreconditionError("no_job", `Repair ${row.id} has no job; there is no process cleanup to recover.`);
-  const result = await deps.jobs.recoverProcessCleanup({ jobId: row.job_id, rootId: p.rootId }, { timeoutMs: 60_000 });
+export async function recoverOwnedRepair(deps: RepairControlDeps, p: AuthenticatedPrincipal, row: RepairRow, baselineJobId?: string): Promise<RecoverOutcome> {
+  const jobId = baselineJobId ?? row.job_id;
+  if (!jobId) throw new FailedPreconditionError("no_job", `Repair ${row.id} has no job; there is no process cleanup to recover.`);
+  const result = await deps.jobs.recoverProcessCleanup({ jobId, rootId: p.rootId }, { timeoutMs: 60_000 });
   deps.signals.publish(repairSubject(row.id), new Uint8Array());
   return { row, result };
 }

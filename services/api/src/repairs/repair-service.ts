@@ -374,6 +374,13 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     });
   }
 
+  /** The repair's baseline job id, or FAILED_PRECONDITION no_baseline_job. */
+  async function baselineJobOf(row: RepairRow): Promise<string> {
+    const b = await findBaselineApproval(db, row.id);
+    if (!b?.job_id) throw new FailedPreconditionError("no_baseline_job", `Repair ${row.id} has no baseline job.`, { field: "baseline" });
+    return b.job_id;
+  }
+
   /** Queues the baseline job of a baseline approval once (idempotent per approval id) and records it. */
   async function ensureBaselineJob(p: AuthenticatedPrincipal, row: RepairRow, approval: BaselineApprovalRow): Promise<void> {
     if (approval.job_id) return;
@@ -820,13 +827,15 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
 
     async cancelRepair(req, ctx) {
       const p = requirePrincipal(ctx);
-      const { row } = await cancelOwnedRepair(deps, p, await owned(p, req.repairId), req.reason);
+      const current = await owned(p, req.repairId);
+      const { row } = await cancelOwnedRepair(deps, p, current, req.reason, req.baseline ? await baselineJobOf(current) : undefined);
       return { repair: await view(row) };
     },
 
     async recoverProcessCleanup(req, ctx) {
       const p = requirePrincipal(ctx);
-      const { row, result } = await recoverOwnedRepair(deps, p, await owned(p, req.repairId));
+      const current = await owned(p, req.repairId);
+      const { row, result } = await recoverOwnedRepair(deps, p, current, req.baseline ? await baselineJobOf(current) : undefined);
       return { repair: await view(row), released: result.released, refusalCode: result.refusalCode, refusalMessage: result.refusalMessage };
     },
 

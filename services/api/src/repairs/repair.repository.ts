@@ -40,11 +40,29 @@ export async function findOwnedRepairByJob(db: Db, ownerId: string, jobId: strin
   return db.selectFrom("repairs").selectAll().where("job_id", "=", jobId).where("owner_id", "=", ownerId).executeTakeFirst();
 }
 
+/** The owner's repair whose baseline job is `jobId`, or undefined. */
+export async function findOwnedRepairByBaselineJob(db: Db, ownerId: string, jobId: string): Promise<RepairRow | undefined> {
+  return db
+    .selectFrom("repairs")
+    .selectAll("repairs")
+    .innerJoin("baseline_approvals", "baseline_approvals.repair_id", "repairs.id")
+    .where("baseline_approvals.job_id", "=", jobId)
+    .where("repairs.owner_id", "=", ownerId)
+    .executeTakeFirst();
+}
+
 /** Which of `jobIds` belong to repairs of `ownerId`. */
 export async function ownedJobIds(db: Db, ownerId: string, jobIds: readonly string[]): Promise<Set<string>> {
   if (jobIds.length === 0) return new Set();
   const rows = await db.selectFrom("repairs").select("job_id").where("owner_id", "=", ownerId).where("job_id", "in", [...jobIds]).execute();
-  return new Set(rows.map((r) => r.job_id).filter((id): id is string => id !== null));
+  const baselines = await db
+    .selectFrom("baseline_approvals")
+    .innerJoin("repairs", "repairs.id", "baseline_approvals.repair_id")
+    .select("baseline_approvals.job_id")
+    .where("repairs.owner_id", "=", ownerId)
+    .where("baseline_approvals.job_id", "in", [...jobIds])
+    .execute();
+  return new Set([...rows, ...baselines].map((r) => r.job_id).filter((id): id is string => id !== null));
 }
 
 /** The owner's repairs, newest first, optionally of one goal. */
