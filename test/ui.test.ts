@@ -633,4 +633,27 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.screenshot({ path: join(SCREENSHOTS, "inspector-test-results.png"), fullPage: true });
     await expectAccessible(page, "inspector: test results");
   });
+
+  it("Test results: a running baseline job is cancelled from its tab, ends unknown with its slot held, and its process cleanup is recovered there", async (ctx) => {
+    if (!pythonForTests({ needPytest: false })) return ctx.skip("/usr/bin/python3 is not installed");
+    const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [(next) => (req) => { req.header.set("authorization", `Bearer ${token}`); return next(req); }] });
+    const [goals, repos, repairs] = [createClient(GoalService, transport), createClient(RepositoryService, transport), createClient(RepairService, transport)];
+    const slow = "import time, unittest\n\n\nclass Slow(unittest.TestCase):\n    def test_slow(self):\n        time.sleep(30)\n";
+    const fixture = await createPythonProject({ parent: reposDir, extraFiles: { "tests/test_slow.py": slow } });
+    fixtures.push(fixture);
+    const { goal } = await goals.createGoal({ title: "baseline to cancel" });
+    const { repository } = await repos.registerRepository({ path: fixture.dir, name: "py-slow-baseline" });
+    const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["calc", "tests"], allowedPatchPaths: ["calc"], acceptanceCriteria: "x", selection: "python\n-m\nunittest\ntests/test_slow.py" });
+    await page.goto(`${baseUrl}/#/repair/${repair!.id}/results`);
+    await page.getByRole("button", { name: "Show the baseline document" }).click();
+    await page.getByRole("button", { name: /^Approve exactly this baseline/ }).click();
+    // Cancelled once it runs (before its start token it would simply never start).
+    await expect.poll(async () => (await repairs.getRepair({ repairId: repair!.id })).repair?.baselineJob?.state, { timeout: 30_000, interval: 100 }).toBe(JobState.RUNNING);
+    await page.getByRole("button", { name: "Cancel the baseline job" }).click({ timeout: 30_000 });
+    await page.getByRole("button", { name: "Recover the baseline job's process cleanup" }).click({ timeout: 30_000 });
+    await page.getByText(/^Process cleanup proved: the baseline job's slot was released/).waitFor({ timeout: 30_000 });
+    const after = (await repairs.getRepair({ repairId: repair!.id })).repair;
+    expect([after?.baselineJob?.state, after?.baselineJob?.slotHeld, after?.baselineJob?.recovery?.cleanupReceiptVerified]).toEqual([JobState.UNKNOWN, false, true]);
+    await expectAccessible(page, "inspector: baseline recovered");
+  });
 });

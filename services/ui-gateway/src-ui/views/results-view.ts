@@ -159,11 +159,31 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
     });
   });
 
+  // The baseline job is a job like any other: cancel it while it runs; an unknown one keeps its
+  // slot until its process cleanup is recovered.
+  const cancelBaseline = h("button", { type: "button", hidden: true }, "Cancel the baseline job");
+  const recoverBaseline = h("button", { type: "button", class: "danger", hidden: true }, "Recover the baseline job's process cleanup");
+  cancelBaseline.addEventListener("click", () => {
+    void act(cancelBaseline, baselineStatus, "Cancelling the baseline job…", () => ctx.api.repairs.cancelRepair({ repairId, baseline: true, reason: "baseline cancelled by the owner" }, { signal: ctx.signal })).then((res) => {
+      if (!res) return;
+      baselineStatus.ok("Cancellation asked: a running baseline job ends unknown and keeps its slot until its process cleanup is recovered.");
+      if (res.repair) onRepair(res.repair);
+    });
+  });
+  recoverBaseline.addEventListener("click", () => {
+    void act(recoverBaseline, baselineStatus, "Recovering the baseline job's process cleanup…", () => ctx.api.repairs.recoverProcessCleanup({ repairId, baseline: true }, { signal: ctx.signal })).then((res) => {
+      if (!res) return;
+      if (res.released) baselineStatus.ok("Process cleanup proved: the baseline job's slot was released (its outcome stays unknown).");
+      else baselineStatus.error(`The slot stays held: ${res.refusalCode}: ${res.refusalMessage}`);
+      if (res.repair) onRepair(res.repair);
+    });
+  });
+
   const el = h(
     "div",
     null,
     section("Test results", 2, h("div", { class: "actions" }, button("Reload results", () => void load())), loadStatus.el, summary, runs, testsBody),
-    section("Baseline", 2, h("p", { class: "hint" }, "A baseline runs the same selection on the unpatched snapshot, as its own job on its own exact approval."), baselineBody, h("div", { class: "actions" }, fetchDoc, " ", approve), baselineStatus.el),
+    section("Baseline", 2, h("p", { class: "hint" }, "A baseline runs the same selection on the unpatched snapshot, as its own job on its own exact approval."), baselineBody, h("div", { class: "actions" }, fetchDoc, " ", approve, " ", cancelBaseline, " ", recoverBaseline), baselineStatus.el),
   );
   return {
     el,
@@ -171,6 +191,9 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
     update(r: Repair) {
       const key = [r.job?.state, r.job?.revision, r.baselineJob?.state, r.baselineJob?.revision].join("/");
       fetchDoc.disabled = r.baselineApproval !== undefined;
+      const b = r.baselineJob;
+      cancelBaseline.hidden = !b || JOB_OUTCOMES[b.state] !== undefined;
+      recoverBaseline.hidden = !(b && b.state === JobState.UNKNOWN && b.slotHeld);
       if (r.baselineApproval && !shown) replace(baselineBody, h("p", { "data-testid": "baseline-approved" }, `Baseline approved (document ${r.baselineApproval.documentSha256.slice(0, 12)}…)${r.baselineJob ? `; job ${r.baselineJob.id.slice(0, 8)} ${enumName(JobState, r.baselineJob.state)}` : ""}.`));
       const settled = (s: JobState | undefined) => s === undefined || JOB_OUTCOMES[s] !== undefined;
       if (key === loadedKey || !settled(r.job?.state) || !settled(r.baselineJob?.state) || (!r.job && !r.baselineJob)) return;
