@@ -3,7 +3,7 @@ import { lstat, readlink, realpath } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason } from "@seraph/profiles";
-import { sortedEntries } from "./safe-fs.js";
+import { lstatEach, sortedEntries } from "./safe-fs.js";
 
 /** One entry of the dependency tree as listed (lstat only, nothing read yet). */
 export type DependencyEntry =
@@ -106,13 +106,16 @@ export async function listDependencyTree(root: string, rootReal: string): Promis
   };
 
   const walk = async (relDir: string): Promise<void> => {
-    for (const name of await sortedEntries(join(root, relDir), relDir)) {
+    const names = await sortedEntries(join(root, relDir), relDir);
+    // Every entry up to the walk's cap is lstat'ed at once, then examined in order.
+    const stats = await lstatEach(join(root, relDir), names.slice(0, Math.max(0, DEPENDENCY_WALK_CAP - visited + 1)));
+    for (const [i, name] of names.entries()) {
       if (++visited > DEPENDENCY_WALK_CAP) {
         truncated = true;
         return;
       }
       const rel = `${relDir}/${name}`;
-      const st = await lstat(join(root, rel));
+      const st = stats[i] as Stats;
       const inBin = posix.basename(relDir) === ".bin";
       if (inBin) {
         if (!st.isSymbolicLink()) {

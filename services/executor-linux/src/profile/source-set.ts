@@ -1,8 +1,9 @@
+import type { Stats } from "node:fs";
 import { lstat, readlink } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { IdentityKind, type BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason, checkRelativePath, isWithin, sha256Hex } from "@seraph/profiles";
-import { lstatInside, sortedEntries } from "./safe-fs.js";
+import { lstatEach, lstatInside, sortedEntries } from "./safe-fs.js";
 
 /** A regular file of the source set as listed (lstat only). */
 export interface SourceEntry {
@@ -186,7 +187,10 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
 
   const walk = async (relDir: string): Promise<void> => {
     const abs = relDir === "" ? root : join(root, relDir);
-    for (const name of await sortedEntries(abs, relDir)) {
+    const names = await sortedEntries(abs, relDir);
+    // Every entry up to the walk's cap is lstat'ed at once, then examined in order.
+    const stats = await lstatEach(abs, names.slice(0, Math.max(0, SOURCE_WALK_CAP - visited + 1)));
+    for (const [i, name] of names.entries()) {
       if (++visited > SOURCE_WALK_CAP) {
         truncated = true;
         return;
@@ -194,7 +198,7 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
       const rel = relDir === "" ? name : `${relDir}/${name}`;
       // A .git file (worktree or submodule pointer) is Git metadata too, never source.
       if (name === ".git") continue;
-      const st = await lstat(join(root, rel));
+      const st = stats[i] as Stats;
       if (st.isDirectory()) {
         if (skipped.has(name) || (outputDir !== undefined && rel === outputDir)) continue;
         await walk(rel);

@@ -1,5 +1,5 @@
-import { constants } from "node:fs";
-import { lstat, mkdir, open, readlink, realpath, rename, rm, symlink, unlink, writeFile } from "node:fs/promises";
+import { constants, type Stats } from "node:fs";
+import { mkdir, open, readlink, realpath, rename, rm, symlink, unlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { StepSchema, type BlockReason, type Drift, type Inspection, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -9,7 +9,7 @@ import { PYTHON_PROFILE, pythonArgv } from "@seraph/profiles/python3";
 import { buildJobEnv, buildPythonJobEnv, jobDirs } from "./job-env.js";
 import { checkPatchApplies, checkPatchPaths } from "./patch.js";
 import type { RuntimeExpectation } from "./runtime.js";
-import { readFileBounded, sortedEntries } from "./safe-fs.js";
+import { lstatEach, readFileBounded, sortedEntries } from "./safe-fs.js";
 import type { SnapshotFile, SnapshotSink } from "./snapshot.js";
 
 /** A verified private copy of an inspected repository, ready for the patch and the steps. */
@@ -144,11 +144,14 @@ export async function verifyStagedTree(
   const diffs: TreeDifference[] = [];
   const seen = new Set<string>();
   const walk = async (rel: string): Promise<void> => {
-    for (const name of await sortedEntries(rel === "" ? packageDir : join(packageDir, rel), rel)) {
+    const dir = rel === "" ? packageDir : join(packageDir, rel);
+    const names = await sortedEntries(dir, rel);
+    const stats = await lstatEach(dir, names);
+    for (const [i, name] of names.entries()) {
       const child = rel === "" ? name : `${rel}/${name}`;
       if (skipDir !== "" && child === skipDir) continue;
       const abs = join(packageDir, child);
-      const st = await lstat(abs);
+      const st = stats[i] as Stats;
       if (st.isDirectory()) {
         await walk(child);
       } else if (st.isSymbolicLink()) {
