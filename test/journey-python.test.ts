@@ -7,6 +7,7 @@ import { sha256Hex } from "@seraph/kit";
 import { PYTHON_CLEANUP_CLAIM } from "@seraph/profiles/python3";
 import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { TestStatus } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -138,6 +139,11 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     }
     const output = await Promise.all(job.artifacts.map(async (a) => Buffer.from((await c.repairs.readArtifact({ repairId, artifactId: a.id })).content).toString()));
     expect(output.join("\n")).toMatch(/2 passed/);
+    // Per-test results from the JUnit report the approved pytest argv wrote, as pytest counted them.
+    const results = await c.repairs.getRepairResults({ repairId });
+    expect(results.patched?.results).toMatchObject({ state: "parsed", format: "pytest_junit_xml", counts: { total: 2, passed: 2 } });
+    expect(results.patched?.results?.tests.map((t) => t.key)).toEqual(["tests/test_ops.py › tests.test_ops.AddTest › test_add", "tests/test_ops.py › tests.test_ops.AddTest › test_add_zero"]);
+    expect(job.artifacts.find((a) => a.name === "test.report.xml")?.sha256).toBe(results.patched?.results?.sourceSha256);
     // The repository did not change by a byte: the patch went to the staged copy only.
     expect((await digestTree(repo.dir)).sha256).toBe(repoBefore.sha256);
   }, 180_000);
@@ -158,6 +164,11 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     const last = await finished(repair!.id);
     expect(JobState[last.job!.state]).toBe("FAILED");
     expect(last.job?.receipt?.echildObserved).toBe(true);
+    // unittest -v's own lines, checked against its "Ran 2 tests" / FAILED (failures=1): one failed, one passed.
+    const results = (await c.repairs.getRepairResults({ repairId: repair!.id })).patched?.results;
+    expect(results?.format).toBe("unittest_verbose");
+    expect(results?.tests.map((t) => [t.name, t.status])).toEqual([["test_add", TestStatus.FAILED], ["test_add_zero", TestStatus.PASSED]]);
+    expect(results?.tests[0]?.message).toContain("AssertionError: -1 != 5");
 
     // Drift between the document and the approval: the approval is refused and nothing runs.
     const { repair: second } = await c.repairs.createRepair(request);
