@@ -22,7 +22,7 @@ import { inspectPythonSnapshot } from "./python/inspect-python.js";
 import { checkRuntime, resolvePinnedNode, type RuntimeExpectation } from "./runtime.js";
 import { resolveRepositoryRoot } from "./repository-root.js";
 import { BadFileNameError, FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
-import { readAndCopy, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "./snapshot.js";
+import { copyArea, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "./snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "./source-set.js";
 
 /** The profile name every inspection carries. */
@@ -451,15 +451,7 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
 
   // Read everything once, hash it, and hand those bytes to the sink (several files at once).
   const sourceSorted = [...sourceFiles.values()].sort((a, b) => (a.rel < b.rel ? -1 : 1));
-  for (const c of await readAndCopy(sourceSorted, (f) => read(f.rel, f.rel === lockName ? L.dependency_file_bytes : L.source_file_bytes), sink)) {
-    const f = c.item;
-    if ("error" in c) {
-      const err = c.error;
-      reasons.push(blockReason(err instanceof FileTooLargeError ? "source_file_too_large" : "special_file", `${f.rel} could not be read within the bounds (${(err as Error).message}).`, f.rel));
-      continue;
-    }
-    const r = c.file;
-    files.set(f.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "source" });
+  for (const { item: f, file: r } of await copyArea(sourceSorted, (f) => read(f.rel, f.rel === lockName ? L.dependency_file_bytes : L.source_file_bytes), sink, "source", files, reasons)) {
     const kind =
       f.rel === "package.json"
         ? IdentityKind.PACKAGE_JSON
@@ -492,15 +484,7 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
     }
   }
   const depFiles = deps.entries.filter((e): e is Extract<DependencyEntry, { type: "file" }> => e.type === "file");
-  for (const c of await readAndCopy(depFiles, (e) => read(e.rel, L.dependency_file_bytes), sink)) {
-    const e = c.item;
-    if ("error" in c) {
-      const err = c.error;
-      reasons.push(blockReason(err instanceof FileTooLargeError ? "dependency_file_too_large" : "special_file", `${e.rel} could not be read within the bounds (${(err as Error).message}).`, e.rel));
-      continue;
-    }
-    const r = c.file;
-    files.set(e.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "dependency" });
+  for (const { item: e, file: r } of await copyArea(depFiles, (e) => read(e.rel, L.dependency_file_bytes), sink, "dependency", files, reasons)) {
     manifestEntries.push({ path: e.rel, type: "file", size: String(r.size), mode: r.mode.toString(8), sha256: r.sha256 });
   }
   for (const e of deps.entries) if (e.type === "link") await sink?.link(e.rel, e.target);

@@ -1,5 +1,7 @@
 import pMap from "p-map";
-import type { ReadFile } from "./safe-fs.js";
+import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { blockReason } from "@seraph/profiles";
+import { FileTooLargeError, type ReadFile } from "./safe-fs.js";
 
 /** Receives every snapshot entry as inspection reads it (staging writes them into the job dir). */
 export interface SnapshotSink {
@@ -63,4 +65,34 @@ export async function readAndCopy<T extends { readonly rel: string }>(
     },
     { concurrency: COPY_CONCURRENCY },
   );
+}
+
+/** Why a listed file of `area` could not be read within its bounds (too large, or not a regular file). */
+export function unreadableReason(rel: string, err: unknown, area: SnapshotFile["area"]): BlockReason {
+  const code = err instanceof FileTooLargeError ? (area === "source" ? "source_file_too_large" : "dependency_file_too_large") : "special_file";
+  return blockReason(code, `${rel} could not be read within the bounds (${(err as Error).message}).`, rel);
+}
+
+/**
+ * readAndCopy for one area of a snapshot: each copied file is recorded in `files` (its digest,
+ * size, mode and area), each unreadable one in `reasons`; the copied ones come back in order.
+ */
+export async function copyArea<T extends { readonly rel: string }>(
+  items: readonly T[],
+  read: (item: T) => Promise<ReadFile>,
+  sink: SnapshotSink | undefined,
+  area: SnapshotFile["area"],
+  files: Map<string, SnapshotFile>,
+  reasons: BlockReason[],
+): Promise<{ readonly item: T; readonly file: ReadFile }[]> {
+  const copied: { item: T; file: ReadFile }[] = [];
+  for (const c of await readAndCopy(items, read, sink)) {
+    if ("error" in c) {
+      reasons.push(unreadableReason(c.item.rel, c.error, area));
+      continue;
+    }
+    files.set(c.item.rel, { sha256: c.file.sha256, size: c.file.size, mode: c.file.mode, area });
+    copied.push(c);
+  }
+  return copied;
 }

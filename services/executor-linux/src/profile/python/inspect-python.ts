@@ -40,7 +40,7 @@ import {
 import type { RuntimeExpectation } from "../runtime.js";
 import { resolveRepositoryRoot } from "../repository-root.js";
 import { FileTooLargeError, lstatInsideSync, readFileBounded, sortedEntries, type ReadFile } from "../safe-fs.js";
-import { readAndCopy, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "../snapshot.js";
+import { copyArea, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "../snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "../source-set.js";
 import { checkPythonRuntime, DEFAULT_PYTHON_PATH } from "./runtime.js";
 
@@ -475,15 +475,7 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
 
   // Read everything once, hash it, hand it to the sink.
   const sourceSorted = [...sourceFiles.values()].sort((a, b) => (a.rel < b.rel ? -1 : 1));
-  for (const c of await readAndCopy(sourceSorted, (f) => read(f.rel, L.source_file_bytes), sink)) {
-    const f = c.item;
-    if ("error" in c) {
-      const err = c.error;
-      reasons.push(blockReason(err instanceof FileTooLargeError ? "source_file_too_large" : "special_file", `${f.rel} could not be read within the bounds (${(err as Error).message}).`, f.rel));
-      continue;
-    }
-    const r = c.file;
-    files.set(f.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "source" });
+  for (const { item: f, file: r } of await copyArea(sourceSorted, (f) => read(f.rel, L.source_file_bytes), sink, "source", files, reasons)) {
     const isConfig = configFiles.has(f.rel) || PYTHON_CONFIG_NAMES.has(posix.basename(f.rel));
     identities.push(identity(isConfig ? IdentityKind.PYTHON_CONFIG : IdentityKind.SOURCE_FILE, f.rel, r.sha256, r.size));
   }
@@ -505,15 +497,7 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
       manifest.push({ path: e.rel, type: "link", target: e.target });
     }
   }
-  for (const c of await readAndCopy(siteFiles, (e) => read(e.rel, L.dependency_file_bytes), sink)) {
-    const e = c.item;
-    if ("error" in c) {
-      const err = c.error;
-      reasons.push(blockReason(err instanceof FileTooLargeError ? "dependency_file_too_large" : "special_file", `${e.rel} could not be read within the bounds (${(err as Error).message}).`, e.rel));
-      continue;
-    }
-    const r = c.file;
-    files.set(e.rel, { sha256: r.sha256, size: r.size, mode: r.mode, area: "dependency" });
+  for (const { item: e, file: r } of await copyArea(siteFiles, (e) => read(e.rel, L.dependency_file_bytes), sink, "dependency", files, reasons)) {
     manifest.push({ path: e.rel, type: "file", size: String(r.size), mode: r.mode.toString(8), sha256: r.sha256 });
     const inSite = e.rel.slice(sitePackages.length + 1);
     const text = () => r.bytes.toString("utf8");
