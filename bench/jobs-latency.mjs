@@ -137,11 +137,14 @@ for (const suite of SUITES) {
 const PHASES = process.env.BENCH_PHASES === "1";
 /** Phase lines `{ phase, jobId?, time }` of the executor, in order (embedded: captured in-process; cluster: its log file). */
 const phaseLines = [];
-function collectPhaseLine(line) {
-  if (!line.includes('"phase"')) return;
+/** The API's `approve timings` lines (debug): where Approve's own time goes, per mode. */
+const approveLines = [];
+function collectPhaseLine(line, mode = "embedded") {
+  if (!line.includes('"phase"') && !line.includes("approve timings")) return;
   try {
     const o = JSON.parse(line);
     if (o.msg === "phase") phaseLines.push({ phase: o.phase, jobId: o.jobId, time: o.time });
+    if (o.msg === "approve timings") approveLines.push({ mode, ...o });
   } catch {
     // not a JSON line
   }
@@ -193,7 +196,7 @@ async function cluster(label, executorEnv) {
     const jobsP = await spawnService("jobs", "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg);
     procs.push(jobsP);
     const tokenFile = join(dir, "operator-token");
-    const apiP = await spawnService("api", "api", { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile }, dir, ag);
+    const apiP = await spawnService("api", "api", { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile, ...(PHASES ? { LOG_LEVEL: "debug" } : {}) }, dir, ag);
     procs.push(apiP);
     const repos = join(dir, "repos");
     await import("node:fs/promises").then((fs) => fs.mkdir(repos));
@@ -210,8 +213,10 @@ async function cluster(label, executorEnv) {
     results.push(await measure(label, apiP.grpcUrl, token, repos));
     if (PHASES) {
       await new Promise((r) => setTimeout(r, 200)); // let the log file catch up
-      const text = await import("node:fs/promises").then((fs) => fs.readFile(join(dir, "executor.log"), "utf8"));
-      for (const l of text.split("\n")) collectPhaseLine(l);
+      for (const name of ["executor", "api"]) {
+        const text = await import("node:fs/promises").then((fs) => fs.readFile(join(dir, `${name}.log`), "utf8"));
+        for (const l of text.split("\n")) collectPhaseLine(l, label);
+      }
     }
   } finally {
     for (const p of procs.reverse()) await stopProcess(p.child);
@@ -274,5 +279,15 @@ if (PHASES) {
       console.log(`| ${row.name} | ${fmt(row.at)} | ${fmt(row.at - prev)} |`);
       prev = row.at;
     }
+  }
+}
+
+if (PHASES && approveLines.length > 0) {
+  console.log("\n## Approve's own time (the API's debug timings; medians, ms; the warm-up job included)");
+  console.log("| mode | checks (repair, document, proposal) | fresh admission (bindings + the node's re-inspection) | approval transaction | EnqueueJob + recording the job |\n| --- | ---: | ---: | ---: | ---: |");
+  for (const mode of [...new Set(approveLines.map((l) => l.mode))]) {
+    const mine = approveLines.filter((l) => l.mode === mode);
+    const m = (k) => fmt(median(mine.map((l) => l[k])), 1);
+    console.log(`| ${mode} | ${m("checksMs")} | ${m("admissionMs")} | ${m("approvalTxnMs")} | ${m("enqueueMs")} |`);
   }
 }
