@@ -140,6 +140,10 @@ export const REASON_CODES = [
   "supervisor_failed",
   "supervisor_spec_invalid",
   "journal_mismatch",
+  // seraph-exec repair-run as root: the job user the steps run as
+  "job_user_unavailable",
+  "job_user_cannot_enter_cwd",
+  "job_user_cannot_execute",
   // repo-python3-v1: the command grammar (selection words and declared test commands)
   "python_command_empty",
   "python_command_non_ascii",

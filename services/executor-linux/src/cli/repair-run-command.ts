@@ -6,9 +6,10 @@ import { ControllerLossPolicy, SupervisorSpecSchema } from "@seraph/proto/seraph
 import { runToReceipt } from "../supervisor-client/index.js";
 import { FileTooLargeError, readFileBounded } from "../profile/safe-fs.js";
 import { INSPECTION_OPTIONS, inspectionFromValues } from "./inspection-args.js";
+import { parseJobUserSetting, resolveHandRunJobUser } from "../supervisor-client/node-containment.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
-export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--profile NAME] [--node ABS] [--node-sha256 HEX] [--python ABS] [--python-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
+export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--job-user auto|none|UID:GID|NAME] [--profile NAME] [--node ABS] [--node-sha256 HEX] [--python ABS] [--python-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
 
 Inspects DIR, stages a private copy (0700), applies the patch to the copy only, runs each step
 under a fresh supervisor within the wall deadline, checks the repository is unchanged, and prints
@@ -18,6 +19,9 @@ one JSON object (last line with --json): the inspection hash, each step's receip
   --allow P                      an allowed patch path (repeatable; default: the source paths)
   --expect-inspection-sha256 HEX block as drift unless inspection reproduces this hash
   --keep-job-dir                 keep the staged job directory for inspection afterwards
+  --job-user USER                as root: who the steps run as (default auto: uid = gid =
+                                 $SERAPH_JOB_UID_BASE + 64, as seraph-exec run); the staged copy
+                                 is handed to that user; none = as root (same-uid exposure)
   (--profile, --node, --node-sha256, --python, --python-sha256, --source, --build-output-dir, --limit: as for inspect)
 Exit status: 0 succeeded, 1 any other outcome, 2 usage.`;
 
@@ -46,6 +50,7 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
         allow: { type: "string", multiple: true },
         "keep-job-dir": { type: "boolean", default: false },
         "expect-inspection-sha256": { type: "string" },
+        "job-user": { type: "string", default: "auto" },
       },
     }));
   } catch (err) {
@@ -55,6 +60,16 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
   const parsed = inspectionFromValues("repair-run", REPAIR_RUN_USAGE, values);
   if (parsed === 2) return 2;
   const { limits } = parsed;
+  const setting = parseJobUserSetting(values["job-user"]);
+  const jobUser = typeof setting === "string" ? setting : resolveHandRunJobUser(setting, process.env);
+  if (typeof jobUser === "string") {
+    process.stderr.write(`seraph-exec repair-run: --job-user: ${jobUser}\n${REPAIR_RUN_USAGE}\n`);
+    return 2;
+  }
+  if (jobUser !== undefined && process.geteuid?.() !== 0) {
+    process.stderr.write(`seraph-exec repair-run: --job-user ${values["job-user"]} needs root (only root can run the steps as another user); omit it to run as yourself\n`);
+    return 2;
+  }
   const emit = (report: Parameters<typeof formatRepairText>[0]): void => {
     if (values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
     else process.stdout.write(formatRepairText(report));
@@ -83,6 +98,7 @@ export async function repairRunCommand(args: readonly string[]): Promise<number>
     keepJobDir: values["keep-job-dir"],
     ...(values["expect-inspection-sha256"] !== undefined ? { expectedInspectionSha256: values["expect-inspection-sha256"] } : {}),
     runSteps: supervisedRunSteps,
+    ...(jobUser !== undefined ? { jobUser } : {}),
   });
   emit(report);
   return report.outcome === "succeeded" ? 0 : 1;

@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { CgroupRequestSchema, ControllerLossPolicy, JobUserSchema, SupervisorSpecSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES, type JobUserAccess } from "../native/setpriv.js";
-import { defaultContainmentSettings, JOB_UID_BASE_MAX, JOB_UID_BASE_MIN, parseJobUserSetting, seraphExecJobUid, type JobUserSetting } from "../supervisor-client/node-containment.js";
+import { defaultContainmentSettings, parseJobUserSetting, resolveHandRunJobUser, seraphExecJobUid, type JobUserSetting } from "../supervisor-client/node-containment.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
   CONTROLLER_LOSS_GRACE_DEFAULT_MS,
@@ -230,7 +230,7 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     notStarted(parsed, "command_not_found", `${JSON.stringify(name)}: command not found (PATH searched explicitly)`, null);
     return 127;
   }
-  const jobUser = resolveJobUser(parsed.jobUser, process.env);
+  const jobUser = resolveHandRunJobUser(parsed.jobUser, process.env);
   if (typeof jobUser === "string") {
     process.stderr.write(`seraph-exec run: ${jobUser}\n`);
     return 2;
@@ -315,24 +315,6 @@ export async function runCommand(args: readonly string[]): Promise<number> {
   } finally {
     for (const sig of CANCEL_SIGNALS) process.off(sig, onSignal);
   }
-}
-
-/** The job user of this run: the flag's, or by default (auto) one when root; undefined = this process's user. */
-function resolveJobUser(setting: JobUserSetting, env: NodeJS.ProcessEnv): { uid: number; gid: number; name: string } | undefined | string {
-  if (setting.kind === "none") return undefined;
-  if (setting.kind === "user") return { uid: setting.uid, gid: setting.gid, name: setting.name };
-  // auto, as the executor's: a job user only when root (another user cannot change uid).
-  if (process.geteuid?.() !== 0) return undefined;
-  const raw = env["SERAPH_JOB_UID_BASE"];
-  let base = defaultContainmentSettings().uidBase;
-  if (raw !== undefined && raw !== "") {
-    if (!/^\d{1,10}$/.test(raw) || Number(raw) < JOB_UID_BASE_MIN || Number(raw) > JOB_UID_BASE_MAX) {
-      return `SERAPH_JOB_UID_BASE must be an integer between ${JOB_UID_BASE_MIN} and ${JOB_UID_BASE_MAX}, got ${JSON.stringify(raw)}`;
-    }
-    base = Number(raw);
-  }
-  const id = seraphExecJobUid(base);
-  return { uid: id, gid: id, name: "" };
 }
 
 /**

@@ -6,6 +6,7 @@ import { create, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { BlockReasonSchema, DriftSchema, InspectionSchema, type BlockReason, type Drift, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import {
   CommandSpecSchema,
+  JobUserSchema,
   SupervisorSpecSchema,
   type Receipt,
   type StreamStats,
@@ -20,6 +21,8 @@ import { applyPatchToStage, removeJobDir, stageRepository, type StagedRepository
 import { digestTree, type TreeDigest } from "./tree-digest.js";
 import { TestResultsSchema } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { readStepReport } from "./test-results.js";
+import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES } from "../native/setpriv.js";
+import { handStageToJobUser } from "../runner/job-user-staging.js";
 
 /**
  * Runs one supervised command sequence and resolves to its receipt. In production this is the
@@ -50,6 +53,12 @@ export interface RepairRunOptions extends InspectOptions {
   readonly approvedInspection?: Inspection;
   /** The approved inspection hash: a fresh inspection with another hash blocks as drift. */
   readonly expectedInspectionSha256?: string;
+  /**
+   * Runs every step as this unprivileged user (through setpriv; needs root): the staged copy is
+   * handed to it (its job directory stays root-owned 0711), and it cannot signal, stop or ptrace
+   * its supervisor, read its token or open its journals. Undefined: this process's user.
+   */
+  readonly jobUser?: { readonly uid: number; readonly gid: number; readonly name: string };
 }
 
 /** One step's record in the report. */
@@ -117,6 +126,8 @@ export interface RepairRunReport {
    * after staging; always false, since Git metadata is never part of a snapshot).
    */
   readonly staged?: { readonly packageDir: string; readonly git: boolean };
+  /** Who the steps ran as: a job user (uid:gid) or, when null, this process's own user. */
+  readonly jobUser: { readonly uid: number; readonly gid: number } | null;
   readonly wallMs: number;
   readonly durationMs: number;
   readonly inspection: JsonValue;
@@ -138,7 +149,7 @@ const driftJson = (d: Drift): JsonValue => toJson(DriftSchema, d);
 export function stepSpec(
   stage: StagedRepository,
   stepIndex: number,
-  opts: { readonly jobId: string; readonly deadlineUnixMs: number; readonly cleanupReserveMs: number; readonly graceMs: number; readonly outputLimitBytes: number },
+  opts: { readonly jobId: string; readonly deadlineUnixMs: number; readonly cleanupReserveMs: number; readonly graceMs: number; readonly outputLimitBytes: number; readonly jobUser?: { readonly uid: number; readonly gid: number; readonly name: string } | undefined },
 ): SupervisorSpec {
   const step = stage.steps[stepIndex];
   if (!step) throw new RangeError(`no step ${stepIndex}`);
@@ -157,7 +168,28 @@ export function stepSpec(
     runDir: join(stage.jobDir, `run-${step.name}`),
     startBarrier: false,
     declaredOutputDir: step.name === "build" && stage.outputDir !== "" ? join(stage.packageDir, stage.outputDir) : "",
+    ...(opts.jobUser !== undefined ? { jobUser: create(JobUserSchema, { uid: opts.jobUser.uid, gid: opts.jobUser.gid, name: opts.jobUser.name }) } : {}),
   });
+}
+
+/**
+ * Whether the job user can enter the staged package and execute every step's argv[0], asked of
+ * the kernel as that user (setpriv + coreutils test); a block reason when not.
+ */
+function jobUserProblem(stage: StagedRepository, user: { readonly uid: number; readonly gid: number; readonly name: string }): BlockReason | undefined {
+  const who = `the job user ${user.name !== "" ? `${user.name} (${user.uid}:${user.gid})` : `${user.uid}:${user.gid}`}`;
+  const none = "or pass --job-user none to run the steps as this process's user (they can then signal, stop and ptrace their supervisor)";
+  const setpriv = findTrustedSetpriv();
+  const test = findTrustedExecutable(TEST_CANDIDATES, "test (coreutils)");
+  if (!setpriv.ok || !test.ok) {
+    return blockReason("job_user_unavailable", `${who} cannot be used: ${!setpriv.ok ? setpriv.reason : (test as { reason: string }).reason}; install util-linux and coreutils, ${none}`, "job_user");
+  }
+  for (const step of stage.steps) {
+    const a = checkJobUserAccess(setpriv.path, test.path, user.uid, user.gid, stage.packageDir, step.argv[0] ?? "");
+    if (a.problem === "cannot_enter") return blockReason("job_user_cannot_enter_cwd", `${who} cannot enter the staged package ${stage.packageDir}: no search permission on ${a.path} (${a.detail}); give the job root a 0755 parent, ${none}`, step.name);
+    if (a.problem === "cannot_execute") return blockReason("job_user_cannot_execute", `${who} cannot execute ${a.path} (${a.detail}), the ${step.name} step's runtime; make it and its directories executable for that user, ${none}`, step.name);
+  }
+  return undefined;
 }
 
 /**
@@ -202,6 +234,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       jobId,
       jobDir,
       ...(staging ? { staged: staging } : {}),
+      jobUser: options.jobUser !== undefined ? { uid: options.jobUser.uid, gid: options.jobUser.gid } : null,
       wallMs,
       durationMs: now() - started,
       inspection: toJson(InspectionSchema, inspection),
@@ -252,6 +285,17 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
     }
   }
 
+  if (options.jobUser !== undefined) {
+    // The staged copy (package, HOME, TMPDIR, caches) becomes the job user's; the job directory
+    // stays root-owned 0711, as the executor hands a stage to a slot's job user.
+    await handStageToJobUser(stage.jobDir, create(JobUserSchema, { ...options.jobUser }));
+    const problem = jobUserProblem(stage, options.jobUser);
+    if (problem !== undefined) {
+      reasons.push(problem);
+      return report();
+    }
+  }
+
   const limits = limitValues(inspection.limits ?? ({} as never));
   let outputLeft = limits.output_bytes;
   for (let i = 0; i < stage.steps.length; i++) {
@@ -269,6 +313,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       cleanupReserveMs: budget.cleanupReserveMs,
       graceMs: budget.graceMs,
       outputLimitBytes: outputLeft,
+      jobUser: options.jobUser,
     });
     await mkdir(spec.runDir, { mode: 0o700 });
     let receipt: Receipt;

@@ -40,6 +40,13 @@ export function formatRepairText(report: RepairRunReport): string {
       `staged copy: ${report.staged.packageDir} — the steps ran here, in a private copy of the inspected snapshot (sources and dependencies only; ${report.staged.git ? "it HAS a .git" : "no .git"}), so argv paths are absolute inside it; the repository itself is only re-hashed`,
     );
   }
+  if (report.steps.length > 0) {
+    lines.push(
+      report.jobUser
+        ? `ran as job user ${report.jobUser.uid}:${report.jobUser.gid} (the staged copy is its own; it could not signal, stop or ptrace its supervisor)`
+        : `ran as this process's user (uid ${process.geteuid?.() ?? "?"}): the steps could signal, stop or ptrace their supervisor`,
+    );
+  }
   for (const s of report.steps) {
     lines.push(`step ${s.name}: ${s.outcome}${s.exitCode !== undefined ? ` (exit ${s.exitCode})` : ""}${s.signal ? ` (${s.signal})` : ""}`);
     lines.push(`  argv: ${s.argv.join(" ")}`);

@@ -22,9 +22,9 @@ afterAll(async () => {
   await rm(scratch, { recursive: true, force: true });
 });
 
-function cli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function cli(args: readonly string[], env?: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { maxBuffer: 32 * 1024 * 1024, timeout: 120_000 }, (err, stdout, stderr) => {
+    execFile(process.execPath, [BIN, ...args], { maxBuffer: 32 * 1024 * 1024, timeout: 120_000, ...(env ? { env } : {}) }, (err, stdout, stderr) => {
       const code = err ? ((err as { code?: number }).code ?? 1) : 0;
       resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
     });
@@ -90,6 +90,38 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-ru
     expect(r).toMatchObject({ outcome: "succeeded", repositoryUnchanged: true, patch: { applied: true, changed: ["src/math.js"] } });
     expect((r.steps as { receipt: { echildObserved: boolean } }[])[0]?.receipt.echildObserved).toBe(true);
     expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
+  });
+
+  it("as root runs the steps as a job user by default (the staged copy handed to it); --job-user none runs them as root", async () => {
+    const uidTest = ['import test from "node:test";', 'test("who", () => { console.log(`uid=${process.getuid()} gid=${process.getgid()}`); });', ""].join("\n");
+    const repo = await createJsTestProject({ extraFiles: { "test/math.test.js": uidTest } });
+    repos.push(repo);
+    const root = process.geteuid?.() === 0;
+    const byDefault = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test"]);
+    const r = lastJson(byDefault.stdout);
+    expect(r.outcome, byDefault.stdout + byDefault.stderr).toBe("succeeded");
+    const tail = (r.steps as { stdoutTail?: string }[])[0]?.stdoutTail ?? "";
+    if (root) {
+      expect(r.jobUser).toEqual({ uid: 64064, gid: 64064 });
+      expect(tail).toContain("uid=64064 gid=64064");
+      const text = await cli(["repair-run", "--repo", repo.dir, "--selection", "npm test"]);
+      expect(text.stdout).toContain("ran as job user 64064:64064");
+      const asRoot = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--job-user", "none"]);
+      expect(lastJson(asRoot.stdout)).toMatchObject({ outcome: "succeeded", jobUser: null });
+      expect((lastJson(asRoot.stdout).steps as { stdoutTail?: string }[])[0]?.stdoutTail).toContain("uid=0 gid=0");
+      // A job root the job user cannot enter (TMPDIR in a root-only 0700 directory): nothing runs.
+      const closed = await mkdtemp(join(scratch, "closed-"));
+      const blocked = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test"], { ...process.env, TMPDIR: closed });
+      expect(blocked.code).toBe(1);
+      const b = lastJson(blocked.stdout);
+      expect(b).toMatchObject({ outcome: "blocked", steps: [], jobUser: { uid: 64064, gid: 64064 } });
+      expect((b.reasons as { code: string; message: string }[])[0]).toMatchObject({ code: "job_user_cannot_enter_cwd", message: expect.stringContaining("--job-user none") });
+    } else {
+      expect(r.jobUser).toBeNull();
+      expect(tail).toContain(`uid=${process.getuid?.()}`);
+      expect((await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--job-user", "1234:1234"])).code).toBe(2);
+    }
+    expect((await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--job-user", "0:0"])).code).toBe(2);
   });
 
   it("builds then tests a TypeScript project, and refuses a stale approved hash", async () => {

@@ -210,3 +210,25 @@ export function containmentDifferences(approved: NodeContainment | undefined, no
   cmp("ceilings", [a.ceilings?.cpuMillicores ?? 0, a.ceilings?.memoryBytes ?? 0n, a.ceilings?.pids ?? 0], [now.ceilings?.cpuMillicores ?? 0, now.ceilings?.memoryBytes ?? 0n, now.ceilings?.pids ?? 0]);
   return out;
 }
+
+/**
+ * The job user of a hand-run command (`seraph-exec run`, `seraph-exec repair-run`): the flag's, or
+ * by default (auto) uid = gid = {@link seraphExecJobUid} when root; undefined = this process's
+ * user; a string = the problem with SERAPH_JOB_UID_BASE.
+ */
+export function resolveHandRunJobUser(setting: JobUserSetting, env: NodeJS.ProcessEnv): { uid: number; gid: number; name: string } | undefined | string {
+  if (setting.kind === "none") return undefined;
+  if (setting.kind === "user") return { uid: setting.uid, gid: setting.gid, name: setting.name };
+  // auto, as the executor's: a job user only when root (another user cannot change uid).
+  if (process.geteuid?.() !== 0) return undefined;
+  const raw = env["SERAPH_JOB_UID_BASE"];
+  let base = defaultContainmentSettings().uidBase;
+  if (raw !== undefined && raw !== "") {
+    if (!/^\d{1,10}$/.test(raw) || Number(raw) < JOB_UID_BASE_MIN || Number(raw) > JOB_UID_BASE_MAX) {
+      return `SERAPH_JOB_UID_BASE must be an integer between ${JOB_UID_BASE_MIN} and ${JOB_UID_BASE_MAX}, got ${JSON.stringify(raw)}`;
+    }
+    base = Number(raw);
+  }
+  const id = seraphExecJobUid(base);
+  return { uid: id, gid: id, name: "" };
+}
