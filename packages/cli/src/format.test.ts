@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
-import { RepairSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { GetRepairResultsResponseSchema, RepairSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobSchema, JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { describe, expect, it } from "vitest";
-import { repairText } from "./format.js";
+import { repairText, resultsText } from "./format.js";
 
 describe("repair show", () => {
   it("prints the job's steps, artifacts with sha256 and readback, and the recovery record", () => {
@@ -81,5 +81,30 @@ describe("repair show: the recorded job preflight", () => {
     expect(missing).toContain("PREPARATION BLOCKED: no preparation evidence was recorded for this job (unknown_supervisor_lost)");
     const queued = repairText(create(RepairSchema, { id: "r4", job: create(JobSchema, { id: "j4", state: JobState.QUEUED }) }));
     expect(queued).toContain("not prepared yet: the job has not been claimed by its executor");
+  });
+});
+
+describe("repair results: a baseline before the patched run", () => {
+  const repairId = "d7f9ff0b-9498-42cf-820c-17ccd22fa8f3";
+  const baseline = {
+    jobId: "b5e92dda-0000-4000-8000-000000000000",
+    jobState: JobState.FAILED,
+    jobOutcome: "failed",
+    availability: "stored",
+    results: { state: "parsed", format: "node_test_tap", sourceName: "test.report.tap", sourceSha256: "4".repeat(64), counts: { total: 1, failed: 1 } },
+  };
+
+  it("says the comparison waits for the patched job, not that there is no baseline", () => {
+    const text = resultsText(create(GetRepairResultsResponseSchema, { repairId, patched: { availability: "pending" }, baseline }));
+    expect(text).not.toContain("no baseline");
+    expect(text).toContain("summary  no comparison yet: the patched run has no approved job (seraph repair approve d7f9ff0b runs it");
+    expect(text).toContain("baseline job b5e92dda FAILED (failed): 1 test: 0 passed, 1 failed");
+  });
+
+  it("still says no baseline when there is none, and counts tests in the plural", () => {
+    const patched = { ...baseline, results: { ...baseline.results, counts: { total: 2, passed: 2 } } };
+    const text = resultsText(create(GetRepairResultsResponseSchema, { repairId, patched }));
+    expect(text).toContain("summary  no baseline (seraph repair baseline runs the unpatched snapshot to compare with)");
+    expect(text).toContain("2 tests: 2 passed, 0 failed");
   });
 });

@@ -307,7 +307,7 @@ function failuresFirst<T extends { status: TestStatus }>(tests: readonly T[]): T
 
 function countsText(r: TestResults): string {
   const c = r.counts;
-  return `${c?.total ?? 0} tests: ${c?.passed ?? 0} passed, ${c?.failed ?? 0} failed, ${c?.skipped ?? 0} skipped, ${c?.todo ?? 0} todo, ${c?.cancelled ?? 0} cancelled`;
+  return `${c?.total ?? 0} ${(c?.total ?? 0) === 1 ? "test" : "tests"}: ${c?.passed ?? 0} passed, ${c?.failed ?? 0} failed, ${c?.skipped ?? 0} skipped, ${c?.todo ?? 0} todo, ${c?.cancelled ?? 0} cancelled`;
 }
 
 function runText(label: string, run: RunResults | undefined): string[] {
@@ -330,6 +330,8 @@ export function resultsText(res: GetRepairResultsResponse): string {
     lines.push(`  summary  ${c?.failToPass ?? 0} fail→pass, ${c?.passToFail ?? 0} pass→fail (regressions), ${c?.passToPass ?? 0} pass→pass, ${c?.failToFail ?? 0} fail→fail, ${c?.newTests ?? 0} new, ${c?.removedTests ?? 0} removed`);
   } else if (cmp) {
     lines.push(`  summary  NO COMPARISON: ${cmp.invalidReason}: ${cmp.invalidMessage}`);
+  } else if (res.baseline) {
+    lines.push(`  summary  no comparison yet: the patched run has no approved job (seraph repair approve ${res.repairId.slice(0, 8)} runs it; the baseline is compared with it then)`);
   } else {
     lines.push("  summary  no baseline (seraph repair baseline runs the unpatched snapshot to compare with)");
   }
