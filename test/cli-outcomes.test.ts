@@ -230,6 +230,9 @@ describe("seraph CLI outcomes", () => {
     const cutAt = ticks(followedSoFar).at(-1)!;
     relay.cut();
     await until("lines after the cut", async () => (ticks(followedSoFar).at(-1) ?? 0) >= cutAt + 3);
+    // While it runs, show says since when the step runs (the jobs service's time).
+    const running = await seraph(["repair", "show", slowId.slice(0, 8)]);
+    expect(running.out).toMatch(/step test: running since \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z \(\d+\.\d s\)/);
 
     const cancel = await seraph(["repair", "cancel", slowId.slice(0, 8)]);
     expect(cancel.code, cancel.err).toBe(0);

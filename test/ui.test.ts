@@ -440,7 +440,10 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     const before = (await stdout.innerText()).length;
     await expect.poll(async () => (await stdout.innerText()).length, { timeout: 15_000 }).toBeGreaterThan(before);
     expect(await stdout.locator("span.ansi-green-fg").first().innerText()).toMatch(/^tick \d+$/);
-    await waitText(page, "status-facts", /Steptest \(running, ≈\d+:\d{2}\)/);
+    // The step's clock is the jobs service's record of when the step started (no "≈" estimate),
+    // and the step heading carries the same clock.
+    await waitText(page, "status-facts", /Steptest \(running, (\d\.\d s|\d+:\d{2})\)/);
+    expect(await page.getByTestId("step-output-test").locator("h3").innerText()).toMatch(/^Step test — running \((\d\.\d s|\d+:\d{2})\)$/);
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(SCREENSHOTS, "inspector-running.png"), fullPage: false });
     await expectAccessible(page, "inspector: running");

@@ -148,6 +148,9 @@ export function jobDetails(j: Job, indent = "    "): string[] {
     const result = !s.started ? "not started" : s.signal !== undefined ? `signal ${s.signal}` : `exit ${s.exitCode ?? "?"}`;
     out.push(`${indent}step ${s.name}: ${s.passed ? "passed" : "not passed"} (${result}, ${s.durationMs} ms)  argv: ${s.argv.join(" ")}`);
   }
+  if (j.state === JobState.RUNNING && j.runningStep !== "" && j.runningStepStartedUnixMs > 0n && !j.steps.some((s) => s.name === j.runningStep)) {
+    out.push(`${indent}step ${j.runningStep}: running since ${time(j.runningStepStartedUnixMs)} (${((Date.now() - Number(j.runningStepStartedUnixMs)) / 1000).toFixed(1)} s)`);
+  }
   if (j.artifacts.length > 0) {
     out.push(`${indent}artifacts (${j.artifacts.length}):`);
     for (const a of j.artifacts) out.push(`${indent}  ${a.id}  ${a.kind.padEnd(14)} ${a.name}  ${a.size} B  sha256 ${a.sha256}  ${a.readbackVerified ? "read back" : "NOT read back"}`);

@@ -78,6 +78,8 @@ export interface ActiveJob {
   connection: SupervisorConnection | undefined;
   /** The name of the step that connection supervises ("build", "test"). */
   step?: string | undefined;
+  /** That step, once its start barrier was released by this process (reported with RUNNING). */
+  runningStep?: string | undefined;
   /** The physical slot the job holds on this node (selects the per-slot job uid). */
   slotIndex?: number;
 }

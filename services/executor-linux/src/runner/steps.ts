@@ -266,7 +266,7 @@ export async function superviseUntilReceipt(ctx: SuperviseContext, conn: Supervi
       }
       if (ev.kind === "tick") {
         try {
-          const p = await ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING }, { timeoutMs: 2000 });
+          const p = await ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING, step: ctx.active.runningStep ?? "" }, { timeoutMs: 2000 });
           if (p.cancelRequested) ctx.active.cancel.trigger("cancellation requested");
         } catch (err) {
           if (!isTransient(err)) ctx.log.warn({ err }, "progress refused");
@@ -325,7 +325,9 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
         const ack = await conn.go();
         phase(ctx.log, "go_acked");
         ctx.log.info({ started: ack.started, pid: marker.supervisor?.pid }, "start barrier released");
-        await call(ctx, "ReportProgress", () => ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING })).catch(
+        // The step's clock starts with this report (server time, Job.running_step_started_unix_ms).
+        if (ack.started) ctx.active.runningStep = ctx.active.step;
+        await call(ctx, "ReportProgress", () => ctx.deps.jobs.reportProgress({ jobId: ctx.active.jobId, fence: ctx.active.fence, state: JobState.RUNNING, step: ctx.active.runningStep ?? "" })).catch(
           (err: unknown) => ctx.log.warn({ err }, "RUNNING not recorded"),
         );
       } else {
@@ -341,6 +343,7 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
   } finally {
     ctx.active.connection = undefined;
     ctx.active.step = undefined;
+    ctx.active.runningStep = undefined;
     await conn.close().catch(() => undefined);
     if (!ctx.deps.signal.aborted) await waitSupervisorGone(marker, 3000, ctx.deps.proc).catch(() => false);
   }

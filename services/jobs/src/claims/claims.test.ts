@@ -144,6 +144,31 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     expect((await h.client.getJob({ jobId })).job?.slotHeld).toBe(false);
   });
 
+  it("a step reported running starts its clock once, in server time; ticks of the same step change nothing; an unknown step is refused", async () => {
+    const jobId = await reservedJob();
+    const { fence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });
+    expect((await h.client.recordOwnerMarker({ jobId, fence, marker: markerFor(jobId, fence) })).go).toBe(true);
+    const before = Date.now();
+    await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING, step: "build" });
+    const build = (await h.client.getJob({ jobId })).job!;
+    expect([build.state, build.runningStep]).toEqual([JobState.RUNNING, "build"]);
+    expect(Number(build.runningStepStartedUnixMs)).toBeGreaterThanOrEqual(before - 1000);
+    await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING, step: "build" });
+    await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING, step: "" });
+    expect((await h.client.getJob({ jobId })).job!.revision).toBe(build.revision);
+    await new Promise((r) => setTimeout(r, 20));
+    await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING, step: "test" });
+    const test = (await h.client.getJob({ jobId })).job!;
+    expect(test.runningStep).toBe("test");
+    expect(test.runningStepStartedUnixMs).toBeGreaterThan(build.runningStepStartedUnixMs);
+    const bad = await h.client.reportProgress({ jobId, fence, state: JobState.RUNNING, step: "deploy" }).catch((e: unknown) => e);
+    expect(codeOf(bad)).toBe(Code.InvalidArgument);
+    expect((await h.client.getJob({ jobId })).job!.revision).toBe(test.revision);
+    const receipt = create(ReceiptSchema, { outcome: Outcome.FAILED, echildObserved: true, marker: markerFor(jobId, fence) });
+    await h.client.completeJob({ jobId, fence, state: JobState.FAILED, outcome: "failed", receipt });
+    expect((await h.client.getJob({ jobId })).job?.slotHeld).toBe(false);
+  });
+
   it("re-adoption of a running job: marker compare-and-set, old fence dead, the barrier and completion continue under the new fence, recovery accepts the marker's claim fence", async () => {
     const jobId = await reservedJob();
     const { fence: claimFence } = await h.client.claimJob({ jobId, nodeId: node, incarnationId: incarnation });

@@ -18,13 +18,22 @@ import { getJob, updateJobCas } from "../jobs/job.repository.js";
 export async function reportProgress(core: JobsCore, req: ReportProgressRequest): Promise<ReportProgressResponse> {
   const job = await getJob(core.db, req.jobId);
   requireFence(job, req.fence);
+  // A step reported running for the first time (its start barrier was just released): its clock
+  // starts now, in server time. Ticks of the same step change nothing.
+  const stepStarts = req.step !== "" && req.step !== job.running_step ? { running_step: req.step, running_step_started_at: new Date(core.now()) } : {};
   if (req.state === JobState.RUNNING && job.state === "starting") {
     if (job.start_token_at === null) throw new FailedPreconditionError("no_start_token", `job ${job.id} has no start token; it may not run`);
-    const updated = await updateJobCas(core.db, job.id, job.revision, { state: "running", outcome_message: req.message });
-    const changes = noChanges();
-    changes.jobs.push(updated);
-    core.publisher.publish(changes);
-    return create(ReportProgressResponseSchema, { cancelRequested: updated.cancel_requested });
+    return publishUpdate(core, await updateJobCas(core.db, job.id, job.revision, { state: "running", outcome_message: req.message, ...stepStarts }));
+  }
+  if (req.state === JobState.RUNNING && job.state === "running" && "running_step" in stepStarts) {
+    return publishUpdate(core, await updateJobCas(core.db, job.id, job.revision, stepStarts));
   }
   return create(ReportProgressResponseSchema, { cancelRequested: job.cancel_requested });
+}
+
+function publishUpdate(core: JobsCore, updated: Awaited<ReturnType<typeof updateJobCas>>): ReportProgressResponse {
+  const changes = noChanges();
+  changes.jobs.push(updated);
+  core.publisher.publish(changes);
+  return create(ReportProgressResponseSchema, { cancelRequested: updated.cancel_requested });
 }

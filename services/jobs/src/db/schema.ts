@@ -62,6 +62,9 @@ export interface JobsDatabase {
     deadline_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
     /** protobuf JobPreflight: the executor's recorded preparation evidence. */
     preflight: ColumnType<Uint8Array | null, Uint8Array | null | undefined, Uint8Array | null>;
+    /** The step the executor last reported running, and when the jobs service first heard it. */
+    running_step: ColumnType<string | null, string | null | undefined, string | null>;
+    running_step_started_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   };
   job_attempts: {
     job_id: string;

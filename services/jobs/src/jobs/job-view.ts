@@ -74,6 +74,8 @@ export function toJobProto(row: JobRow, slot: SlotRow | undefined, artifacts: re
     deadlineUnixMs: row.deadline_at ? BigInt(new Date(row.deadline_at).getTime()) : 0n,
     preflight: row.preflight ? fromBinary(JobPreflightSchema, row.preflight) : undefined,
     untrustedTests: readBundle(row).patchChangedTests,
+    runningStep: row.running_step ?? "",
+    runningStepStartedUnixMs: row.running_step_started_at ? BigInt(new Date(row.running_step_started_at).getTime()) : 0n,
   });
 }
 

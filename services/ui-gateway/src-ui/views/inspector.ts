@@ -657,8 +657,21 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     return stepNames(r).at(-1) ?? "";
   };
 
-  /** Server time the job was first seen running (0 until then): the running step's clock starts there. */
+  /** Server time the job was first seen running (0 until then): the fallback start of the running step's clock. */
   let runningSince = 0;
+  /**
+   * How long step `name` has been running: from the jobs service's record of when it started
+   * (exact, server time), else ≈ from when the job was first seen running plus the earlier
+   * steps' durations; "" when neither is known.
+   */
+  const stepClock = (r: Repair, name: string): string => {
+    const j = r.job;
+    if (!j) return "";
+    if (j.runningStep === name && j.runningStepStartedUnixMs > 0n) return elapsed(Date.now() - Number(j.runningStepStartedUnixMs));
+    if (runningSince === 0) return "";
+    const before = stepNames(r).slice(0, Math.max(0, stepNames(r).indexOf(name)));
+    return `≈${elapsed(Date.now() - runningSince - before.reduce((sum, n) => sum + (j.steps.find((x) => x.name === n)?.durationMs ?? 0), 0))}`;
+  };
   const renderHeader = () => {
     const r = repair;
     if (!r) return;
@@ -671,9 +684,8 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     if (j) {
       pairs.push(["Job", `${enumName(JobState, j.state)}${j.outcome ? ` — ${j.outcome}` : ""}`]);
       if (j.state === JobState.RUNNING && runningSince === 0) runningSince = Number(changedAt(r));
-      const before = stepNames(r).slice(0, Math.max(0, stepNames(r).indexOf(step)));
-      const stepStart = runningSince + before.reduce((sum, n) => sum + (j.steps.find((x) => x.name === n)?.durationMs ?? 0), 0);
-      pairs.push(["Step", step ? `${step} (running${runningSince ? `, ≈${elapsed(Date.now() - stepStart)}` : ""})` : j.steps.length ? j.steps.map((x) => `${x.name} ${x.passed ? "passed" : "not passed"}`).join(", ") : settled ? "none ran" : "not started"]);
+      const clock = step ? stepClock(r, step) : "";
+      pairs.push(["Step", step ? `${step} (running${clock ? `, ${clock}` : ""})` : j.steps.length ? j.steps.map((x) => `${x.name} ${x.passed ? "passed" : "not passed"}`).join(", ") : settled ? "none ran" : "not started"]);
       const startMs = Number(j.createdUnixMs);
       const endMs = settled ? Number(j.updatedUnixMs) : Date.now();
       pairs.push(["Elapsed", h("span", { "data-testid": "elapsed" }, `${elapsed(endMs - startMs)} since approval${settled ? "" : " (running clock)"}`)]);
@@ -741,7 +753,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       l.meta.textContent = res
         ? `— ${res.passed ? "passed" : "not passed"}, ${res.started ? (res.signal ? `signal ${res.signal}` : `exit ${res.exitCode ?? "?"}`) : "not started"}, ${elapsed(res.durationMs)}`
         : step === name
-          ? `— running${runningSince ? ` (≈${elapsed(Date.now() - runningSince - stepNames(r).slice(0, stepNames(r).indexOf(name)).reduce((sum, n) => sum + (j.steps.find((x) => x.name === n)?.durationMs ?? 0), 0))})` : ""}`
+          ? `— running${stepClock(r, name) ? ` (${stepClock(r, name)})` : ""}`
           : isSettled(r)
             ? "— did not run"
             : "— waiting";
