@@ -110,7 +110,8 @@ describe("seraph CLI journey", () => {
       expect(refused.out).toMatch(/protects:\n {4}the supervisor process/);
       expect(refused.out).toMatch(/does not protect:\n[\s\S]*world-readable/);
     }
-    expect(refused.err).toContain("--yes");
+    // The refusal names the command to run next, with this repair's id.
+    expect(refused.err).toContain(`then approve exactly it with seraph repair approve ${repair.id.slice(0, 8)} --yes`);
     // The refusal says --json shows the document: it does, and nothing is approved.
     const refusedJson = await seraph(["repair", "approve", repair.id, "--json"]);
     expect(refusedJson.code).toBe(2);

@@ -1,8 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { GetRepairResultsResponseSchema, RepairSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { PrerequisiteReportSchema } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobSchema, JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { describe, expect, it } from "vitest";
-import { repairText, resultsText } from "./format.js";
+import { prerequisitesText, repairText, resultsText } from "./format.js";
 
 describe("repair show", () => {
   it("prints the job's steps, artifacts with sha256 and readback, and the recovery record", () => {
@@ -106,5 +107,21 @@ describe("repair results: a baseline before the patched run", () => {
     const text = resultsText(create(GetRepairResultsResponseSchema, { repairId, patched }));
     expect(text).toContain("summary  no baseline (seraph repair baseline runs the unpatched snapshot to compare with)");
     expect(text).toContain("2 tests: 2 passed, 0 failed");
+  });
+});
+
+describe("settings check", () => {
+  it("aligns every item's message in one column, past the longest item name", () => {
+    const report = create(PrerequisiteReportSchema, { nodeId: "vm", ok: true, runtimePath: "/n/node", runtimeVersion: "v24.15.0", runtimeSha256: "", items: [
+      { name: "pidfd", ok: true, code: "ok", message: "pidfd works." },
+      { name: "supervisor_runtime", ok: true, code: "ok", message: "Node v24.15.0." },
+      { name: "repository_roots", ok: false, code: "roots_disjoint", message: "No root in common." },
+    ] });
+    const lines = prerequisitesText([report]).trimEnd().split("\n").slice(1);
+    expect(lines).toEqual([
+      "  ok   pidfd              pidfd works.",
+      "  ok   supervisor_runtime Node v24.15.0.",
+      "  FAIL repository_roots   roots_disjoint: No root in common.",
+    ]);
   });
 });

@@ -277,12 +277,14 @@ export function settingsText(s: SandboxSettings, profiles: readonly ProfileOptio
 export function prerequisitesText(reports: readonly PrerequisiteReport[]): string {
   if (reports.length === 0) return "no executor node is registered\n";
   return reports
-    .map((r) =>
-      [
+    .map((r) => {
+      // One column for the messages: as wide as the node's longest item name (supervisor_runtime…).
+      const width = Math.max(14, ...r.items.map((i) => i.name.length));
+      return [
         `node ${r.nodeId}: ${r.ok ? "ready" : "BLOCKED"}  runtime ${r.runtimePath || "-"} ${r.runtimeVersion} ${r.runtimeSha256 ? `sha256 ${r.runtimeSha256}` : ""}`,
-        ...r.items.map((i) => `  ${i.ok ? "ok  " : "FAIL"} ${i.name.padEnd(14)} ${i.ok ? "" : `${i.code}: `}${i.message}`),
-      ].join("\n"),
-    )
+        ...r.items.map((i) => `  ${i.ok ? "ok  " : "FAIL"} ${i.name.padEnd(width)} ${i.ok ? "" : `${i.code}: `}${i.message}`),
+      ].join("\n");
+    })
     .join("\n")
     .concat("\n");
 }

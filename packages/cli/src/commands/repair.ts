@@ -45,7 +45,8 @@ async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: 
   if (yes) return true;
   if (!ctx.io.stdinIsTTY) {
     if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }) })}\n`);
-    throw new UsageError(`refusing to approve without a terminal to confirm on: review the document (seraph repair ${command} ID --json shows it) and pass --yes`, { showUsage: false });
+    const id = doc.repairId.slice(0, 8);
+    throw new UsageError(`refusing to approve without a terminal to confirm on: review the document above (seraph repair ${command} ${id} --json prints it as JSON), then approve exactly it with seraph repair ${command} ${id} --yes`, { showUsage: false });
   }
   const answer = await ctx.io.readLine(`Approve exactly this ${command === "baseline" ? "baseline " : ""}document (sha256 ${doc.documentSha256})? Type "yes": `);
   if (answer === "yes") return true;
