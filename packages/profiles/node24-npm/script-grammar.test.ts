@@ -68,6 +68,19 @@ describe("resolveScript: accepted forms", () => {
   });
 });
 
+describe("resolveScript: a directory where files belong", () => {
+  it.each([
+    ["node --test test/", "test", "name each file (ending with .test.js or .test.mjs) in the script instead, e.g. \"node --test test/a.test.js test/b.test.js\""],
+    ["node --test test", "test", "name each file (ending with .test.js or .test.mjs) in the script instead"],
+    ["tsc -p src", "build", "e.g. \"tsc -p tsconfig.json\""],
+  ] as const)("%j says which files to name instead", (body, step, next) => {
+    const r = resolveScript(body, { step, lookup });
+    expect(!r.ok && r.reason.code).toBe("path_is_directory");
+    expect(!r.ok && r.reason.message).toContain(" is a directory; ");
+    expect(!r.ok && r.reason.message).toContain(next);
+  });
+});
+
 describe("resolveScript: real-world forms are rejected with a stable reason", () => {
   const table: [string, "test" | "build", string][] = [
     ["", "test", "script_empty"],

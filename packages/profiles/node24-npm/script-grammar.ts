@@ -113,10 +113,11 @@ function checkPath(
   raw: string,
   what: string,
   ctx: ScriptContext,
-  extension: { readonly test: (p: string) => boolean; readonly code: ReasonCode; readonly expected: string },
+  extension: { readonly test: (p: string) => boolean; readonly code: ReasonCode; readonly expected: string; readonly example: string },
   deferrable: boolean,
 ): { ok: true; path: string; deferred: boolean } | RejectedScript {
   const checked = checkRelativePath(raw, what);
+  if (!checked.ok && checked.reason.code === "path_is_directory") return rejectDirectory(raw, what, extension);
   if (!checked.ok) return { ok: false, reason: checked.reason };
   const path = checked.path;
   if (ctx.outputDir !== undefined && isWithin(path, ctx.outputDir)) {
@@ -127,16 +128,25 @@ function checkPath(
     return { ok: true, path, deferred: true };
   }
   const kind = ctx.lookup(path);
-  if (kind === "directory") return reject("path_is_directory", `The ${what} "${raw}" is a directory; name exact files.`, raw);
+  if (kind === "directory") return rejectDirectory(raw, what, extension);
   if (!extension.test(path)) return reject(extension.code, `The ${what} "${raw}" must end with ${extension.expected}.`, raw);
   if (kind === "missing") return reject("path_not_found", `The ${what} "${raw}" does not exist in the package.`, raw);
   if (kind === "other") return reject("path_not_regular_file", `The ${what} "${raw}" is a link or special file, not a regular file.`, raw);
   return { ok: true, path, deferred: false };
 }
 
-const TEST_FILE = { test: (p: string) => /\.test\.(js|mjs)$/.test(p), code: "test_path_extension", expected: ".test.js or .test.mjs" } as const;
-const ENTRYPOINT = { test: (p: string) => /\.(js|mjs|cjs)$/.test(p), code: "entrypoint_extension", expected: ".js, .mjs or .cjs" } as const;
-const TSCONFIG = { test: (p: string) => /\.json$/.test(p), code: "tsconfig_extension", expected: ".json" } as const;
+/** A directory where a file belongs ("node --test test/"): the message says what to write instead. */
+function rejectDirectory(raw: string, what: string, extension: { readonly expected: string; readonly example: string }): RejectedScript {
+  return reject(
+    "path_is_directory",
+    `The ${what} "${raw}" is a directory; name each file (ending with ${extension.expected}) in the script instead, e.g. "${extension.example}".`,
+    raw,
+  );
+}
+
+const TEST_FILE = { test: (p: string) => /\.test\.(js|mjs)$/.test(p), code: "test_path_extension", expected: ".test.js or .test.mjs", example: "node --test test/a.test.js test/b.test.js" } as const;
+const ENTRYPOINT = { test: (p: string) => /\.(js|mjs|cjs)$/.test(p), code: "entrypoint_extension", expected: ".js, .mjs or .cjs", example: "node test/run.js" } as const;
+const TSCONFIG = { test: (p: string) => /\.json$/.test(p), code: "tsconfig_extension", expected: ".json", example: "tsc -p tsconfig.json" } as const;
 
 function resolveNode(tokens: readonly string[], normalized: string, ctx: ScriptContext): ResolvedScript | RejectedScript {
   const second = tokens[1];
