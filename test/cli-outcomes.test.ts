@@ -277,7 +277,14 @@ describe("seraph CLI outcomes", () => {
 
     const timedOut = await seraph(["repair", "watch", failId.slice(0, 8), "--timeout", "1"]);
     expect(timedOut.code).toBe(7);
+    // Cancelling the ended unknown job again names what is left to do, before and after recovery.
+    const cancelHeld = await seraph(["repair", "cancel", slowId.slice(0, 8)]);
+    expect(cancelHeld.code).toBe(1);
+    expect(cancelHeld.err).toContain(`there is nothing to cancel. Its slot stays held until its process cleanup is recovered (RecoverProcessCleanup: seraph repair recover ${slowId.slice(0, 8)}).`);
     expect((await seraph(["repair", "recover", slowId.slice(0, 8)])).code).toBe(0);
+    const cancelReleased = await seraph(["repair", "cancel", slowId.slice(0, 8)]);
+    expect(cancelReleased.code).toBe(1);
+    expect(cancelReleased.err).toContain("there is nothing to cancel. Its process cleanup was already recovered and its slot released.");
     const failed = await seraph(["repair", "watch", failId.slice(0, 8), "--exit-status", "--timeout", "90"]);
     expect(failed.code, failed.out + failed.err).toBe(3);
     expect(failed.out).toContain("[FAILED]");

@@ -59,7 +59,13 @@ export async function cancelOwnedRepair(deps: RepairControlDeps, p: Authenticate
       throw new UnavailableError("jobs_unavailable", "The jobs service did not take the cancellation; retry.", err);
     }
     if (res.job && ENDED.includes(res.job.state)) {
-      const hint = res.job.state === JobState.UNKNOWN ? " Its slot is released only by Recover process cleanup." : "";
+      // An unknown job's slot: say whether recovery is still needed (seraph repair recover) or already done.
+      const hint =
+        res.job.state !== JobState.UNKNOWN
+          ? ""
+          : res.job.slotHeld
+            ? ` Its slot stays held until its process cleanup is recovered (RecoverProcessCleanup: seraph repair recover ${row.id.slice(0, 8)}).`
+            : " Its process cleanup was already recovered and its slot released.";
       throw new FailedPreconditionError("already_finished", `The job of repair ${row.id} already ended ${JobState[res.job.state]} (${res.job.outcome}); there is nothing to cancel.${hint}`);
     }
     const updated = await updateRepairCas(db, row.id, row.revision, { cancel_reason: reason || "cancelled by the owner" });
