@@ -100,6 +100,11 @@ describe("seraph CLI journey", () => {
     await writeFile(patchFile, fixAddPatch("js"));
     expect((await seraph(["repair", "propose", repair.id, "--patch", patchFile])).code).toBe(0);
 
+    // A watch of a proposed repair waits for its owner, and its timeout says what it waits for.
+    const waiting = await seraph(["repair", "watch", repair.id, "--timeout", "1"]);
+    expect(waiting.code).toBe(7);
+    expect(waiting.err).toContain(`last status proposed\nnext: it waits for your approval: seraph repair approve ${repair.id.slice(0, 8)}\n`);
+
     const refused = await seraph(["repair", "approve", repair.id]);
     expect(refused.code).toBe(2);
     // As root (CI) the node runs commands as a per-slot job user and the document says exactly that.

@@ -54,6 +54,17 @@ async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: 
   return false;
 }
 
+/**
+ * A `next:` line when the repair is waiting for its owner rather than for a job: a watch of an
+ * inspected repair never ends by itself (a baseline job's end does not end it either).
+ */
+function waitingOnYou(r: Repair): string {
+  const id = r.id.slice(0, 8);
+  if (r.state === RepairState.INSPECTED || r.state === RepairState.CONSENTED) return `next: it waits for a proposal: seraph repair propose ${id} --patch FILE\n`;
+  if (r.state === RepairState.PROPOSED) return `next: it waits for your approval: seraph repair approve ${id}\n`;
+  return "";
+}
+
 /** True when the repair can change no more, or its job ended (unknown included). */
 function isTerminal(r: Repair): boolean {
   if (r.state === RepairState.FINISHED || r.state === RepairState.CANCELLED || r.state === RepairState.BLOCKED) return true;
@@ -150,7 +161,7 @@ export const repair: CommandGroup = {
         notes: [
           "Exit status without --exit-status: 1 when the last status seen is failed, rejected, cancelled, unknown, blocked or stale (or nothing was seen), else 0.",
           "With --exit-status: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown (recovery needed), 1 blocked or stale; 0 when --until was reached first.",
-          "Exit status 7 when --timeout passed first, with or without --exit-status.",
+          "Exit status 7 when --timeout passed first, with or without --exit-status; when the repair waits for you (a proposal, your approval), a next: line names the command.",
         ],
       },
       async run(ctx, { values, positionals }) {
@@ -185,7 +196,7 @@ export const repair: CommandGroup = {
           if (timer) clearTimeout(timer);
         }
         if (timedOut) {
-          ctx.io.stderr.write(`seraph repair watch: --timeout ${timeout}s passed; last status ${last ? statusOf(last) : "none"}\n`);
+          ctx.io.stderr.write(`seraph repair watch: --timeout ${timeout}s passed; last status ${last ? statusOf(last) : "none"}\n${last ? waitingOnYou(last) : ""}`);
           return TIMEOUT_EXIT;
         }
         if (!last) return 1;
