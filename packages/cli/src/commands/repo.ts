@@ -12,7 +12,7 @@ export const repo: CommandGroup = {
     add: {
       spec: {
         name: "repo add",
-        summary: "Register a repository directory on an executor node (it must be under one of the settings' roots).",
+        summary: "Register a repository directory on an executor node (it must lie under one of the node's repository roots, and under one of the settings' roots when they name any; seraph settings check lists both).",
         args: [{ name: "PATH", help: "the repository's directory on the node; a relative path is resolved against the current directory" }],
         flags: {
           name: { type: "string", value: "NAME", help: "a display name", defaultText: "the directory's base name" },

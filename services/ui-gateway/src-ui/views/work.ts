@@ -194,7 +194,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   const repoForm = h(
     "form",
     { class: "stack", "aria-label": "Register repository" },
-    field("Absolute path on the executor node", repoPath, "Must be under a repository root configured in Settings → Repository sandbox. Seraph never modifies it."),
+    field("Absolute path on the executor node", repoPath, "Must be under one of the executor node's repository roots (embedded mode: repos in the data directory), and under one of the roots in Settings → Repository sandbox when it lists any. Seraph never modifies it."),
     field("Name", repoName),
     field("Executor node id (optional)", repoNode, "Empty means the only node."),
     h("div", { class: "actions" }, repoRegister),
