@@ -69,6 +69,8 @@ describe("seraph CLI journey", () => {
     const check = await seraph(["settings", "check"]);
     expect(check.out).toContain("node_version");
     expect(check.out).toContain("v24.15.0");
+    // As root the node's job users must reach the runtime (node --test starts each file by its path).
+    if (process.geteuid?.() === 0) expect(check.out).toMatch(/ok {3}job_user_runtime +Every slot's job user \(64000:64000\) can execute \//);
 
     const goal = json((await seraph(["--json", "goal", "create", "--title", "Make add add"])).out).goal;
     const repo = await createJsTestProject({ parent: stack.root, failing: true });

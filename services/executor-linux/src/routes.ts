@@ -3,7 +3,7 @@ import type { Logger } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { RuntimeDigestCache } from "./profile/index.js";
-import { createExecutorService } from "./executor-service/executor-service.js";
+import { createExecutorService, type SlotJobUser } from "./executor-service/executor-service.js";
 
 /** What the executor's handlers depend on. */
 export interface ExecutorDeps {
@@ -13,6 +13,8 @@ export interface ExecutorDeps {
   readonly log: Logger;
   /** How this node contains jobs now (what an approval would state). */
   readonly containment?: () => Promise<NodeContainment>;
+  /** Each slot's job user, for CheckPrerequisites' runtime access check. */
+  readonly jobUsers?: () => Promise<readonly SlotJobUser[]>;
   /** ExecutorService.CancelJob, provided by the job runner. */
   readonly cancelJob?: ServiceImpl<typeof ExecutorService>["cancelJob"];
   /** ExecutorService.ReadJobOutput, provided by the job runner. */
@@ -28,6 +30,6 @@ export interface ExecutorDeps {
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}), supervisorRuntime: deps.supervisorRuntime }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.jobUsers !== undefined ? { jobUsers: deps.jobUsers } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}), supervisorRuntime: deps.supervisorRuntime }));
   };
 }

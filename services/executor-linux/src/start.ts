@@ -23,7 +23,7 @@ import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type No
 import { startRunner, type Runner } from "./runner/runner.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "./supervisor-client/index.js";
 import { supervisorSourceOf } from "./executor-service/supervisor-source.js";
-import { defaultContainmentSettings, nodeContainment, type ContainmentSettings } from "./supervisor-client/node-containment.js";
+import { defaultContainmentSettings, jobUserForSlot, nodeContainment, type ContainmentSettings } from "./supervisor-client/node-containment.js";
 
 /** Service names the executor reports in health. */
 export const EXECUTOR_SERVICE_NAMES = [ExecutorService.typeName] as const;
@@ -123,6 +123,12 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       readFacilities: probeFacilities,
       supervisorRuntime: rt.supervisorRuntime,
       containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
+      jobUsers: async () => {
+        const f = (await facilitiesPromise).containment;
+        return Array.from({ length: rt.slotCount }, (_, slot) => ({ slot, user: jobUserForSlot(containmentSettings, f, slot) }))
+          .filter((x) => x.user !== undefined)
+          .map(({ slot, user }) => ({ slot, uid: user!.uid, gid: user!.gid, name: user!.name }));
+      },
       cancelJob: async (req, ctx) => {
         if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
         return runner.cancelJob(req, ctx);

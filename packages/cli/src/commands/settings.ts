@@ -124,7 +124,7 @@ export const settings: CommandGroup = {
     check: {
       spec: {
         name: "settings check",
-        summary: "Check each executor node's prerequisites for the saved settings (runtime, roots, Linux facilities).",
+        summary: "Check each executor node's prerequisites for the saved settings (runtime, roots, Linux facilities; as root, whether every slot's job user can execute the runtime).",
         flags: { node: { type: "string", value: "NODE_ID", help: "check only this node", defaultText: "every registered node" } },
         notes: ["Exit status 0 when at least one node is checked and every checked node is ready, else 1."],
       },

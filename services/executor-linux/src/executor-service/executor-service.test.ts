@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { chmod, copyFile, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -121,4 +121,50 @@ describe("ExecutorService", () => {
     expect(missing.report?.ok).toBe(false);
     expect(missing.report?.items.find((i) => i.name === "node_runtime")?.code).toBe("runtime_missing");
   });
+});
+
+describe("CheckPrerequisites: the job users' access to the runtime", () => {
+  // As root (CI) commands run as per-slot job users; the supervisor starts the runtime before
+  // the uid switch takes effect, but node --test starts each file's process by the runtime's
+  // path as the job user, so a runtime under a 0700 directory fails every test file (EACCES).
+  it("reports a job user that cannot reach the runtime, with the path and what to change; a reachable one is ok", async () => {
+    const base = await mkdtemp(join(tmpdir(), "seraph-exec-jobuser-"));
+    try {
+      const facilities = create(FacilityReportSchema, { ok: true, items: [{ name: "pidfd", ok: true, code: "ok", message: "fake" }] });
+      const root = process.geteuid?.() === 0;
+      const users = root ? [{ slot: 0, uid: 64000, gid: 64000, name: "" }] : [];
+      const service = createClient(
+        ExecutorService,
+        createRouterTransport((router) => router.service(ExecutorService, createExecutorService({ nodeId: "n1", repositoryRoots: [base], log, readFacilities: async () => facilities, jobUsers: async () => users }))),
+      );
+      const node = (await pinnedNodeForTests())!;
+      const hidden = join(base, "private", "bin");
+      const open = join(base, "open", "bin");
+      await mkdir(hidden, { recursive: true });
+      await mkdir(open, { recursive: true });
+      await chmod(base, 0o755);
+      await chmod(join(base, "private"), 0o700);
+      await chmod(join(base, "open"), 0o755);
+      await copyFile(node, join(hidden, "node"));
+      await copyFile(node, join(open, "node"));
+      await chmod(join(hidden, "node"), 0o755);
+      await chmod(join(open, "node"), 0o755);
+      const blocked = (await service.checkPrerequisites({ runtimePath: join(hidden, "node") })).report!;
+      const reachable = (await service.checkPrerequisites({ runtimePath: join(open, "node") })).report!;
+      if (!root) {
+        // Not root: commands run as the executor's own user, and there is nothing to check.
+        expect(blocked.items.map((i) => i.name)).not.toContain("job_user_runtime");
+        return;
+      }
+      const item = blocked.items.find((i) => i.name === "job_user_runtime");
+      expect(blocked.ok).toBe(false);
+      expect(item).toMatchObject({ ok: false, code: "job_user_cannot_execute" });
+      expect(item?.message).toContain(`64000:64000, slot 0's job user, cannot search ${join(base, "private")} (mode 0700, owner 0:`);
+      expect(item?.message).toContain("chmod o+x");
+      expect(reachable.items.find((i) => i.name === "job_user_runtime")).toMatchObject({ ok: true, code: "ok" });
+      expect(reachable.ok).toBe(true);
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

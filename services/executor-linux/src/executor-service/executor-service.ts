@@ -1,3 +1,4 @@
+import { dirname } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { FailedPreconditionError, InvalidArgumentError, type Logger } from "@seraph/kit";
@@ -10,6 +11,7 @@ import {
 import { BlockReasonSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { PYTHON_PROFILE } from "@seraph/profiles/python3";
+import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES } from "../native/setpriv.js";
 import {
   DEFAULT_LIMIT_VALUES,
   LIMIT_NAMES,
@@ -58,6 +60,47 @@ export interface ExecutorServiceDeps {
    * stamp changed. Absent: a cache private to this service instance.
    */
   readonly runtimeDigests?: RuntimeDigestCache;
+  /**
+   * The users this node's commands run as, one per slot (empty when they run as the executor's
+   * own user). CheckPrerequisites asks the kernel, as each, whether it can execute the runtime:
+   * the supervisor starts the runtime before the switch takes effect, but what the runtime starts
+   * by its own path (`node --test`'s per-file processes) needs the job user's access. Absent: no check.
+   */
+  readonly jobUsers?: () => Promise<readonly SlotJobUser[]>;
+}
+
+/** One slot's job user, as CheckPrerequisites checks it. */
+export interface SlotJobUser {
+  readonly slot: number;
+  readonly uid: number;
+  readonly gid: number;
+  readonly name: string;
+}
+
+/**
+ * A prerequisite item: can every slot's job user execute `runtime` (search permission on each
+ * directory above it, execute on the file), asked of the kernel as that user (setpriv + test).
+ */
+function jobUserRuntimeItem(users: readonly SlotJobUser[], runtime: string): PrerequisiteItem {
+  const setpriv = findTrustedSetpriv();
+  const test = findTrustedExecutable(TEST_CANDIDATES, "test (coreutils)");
+  if (!setpriv.ok || !test.ok) return item("job_user_runtime", false, "job_user_unavailable", `The job users cannot be checked: ${!setpriv.ok ? setpriv.reason : (test as { reason: string }).reason}.`);
+  for (const u of users) {
+    // The runtime's directory as the "working directory": a parent the user cannot search is
+    // named as such; cannot_write (of that directory) does not matter here.
+    const a = checkJobUserAccess(setpriv.path, test.path, u.uid, u.gid, dirname(runtime), runtime);
+    if (a.problem === "cannot_enter" || a.problem === "cannot_execute") {
+      const who = `${u.name !== "" ? `${u.name} (${u.uid}:${u.gid})` : `${u.uid}:${u.gid}`}, slot ${u.slot}'s job user`;
+      const where = a.problem === "cannot_enter" ? `cannot search ${a.path} (${a.detail})` : `cannot execute ${a.path} (${a.detail})`;
+      return item(
+        "job_user_runtime",
+        false,
+        "job_user_cannot_execute",
+        `${who}, ${where}: the runtime ${runtime} starts, but every process it starts by its own path (node --test runs each test file in one) fails with EACCES; make the file executable and every directory above it searchable for that user (chmod o+x), or install the runtime under such a path.`,
+      );
+    }
+  }
+  return item("job_user_runtime", true, "ok", `Every slot's job user (${users.map((u) => `${u.uid}:${u.gid}`).join(", ")}) can execute ${runtime}.`);
 }
 
 /**
@@ -167,6 +210,8 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
           versionOk ? `${r.version}, the pinned proof runtime.` : msg || "The version was not read."));
         const hashOk = r.sha256 !== "" && !codes.has("runtime_hash_mismatch");
         items.push(item(`${word}_hash`, hashOk, "runtime_hash_mismatch", hashOk ? `SHA-256 ${r.sha256} (${r.size} bytes).` : msg || "The executable was not hashed."));
+        const users = present && deps.jobUsers ? await deps.jobUsers() : [];
+        if (users.length > 0) items.push(jobUserRuntimeItem(users, r.realPath));
       }
       const ok = items.every((i) => i.ok);
       return {
