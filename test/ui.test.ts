@@ -465,6 +465,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     // "Recovery needed" with its action, above the fold at 1280×800, focus on it, and announced.
     const banner = page.getByTestId("recovery-banner");
     await banner.waitFor();
+    await waitText(page, "recovery-banner-title", /^Recovery needed$/);
     const box = await banner.boundingBox();
     expect(box && box.y + box.height).toBeLessThanOrEqual(800);
     const recoverBox = await page.getByRole("button", { name: "Recover process cleanup" }).boundingBox();
@@ -510,6 +511,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await recover.click();
     await waitText(page, "recovery-result", /^Released/);
     await waitText(page, "physical-capacity", /^Physical capacity released/);
+    // The banner no longer says recovery is needed once the slot is released.
+    await waitText(page, "recovery-banner-title", /^Recovered: slot released, outcome still unknown$/);
     await openTab(page, "Recovery");
     const capacity = await page.getByTestId("physical-capacity").innerText();
     expect(capacity).toMatch(/cleanup_receipt_verified\s+yes/);

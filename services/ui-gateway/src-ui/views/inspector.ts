@@ -643,6 +643,8 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   const headerBadge = h("span", { class: "header-badge" });
   const headerFacts = h("dl", { class: "facts", "data-testid": "status-facts" });
   const bannerBody = h("div");
+  // "Recovery needed" until the slot is released; then it says so (the outcome stays unknown).
+  const bannerTitle = h("h2", { id: "banner-title", "data-testid": "recovery-banner-title" }, "Recovery needed");
   const banner = h("section", { class: "banner recovery-banner", hidden: true, "data-testid": "recovery-banner", "aria-labelledby": "banner-title", tabindex: -1 });
   const logsBody = h("div", { "data-testid": "step-logs" });
   const logs = new Map<string, { out: StepLog; err: StepLog; meta: HTMLElement; stderrBox: HTMLDetailsElement }>();
@@ -708,6 +710,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     banner.hidden = !unknown;
     if (!j || !unknown) return;
     const released = j.recovery !== undefined && j.recovery.cleanupReceiptVerified && !j.slotHeld;
+    bannerTitle.textContent = released ? "Recovered: slot released, outcome still unknown" : "Recovery needed";
     replace(
       bannerBody,
       h("p", null, "The outcome of this job is ", h("strong", null, "unknown"), j.outcome ? [" (", h("code", null, j.outcome), ")"] : "", j.outcomeMessage ? `: ${j.outcomeMessage}.` : ".", " It stays unknown: recovery never decides it."),
@@ -893,7 +896,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   replace(recoverySection, h("h2", { id: "recovery-title" }, "Recovery details"), recoveryBody);
   replace(
     banner,
-    h("h2", { id: "banner-title" }, "Recovery needed"),
+    bannerTitle,
     bannerBody,
     h("div", { class: "actions" }, recoverButton, button("Recovery details", () => tabsApi.select("recovery", true))),
     recoverStatus.el,
