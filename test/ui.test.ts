@@ -513,6 +513,8 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await waitText(page, "physical-capacity", /^Physical capacity released/);
     // The banner no longer says recovery is needed once the slot is released.
     await waitText(page, "recovery-banner-title", /^Recovered: slot released, outcome still unknown$/);
+    // An ended job's clock is stopped and says between what (the recovery is its last change).
+    await waitText(page, "elapsed", /^[0-9.:]+( s)? from approval to the job's last change$/);
     await openTab(page, "Recovery");
     const capacity = await page.getByTestId("physical-capacity").innerText();
     expect(capacity).toMatch(/cleanup_receipt_verified\s+yes/);

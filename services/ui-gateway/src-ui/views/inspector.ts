@@ -690,7 +690,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       pairs.push(["Step", step ? `${step} (running${clock ? `, ${clock}` : ""})` : j.steps.length ? j.steps.map((x) => `${x.name} ${x.passed ? "passed" : "not passed"}`).join(", ") : settled ? "none ran" : "not started"]);
       const startMs = Number(j.createdUnixMs);
       const endMs = settled ? Number(j.updatedUnixMs) : Date.now();
-      pairs.push(["Elapsed", h("span", { "data-testid": "elapsed" }, `${elapsed(endMs - startMs)} since approval${settled ? "" : " (running clock)"}`)]);
+      pairs.push(["Elapsed", h("span", { "data-testid": "elapsed" }, settled ? `${elapsed(endMs - startMs)} from approval to the job's last change` : `${elapsed(endMs - startMs)} since approval (running clock)`)]);
       pairs.push(["Node / slot", j.nodeId ? `${j.nodeId} / slot ${j.slotIndex >= 0 ? j.slotIndex : "—"}${j.slotHeld ? " (held)" : ""}` : "not placed yet"]);
     }
     if (r.waitReason) pairs.push(["Waiting", h("span", { "data-testid": "wait-reason" }, r.waitReason)]);
