@@ -615,10 +615,10 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     const repairId = repair!.id;
     await page.goto(`${baseUrl}/#/repair/${repairId}/results`);
     await page.getByRole("button", { name: "Show the baseline document" }).click();
-    await waitText(page, "baseline-note", /^Baseline, no patch\. baseline, no patch: the same selection/);
+    await waitText(page, "baseline-note", /^What this document approves: baseline, no patch: the same selection/);
     expect(await page.getByTestId("baseline").innerText()).toContain("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     await page.getByRole("button", { name: /^Approve exactly this baseline \(sha256 [0-9a-f]{12}…\)$/ }).click();
-    await page.getByText(/^Baseline approved \(document [0-9a-f]{12}…\); its job is queued\.$/).waitFor({ timeout: 10_000 });
+    await page.getByText(/^Baseline approved \(document [0-9a-f]{12}…\): its job was queued; its state and results appear under Test results above\.$/).waitFor({ timeout: 10_000 });
     const { proposal } = await repairs.proposePatch({ repairId, route: { case: "manualDiff", value: fixPythonAddPatch() } });
     const { document } = await repairs.getApprovalDocument({ repairId, proposalId: proposal!.id });
     await repairs.approve({ repairId, documentSha256: document!.documentSha256 });

@@ -131,7 +131,7 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
     if (!doc) return;
     void act(approve, baselineStatus, "Approving the baseline…", () => ctx.api.repairs.approveBaseline({ repairId, documentSha256: doc.documentSha256 }, { signal: ctx.signal })).then((res) => {
       if (!res) return;
-      baselineStatus.ok(`Baseline approved (document ${doc.documentSha256.slice(0, 12)}…); its job is queued.`);
+      baselineStatus.ok(`Baseline approved (document ${doc.documentSha256.slice(0, 12)}…): its job was queued; its state and results appear under Test results above.`);
       approve.hidden = true;
       if (res.repair) onRepair(res.repair);
     });
@@ -145,7 +145,8 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
       approve.textContent = `Approve exactly this baseline (sha256 ${doc.documentSha256.slice(0, 12)}…)`;
       replace(
         baselineBody,
-        h("p", { "data-testid": "baseline-note" }, h("strong", null, "Baseline, no patch. "), doc.baselineNote),
+        // The document's own words (they begin "baseline, no patch:"), under a heading of their own.
+        h("p", { "data-testid": "baseline-note" }, h("strong", null, "What this document approves: "), doc.baselineNote),
         kv([
           ["Document SHA-256", hash(doc.documentSha256)],
           ["Inspection SHA-256", hash(doc.inspectionSha256)],
