@@ -117,9 +117,15 @@ export function repairText(r: Repair, colour = false): string {
   ];
   if (i) {
     lines.push(`  inspection   ${i.admitted ? "admitted" : "BLOCKED"}  ${i.inspectionSha256 || "(no hash: blocked)"}`);
-    lines.push(`    node ${i.nodePath} ${i.nodeVersion}${i.typescriptVersion ? `, typescript ${i.typescriptVersion}` : ""}; ${i.sourceFiles} source files, ${i.dependencyFiles} dependency files, ${i.snapshotBytes} bytes`);
+    const files = `${i.sourceFiles} source files, ${i.dependencyFiles} dependency files, ${i.snapshotBytes} bytes`;
+    if (i.pythonPath !== "") {
+      const framework = i.framework ? `, ${i.framework}${i.frameworkVersion ? ` ${i.frameworkVersion}` : ""}` : "";
+      lines.push(`    python ${i.pythonPath} ${i.pythonVersion}${framework}${i.sitePackages ? `, site-packages ${i.sitePackages}` : ""}; ${files}`);
+    } else {
+      lines.push(`    node ${i.nodePath} ${i.nodeVersion}${i.typescriptVersion ? `, typescript ${i.typescriptVersion}` : ""}; ${files}`);
+    }
     if (i.reasons.length > 0) lines.push("    reasons:", ...reasons(i.reasons, "      "));
-    if (i.steps.length > 0) lines.push("    steps (script body → direct argv; npm, npx and shells are never run):", ...steps(i.steps, "      "));
+    if (i.steps.length > 0) lines.push(`    steps (script body → direct argv; ${i.pythonPath !== "" ? "pip" : "npm, npx"} and shells are never run):`, ...steps(i.steps, "      "));
     if (i.suppressedHooks.length > 0) lines.push("    suppressed hooks (never run):", ...i.suppressedHooks.map((h) => `      ${h.scriptName}: "${h.body}"`));
     lines.push(`    identities (${i.identities.length}):`, ...identities(i.identities, "      "));
   }
