@@ -266,6 +266,12 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
       expect(approved.code, approved.err).toBe(0);
       const last = await finished(repair.id);
       expect(JobState[last.job!.state]).toBe("SUCCEEDED");
+      // unittest reports on stderr: the default (stdout) logs say where the output is.
+      const logs = await seraph(["repair", "logs", repair.id]);
+      expect(logs.code, logs.err).toBe(0);
+      expect(logs.out).toBe("");
+      expect(logs.err).toMatch(new RegExp(`^\\(step test wrote nothing to stdout; its stderr has \\d+ B: seraph repair logs ${repair.id.slice(0, 8)} --step test --stream stderr\\)\n$`));
+      expect((await seraph(["repair", "logs", repair.id, "--stream", "stderr"])).out).toMatch(/^Ran \d+ tests? in /m);
     } finally {
       await rm(configDir, { recursive: true, force: true });
     }

@@ -269,6 +269,12 @@ export const repair: CommandGroup = {
                 offset = m.offset + BigInt(m.data.length);
                 if (m.eof && m.neverStarted && !ctx.json) ctx.io.stderr.write(`(step ${name} did not start)\n`);
               }
+              // Nothing on the stream shown by default, but the other one has bytes (unittest
+              // reports on stderr): say where the output is instead of printing nothing.
+              const other = repair.job?.artifacts.find((a) => a.name === `${name}.stderr`);
+              if (offset === 0n && stream === "stdout" && !ctx.json && other !== undefined && other.size > 0n) {
+                ctx.io.stderr.write(`(step ${name} wrote nothing to stdout; its stderr has ${other.size} B: seraph repair logs ${repair.id.slice(0, 8)} --step ${name} --stream stderr)\n`);
+              }
               break;
             } catch (err) {
               // A dropped connection surfaces as UNAVAILABLE, or as CANCELED when the HTTP/2 stream
