@@ -240,7 +240,7 @@ export const repair: CommandGroup = {
           step: { type: "string", value: "build|test", help: "only this step", defaultText: "every step of the repair, in order" },
           stream: { type: "string", value: "stdout|stderr", help: "which stream", default: "stdout" },
         },
-        notes: ["The bytes are written as the step wrote them (ANSI colours included). With --json: one StreamOutputResponse per line."],
+        notes: ["The bytes are written as the step wrote them (ANSI colours included). A step that wrote nothing to stdout but has stderr (unittest reports there) gets one line on stderr naming --stream stderr. With --json: one StreamOutputResponse per line."],
       },
       async run(ctx, { values, positionals }) {
         const step = str(values, "step");
