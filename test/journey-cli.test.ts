@@ -100,7 +100,9 @@ describe("seraph CLI journey", () => {
     expect(model.requests[0]?.authorization).toBe("Bearer sk-from-env");
     const patchFile = join(configDir, "fix.patch");
     await writeFile(patchFile, fixAddPatch("js"));
-    expect((await seraph(["repair", "propose", repair.id, "--patch", patchFile])).code).toBe(0);
+    const proposedManual = await seraph(["repair", "propose", repair.id, "--patch", patchFile]);
+    expect(proposedManual.code).toBe(0);
+    expect(proposedManual.out).toContain(`\nnext: seraph repair approve ${repair.id.slice(0, 8)}   (prints the exact document and asks)\n`);
 
     // A watch of a proposed repair waits for its owner, and its timeout says what it waits for.
     const waiting = await seraph(["repair", "watch", repair.id, "--timeout", "1"]);

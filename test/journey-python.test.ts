@@ -248,10 +248,12 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
       const refused = await seraph([...base, "--selection", "python -m unittest discover"]);
       expect(refused.code).toBe(1);
       expect(refused.err).toMatch(/INVALID_ARGUMENT: selection: .*\(python_discovery\)/);
-      const created = await seraph([...base, "--selection", "python -m unittest tests/test_ops.py", "--json"]);
+      const created = await seraph([...base, "--selection", "python -m unittest tests/test_ops.py"]);
       expect(created.code, created.err).toBe(0);
-      const repair = JSON.parse(created.out.trim().split("\n").at(-1)!).repair;
-      expect(repair.state).toBe("REPAIR_STATE_INSPECTED");
+      const repair = { id: /^repair ([0-9a-f-]{36}) {2}\[INSPECTED\]/.exec(created.out)?.[1] ?? "" };
+      expect(repair.id).not.toBe("");
+      // An inspected repair's next step, with its id.
+      expect(created.out).toContain(`\nnext: seraph repair propose ${repair.id.slice(0, 8)} --patch FILE   (or seraph repair consent ${repair.id.slice(0, 8)} --route ROUTE_ID, then propose --model)\n`);
       const show = await seraph(["repair", "show", repair.id]);
       expect(show.out).toContain('test: "python -m unittest tests/test_ops.py"');
       expect(show.out).toContain("-E -s -S -B -m unittest -v tests/test_ops.py");

@@ -113,6 +113,9 @@ export const repair: CommandGroup = {
         });
         if (ctx.json) ctx.json1(CreateRepairResponseSchema, res);
         ctx.say(repairText(res.repair!, ctx.colour));
+        const id8 = res.repair!.id.slice(0, 8);
+        if (res.repair?.state === RepairState.INSPECTED) ctx.say(`next: seraph repair propose ${id8} --patch FILE   (or seraph repair consent ${id8} --route ROUTE_ID, then propose --model)`);
+        else if (res.repair?.state === RepairState.BLOCKED) ctx.say("next: change what the reasons name in the repository, then create a new repair (a blocked one stays blocked)");
         return res.repair?.state === RepairState.BLOCKED ? 1 : 0;
       },
     },
@@ -337,11 +340,13 @@ export const repair: CommandGroup = {
       async run(ctx, { values, positionals }) {
         const patch = str(values, "patch");
         const route = patch !== undefined ? { case: "manualDiff" as const, value: await readFile(patch, "utf8") } : { case: "model" as const, value: true };
-        const res = await (await ctx.api()).repairs.proposePatch({ repairId: await repairArg(ctx, positionals), route });
+        const repairId = await repairArg(ctx, positionals);
+        const res = await (await ctx.api()).repairs.proposePatch({ repairId, route });
         if (ctx.json) ctx.json1(ProposePatchResponseSchema, res);
         const p = res.proposal!;
         ctx.say(`proposal ${p.id}: ${p.valid ? "valid" : "INVALID"} (${p.changedPaths.join(", ") || "no files"}), sha256 ${p.diffSha256}`);
         for (const r of p.reasons) ctx.say(`  - ${r.code}${r.subject ? ` [${r.subject}]` : ""}: ${r.message}`);
+        if (p.valid) ctx.say(`next: seraph repair approve ${repairId.slice(0, 8)}   (prints the exact document and asks)`);
         return p.valid ? 0 : 1;
       },
     },
