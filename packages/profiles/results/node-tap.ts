@@ -200,6 +200,14 @@ export async function parseNodeTap(tap: string, ctx: NodeTapContext): Promise<Te
     });
     if (missing.length > 0) return unparsedResults(NODE_TAP_FORMAT, "junit_mismatch", `The run's JUnit report does not name these tests of its TAP report: ${missing.slice(0, 5).join(", ")}.`, ctx.source);
   }
+  // A file that fails to load is reported as a test named by its absolute staged path, which
+  // differs per job: name it by its package-relative path, so the same file failing in a baseline
+  // and a patched run compares as one test (fail→fail), not as one removed and one new.
+  const relativeName = (name: string) => packageRelative(name, ctx.packageDir) || name;
+  ordered = ordered.map((t) => {
+    const name = relativeName(t.name);
+    return { ...t, name, parents: t.parents.map(relativeName), file: t.file || (name !== t.name ? name : "") };
+  });
   return parsedResults(NODE_TAP_FORMAT, keyTests(ordered, ctx.junit !== undefined), ctx.source);
 }
 

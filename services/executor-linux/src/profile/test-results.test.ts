@@ -136,6 +136,22 @@ describe.skipIf(!node)("per-test results from real node --test runs", () => {
     expect((await readStepReport(run.jobDir, run.packageDir, step(["test/a.test.js", "test/b.test.mjs"]), ["test/a.test.js", "test/b.test.mjs"])).results.reason).toBe("report_missing");
   });
 
+  it("a test file that fails to load is named by its package-relative path, the same in every job", async () => {
+    const files = { "test/ok.test.mjs": 'import test from "node:test";\ntest("ok", () => {});\n', "test/broken.test.mjs": 'throw new Error("cannot load");\n' };
+    const keys: string[][] = [];
+    for (let i = 0; i < 2; i++) {
+      const run = await runNodeTest(files, ["test/ok.test.mjs", "test/broken.test.mjs"]);
+      const { results } = await readStepReport(run.jobDir, run.packageDir, step(["test/ok.test.mjs", "test/broken.test.mjs"]), ["test/ok.test.mjs", "test/broken.test.mjs"]);
+      expect(results.state, results.message).toBe("parsed");
+      const broken = results.tests.find((t) => t.status === TestStatus.FAILED);
+      expect([broken?.name, broken?.file]).toEqual(["test/broken.test.mjs", "test/broken.test.mjs"]);
+      expect(results.tests.every((t) => !t.key.includes(run.packageDir))).toBe(true);
+      keys.push(results.tests.map((t) => t.key).sort());
+    }
+    // Two jobs in two staged directories: the same keys, so a comparison pairs them.
+    expect(keys[0]).toEqual(keys[1]);
+  });
+
   it("a suite whose before hook throws: its tests are cancelled, as Node counts them, and say why", async () => {
     const file = 'import { describe, it, before } from "node:test";\ndescribe("hooked", () => {\n  before(() => { throw new Error("setup broke"); });\n  it("never runs", () => {});\n});\n';
     const run = await runNodeTest({ "test/hook.test.mjs": file }, ["test/hook.test.mjs"]);
