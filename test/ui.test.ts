@@ -155,6 +155,10 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     });
     page = context.pages()[0] ?? (await context.newPage());
     page.on("pageerror", (e) => pageErrors.push(`${e.message}\n${e.stack ?? ""}`));
+    // Nothing the page asks for is missing (a 404 on every load was the icon).
+    page.on("response", (r) => {
+      if (r.status() === 404) pageErrors.push(`404: ${r.url()}`);
+    });
     page.on("console", (m) => {
       if (m.type() === "error" && !/Failed to load resource/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
     });

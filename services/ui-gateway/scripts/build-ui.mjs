@@ -4,7 +4,7 @@
 // generated, never committed: `npm run build:ui -w services/ui-gateway` runs this script, which
 // typechecks src-ui (tsconfig.ui.json) and bundles, unless the output is newer than every input. It needs @seraph/proto's dist (run `tsc -b` first).
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -33,7 +33,7 @@ const inputs = [join(root, "src-ui"), join(root, "scripts", "build-ui.mjs"), joi
 if (!process.argv.includes("--force") && existsSync(page)) {
   const html = readFileSync(page, "utf8");
   const named = [...html.matchAll(/"\/(assets\/[^"]+)"/g)].map((m) => join(root, "public", m[1]));
-  if (named.length === 2 && named.every((f) => existsSync(f)) && statSync(page).mtimeMs > Math.max(...inputs.map(newest))) {
+  if (named.length === 2 && named.every((f) => existsSync(f)) && existsSync(join(root, "public", "favicon.svg")) && statSync(page).mtimeMs > Math.max(...inputs.map(newest))) {
     process.stdout.write("build-ui: public/ is up to date (sources unchanged; --force rebuilds)\n");
     process.exit(0);
   }
@@ -68,4 +68,6 @@ if (!app || !styles) {
 }
 const html = readFileSync(join(root, "src-ui", "index.html"), "utf8").replace("{{APP_JS}}", app).replace("{{STYLES_CSS}}", styles);
 writeFileSync(page, html);
+// The page's icon (index.html names it; without it every page load asked for a missing /favicon.ico).
+copyFileSync(join(root, "src-ui", "favicon.svg"), join(root, "public", "favicon.svg"));
 process.stdout.write(`build-ui: public/index.html, public/${app}, public/${styles} written\n`);
