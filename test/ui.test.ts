@@ -3,7 +3,6 @@ import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,6 +19,7 @@ import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch, pinnedNodeForTests, pythonForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
+import { freeEmbeddedPortBase } from "./harness/ports.js";
 
 // The browser UI end to end: the embedded composition in this process (on real PostgreSQL),
 // Debian's Chromium driven by playwright-core, the operator signing in and working the whole
@@ -78,24 +78,6 @@ if (!haveChromium && process.env["CI"] === "true") {
   throw new Error(`${CHROMIUM} is missing: CI must install Chromium for the browser tests (apt-get install -y chromium)`);
 }
 
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once("error", () => resolve(false));
-    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
-  });
-}
-
-/** A port base whose eight embedded ports (+0 +1 +10 +11 +20 +21 +30 +80) are all free now. */
-async function freePortBase(): Promise<number> {
-  for (let i = 0; i < 50; i++) {
-    const base = 20000 + Math.floor(Math.random() * 400) * 100;
-    const all = await Promise.all([0, 1, 10, 11, 20, 21, 30, 80].map((o) => portFree(base + o)));
-    if (all.every(Boolean)) return base;
-  }
-  throw new Error("no free port base");
-}
-
 /** The text of the first error alert inside `scope`, waiting for it to appear. */
 async function alertText(page: Page, scope: string): Promise<string> {
   const alert = page.locator(`${scope} [role="alert"]`).first();
@@ -134,7 +116,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     dataDir = await mkdtemp(join(tmpdir(), "seraph-ui-data-"));
     reposDir = await mkdtemp(join(tmpdir(), "seraph-ui-repos-"));
     userDataDir = await mkdtemp(join(tmpdir(), "seraph-ui-chromium-"));
-    const portBase = await freePortBase();
+    const portBase = await freeEmbeddedPortBase();
     embedded = await startEmbedded({
       dataDir,
       portBase,

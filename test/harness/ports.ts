@@ -12,3 +12,21 @@ export async function freePort(): Promise<number> {
     });
   });
 }
+
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
+}
+
+/** A port base whose eight embedded ports (+0 +1 +10 +11 +20 +21 +30 +80) are all free now. */
+export async function freeEmbeddedPortBase(): Promise<number> {
+  for (let i = 0; i < 50; i++) {
+    const base = 20000 + Math.floor(Math.random() * 400) * 100;
+    const all = await Promise.all([0, 1, 10, 11, 20, 21, 30, 80].map((o) => portFree(base + o)));
+    if (all.every(Boolean)) return base;
+  }
+  throw new Error("no free port base");
+}

@@ -3,7 +3,7 @@ import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Kysely } from "kysely";
 import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
-import { startExecutor, type ExecutorHandle } from "@seraph/executor-linux";
+import { defaultContainmentSettings, startExecutor, type ExecutorHandle, type JobUserSetting } from "@seraph/executor-linux";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
 import { createLocalSignals, openDatabase, type DatabaseLocation, type Logger } from "@seraph/kit";
 import { startGateway, type GatewayHandle } from "@seraph/ui-gateway";
@@ -20,6 +20,8 @@ export interface EmbeddedOptions {
   readonly log: Logger;
   /** Real PostgreSQL instead of PGlite (tests); PGlite under dataDir when absent. */
   readonly databaseUrl?: string;
+  /** Who the node's commands run as when root (SERAPH_JOB_USER); default auto (a uid per slot). */
+  readonly jobUser?: JobUserSetting;
 }
 
 /** The running composition. */
@@ -91,6 +93,7 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
     internalToken,
     signals,
     log: o.log.child({ service: "executor" }),
+    ...(o.jobUser !== undefined ? { containment: { ...defaultContainmentSettings(1), jobUser: o.jobUser } } : {}),
   });
   const gateway = await startGateway({
     host: o.host,

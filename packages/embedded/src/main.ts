@@ -1,7 +1,7 @@
 import { mkdirSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
 import { ConfigError, createRootLogger, installShutdown, int, readConfig, str } from "@seraph/kit";
-import { defaultNodeId } from "@seraph/executor-linux";
+import { defaultNodeId, jobUserSetting } from "@seraph/executor-linux";
 import { startEmbedded } from "./compose.js";
 
 // `npm start`: all four services in this process, PGlite under ./.seraph, in-process signals.
@@ -13,6 +13,8 @@ try {
     SERAPH_HOST: str("127.0.0.1"),
     SERAPH_REPOSITORY_ROOTS: str(""),
     SERAPH_NODE_ID: str(defaultNodeId()),
+    // As root: who commands run as (auto: uid 64000 + slot; none: root, isolation_claim=none).
+    SERAPH_JOB_USER: jobUserSetting(),
     LOG_LEVEL: str("info"),
   });
 } catch (err) {
@@ -36,6 +38,7 @@ const embedded = await startEmbedded({
   host: config.SERAPH_HOST,
   repositoryRoots: roots,
   nodeId: config.SERAPH_NODE_ID,
+  jobUser: config.SERAPH_JOB_USER,
   log,
 });
 const b = config.SERAPH_PORT_BASE;

@@ -25,7 +25,8 @@ function absolutePaths(fallback: string[]): EnvReader<string[]> {
   };
 }
 
-function jobUser(): EnvReader<JobUserSetting> {
+/** Reads a job-user setting (SERAPH_JOB_USER's grammar; also used by the embedded composition). */
+export function jobUserSetting(): EnvReader<JobUserSetting> {
   return (env, name, problems) => {
     const parsed = parseJobUserSetting(env[name] ?? "");
     if (typeof parsed === "string") {
@@ -128,7 +129,7 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_EXECUTOR_POLL_MS: int(2000, 50, 60_000),
     SERAPH_EXECUTOR_HEARTBEAT_MS: int(5000, 100, 60_000),
     /** "auto" (per-slot uids when root), "none", "<uid>:<gid>" or a user name from /etc/passwd. */
-    SERAPH_JOB_USER: jobUser(),
+    SERAPH_JOB_USER: jobUserSetting(),
     /** Slot i's job uid and gid: base + i. */
     SERAPH_JOB_UID_BASE: int(defaults.uidBase, JOB_UID_BASE_MIN, JOB_UID_BASE_MAX),
     /** Root of job-user staging (0711, root-owned); the data directory stays private. */

@@ -40,6 +40,8 @@ export class WarmPool {
   readonly #ready = new Set<WarmSupervisor>();
   #starting = 0;
   #stopped = false;
+  /** Starts in progress (stop() waits for them). */
+  readonly #inFlight = new Set<Promise<void>>();
   #notBefore = 0;
 
   constructor(deps: WarmPoolDeps) {
@@ -69,7 +71,11 @@ export class WarmPool {
   fill(): void {
     while (!this.#stopped && this.#ready.size + this.#starting < this.#d.target() && Date.now() >= this.#notBefore) {
       this.#starting++;
-      void this.#startOne().finally(() => this.#starting--);
+      const started: Promise<void> = this.#startOne().finally(() => {
+        this.#starting--;
+        this.#inFlight.delete(started);
+      });
+      this.#inFlight.add(started);
     }
   }
 
@@ -85,7 +91,10 @@ export class WarmPool {
         proc: this.#d.proc,
       });
       if (this.#stopped) {
+        // Stopped while it started: retire it like the waiting ones (stop() awaits this).
         await retireWarmSupervisor(dir);
+        await Promise.race([warm.exited, new Promise((r) => setTimeout(r, 3000).unref())]);
+        await rm(dir, { recursive: true, force: true });
         return;
       }
       this.#ready.add(warm);
@@ -114,17 +123,21 @@ export class WarmPool {
     return undefined;
   }
 
-  /** Stops filling and retires every warm supervisor still waiting. */
+  /**
+   * Stops filling and retires every warm supervisor still waiting, and those still starting
+   * (awaited, so none outlives the executor's stop and no directory is left being written).
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
     const waiting = [...this.#ready];
     this.#ready.clear();
-    await Promise.all(
-      waiting.map(async (w) => {
+    await Promise.all([
+      ...waiting.map(async (w) => {
         await retireWarmSupervisor(w.runDir);
         await Promise.race([w.exited, new Promise((r) => setTimeout(r, 3000).unref())]);
         await rm(w.runDir, { recursive: true, force: true });
       }),
-    );
+      ...[...this.#inFlight].map((p) => p.catch(() => undefined)),
+    ]);
   }
 }

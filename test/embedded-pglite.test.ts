@@ -1,0 +1,82 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { startEmbedded, type Embedded } from "@seraph/embedded";
+import { createRootLogger } from "@seraph/kit";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { freeEmbeddedPortBase } from "./harness/ports.js";
+
+// `npm start`'s own shape: the embedded composition on PGlite (one connection), not PostgreSQL.
+// An approval there once deadlocked (a transaction held PGlite's only connection while the
+// admission inside it waited for another), and every other journey runs on PostgreSQL. Also the
+// embedded opt-out of job users: SERAPH_JOB_USER=none reaches the node.
+const uidTest = ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add } from "../src/math.js";', 'test("add adds", () => { console.log(`uid=${process.getuid()}`); assert.equal(add(2, 3), 5); });', ""].join("\n");
+
+describe("embedded on PGlite (npm start)", () => {
+  let embedded: Embedded;
+  let dataDir: string;
+  let root: string;
+  let repo: FixtureRepo;
+  let portBase: number;
+  beforeAll(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), "seraph-pglite-"));
+    root = await realpath(await mkdtemp(join(tmpdir(), "seraph-pglite-repos-")));
+    repo = await createJsTestProject({ parent: root, failing: true, extraFiles: { "test/math.test.js": uidTest } });
+    portBase = await freeEmbeddedPortBase();
+    embedded = await startEmbedded({ dataDir, portBase, host: "127.0.0.1", repositoryRoots: [root], nodeId: "pglite-node", log: createRootLogger({ name: "pglite-test", level: "warn" }), jobUser: { kind: "none" } });
+  }, 60_000);
+  afterAll(async () => {
+    await embedded?.stop();
+    await repo?.cleanup();
+    await rm(dataDir, { recursive: true, force: true });
+    await rm(root, { recursive: true, force: true });
+  }, 60_000);
+
+  it("approves a manual patch and runs it to SUCCEEDED; with jobUser none the node claims no job user and the command runs as this process's uid", async () => {
+    const headers = { authorization: `Bearer ${embedded.operatorTokenCreated}` };
+    const transport = createGrpcTransport({ baseUrl: `http://127.0.0.1:${portBase}`, interceptors: [(next) => (req) => { for (const [k, v] of Object.entries(headers)) req.header.set(k, v); return next(req); }] });
+    const settings = createClient(SettingsService, transport);
+    const current = (await settings.getSandboxSettings({})).settings!;
+    await settings.updateSandboxSettings({ settings: { ...current, enabled: true, profile: "repo-node24-npm-v1", runtimePath: (await pinnedNodeForTests())!, repositoryRoots: [root] }, expectedRevision: current.revision });
+    const { goal } = await createClient(GoalService, transport).createGoal({ title: "add adds" });
+    const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
+    const repairs = createClient(RepairService, transport);
+    const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "add(2, 3) === 5", selection: "npm test" });
+    const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+    expect(proposal?.valid).toBe(true);
+    const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+    expect(document?.isolationClaim).toBe("none");
+    const approved = await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 }, { timeoutMs: 30_000 });
+    expect(approved.approval?.documentSha256).toBe(document!.documentSha256);
+    let job = approved.repair?.job;
+    for (const end = Date.now() + 60_000; Date.now() < end && !(job && [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN].includes(job.state)); ) {
+      await new Promise((r) => setTimeout(r, 200));
+      job = (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
+    }
+    expect([JobState[job?.state ?? 0], job?.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    const stdout = job!.artifacts.find((a) => a.name === "test.stdout")!;
+    const out = Buffer.from((await repairs.readArtifact({ repairId: repair!.id, artifactId: stdout.id })).content).toString();
+    expect(out).toContain(`uid=${process.getuid?.()}`);
+  }, 120_000);
+
+  it("stops with nothing of its own left running: no supervisor (warm or not) outlives the stop", async () => {
+    await embedded.stop();
+    embedded = undefined as unknown as Embedded;
+    const mine = readdirSync("/proc").filter((p) => /^\d+$/.test(p)).filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(dataDir);
+      } catch {
+        return false;
+      }
+    });
+    expect(mine).toEqual([]);
+  }, 60_000);
+});
