@@ -648,6 +648,12 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.getByText(/^Process cleanup proved: the baseline job's slot was released/).waitFor({ timeout: 30_000 });
     const after = (await repairs.getRepair({ repairId: repair!.id })).repair;
     expect([after?.baselineJob?.state, after?.baselineJob?.slotHeld, after?.baselineJob?.recovery?.cleanupReceiptVerified]).toEqual([JobState.UNKNOWN, false, true]);
+    // The approved document stays readable (the exact one approved), with nothing left to approve.
+    await page.reload();
+    await page.getByRole("button", { name: "Show the approved baseline document" }).click();
+    await waitText(page, "baseline-note", /^What this document approves: baseline, no patch/);
+    expect(await page.locator("section:has(> h2:text-is('Baseline'))").last().innerText()).toContain(after!.baselineApproval!.documentSha256);
+    expect(await page.getByRole("button", { name: /^Approve exactly this baseline/ }).isVisible()).toBe(false);
     await expectAccessible(page, "inspector: baseline recovered");
   });
 });

@@ -125,6 +125,7 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
     if (res) renderResults(res);
   };
 
+  let approvedBaseline = false;
   const approve = h("button", { type: "button", hidden: true }, "Approve this baseline");
   approve.addEventListener("click", () => {
     const doc = shown;
@@ -141,7 +142,7 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
       const doc = res?.document;
       if (!doc) return;
       shown = doc;
-      approve.hidden = false;
+      approve.hidden = approvedBaseline;
       approve.textContent = `Approve exactly this baseline (sha256 ${doc.documentSha256.slice(0, 12)}…)`;
       replace(
         baselineBody,
@@ -191,7 +192,9 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
     /** Reloads the results when a job of the repair (patched or baseline) reaches a new state. */
     update(r: Repair) {
       const key = [r.job?.state, r.job?.revision, r.baselineJob?.state, r.baselineJob?.revision].join("/");
-      fetchDoc.disabled = r.baselineApproval !== undefined;
+      // Once approved, the same button shows the approved document (the server returns it).
+      approvedBaseline = r.baselineApproval !== undefined;
+      fetchDoc.textContent = approvedBaseline ? "Show the approved baseline document" : "Show the baseline document";
       const b = r.baselineJob;
       cancelBaseline.hidden = !b || JOB_OUTCOMES[b.state] !== undefined;
       recoverBaseline.hidden = !(b && b.state === JobState.UNKNOWN && b.slotHeld);
