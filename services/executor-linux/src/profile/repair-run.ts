@@ -90,11 +90,11 @@ function journalFileName(index: number, stream: "stdout" | "stderr"): string {
 }
 
 /**
- * The end of a journal, or "mismatch" when the file does not hold what the receipt says the
- * supervisor kept (its length and SHA-256, computed from the pipe): the command rewrote it
- * (e.g. through /proc/<supervisor>/fd), and none of it may be shown.
+ * A journal's bytes (undefined when unreadable), or "mismatch" when the file does not hold what
+ * the receipt says the supervisor kept (its length and SHA-256, computed from the pipe): the
+ * command rewrote it (e.g. through /proc/<supervisor>/fd), and none of it may be shown or parsed.
  */
-async function journalTail(runDir: string, stream: "stdout" | "stderr", stats: StreamStats | undefined): Promise<string | undefined | "mismatch"> {
+async function readJournal(runDir: string, stream: "stdout" | "stderr", stats: StreamStats | undefined): Promise<Buffer | undefined | "mismatch"> {
   let bytes: Buffer;
   try {
     bytes = await readFile(join(runDir, journalFileName(0, stream)));
@@ -102,6 +102,12 @@ async function journalTail(runDir: string, stream: "stdout" | "stderr", stats: S
     return undefined;
   }
   if (stats !== undefined && (BigInt(bytes.length) !== stats.keptBytes || createHash("sha256").update(bytes).digest("hex") !== stats.sha256)) return "mismatch";
+  return bytes;
+}
+
+/** The last TAIL_BYTES of a journal as text, or undefined when there are none. */
+function tailOf(bytes: Buffer | undefined): string | undefined {
+  if (bytes === undefined) return undefined;
   const tail = bytes.subarray(Math.max(0, bytes.length - TAIL_BYTES)).toString("utf8");
   return tail.length > 0 ? tail : undefined;
 }
@@ -332,21 +338,20 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
       return report();
     }
     const result = receipt.commands[0];
-    const outTail = await journalTail(spec.runDir, "stdout", result?.started ? result.stdout : undefined);
-    const errTail = await journalTail(spec.runDir, "stderr", result?.started ? result.stderr : undefined);
-    const mismatch = outTail === "mismatch" || errTail === "mismatch";
+    const out = await readJournal(spec.runDir, "stdout", result?.started ? result.stdout : undefined);
+    const err = await readJournal(spec.runDir, "stderr", result?.started ? result.stderr : undefined);
+    const mismatch = out === "mismatch" || err === "mismatch";
     if (mismatch) {
       reasons.push(blockReason("journal_mismatch", `A journal of the ${step.name} step does not match its receipt's length and SHA-256 (it was rewritten); its output is not shown.`, step.name));
     }
     const stepOutcome = mismatch ? "unknown" : outcomeName(receipt.outcome);
-    const stdoutTail = outTail === "mismatch" ? undefined : outTail;
-    const stderrTail = errTail === "mismatch" ? undefined : errTail;
+    const stdoutTail = out === "mismatch" ? undefined : tailOf(out);
+    const stderrTail = err === "mismatch" ? undefined : tailOf(err);
     let results: JsonValue | undefined;
-    if (step.name === "test" && result?.started && !mismatch) {
-      // The stderr journal was just verified against the receipt (journalTail); unittest's report is it.
-      const stderr = await readFile(join(spec.runDir, journalFileName(0, "stderr"))).catch(() => undefined);
+    if (step.name === "test" && result?.started && err !== "mismatch" && !mismatch) {
+      // unittest's report is the stderr journal: these very bytes, just verified against the receipt.
       const testFiles = step.displayArgv.slice(1).filter((t) => !t.startsWith("-") && /\.(test\.m?js|py)$/.test(t));
-      results = toJson(TestResultsSchema, (await readStepReport(stage.jobDir, stage.packageDir, step, testFiles, stderr)).results);
+      results = toJson(TestResultsSchema, (await readStepReport(stage.jobDir, stage.packageDir, step, testFiles, err)).results);
     }
     steps.push({
       name: step.name,
