@@ -44,5 +44,5 @@ export { blockReason, formatCount, REASON_CODES } from "@seraph/profiles";
 export type { ReasonCode } from "@seraph/profiles";
 export { LimitOverrideError, ProfileError, SelectionError } from "@seraph/profiles";
 export { sha256Hex } from "@seraph/profiles";
-export { readStepReport, reportPlanOf } from "./test-results.js";
+export { readStepReport, reportPlanOf, testFilesOf } from "./test-results.js";
 export type { ReportPlan, TestReport } from "./test-results.js";

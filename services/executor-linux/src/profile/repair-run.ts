@@ -20,7 +20,7 @@ import { checkPatchPaths } from "./patch.js";
 import { applyPatchToStage, removeJobDir, stageRepository, type StagedRepository } from "./stage.js";
 import { digestTree, type TreeDigest } from "./tree-digest.js";
 import { TestResultsSchema } from "@seraph/proto/seraph/profile/v1/results_pb.js";
-import { readStepReport } from "./test-results.js";
+import { readStepReport, testFilesOf } from "./test-results.js";
 import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES } from "../native/setpriv.js";
 import { handStageToJobUser } from "../runner/job-user-staging.js";
 
@@ -350,8 +350,7 @@ export async function runRepair(options: RepairRunOptions): Promise<RepairRunRep
     let results: JsonValue | undefined;
     if (step.name === "test" && result?.started && err !== "mismatch" && !mismatch) {
       // unittest's report is the stderr journal: these very bytes, just verified against the receipt.
-      const testFiles = step.displayArgv.slice(1).filter((t) => !t.startsWith("-") && /\.(test\.m?js|py)$/.test(t));
-      results = toJson(TestResultsSchema, (await readStepReport(stage.jobDir, stage.packageDir, step, testFiles, err)).results);
+      results = toJson(TestResultsSchema, (await readStepReport(stage.jobDir, stage.packageDir, step, testFilesOf(step), err)).results);
     }
     steps.push({
       name: step.name,

@@ -44,6 +44,11 @@ export function reportPlanOf(step: Pick<Step, "displayArgv">): ReportPlan | unde
   return undefined;
 }
 
+/** The test files a test step's approved argv names (its non-flag `*.test.js`, `*.test.mjs` and `*.py` words). */
+export function testFilesOf(step: Pick<Step, "displayArgv">): string[] {
+  return step.displayArgv.slice(1).filter((t) => !t.startsWith("-") && /\.(test\.m?js|py)$/.test(t));
+}
+
 /** The raw report and its parsed results. */
 export interface TestReport {
   /** The raw report bytes to store (undefined when there is no readable report). */
