@@ -2,6 +2,7 @@ import { XMLParser, XMLValidator } from "fast-xml-parser";
 import { Parser, type Result } from "tap-parser";
 import { TestStatus, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { RESULTS_DIR, boundMessage, countTests, keyTests, packageRelative, parsedResults, unparsedResults, type ParsedTest } from "./report.js";
+import { xmlList, type XmlNode } from "./xml.js";
 
 /** The format name of `node --test` TAP results. */
 export const NODE_TAP_FORMAT = "node_test_tap";
@@ -85,9 +86,6 @@ export interface NodeTapContext {
    */
   readonly junit?: string;
 }
-
-type XmlNode = Record<string, unknown>;
-const xmlList = (v: unknown): XmlNode[] => (v === undefined ? [] : Array.isArray(v) ? (v as XmlNode[]) : [v as XmlNode]);
 
 /**
  * From Node's JUnit report: for each test or suite, by its parents and name, the package-relative

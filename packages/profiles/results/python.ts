@@ -1,6 +1,7 @@
 import { XMLParser, XMLValidator } from "fast-xml-parser";
 import { TestStatus, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { RESULTS_DIR, boundMessage, countTests, keyTests, parsedResults, unparsedResults, type ParsedTest } from "./report.js";
+import { xmlList, type XmlNode } from "./xml.js";
 
 /** The format names of the Python profile's results. */
 export const PYTEST_JUNIT_FORMAT = "pytest_junit_xml";
@@ -29,8 +30,6 @@ function fileOfModule(dotted: string, testFiles: readonly string[]): string {
   return "";
 }
 
-type XmlNode = Record<string, unknown>;
-const asArray = (v: unknown): XmlNode[] => (v === undefined ? [] : Array.isArray(v) ? (v as XmlNode[]) : [v as XmlNode]);
 const text = (v: unknown): string => (typeof v === "string" ? v : typeof v === "number" ? String(v) : "");
 const attr = (n: XmlNode | undefined, name: string): string => text(n?.[`@_${name}`]);
 
@@ -46,7 +45,7 @@ export function parsePytestJunit(xml: string, ctx: { readonly testFiles: readonl
   if (valid !== true) return unparsedResults(PYTEST_JUNIT_FORMAT, "xml_invalid", `The JUnit report is not well-formed XML: ${valid.err.msg} (line ${valid.err.line}).`, ctx.source);
   const doc = new XMLParser({ ignoreAttributes: false, parseAttributeValue: false, processEntities: true, htmlEntities: false }).parse(xml) as XmlNode;
   const root = (doc["testsuites"] ?? doc) as XmlNode;
-  const suites = asArray(root["testsuite"]);
+  const suites = xmlList(root["testsuite"]);
   if (suites.length === 0) return unparsedResults(PYTEST_JUNIT_FORMAT, "junit_no_suite", "The JUnit report has no <testsuite>.", ctx.source);
   const tests: ParsedTest[] = [];
   const problems: string[] = [];
@@ -54,11 +53,11 @@ export function parsePytestJunit(xml: string, ctx: { readonly testFiles: readonl
     const mine: ParsedTest[] = [];
     let failures = 0;
     let errors = 0;
-    for (const tc of asArray(suite["testcase"])) {
+    for (const tc of xmlList(suite["testcase"])) {
       const classname = attr(tc, "classname");
-      const failure = asArray(tc["failure"])[0];
-      const error = asArray(tc["error"])[0];
-      const skipped = asArray(tc["skipped"])[0];
+      const failure = xmlList(tc["failure"])[0];
+      const error = xmlList(tc["error"])[0];
+      const skipped = xmlList(tc["skipped"])[0];
       let status = TestStatus.PASSED;
       let message = "";
       if (failure !== undefined || error !== undefined) {
