@@ -1,3 +1,4 @@
+import type { Stats } from "node:fs";
 import { lstat, readlink, realpath } from "node:fs/promises";
 import { dirname, join, posix } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -39,7 +40,7 @@ import {
 } from "@seraph/profiles/python3";
 import type { RuntimeExpectation } from "../runtime.js";
 import { resolveRepositoryRoot } from "../repository-root.js";
-import { FileTooLargeError, lstatInsideSync, readFileBounded, sortedEntries, type ReadFile } from "../safe-fs.js";
+import { FileTooLargeError, lstatEach, lstatInsideSync, readFileBounded, sortedEntries, type ReadFile } from "../safe-fs.js";
 import { copyArea, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "../snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "../source-set.js";
 import { checkPythonRuntime, DEFAULT_PYTHON_PATH } from "./runtime.js";
@@ -92,13 +93,16 @@ async function listSitePackages(root: string, site: string): Promise<{ entries: 
   let visited = 0;
   let truncated = false;
   const walk = async (rel: string): Promise<void> => {
-    for (const name of await sortedEntries(join(root, rel), rel)) {
+    const names = await sortedEntries(join(root, rel), rel);
+    // Every entry up to the walk's cap is lstat'ed at once, then examined in order.
+    const stats = await lstatEach(join(root, rel), names.slice(0, Math.max(0, WALK_CAP - visited + 1)));
+    for (const [i, name] of names.entries()) {
       if (++visited > WALK_CAP) {
         truncated = true;
         return;
       }
       const child = `${rel}/${name}`;
-      const st = await lstat(join(root, child));
+      const st = stats[i] as Stats;
       if (st.isDirectory()) {
         if (name === "__pycache__") continue;
         entries.push({ rel: child, type: "dir" });
