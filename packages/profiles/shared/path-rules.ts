@@ -91,6 +91,9 @@ export function escapePathBytes(bytes: Uint8Array): string {
   return out;
 }
 
+/** A non-streaming strict decoder holds no state between calls, so one serves every check. */
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
 /** Why a file name found in the tree cannot be inspected, or undefined when it can. */
 export type FileNameProblem = { readonly code: "file_name_not_utf8" | "file_name_control_character" | "file_name_too_long"; readonly message: string; readonly subject: string };
 
@@ -101,20 +104,24 @@ export type FileNameProblem = { readonly code: "file_name_not_utf8" | "file_name
  * MAX_RELATIVE_PATH_BYTES. The subject is the escaped relative path.
  */
 export function checkFileName(relDirBytes: Uint8Array, nameBytes: Uint8Array): FileNameProblem | undefined {
-  const rel = relDirBytes.length === 0 ? Buffer.from(nameBytes) : Buffer.concat([Buffer.from(relDirBytes), Buffer.from("/"), Buffer.from(nameBytes)]);
-  const subject = escapePathBytes(rel);
+  // Every entry of every walk comes through here: the escaped subject is built only for a problem.
+  const relLength = relDirBytes.length === 0 ? nameBytes.length : relDirBytes.length + 1 + nameBytes.length;
+  const subject = () => escapePathBytes(relDirBytes.length === 0 ? nameBytes : Buffer.concat([Buffer.from(relDirBytes), Buffer.from("/"), Buffer.from(nameBytes)]));
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(nameBytes);
+    text = STRICT_UTF8.decode(nameBytes);
   } catch {
-    return { code: "file_name_not_utf8", message: `The file name ${subject} is not valid UTF-8; rename it (no file of the tree can then be named exactly).`, subject };
+    const s = subject();
+    return { code: "file_name_not_utf8", message: `The file name ${s} is not valid UTF-8; rename it (no file of the tree can then be named exactly).`, subject: s };
   }
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f-\u009f]/.test(text)) {
-    return { code: "file_name_control_character", message: `The file name ${subject} contains a control character; rename it.`, subject };
+    const s = subject();
+    return { code: "file_name_control_character", message: `The file name ${s} contains a control character; rename it.`, subject: s };
   }
-  if (rel.length > MAX_RELATIVE_PATH_BYTES) {
-    return { code: "file_name_too_long", message: `The path ${subject.slice(0, 200)}… has ${rel.length} bytes; the profile allows ${MAX_RELATIVE_PATH_BYTES} per repository-relative path.`, subject: subject.slice(0, MAX_RELATIVE_PATH_BYTES) };
+  if (relLength > MAX_RELATIVE_PATH_BYTES) {
+    const s = subject();
+    return { code: "file_name_too_long", message: `The path ${s.slice(0, 200)}… has ${relLength} bytes; the profile allows ${MAX_RELATIVE_PATH_BYTES} per repository-relative path.`, subject: s.slice(0, MAX_RELATIVE_PATH_BYTES) };
   }
   return undefined;
 }
