@@ -20,7 +20,6 @@ import { inTransaction, type Db } from "../store/db.js";
 import { namespaceProof } from "./namespace-proof.js";
 import { bindingRefusal, receiptBindingRefusal, type Refusal } from "./bindings.js";
 
-
 /** The proof that releases a slot. */
 interface Proof {
   readonly kind: "cleanup_receipt" | "host_rebooted" | "pid_namespace_gone";
@@ -73,6 +72,14 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker, approvedSo
   return last;
 }
 
+/** The in-transaction re-read after the release did not show the original dispatch's slot freed: roll back. */
+class RecoveryReadbackError extends Error {
+  override readonly name = "RecoveryReadbackError";
+  constructor(readonly jobId: string) {
+    super(`after releasing the slot of job ${jobId}, a fresh read did not show the original reservation freed`);
+  }
+}
+
 /**
  * Explicit same-root recovery of a physical slot whose cleanup was not proved. Under the
  * per-job lock it re-reads the recorded owner marker and revalidates the job, its immutable
@@ -88,14 +95,6 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker, approvedSo
  * PERMISSION_DENIED. Missing proof answers released=false with a refusal code and writes
  * nothing; a repeated call after release answers released=true again.
  */
-/** The in-transaction re-read after the release did not show the original dispatch's slot freed: roll back. */
-class RecoveryReadbackError extends Error {
-  override readonly name = "RecoveryReadbackError";
-  constructor(readonly jobId: string) {
-    super(`after releasing the slot of job ${jobId}, a fresh read did not show the original reservation freed`);
-  }
-}
-
 export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessCleanupRequest): Promise<RecoverProcessCleanupResponse> {
   const changes = noChanges();
   let out: { job: JobRow; released: boolean; refusal: Refusal | undefined };
