@@ -299,14 +299,13 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
    * the document shows. Any drift marks the repair stale and refuses.
    */
   async function freshlyAdmitted(row: RepairRow, doc: ApprovalDocument, signal: AbortSignal): Promise<void> {
-    await checkBindings(row);
+    const settings = await checkBindings(row);
     if (doc.goalRevision !== row.goal_revision || doc.settingsRevision !== BigInt(row.settings_revision)) {
       await markStale(row, "settings_changed");
       throw staleError(row.id, "settings_changed");
     }
     // Fresh read-only inspection: any drift in source, scripts, lockfile, config, compiler or
     // runtime since the document was issued refuses the approval.
-    const { settings } = await loadSettings(db, deps.defaults);
     const inspection = repairInspection(row);
     const fresh = await onNode(row, "re-inspect the repository", (node) =>
       nodes.executor(node).inspect(
