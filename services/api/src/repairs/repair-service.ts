@@ -226,10 +226,14 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         current = (await findOwnedRepair(db, current.owner_id, current.id)) ?? current;
       }
     }
-    const [proposals, approval, waitReason] = await Promise.all([listProposals(db, current.id), findApproval(db, current.id), job?.state === JobState.QUEUED ? whyQueued(job, current.node_id) : ""]);
+    const [proposals, approval, waitReason, baseline] = await Promise.all([
+      listProposals(db, current.id),
+      findApproval(db, current.id),
+      job?.state === JobState.QUEUED ? whyQueued(job, current.node_id) : "",
+      findBaselineApproval(db, current.id),
+    ]);
     const repair = repairMessage(current, proposals, approval, job);
     repair.waitReason = waitReason;
-    const baseline = await findBaselineApproval(db, current.id);
     if (baseline) {
       repair.baselineApproval = approvalMessage(baseline);
       repair.baselineJob = await fetchJob(baseline.job_id);
