@@ -925,10 +925,11 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       const p = requirePrincipal(ctx);
       const row = await owned(p, req.repairId);
       const [approval, baselineApproval] = await Promise.all([findApproval(db, row.id), findBaselineApproval(db, row.id)]);
-      const inspectionOf = (a: { document: Uint8Array } | undefined) => (a ? fromBinary(ApprovalDocumentSchema, a.document).inspectionSha256 : "");
       const patchedDoc = approval ? fromBinary(ApprovalDocumentSchema, approval.document) : undefined;
-      const patched = await runResultsOf(jobs, await fetchJob(approval?.job_id ?? null), inspectionOf(approval), ctx.signal);
-      const baseline = baselineApproval ? await runResultsOf(jobs, await fetchJob(baselineApproval.job_id), inspectionOf(baselineApproval), ctx.signal) : undefined;
+      const patched = await runResultsOf(jobs, await fetchJob(approval?.job_id ?? null), patchedDoc?.inspectionSha256 ?? "", ctx.signal);
+      const baseline = baselineApproval
+        ? await runResultsOf(jobs, await fetchJob(baselineApproval.job_id), fromBinary(ApprovalDocumentSchema, baselineApproval.document).inspectionSha256, ctx.signal)
+        : undefined;
       const changed = patchedDoc?.patchChangedTests ?? [];
       return {
         repairId: row.id,
