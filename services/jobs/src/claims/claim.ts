@@ -52,7 +52,8 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
     if (job.slot_index === null) throw new Error(`reserved job ${job.id} has no slot`);
     const fence = await nextFence(trx);
     await insertAttempt(trx, { job_id: job.id, attempt: job.attempt, fence, node_id: req.nodeId, incarnation_id: req.incarnationId });
-    const blockers = await core.authority.admissionBlockers(trx, readBundle(job), core.now());
+    const bundle = readBundle(job);
+    const blockers = await core.authority.admissionBlockers(trx, bundle, core.now());
     if (blockers.length > 0) {
       const report = readReport(job);
       report.reasons = blockers;
@@ -72,7 +73,7 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
       return rejected;
     }
     // The attempt's one absolute deadline, fixed now and never moved (re-adoption keeps it).
-    const deadline = new Date(core.now() + wallMsOf(readBundle(job)));
+    const deadline = new Date(core.now() + wallMsOf(bundle));
     const claimed = await updateJobCas(trx, job.id, job.revision, { state: "preparing", fence, incarnation_id: req.incarnationId, deadline_at: deadline });
     const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "held");
     if (!slot) throw new Error(`slot of job ${job.id} lost its binding`);
