@@ -50,7 +50,7 @@ export async function expireDeadlines(db: Kysely<JobsDatabase>, nowMs: number): 
   for (const { id } of due) {
     const row = await inTransaction(db, async (trx) => {
       const job = await lockJob(trx, id);
-      if ( !CLAIMED_STATES.includes(job.state as never) || !deadlinePassed(job, nowMs)) return undefined;
+      if (!CLAIMED_STATES.includes(job.state as never) || !deadlinePassed(job, nowMs)) return undefined;
       const updated = await updateJobCas(trx, job.id, job.revision, {
         state: "unknown",
         outcome: DEADLINE_OUTCOME,
