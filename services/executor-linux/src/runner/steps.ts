@@ -152,13 +152,9 @@ export function stepSpecFor(ctx: Ctx, stage: StagePlan, index: number, outputLef
 /**
  * Stores a finished step's evidence: both journals (verified against the receipt) and the
  * receipt. A journal that does not match its receipt is never stored; the receipt still is,
- * and the mismatch is returned (the job is then UNKNOWN `unknown_journal_mismatch`).
+ * and the mismatch is returned (the job is then UNKNOWN `unknown_journal_mismatch`), with the
+ * verified stderr it stored (the unittest report).
  */
-export async function storeStepEvidence(ctx: Ctx, name: string, runDir: string, receipt: Receipt): Promise<JournalMismatchError | undefined> {
-  return (await storeStepEvidenceOf(ctx, name, runDir, receipt)).mismatch;
-}
-
-/** storeStepEvidence, also returning the verified stderr it stored (the unittest report). */
 export async function storeStepEvidenceOf(ctx: Ctx, name: string, runDir: string, receipt: Receipt): Promise<{ mismatch?: JournalMismatchError | undefined; stderr?: Uint8Array | undefined }> {
   const c = receipt.commands[0];
   let mismatch: JournalMismatchError | undefined;
