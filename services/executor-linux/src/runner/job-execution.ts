@@ -4,7 +4,7 @@ import { equals, fromBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
 import { JobState, type ExecutionBundle, type Job, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { BlockReason, Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { OwnerMarkerSchema, Phase, ReceiptSchema, SupervisorSpecSchema, type Receipt, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { OwnerMarkerSchema, Phase, ReceiptSchema, SupervisorSpecSchema, type OwnerMarker, type Receipt, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { applyPatchToStage, deadlineBudget, digestTree, limitValues, planStage, stageRepository, validateBuildOutput, type StagedRepository } from "../profile/index.js";
 import { connectSupervisor, launchSupervisor, RunDirFiles, supervisorCompileCacheDir, waitSupervisorGone, type SupervisorConnection, type SupervisorHandle } from "../supervisor-client/index.js";
 import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment } from "../supervisor-client/node-containment.js";
@@ -446,21 +446,28 @@ export async function handOverWarm(ctx: Pick<Ctx, "log" | "deps">, warm: WarmSup
 async function setAsideStrayRunDir(ctx: Ctx, runDir: string): Promise<void> {
   if (!(await stat(runDir).catch(() => undefined))) return;
   const markerBytes = await readFile(join(runDir, RunDirFiles.marker)).catch(() => undefined);
-  if (markerBytes) {
-    const marker = fromBinary(OwnerMarkerSchema, markerBytes);
-    if ((await verdictFor(ctx, marker)) === "alive") {
-      try {
-        const conn = await connectSupervisor(runDir, ctx.deps.identity.incarnationId);
-        await conn.cancel("the executor restarted before this supervisor's start token");
-        await conn.receipt(true);
-        await conn.close();
-        await waitSupervisorGone(marker, 3000, ctx.deps.proc);
-      } catch (err) {
-        ctx.log.warn({ err, runDir }, "could not cancel an unrecorded supervisor");
-      }
-    }
-  }
+  if (markerBytes) await cancelBeforeGo(ctx, runDir, fromBinary(OwnerMarkerSchema, markerBytes), "the executor restarted before this supervisor's start token");
   await rename(runDir, `${runDir}.stale-${Date.now()}`);
+}
+
+/**
+ * Cancels a supervisor of `runDir` that never got its start token, when it is still alive, and
+ * waits (bounded) until it is gone. Resolves to what it answered for its receipt, or undefined
+ * when it was not alive or did not answer (a failure is logged).
+ */
+async function cancelBeforeGo(ctx: Ctx, runDir: string, marker: OwnerMarker, why: string): Promise<{ readonly receipt: Receipt | undefined } | undefined> {
+  if ((await verdictFor(ctx, marker)) !== "alive") return undefined;
+  let served: { readonly receipt: Receipt | undefined } | undefined;
+  try {
+    const conn = await connectSupervisor(runDir, ctx.deps.identity.incarnationId);
+    await conn.cancel(why);
+    served = { receipt: await conn.receipt(true) };
+    await conn.close();
+    await waitSupervisorGone(marker, 3000, ctx.deps.proc);
+  } catch (err) {
+    ctx.log.warn({ err, runDir }, "could not cancel a supervisor that never got its start token");
+  }
+  return served;
 }
 
 /** Loads earlier steps' results from their stored step receipts (adoption). */
@@ -649,17 +656,8 @@ async function abandonUnstarted(ctx: Ctx, why: { readonly outcome: string; reado
     const markerBytes = await readFile(join(runDir, RunDirFiles.marker)).catch(() => undefined);
     if (!markerBytes) continue;
     const marker = fromBinary(OwnerMarkerSchema, markerBytes);
-    if ((await verdictFor(ctx, marker)) === "alive") {
-      try {
-        const conn = await connectSupervisor(runDir, ctx.deps.identity.incarnationId);
-        await conn.cancel("the executor restarted before the start token");
-        receipt = await conn.receipt(true);
-        await conn.close();
-        await waitSupervisorGone(marker, 3000, ctx.deps.proc);
-      } catch (err) {
-        ctx.log.warn({ err }, "could not cancel the unstarted supervisor");
-      }
-    }
+    const served = await cancelBeforeGo(ctx, runDir, marker, "the executor restarted before the start token");
+    if (served !== undefined) receipt = served.receipt;
     receipt ??= (await readReceiptFile(runDir, marker))?.receipt;
   }
   await complete(ctx, {
