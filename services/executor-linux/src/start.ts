@@ -86,12 +86,14 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const jobs = createClient(JobsService, transport);
   const proc = createProcFs("/proc", { bootIdFile: rt.testBootIdFile });
   const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: proc.readBootId(), incarnationId: newId() };
+  // The supervisors' runtime, resolved once (not again at every launch and warm start).
+  const supervisorRuntime = rt.supervisorRuntime ?? defaultSupervisorRuntime();
   // One probe for registration, the runner and CheckPrerequisites (which asks it afresh).
-  const probeFacilities = rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile, nodePath: rt.supervisorRuntime }));
+  const probeFacilities = rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile, nodePath: supervisorRuntime }));
   const facilitiesPromise = probeFacilities();
   // Which files the supervisor loads is asked of the bundle once per process (a short child run);
   // asked here, so the first Inspect does not wait for it.
-  supervisorSourceOf(defaultSupervisorEntry(), rt.supervisorRuntime ?? defaultSupervisorRuntime());
+  supervisorSourceOf(defaultSupervisorEntry(), supervisorRuntime);
   const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
   let runner: Runner | undefined;
   // One runtime-digest cache for this process: Inspect (at approval) and staging (at claim) hash
@@ -121,7 +123,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       log,
       runtimeDigests,
       readFacilities: probeFacilities,
-      supervisorRuntime: rt.supervisorRuntime,
+      supervisorRuntime,
       containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
       jobUsers: async () => {
         const f = (await facilitiesPromise).containment;
@@ -165,7 +167,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
     containment: { settings: containmentSettings, facilities: facilities.containment },
     runtimeDigests,
-    supervisorRuntime: rt.supervisorRuntime,
+    supervisorRuntime,
     warmSlots: rt.warmSupervisors === false ? undefined : rt.slotCount,
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
