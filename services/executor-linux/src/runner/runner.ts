@@ -18,7 +18,7 @@ export interface RunnerDeps
   /** The executor process's one runtime-digest cache (shared with Inspect); absent: one private to this runner. */
   readonly runtimeDigests?: ExecutionDeps["runtimeDigests"];
   /**
-   * The node's physical slots: with it (and no supervisor host), one warm supervisor waits for
+   * The node's physical slots: with it, one warm supervisor (ours, or the supervisor host's child) waits for
    * each slot (busy ones included). Absent: every supervisor is launched cold.
    */
   readonly warmSlots?: number | undefined;
