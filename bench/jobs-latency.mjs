@@ -18,7 +18,7 @@
 // (SERAPH_TEST_POSTGRES_URL, default 127.0.0.1:5432) and /usr/sbin/nats-server (a private,
 // authenticated server is started for the run; each service connects as its own user).
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
@@ -172,7 +172,7 @@ const results = [];
 if (modes.includes("embedded")) {
   const dir = await mkdtemp(join(tmpdir(), "sxj-emb-"));
   const repos = join(dir, "repos");
-  await import("node:fs/promises").then((fs) => fs.mkdir(repos));
+  await mkdir(repos);
   const portBase = 20000 + Math.floor(Math.random() * 20000);
   const emb = await startEmbedded({ dataDir: join(dir, "data"), portBase, host: "127.0.0.1", repositoryRoots: [repos], nodeId: "bench-node", log });
   try {
@@ -199,7 +199,7 @@ async function cluster(label, executorEnv) {
     const apiP = await spawnService("api", "api", { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile, ...(PHASES ? { LOG_LEVEL: "debug" } : {}) }, dir, ag);
     procs.push(apiP);
     const repos = join(dir, "repos");
-    await import("node:fs/promises").then((fs) => fs.mkdir(repos));
+    await mkdir(repos);
     const execP = await spawnService(
       "executor",
       "executor-linux",
@@ -209,12 +209,12 @@ async function cluster(label, executorEnv) {
     );
     procs.push(execP);
     await Promise.all(procs.map((p) => waitServing(p)));
-    const token = (await import("node:fs/promises").then((fs) => fs.readFile(tokenFile, "utf8"))).trim();
+    const token = (await readFile(tokenFile, "utf8")).trim();
     results.push(await measure(label, apiP.grpcUrl, token, repos));
     if (PHASES) {
       await new Promise((r) => setTimeout(r, 200)); // let the log file catch up
       for (const name of ["executor", "api"]) {
-        const text = await import("node:fs/promises").then((fs) => fs.readFile(join(dir, `${name}.log`), "utf8"));
+        const text = await readFile(join(dir, `${name}.log`), "utf8");
         for (const l of text.split("\n")) collectPhaseLine(l, label);
       }
     }
@@ -231,7 +231,7 @@ if (modes.includes("cluster-cold")) await cluster("cluster, cold supervisors (SE
 if (modes.includes("cluster")) await cluster("cluster (jobs, api, executor processes; PostgreSQL, NATS; warm supervisors)", {});
 await rm(base, { recursive: true, force: true });
 
-const load = (await import("node:fs/promises").then((fs) => fs.readFile("/proc/loadavg", "utf8"))).split(" ").slice(0, 3).join(" ");
+const load = (await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ");
 console.log(`# Durable execution latency (${N} jobs per mode and suite, medians; ${machine()}; load at the end ${load})`);
 for (const suite of SUITES) {
   const b = bare.get(suite.name);
