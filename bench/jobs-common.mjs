@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { root } from "./supervisor-common.mjs";
 
-export { fmt, machine, median, percentile, root, sleep } from "./supervisor-common.mjs";
+export { fmt, loadAverages, machine, median, percentile, root, sleep } from "./supervisor-common.mjs";
 
 /** Imports a compiled module under the repository root, failing clearly when it was not built. */
 export async function importBuilt(rel) {

@@ -26,7 +26,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { fmt, freePort, importBuilt, machine, median, percentile, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
+import { fmt, freePort, importBuilt, loadAverages, machine, median, percentile, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
 
 const N = Number(process.argv[2] ?? 8);
 const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
@@ -231,7 +231,7 @@ if (modes.includes("cluster-cold")) await cluster("cluster, cold supervisors (SE
 if (modes.includes("cluster")) await cluster("cluster (jobs, api, executor processes; PostgreSQL, NATS; warm supervisors)", {});
 await rm(base, { recursive: true, force: true });
 
-const load = (await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ");
+const load = loadAverages();
 console.log(`# Durable execution latency (${N} jobs per mode and suite, medians; ${machine()}; load at the end ${load})`);
 for (const suite of SUITES) {
   const b = bare.get(suite.name);

