@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { newId } from "@seraph/kit";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readFacilityReport } from "../services/executor-linux/src/supervisor-client/index.js";
 import { defaultContainmentSettings, nodeContainment } from "../services/executor-linux/src/supervisor-client/node-containment.js";
 import { createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
-import { alive, bundleFor, closeStackAndLeftovers, EXECUTION_TEST_OWNER, pollUntil, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
+import { alive, bundleFor, closeStackAndLeftovers, EXECUTION_TEST_OWNER, pollUntil, processesUnder, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
 
 /**
  * Durable jobs whose evidence cannot be trusted, through the jobs service and real executor and
@@ -50,20 +50,6 @@ async function project(testFile: string): Promise<FixtureRepo> {
   return r;
 }
 
-/** Pids of live processes whose argv carries `tag`. */
-function tagged(tag: string): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      if (readFileSync(`/proc/${name}/cmdline`, "latin1").includes(tag) && alive(Number(name))) out.push(Number(name));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
 describe.skipIf(freezerMissing)("durable jobs whose evidence cannot be trusted", () => {
   it("cleanup budget exhausted (a descendant that cannot be killed): UNKNOWN unknown_cleanup_unproven, slot held, the next job queues, recovery refused without proof", async () => {
     const tag = `seraph-freeze-${newId().slice(0, 8)}`;
@@ -92,8 +78,8 @@ describe.skipIf(freezerMissing)("durable jobs whose evidence cannot be trusted",
       // The budget is the job's deadline: short, yet long enough for a loaded host to start the
       // test and freeze its child before the supervisor's cleanup begins (deadline − reserve).
       const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { limits: ["wall_ms=15000"] }) });
-      await pollUntil(async () => tagged(tag).length === 1, 30_000, "the fixture's child");
-      frozen = tagged(tag);
+      await pollUntil(async () => processesUnder(tag).length === 1, 30_000, "the fixture's child");
+      frozen = processesUnder(tag);
       writeFileSync(join(cgroup, "cgroup.procs"), `${frozen[0]}\n`);
       writeFileSync(join(cgroup, "freezer.state"), "FROZEN\n");
 

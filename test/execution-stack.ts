@@ -307,7 +307,7 @@ export function descendantsOf(pid: number): number[] {
   return out;
 }
 
-/** Pids of live processes whose command line mentions `dir` (this stack's private temp dir). */
+/** Pids of live processes (this one excluded) whose command line mentions `dir` (this stack's private temp dir, or any tag). */
 export function processesUnder(dir: string): number[] {
   const out: number[] = [];
   for (const name of readdirSync("/proc")) {
