@@ -35,6 +35,11 @@ async function repairArg(ctx: CommandContext, positionals: readonly string[]): P
   return resolveRepair(await ctx.api(), positionals[0] as string);
 }
 
+/** The approval document as JSON, every field emitted (the `document` of approve and baseline --json). */
+function documentJson(doc: ApprovalDocument): unknown {
+  return toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true });
+}
+
 /**
  * Prints an approval document and asks for "yes" on a terminal (unless `yes`): false when the
  * prompt is declined; without a terminal, a UsageError (exit 2, nothing approved; with --json the
@@ -44,7 +49,7 @@ async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: 
   if (!ctx.json) ctx.io.stdout.write(documentText(doc));
   if (yes) return true;
   if (!ctx.io.stdinIsTTY) {
-    if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }) })}\n`);
+    if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc) })}\n`);
     const id = doc.repairId.slice(0, 8);
     throw new UsageError(`refusing to approve without a terminal to confirm on: review the document above (seraph repair ${command} ${id} --json prints it as JSON), then approve exactly it with seraph repair ${command} ${id} --yes`, { showUsage: false });
   }
@@ -379,7 +384,7 @@ export const repair: CommandGroup = {
         if (!(await confirmDocument(ctx, doc, values["yes"] === true, "approve"))) return 1;
         const res = await api.repairs.approve({ repairId, documentSha256: doc.documentSha256 });
         if (ctx.json) {
-          ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }), ...(toJson(ApproveResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
+          ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc), ...(toJson(ApproveResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
         }
         ctx.say(`approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);
         if (res.repair?.job) ctx.say(jobLine(res.repair.job));
@@ -403,7 +408,7 @@ export const repair: CommandGroup = {
         const doc = (await api.repairs.getBaselineApprovalDocument({ repairId })).document!;
         if (!(await confirmDocument(ctx, doc, values["yes"] === true, "baseline"))) return 1;
         const res = await api.repairs.approveBaseline({ repairId, documentSha256: doc.documentSha256 });
-        if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true }), ...(toJson(ApproveBaselineResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
+        if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc), ...(toJson(ApproveBaselineResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
         ctx.say(`baseline approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);
         if (res.repair?.baselineJob) ctx.say(jobLine(res.repair.baselineJob));
         return 0;
