@@ -17,7 +17,7 @@ import {
   type Receipt,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { deadlineBudget, limitValues, readStepReport, type StagePlan, type TestReport } from "../profile/index.js";
+import { deadlineBudget, limitValues, readStepReport, testFilesOf, type StagePlan, type TestReport } from "../profile/index.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
   JournalMismatchError,
@@ -187,7 +187,7 @@ export async function storeStepEvidenceOf(ctx: Ctx, name: string, runDir: string
  */
 export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | undefined, receipt: Receipt, stderr?: Uint8Array): Promise<void> {
   if (step?.name !== "test" || receipt.commands[0]?.started !== true) return;
-  const testFiles = step.displayArgv.slice(1).filter((t) => !t.startsWith("-") && /\.(test\.m?js|py)$/.test(t));
+  const testFiles = testFilesOf(step);
   let report: TestReport;
   try {
     report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles, stderr);
