@@ -4,7 +4,7 @@ import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { CgroupRequestSchema, ControllerLossPolicy, JobUserSchema, SupervisorSpecSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES, type JobUserAccess } from "../native/setpriv.js";
+import { checkJobUserAccess, jobUserAccessTools, jobUserLabel, type JobUserAccess } from "../native/setpriv.js";
 import { defaultContainmentSettings, parseJobUserSetting, resolveHandRunJobUser, seraphExecJobUid, type JobUserSetting } from "../supervisor-client/node-containment.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
@@ -323,15 +323,13 @@ export async function runCommand(args: readonly string[]): Promise<number> {
  * next step (exit 126; 125 without setpriv/test). A directory it cannot write is only a note.
  */
 function checkJobUser(parsed: RunArgs, user: { uid: number; gid: number; name: string }, executable: string): number | undefined {
-  const who = `the job user ${user.name !== "" ? `${user.name} (${user.uid}:${user.gid})` : `${user.uid}:${user.gid}`}`;
-  const setpriv = findTrustedSetpriv();
-  const test = findTrustedExecutable(TEST_CANDIDATES, "test (coreutils)");
-  if (!setpriv.ok || !test.ok) {
-    const why = !setpriv.ok ? setpriv.reason : (test as { reason: string }).reason;
-    notStarted(parsed, "job_user_unavailable", `${who} cannot be used: ${why}; install util-linux and coreutils, or pass --job-user none to run the command as root`, executable);
+  const who = `the job user ${jobUserLabel(user)}`;
+  const tools = jobUserAccessTools();
+  if (!tools.ok) {
+    notStarted(parsed, "job_user_unavailable", `${who} cannot be used: ${tools.reason}; install util-linux and coreutils, or pass --job-user none to run the command as root`, executable);
     return 125;
   }
-  const access: JobUserAccess = checkJobUserAccess(setpriv.path, test.path, user.uid, user.gid, parsed.cwd, executable);
+  const access: JobUserAccess = checkJobUserAccess(tools.setpriv, tools.test, user.uid, user.gid, parsed.cwd, executable);
   const none = "or pass --job-user none to run it as root (the command can then signal, stop and ptrace its supervisor)";
   switch (access.problem) {
     case "cannot_enter":

@@ -11,7 +11,7 @@ import {
 import { BlockReasonSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { PYTHON_PROFILE } from "@seraph/profiles/python3";
-import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES } from "../native/setpriv.js";
+import { checkJobUserAccess, jobUserAccessTools, jobUserLabel } from "../native/setpriv.js";
 import {
   DEFAULT_LIMIT_VALUES,
   LIMIT_NAMES,
@@ -82,15 +82,14 @@ export interface SlotJobUser {
  * directory above it, execute on the file), asked of the kernel as that user (setpriv + test).
  */
 function jobUserRuntimeItem(users: readonly SlotJobUser[], runtime: string): PrerequisiteItem {
-  const setpriv = findTrustedSetpriv();
-  const test = findTrustedExecutable(TEST_CANDIDATES, "test (coreutils)");
-  if (!setpriv.ok || !test.ok) return item("job_user_runtime", false, "job_user_unavailable", `The job users cannot be checked: ${!setpriv.ok ? setpriv.reason : (test as { reason: string }).reason}.`);
+  const tools = jobUserAccessTools();
+  if (!tools.ok) return item("job_user_runtime", false, "job_user_unavailable", `The job users cannot be checked: ${tools.reason}.`);
   for (const u of users) {
     // The runtime's directory as the "working directory": a parent the user cannot search is
     // named as such; cannot_write (of that directory) does not matter here.
-    const a = checkJobUserAccess(setpriv.path, test.path, u.uid, u.gid, dirname(runtime), runtime);
+    const a = checkJobUserAccess(tools.setpriv, tools.test, u.uid, u.gid, dirname(runtime), runtime);
     if (a.problem === "cannot_enter" || a.problem === "cannot_execute") {
-      const who = `${u.name !== "" ? `${u.name} (${u.uid}:${u.gid})` : `${u.uid}:${u.gid}`}, slot ${u.slot}'s job user`;
+      const who = `${jobUserLabel(u)}, slot ${u.slot}'s job user`;
       const where = a.problem === "cannot_enter" ? `cannot search ${a.path} (${a.detail})` : `cannot execute ${a.path} (${a.detail})`;
       return item(
         "job_user_runtime",

@@ -77,6 +77,20 @@ export function setprivArgv(setprivPath: string, uid: number, gid: number, argv:
 }
 
 /** What a job user may do with a path, asked of the kernel as that user. */
+/** The trusted setpriv and coreutils `test` a job-user access check runs, or why one is missing. */
+export function jobUserAccessTools(): { readonly ok: true; readonly setpriv: string; readonly test: string } | { readonly ok: false; readonly reason: string } {
+  const setpriv = findTrustedSetpriv();
+  if (!setpriv.ok) return { ok: false, reason: setpriv.reason };
+  const test = findTrustedExecutable(TEST_CANDIDATES, "test (coreutils)");
+  if (!test.ok) return { ok: false, reason: test.reason };
+  return { ok: true, setpriv: setpriv.path, test: test.path };
+}
+
+/** A job user as messages name it: "name (uid:gid)", or "uid:gid" without a name. */
+export function jobUserLabel(u: { readonly uid: number; readonly gid: number; readonly name: string }): string {
+  return u.name !== "" ? `${u.name} (${u.uid}:${u.gid})` : `${u.uid}:${u.gid}`;
+}
+
 export interface JobUserAccess {
   /** "ok", or the first path (cwd or one of its parents) the user cannot search. */
   readonly problem: "ok" | "cannot_enter" | "cannot_execute" | "cannot_write";

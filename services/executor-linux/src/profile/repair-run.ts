@@ -21,7 +21,7 @@ import { applyPatchToStage, removeJobDir, stageRepository, type StagedRepository
 import { digestTree, type TreeDigest } from "./tree-digest.js";
 import { TestResultsSchema } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { readStepReport, testFilesOf } from "./test-results.js";
-import { checkJobUserAccess, findTrustedExecutable, findTrustedSetpriv, TEST_CANDIDATES } from "../native/setpriv.js";
+import { checkJobUserAccess, jobUserAccessTools, jobUserLabel } from "../native/setpriv.js";
 import { handStageToJobUser } from "../runner/job-user-staging.js";
 
 /**
@@ -183,15 +183,12 @@ export function stepSpec(
  * the kernel as that user (setpriv + coreutils test); a block reason when not.
  */
 function jobUserProblem(stage: StagedRepository, user: { readonly uid: number; readonly gid: number; readonly name: string }): BlockReason | undefined {
-  const who = `the job user ${user.name !== "" ? `${user.name} (${user.uid}:${user.gid})` : `${user.uid}:${user.gid}`}`;
+  const who = `the job user ${jobUserLabel(user)}`;
   const none = "or pass --job-user none to run the steps as this process's user (they can then signal, stop and ptrace their supervisor)";
-  const setpriv = findTrustedSetpriv();
-  const test = findTrustedExecutable(TEST_CANDIDATES, "test (coreutils)");
-  if (!setpriv.ok || !test.ok) {
-    return blockReason("job_user_unavailable", `${who} cannot be used: ${!setpriv.ok ? setpriv.reason : (test as { reason: string }).reason}; install util-linux and coreutils, ${none}`, "job_user");
-  }
+  const tools = jobUserAccessTools();
+  if (!tools.ok) return blockReason("job_user_unavailable", `${who} cannot be used: ${tools.reason}; install util-linux and coreutils, ${none}`, "job_user");
   for (const step of stage.steps) {
-    const a = checkJobUserAccess(setpriv.path, test.path, user.uid, user.gid, stage.packageDir, step.argv[0] ?? "");
+    const a = checkJobUserAccess(tools.setpriv, tools.test, user.uid, user.gid, stage.packageDir, step.argv[0] ?? "");
     if (a.problem === "cannot_enter") return blockReason("job_user_cannot_enter_cwd", `${who} cannot enter the staged package ${stage.packageDir}: no search permission on ${a.path} (${a.detail}); give the job root a 0755 parent, ${none}`, step.name);
     if (a.problem === "cannot_execute") return blockReason("job_user_cannot_execute", `${who} cannot execute ${a.path} (${a.detail}), the ${step.name} step's runtime; make it and its directories executable for that user, ${none}`, step.name);
   }
