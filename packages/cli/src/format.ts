@@ -51,7 +51,7 @@ function limits(l: Limits | undefined, changed: readonly string[], indent = "   
 
 export { JOB_OUTCOMES, statusOf } from "@seraph/profiles/outcome";
 
-import { statusOf } from "@seraph/profiles/outcome";
+import { failuresFirst, isFailingStatus, PREPARED_OR_LATER, statusOf, testStatusWord } from "@seraph/profiles/outcome";
 
 /** `repair watch --exit-status` exit codes by outcome (documented in docs/cli.md). */
 export const OUTCOME_EXIT: Readonly<Record<string, number>> = { succeeded: 0, failed: 3, rejected: 4, cancelled: 5, unknown: 6 };
@@ -168,9 +168,6 @@ export function jobDetails(j: Job, indent = "    "): string[] {
   }
   return out;
 }
-
-/** States in which the executor has claimed (and so should have prepared) the job. */
-const PREPARED_OR_LATER = new Set([JobState.PREPARING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.UNKNOWN]);
 
 /**
  * The job's "Recorded job preflight", as the inspector shows it: the executor's durable evidence
@@ -305,16 +302,7 @@ const TRANSITION_WORDS: Readonly<Record<number, string>> = {
   [TestTransition.OTHER]: "other",
 };
 
-/** "failed", "passed"… of a test status. */
-export function testStatusWord(s: TestStatus): string {
-  return (TestStatus[s] ?? "unspecified").toLowerCase();
-}
-
-/** Failed and cancelled first, then the rest in report order. */
-function failuresFirst<T extends { status: TestStatus }>(tests: readonly T[]): T[] {
-  const bad = (t: T) => t.status === TestStatus.FAILED || t.status === TestStatus.CANCELLED;
-  return [...tests.filter(bad), ...tests.filter((t) => !bad(t))];
-}
+export { testStatusWord };
 
 function countsText(r: TestResults): string {
   const c = r.counts;
@@ -356,7 +344,7 @@ export function resultsText(res: GetRepairResultsResponse): string {
     const e = transitions.get(t.key);
     const tail = [e ? TRANSITION_WORDS[e.transition] : "", e?.patchChangedTest ? "[untrusted: patch-changed test]" : ""].filter((s) => s !== "").join("  ");
     lines.push(`    ${testStatusWord(t.status).toUpperCase().padEnd(9)} ${[...t.parents, t.name].join(" › ")}${t.file ? `  (${t.file})` : ""}${t.durationMs > 0 ? `  ${t.durationMs.toFixed(1)} ms` : ""}${tail ? `  ${tail}` : ""}`);
-    if (t.message && (t.status === TestStatus.FAILED || t.status === TestStatus.CANCELLED)) for (const m of t.message.split("\n").slice(0, 6)) lines.push(`              ${m}`);
+    if (t.message && isFailingStatus(t.status)) for (const m of t.message.split("\n").slice(0, 6)) lines.push(`              ${m}`);
   }
   for (const e of cmp?.valid ? cmp.entries.filter((x) => x.transition === TestTransition.REMOVED) : []) lines.push(`    REMOVED   ${e.baseline ? [...e.baseline.parents, e.baseline.name].join(" › ") : e.key}${e.baseline?.file ? `  (${e.baseline.file})` : ""}  (in the baseline only: ${testStatusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`);
   lines.push("");

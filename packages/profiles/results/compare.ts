@@ -1,4 +1,5 @@
 import { create } from "@bufbuild/protobuf";
+import { isFailingStatus } from "../outcome/index.js";
 import {
   TestComparisonCountsSchema,
   TestComparisonEntrySchema,
@@ -17,7 +18,6 @@ export interface ComparedRun {
   readonly inspectionSha256: string;
 }
 
-const failing = (s: TestStatus) => s === TestStatus.FAILED || s === TestStatus.CANCELLED;
 
 function transitionOf(b: TestCase | undefined, p: TestCase | undefined): TestTransition {
   if (!b) return TestTransition.NEW;
@@ -25,9 +25,9 @@ function transitionOf(b: TestCase | undefined, p: TestCase | undefined): TestTra
   const bp = b.status === TestStatus.PASSED;
   const pp = p.status === TestStatus.PASSED;
   if (bp && pp) return TestTransition.PASS_TO_PASS;
-  if (failing(b.status) && pp) return TestTransition.FAIL_TO_PASS;
-  if (bp && failing(p.status)) return TestTransition.PASS_TO_FAIL;
-  if (failing(b.status) && failing(p.status)) return TestTransition.FAIL_TO_FAIL;
+  if (isFailingStatus(b.status) && pp) return TestTransition.FAIL_TO_PASS;
+  if (bp && isFailingStatus(p.status)) return TestTransition.PASS_TO_FAIL;
+  if (isFailingStatus(b.status) && isFailingStatus(p.status)) return TestTransition.FAIL_TO_FAIL;
   return TestTransition.OTHER;
 }
 

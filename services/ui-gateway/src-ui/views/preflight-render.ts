@@ -1,10 +1,8 @@
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { h } from "../dom.js";
+import { PREPARED_OR_LATER } from "../outcome.js";
 import { hash, kv, table, time, yesNo } from "../ui-kit.js";
 import { limitsTable, reasonsTable } from "./profile-render.js";
-
-/** States in which the executor has (or should have) prepared the job. */
-const PREPARED_OR_LATER = new Set([JobState.PREPARING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.UNKNOWN]);
 
 /**
  * The "Recorded job preflight" section's body: the executor's durable evidence of this job's

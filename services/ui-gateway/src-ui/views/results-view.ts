@@ -2,7 +2,7 @@ import type { ApprovalDocument, GetRepairResultsResponse, Repair, RunResults } f
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { TestStatus, TestTransition, type TestCase, type TestComparisonEntry } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { h, replace } from "../dom.js";
-import { JOB_OUTCOMES } from "../outcome.js";
+import { failuresFirst, isFailingStatus, JOB_OUTCOMES, testStatusWord } from "../outcome.js";
 import { act, argvList, button, enumName, hash, kv, pre, section, status, table } from "../ui-kit.js";
 import type { ViewContext } from "../view.js";
 
@@ -25,17 +25,14 @@ const BADGE_CLASS: Readonly<Record<number, string>> = {
   [TestStatus.TODO]: "queued",
 };
 
-function statusWord(s: TestStatus): string {
-  return (TestStatus[s] ?? "unspecified").toLowerCase();
-}
 
 /** A test status badge: its own word ("Passed", "Todo"…), the outcome palette's colour. */
 export function testBadge(s: TestStatus): HTMLElement {
-  const w = statusWord(s);
+  const w = testStatusWord(s);
   return h("span", { class: `badge badge-${BADGE_CLASS[s] ?? "queued"}`, "data-status": w }, w.charAt(0).toUpperCase() + w.slice(1));
 }
 
-const failing = (t: TestCase) => t.status === TestStatus.FAILED || t.status === TestStatus.CANCELLED;
+const failing = (t: TestCase) => isFailingStatus(t.status);
 
 function runFacts(label: string, run: RunResults | undefined): HTMLElement | null {
   if (!run) return null;
@@ -96,7 +93,7 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
     replace(runs, runFacts("patched", res.patched), runFacts("baseline", res.baseline), res.patchChangedTests.length > 0 ? h("p", { class: "hint", "data-testid": "results-untrusted" }, `Untrusted evidence — the patch adds or changes ${res.patchChangedTests.join(", ")}: ${res.testEvidenceNote}`) : null);
     const entries = new Map<string, TestComparisonEntry>((cmp?.valid ? cmp.entries : []).map((e) => [e.key, e]));
     const tests = res.patched?.results?.state === "parsed" ? res.patched.results.tests : [];
-    const ordered = [...tests.filter(failing), ...tests.filter((t) => !failing(t))];
+    const ordered = failuresFirst(tests);
     const removed = cmp?.valid ? cmp.entries.filter((e) => e.transition === TestTransition.REMOVED) : [];
     replace(
       testsBody,
@@ -114,7 +111,7 @@ export function resultsView(ctx: ViewContext, repairId: string, onRepair: (r: Re
               t.message && failing(t) ? pre(t.message, `Failure message of ${t.key}`) : t.message || "",
             ];
           }),
-          ...removed.map((e) => [h("span", { class: "badge badge-blocked" }, "Removed"), h("span", null, h("strong", null, e.baseline?.name ?? e.key), e.baseline?.file ? h("span", { class: "hint" }, " in ", h("code", null, e.baseline.file)) : null), "—", `removed (baseline: ${statusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`, ""]),
+          ...removed.map((e) => [h("span", { class: "badge badge-blocked" }, "Removed"), h("span", null, h("strong", null, e.baseline?.name ?? e.key), e.baseline?.file ? h("span", { class: "hint" }, " in ", h("code", null, e.baseline.file)) : null), "—", `removed (baseline: ${testStatusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`, ""]),
         ],
       ),
     );
