@@ -112,8 +112,9 @@ export async function stopProcess(child: ChildProcess, graceMs = 10_000): Promis
 export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), "seraph-cluster-"));
   const internalToken = randomBytes(32).toString("hex");
-  // Every port in one batch: each probe holds its port until all are chosen, so no two services
-  // (nor two jobs replicas) are handed the same one.
+  // Every port in one batch of concurrent probes: concurrent binds to port 0 never get the same
+  // port, so no two services (nor two jobs replicas) are handed one twice. Each probe closes its
+  // socket before the service binds, so another process could still take a port meanwhile.
   const extra = 2 * Math.max(0, (o.jobsReplicas ?? 1) - 1);
   const ports = await Promise.all(Array.from({ length: 8 + extra }, () => freePort()));
   const [jg, jh, ag, ah, eg, eh, gg, gh] = ports;
