@@ -19,7 +19,7 @@ export interface RunnerDeps
   readonly runtimeDigests?: ExecutionDeps["runtimeDigests"];
   /**
    * The node's physical slots: with it, one warm supervisor (ours, or the supervisor host's child) waits for
-   * each slot (busy ones included). Absent: every supervisor is launched cold.
+   * each free slot. Absent: every supervisor is launched cold.
    */
   readonly warmSlots?: number | undefined;
 }
@@ -70,9 +70,7 @@ export function startRunner(deps: RunnerDeps): Runner {
           testBootIdFile: deps.testBootIdFile,
           host: deps.supervisorHost,
           proc: deps.proc,
-          // One per slot, busy ones included: the next job of a busy slot finds its supervisor
-          // already started (a replacement starts as soon as a claim takes one).
-          target: () => (deps.facilities().ok ? warmSlots : 0),
+          target: () => (deps.facilities().ok ? Math.max(0, warmSlots - active.size) : 0),
         })
       : undefined;
   const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: runtimeDigests ?? new Map(), warm };

@@ -17,7 +17,7 @@ export interface WarmPoolDeps {
   /** Start them through this supervisor host (the executor pod) instead of as our children. */
   readonly host?: SupervisorHostAddress | undefined;
   readonly proc?: ProcFs | undefined;
-  /** How many warm supervisors to keep: one per slot (busy slots included). */
+  /** How many warm supervisors to keep: one per free slot. */
   readonly target: () => number;
 }
 
@@ -28,8 +28,7 @@ const RETRY_AFTER_FAILURE_MS = 5000;
 export const warmDirOf = (dataDir: string): string => join(dataDir, "warm");
 
 /**
- * One started supervisor waiting for each slot (issue 11 item 3; busy slots too, so a slot's next
- * job finds one): each is a process of the
+ * One started supervisor waiting for each free slot (issue 11 item 3): each is a process of the
  * bundle on the pinned runtime (our child, or the supervisor host's in the executor pod) that verified the facilities, set itself subreaper and listens on
  * warm.sock, owning nothing. take() hands one out (the claim then renames its directory to the
  * step's run directory and gives it the spec); one that dies is dropped and replaced by the next
@@ -68,7 +67,7 @@ export class WarmPool {
     }
   }
 
-  /** Starts warm supervisors until there is one per slot (asynchronously; errors are logged). */
+  /** Starts warm supervisors until there is one per free slot (asynchronously; errors are logged). */
   fill(): void {
     while (!this.#stopped && this.#ready.size + this.#starting < this.#d.target() && Date.now() >= this.#notBefore) {
       this.#starting++;
@@ -119,8 +118,6 @@ export class WarmPool {
   take(): WarmSupervisor | undefined {
     for (const warm of this.#ready) {
       this.#ready.delete(warm);
-      // Its replacement starts now, while the job that took it runs.
-      setImmediate(() => this.fill());
       return warm;
     }
     return undefined;
