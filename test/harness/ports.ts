@@ -21,10 +21,13 @@ async function portFree(port: number): Promise<boolean> {
   });
 }
 
-/** A port base whose eight embedded ports (+0 +1 +10 +11 +20 +21 +30 +80) are all free now. */
+/**
+ * A port base whose eight embedded ports (+0 +1 +10 +11 +20 +21 +30 +80) are all free now, below
+ * Linux's ephemeral range (32768 up), where other tests' port-0 binds and client sockets land.
+ */
 export async function freeEmbeddedPortBase(): Promise<number> {
   for (let i = 0; i < 50; i++) {
-    const base = 20000 + Math.floor(Math.random() * 400) * 100;
+    const base = 20000 + Math.floor(Math.random() * 120) * 100;
     const all = await Promise.all([0, 1, 10, 11, 20, 21, 30, 80].map((o) => portFree(base + o)));
     if (all.every(Boolean)) return base;
   }

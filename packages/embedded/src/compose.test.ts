@@ -19,7 +19,8 @@ describe("embedded composition", () => {
   it("starts four services on one PGlite, stores the operator token 0600, and keeps data across restarts", async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "seraph-embedded-"));
     dirs.push(dataDir);
-    const portBase = 20000 + Math.floor(Math.random() * 400) * 100;
+    // Below Linux's ephemeral range (32768 up), where other tests' port-0 binds land (one took 48310).
+    const portBase = 20000 + Math.floor(Math.random() * 120) * 100;
     const log = createRootLogger({ name: "embedded-test", level: "warn" });
     const options = { dataDir, portBase, host: "127.0.0.1", repositoryRoots: [], nodeId: "test-node", log };
 
