@@ -204,10 +204,22 @@ time.sleep(1)
     }
   });
 
-  const forge = 'for f in /proc/$PPID/fd/*; do case "$(readlink "$f")" in */cmd-0.stdout) printf "FORGED-OUTPUT" > "$f";; esac; done';
+  // The supervisor drains the pipe asynchronously and writes at its own offsets: a rewrite that
+  // lands before "original-output" reached the file would just be overwritten (and the journal
+  // would then rightly match). So the forger waits until the journal holds that line (16 bytes),
+  // rewrites it, and exits 3 when it never found one.
+  const forge = [
+    'forged=""; i=0',
+    'while [ -z "$forged" ] && [ $i -lt 500 ]; do',
+    '  for f in /proc/$PPID/fd/*; do case "$(readlink "$f")" in */cmd-0.stdout)',
+    '    if [ "$(stat -L -c %s "$f")" -ge 16 ]; then printf "FORGED-OUTPUT" > "$f"; forged=1; fi;; esac; done',
+    '  [ -n "$forged" ] || sleep 0.02; i=$((i+1))',
+    'done',
+    '[ -n "$forged" ] || { echo "forge: no journal holding the line" >&2; exit 3; }',
+  ].join("\n");
 
   test.concurrent("the command rewrites its journal through /proc/<ppid>/fd: journal_mismatch (exit 4), the forged bytes are never shown", async () => {
-    const run = startCli([...SAME_UID, "--", "/bin/sh", "-c", `echo original-output; ${forge}; echo more`]);
+    const run = startCli([...SAME_UID, "--", "/bin/sh", "-c", `echo original-output\n${forge}\necho more`]);
     try {
       const r = await run.done;
       expect(r.code).toBe(4);
@@ -221,7 +233,7 @@ time.sleep(1)
   });
 
   test.concurrent("journal_mismatch with --json: one object, outcome unknown, the supervisor's own outcome beside it", async () => {
-    const run = startCli([...SAME_UID, "--json", "--", "/bin/sh", "-c", `echo original-output; ${forge}`]);
+    const run = startCli([...SAME_UID, "--json", "--", "/bin/sh", "-c", `echo original-output\n${forge}`]);
     try {
       const r = await run.done;
       expect(r.code).toBe(4);

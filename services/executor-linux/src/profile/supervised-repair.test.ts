@@ -74,15 +74,28 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("runRepair under the r
   });
 
   it("a test that rewrites its journal through /proc/<supervisor>/fd: unknown, journal_mismatch, the forged bytes never shown", async () => {
+    // The supervisor drains the pipe asynchronously and writes at its own offsets, so a
+    // rewrite that lands before "genuine output" reached the file is simply overwritten (and the
+    // journal then matches, rightly). The forger therefore waits until the journal holds the
+    // genuine line, rewrites it, and exits 3 if it never found one to rewrite.
     const forge = [
-      'import { readdirSync, readlinkSync, writeFileSync } from "node:fs";',
+      'import { readdirSync, readlinkSync, statSync, writeFileSync } from "node:fs";',
       'console.log("genuine output");',
       "const fds = `/proc/${process.ppid}/fd`;",
-      "for (const fd of readdirSync(fds)) {",
-      "  let target = '';",
-      "  try { target = readlinkSync(`${fds}/${fd}`); } catch { continue; }",
-      '  if (target.endsWith("/cmd-0.stdout")) writeFileSync(`${fds}/${fd}`, "FORGED: all tests passed\\n");',
+      "const pause = new Int32Array(new SharedArrayBuffer(4));",
+      "let forged = false;",
+      "for (let i = 0; i < 500 && !forged; i++) {",
+      "  for (const fd of readdirSync(fds)) {",
+      "    let target = '';",
+      "    try { target = readlinkSync(`${fds}/${fd}`); } catch { continue; }",
+      '    if (target.endsWith("/cmd-0.stdout") && statSync(`${fds}/${fd}`).size >= "genuine output\\n".length) {',
+      '      writeFileSync(`${fds}/${fd}`, "FORGED: all tests passed\\n");',
+      "      forged = true;",
+      "    }",
+      "  }",
+      "  if (!forged) Atomics.wait(pause, 0, 0, 20);",
       "}",
+      'if (!forged) { console.error("forge: no journal holding the genuine line was found"); process.exit(3); }',
       "",
     ].join("\n");
     const repo = await fixture(createJsTestProject({ scripts: { test: "node test/forge.js" }, extraFiles: { "test/forge.js": forge } }));
