@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Outcome, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import pino from "pino";
 import { SupervisorConnectionClosedError, SupervisorProtocolError, type SupervisorConnection } from "../supervisor-client/index.js";
 import { CONTROLLER_DEADLINE_MARGIN_MS } from "../supervisor-client/run-to-receipt.js";
@@ -59,5 +59,28 @@ describe("superviseUntilReceipt: the runner never waits without a bound", () => 
     const far = Date.now() + 60_000;
     expect(await superviseUntilReceipt(ctx(far), conn(() => Promise.reject(new SupervisorProtocolError("superseded", "incarnation x took over"))))).toBe("controller_superseded");
     expect(await superviseUntilReceipt(ctx(far), conn(() => Promise.reject(new SupervisorConnectionClosedError("by the supervisor"))))).toBe("supervisor_lost");
+  });
+
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("polls progress once per poll interval and leaves no timer behind when the receipt arrives", async () => {
+    vi.useFakeTimers();
+    let polls = 0;
+    let deliver: (r: ReturnType<typeof receipt>) => void = () => undefined;
+    const c = ctx(Date.now() + 3_600_000);
+    (c.deps.jobs as unknown as { reportProgress: () => Promise<{ cancelRequested: boolean }> }).reportProgress = async () => {
+      polls++;
+      return { cancelRequested: false };
+    };
+    const pending = superviseUntilReceipt(c, { receipt: () => new Promise((r) => { deliver = r; }), cancel: async () => ({}) } as unknown as SupervisorConnection);
+    await vi.advanceTimersByTimeAsync(35_000);
+    expect(polls).toBe(3);
+    // One tick and the runner's own deadline are pending while it waits, nothing more.
+    expect(vi.getTimerCount()).toBe(2);
+    deliver(receipt({ outcome: Outcome.SUCCEEDED }));
+    expect((await pending) as unknown).toMatchObject({ outcome: Outcome.SUCCEEDED });
+    expect(vi.getTimerCount()).toBe(0);
   });
 });

@@ -247,10 +247,16 @@ export async function superviseUntilReceipt(ctx: SuperviseContext, conn: Supervi
     if (signal.aborted) r({ kind: "detach" });
     else signal.addEventListener("abort", () => r({ kind: "detach" }), { once: true });
   });
+  // One pending tick at a time, cleared when supervision ends (a receipt must not leave a timer
+  // behind for pollMs), and one cancellation promise for the whole wait.
+  let tickTimer: NodeJS.Timeout | undefined;
+  const nextTick = (): Promise<Ev> => new Promise<Ev>((r) => { tickTimer = setTimeout(() => r({ kind: "tick" }), ctx.deps.pollMs); });
+  const cancelled: Promise<Ev> = ctx.active.cancel.requested.then((): Ev => ({ kind: "cancel" }));
+  let tick = nextTick();
   try {
     for (;;) {
-      const waits: Promise<Ev>[] = [receiptP, detached, expired, new Promise<Ev>((r) => setTimeout(() => r({ kind: "tick" }), ctx.deps.pollMs))];
-      if (!cancelSent) waits.push(ctx.active.cancel.requested.then((): Ev => ({ kind: "cancel" })));
+      const waits: Promise<Ev>[] = [receiptP, detached, expired, tick];
+      if (!cancelSent) waits.push(cancelled);
       const ev = await Promise.race(waits);
       if (ev.kind === "receipt") return ev.receipt ?? "supervisor_lost";
       if (ev.kind === "lost") return ev.reason;
@@ -267,10 +273,12 @@ export async function superviseUntilReceipt(ctx: SuperviseContext, conn: Supervi
         } catch (err) {
           if (!isTransient(err)) ctx.log.warn({ err }, "progress refused");
         }
+        tick = nextTick();
       }
     }
   } finally {
     clearTimeout(deadlineTimer);
+    clearTimeout(tickTimer);
   }
 }
 
