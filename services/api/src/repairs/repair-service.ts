@@ -384,6 +384,35 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     return b.job_id;
   }
 
+  /**
+   * EnqueueJob for an approval already recorded (idempotent per approval id in the jobs service);
+   * a failure says the approval stands and which RPC to retry with the same document.
+   */
+  async function enqueue(p: AuthenticatedPrincipal, row: RepairRow, bundle: ReturnType<typeof buildExecutionBundle>, recorded: string, retry: string): Promise<Job> {
+    let job: Job | undefined;
+    try {
+      job = (await jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs: 15_000 })).job;
+    } catch (err) {
+      const detail = err instanceof ConnectError ? `${Code[err.code]} ${err.rawMessage}` : (err as Error).message;
+      throw new UnavailableError("job_not_queued", `${recorded} is recorded, but its job could not be queued yet (${detail}); retry ${retry} with the same document.`, err);
+    }
+    if (!job) throw new UnavailableError("job_not_queued", `The jobs service returned no job; retry ${retry} with the same document.`);
+    return job;
+  }
+
+  /**
+   * The checks an issued document passes before it may be approved: its stored bytes hash to the
+   * approved SHA-256 (and are of the expected kind), and it has not expired.
+   */
+  function requireIssued(doc: ApprovalDocument, expiresAt: Date, documentSha256: string, kind: "approval " | "baseline "): void {
+    if (approvalDocumentSha256(doc) !== documentSha256 || doc.baseline !== (kind === "baseline ")) {
+      throw new FailedPreconditionError("document_mismatch", `The stored ${kind}document does not hash to the approved SHA-256.`, { field: "document_sha256" });
+    }
+    if (expiresAt.getTime() <= now()) {
+      throw new FailedPreconditionError("approval_expired", `The ${kind}document expired at ${expiresAt.toISOString()}; fetch a fresh one.`, { field: "document_sha256" });
+    }
+  }
+
   /** Queues the baseline job of a baseline approval once (idempotent per approval id) and records it. */
   async function ensureBaselineJob(p: AuthenticatedPrincipal, row: RepairRow, approval: BaselineApprovalRow): Promise<void> {
     if (approval.job_id) return;
@@ -391,15 +420,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     const inspection = repairInspection(row);
     if (!inspection) throw new FailedPreconditionError("approval_incomplete", "The repair's inspection is missing.");
     // No patch: the unpatched snapshot runs; the bundle says baseline and carries an empty diff.
-    const bundle = buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff: "" });
-    let job: Job | undefined;
-    try {
-      job = (await jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs: 15_000 })).job;
-    } catch (err) {
-      const detail = err instanceof ConnectError ? `${Code[err.code]} ${err.rawMessage}` : (err as Error).message;
-      throw new UnavailableError("job_not_queued", `The baseline approval ${approval.id} is recorded, but its job could not be queued yet (${detail}); retry ApproveBaseline with the same document.`, err);
-    }
-    if (!job) throw new UnavailableError("job_not_queued", "The jobs service returned no job; retry ApproveBaseline with the same document.");
+    const job = await enqueue(p, row, buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff: "" }), `The baseline approval ${approval.id}`, "ApproveBaseline");
     await setBaselineJob(db, approval.id, job.id);
     publishRepairEvents(signals, [row]);
     log.info({ repairId: row.id, approvalId: approval.id, jobId: job.id }, "baseline job queued");
@@ -413,15 +434,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
     const inspection = repairInspection(row);
     if (!proposal || !inspection) throw new FailedPreconditionError("approval_incomplete", "The approved proposal or inspection is missing.");
     const diff = fromBinary(ProposalSchema, proposal.proposal).diff;
-    const bundle = buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff });
-    let job: Job | undefined;
-    try {
-      job = (await jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs: 15_000 })).job;
-    } catch (err) {
-      const detail = err instanceof ConnectError ? `${Code[err.code]} ${err.rawMessage}` : (err as Error).message;
-      throw new UnavailableError("job_not_queued", `The approval ${approval.id} is recorded, but the job could not be queued yet (${detail}); retry Approve with the same document.`, err);
-    }
-    if (!job) throw new UnavailableError("job_not_queued", "The jobs service returned no job; retry Approve with the same document.");
+    const job = await enqueue(p, row, buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff }), `The approval ${approval.id}`, "Approve");
     const jobId = job.id;
     const updated = await db.transaction().execute(async (trx) => {
       await setApprovalJob(trx, approval.id, jobId);
@@ -783,10 +796,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         throw new FailedPreconditionError("document_mismatch", `No approval document with SHA-256 ${req.documentSha256} was issued for repair ${row.id}; fetch the document again and approve the hash it shows.`, { field: "document_sha256" });
       }
       const doc: ApprovalDocument = fromBinary(ApprovalDocumentSchema, docRow.document);
-      if (approvalDocumentSha256(doc) !== req.documentSha256) throw new FailedPreconditionError("document_mismatch", "The stored document does not hash to the approved SHA-256.", { field: "document_sha256" });
-      if (docRow.expires_at.getTime() <= now()) {
-        throw new FailedPreconditionError("approval_expired", `The approval document expired at ${docRow.expires_at.toISOString()}; fetch a fresh one.`, { field: "document_sha256" });
-      }
+      requireIssued(doc, docRow.expires_at, req.documentSha256, "approval ");
       requireForward(row);
       if (row.state !== "proposed") throw new FailedPreconditionError("not_proposed", `Repair ${row.id} has no valid proposal to approve.`);
       const proposalRow = await findProposal(db, row.id, doc.proposalId);
@@ -902,10 +912,7 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
         throw new FailedPreconditionError("document_mismatch", `No baseline document with SHA-256 ${req.documentSha256} was issued for repair ${row.id}; fetch the baseline document again and approve the hash it shows.`, { field: "document_sha256" });
       }
       const doc = fromBinary(ApprovalDocumentSchema, docRow.document);
-      if (approvalDocumentSha256(doc) !== req.documentSha256 || !doc.baseline) throw new FailedPreconditionError("document_mismatch", "The stored baseline document does not hash to the approved SHA-256.", { field: "document_sha256" });
-      if (docRow.expires_at.getTime() <= now()) {
-        throw new FailedPreconditionError("approval_expired", `The baseline document expired at ${docRow.expires_at.toISOString()}; fetch a fresh one.`, { field: "document_sha256" });
-      }
+      requireIssued(doc, docRow.expires_at, req.documentSha256, "baseline ");
       requireBaselineable(row);
       await freshlyAdmitted(row, doc, ctx.signal);
       let approval: BaselineApprovalRow;
