@@ -93,53 +93,123 @@ const HEADER = /^([A-Za-z_][A-Za-z0-9_]*) \(([A-Za-z_][A-Za-z0-9_.]*)\)$/;
 const SEPARATOR = "=".repeat(70);
 const DASHES = "-".repeat(70);
 
+/** The class and module fixtures unittest reports as `setUpClass (pkg.mod.Class)`: not tests, not counted in Ran. */
+const FIXTURES = new Set(["setUpClass", "tearDownClass", "setUpModule", "tearDownModule"]);
+
+/** The status one outcome word gives. */
+function outcomeStatus(word: string): TestStatus {
+  if (word === "ok" || word === "expected failure") return TestStatus.PASSED;
+  return word.startsWith("skipped") ? TestStatus.SKIPPED : TestStatus.FAILED;
+}
+
 /**
  * Parses `python -m unittest -v` output (stderr): each test's line `name (id) ... outcome` (its
  * docstring's first line may sit between the two), the ERROR/FAIL sections' tracebacks as the
- * messages, then `Ran N tests` and the final `OK`/`FAILED (…)` line. `parsed` only when N equals
- * the tests parsed and the final line's counts (failures+errors+unexpected successes, skipped,
- * expected failures) equal theirs; a test that wrote to stderr in the middle of its own line, a
- * truncated stream or anything else that does not add up is `results_unparsed`. Statuses: ok and
- * expected failure → passed (unittest counts both as success; the message says which), FAIL,
- * ERROR and unexpected success → failed, skipped → skipped.
+ * messages, then `Ran N tests` and the final `OK`/`FAILED (…)` line. A test whose subtests fail or
+ * skip ends its line at ` ... ` and each such subtest follows on its own line, indented, as
+ * `  name (id) [msg] (params) ... outcome`; the test is one result, failed when any subtest (or
+ * the test itself afterwards) failed, else skipped when one skipped, its message the subtests'
+ * tracebacks or skip reason. A class or module fixture error (`setUpClass (pkg.mod.Class) ...
+ * ERROR`, tearDownClass, setUpModule, tearDownModule) is a failed result of its own, named after
+ * the fixture, which unittest counts as an error but not in Ran. `parsed` only when N equals the
+ * tests parsed (fixtures aside) and the final line's counts (failures+errors+unexpected
+ * successes, skipped, expected failures) equal the outcomes parsed, subtests' included; a test
+ * that wrote to stderr in the middle of its own line, a truncated stream or anything else that
+ * does not add up is `results_unparsed`. Statuses: ok and expected failure → passed (unittest
+ * counts both as success; the message says which), FAIL, ERROR and unexpected success → failed,
+ * skipped → skipped.
  */
 export function parseUnittestVerbose(stderr: string, ctx: { readonly testFiles: readonly string[]; readonly source: { readonly name: string; readonly sha256: string } }): TestResults {
   const lines = stderr.split("\n");
-  const tests: (ParsedTest & { id: string })[] = [];
+  type Parsed = { -readonly [K in keyof ParsedTest]: ParsedTest[K] } & { id: string; fixture: boolean; words: string[] };
+  const tests: Parsed[] = [];
+  const unrecognised = (i: number) => unparsedResults(UNITTEST_VERBOSE_FORMAT, "unittest_line_unrecognised", `Line ${i + 1} of the unittest output is not a test result: ${JSON.stringify((lines[i] ?? "").slice(0, 200))}.`, ctx.source);
+  // A test whose line ended at " ... ": its subtests follow, indented, until its own outcome or the next test.
+  let open: { head: string; test: Parsed } | undefined;
+  // A description whose docstring line (with " ... outcome") comes next.
+  let pending: { head: string; sub: boolean } | undefined;
   let i = 0;
-  let pendingHeader: RegExpExecArray | undefined;
   for (; i < lines.length; i++) {
     const line = lines[i] ?? "";
     if (line === "" || line === SEPARATOR || line === DASHES) break;
-    const at = line.lastIndexOf(" ... ");
-    const head = at >= 0 ? line.slice(0, at) : line;
-    const outcome = at >= 0 ? OUTCOME.exec(line.slice(at + 5)) : null;
-    const header = HEADER.exec(head) ?? (pendingHeader !== undefined && at >= 0 ? pendingHeader : null);
-    if (at < 0) {
-      pendingHeader = HEADER.exec(line) ?? undefined;
-      if (pendingHeader === undefined) return unparsedResults(UNITTEST_VERBOSE_FORMAT, "unittest_line_unrecognised", `Line ${i + 1} of the unittest output is not a test result: ${JSON.stringify(line.slice(0, 200))}.`, ctx.source);
+    let head: string;
+    let sub: boolean;
+    let word: string;
+    if (pending !== undefined) {
+      const at = line.lastIndexOf(" ... ");
+      if (at < 0) return unrecognised(i);
+      ({ head, sub } = pending);
+      word = line.slice(at + 5);
+      pending = undefined;
+    } else if (open !== undefined && line.startsWith("  ")) {
+      // A subtest: the open test's description, then " [msg]" and/or " (params)", which end in ] or ),
+      // so the text after the last " ... " is the outcome, or the docstring line follows.
+      const rest = line.slice(2);
+      if (!rest.startsWith(`${open.head} `)) return unrecognised(i);
+      const at = rest.lastIndexOf(" ... ");
+      if (at < 0 || !OUTCOME.test(rest.slice(at + 5))) {
+        pending = { head: rest, sub: true };
+        continue;
+      }
+      head = rest.slice(0, at);
+      sub = true;
+      word = rest.slice(at + 5);
+    } else {
+      const at = line.lastIndexOf(" ... ");
+      if (at < 0) {
+        if (!HEADER.test(line)) return unrecognised(i);
+        pending = { head: line, sub: false };
+        continue;
+      }
+      head = line.slice(0, at);
+      sub = false;
+      word = line.slice(at + 5);
+    }
+    const outcome = OUTCOME.exec(word);
+    if (sub) {
+      if (open === undefined || !outcome) return unrecognised(i);
+      open.test.words.push(word);
+      if (outcomeStatus(word) === TestStatus.SKIPPED) open.test.message ||= (outcome[2] ?? "").replace(/^'(.*)'$/, "$1");
       continue;
     }
-    pendingHeader = undefined;
-    if (!header || !outcome) return unparsedResults(UNITTEST_VERBOSE_FORMAT, "unittest_line_unrecognised", `Line ${i + 1} of the unittest output is not a test result: ${JSON.stringify(line.slice(0, 200))}.`, ctx.source);
-    const word = outcome[1] ?? "";
-    const status = word === "ok" || word === "expected failure" ? TestStatus.PASSED : word.startsWith("skipped") ? TestStatus.SKIPPED : TestStatus.FAILED;
+    const header = HEADER.exec(head);
+    if (!header || (!outcome && word !== "")) return unrecognised(i);
+    if (open !== undefined && head === open.head && outcome) {
+      // The test's own outcome after its subtests (an error outside them).
+      open.test.words.push(word);
+      open = undefined;
+      continue;
+    }
+    if (open !== undefined && open.test.words.length === 0) return unrecognised(i - 1);
+    const name = header[1] ?? "";
     const id = header[2] ?? "";
     const dotted = id.split(".");
-    const message = word.startsWith("skipped") ? (outcome[2] ?? "").replace(/^'(.*)'$/, "$1") : word === "expected failure" || word === "unexpected success" ? word : "";
-    tests.push({ id, name: header[1] ?? "", parents: [dotted.slice(0, -1).join(".")], file: fileOfModule(id, ctx.testFiles), status, durationMs: 0, message });
+    // A fixture's id is its class or module (tests' ids end with their own name since 3.11).
+    const fixture = FIXTURES.has(name) && dotted.at(-1) !== name;
+    const message = !outcome ? "" : word.startsWith("skipped") ? (outcome[2] ?? "").replace(/^'(.*)'$/, "$1") : word === "expected failure" || word === "unexpected success" ? word : "";
+    const test: Parsed = { id, fixture, words: outcome ? [word] : [], name, parents: [fixture ? id : dotted.slice(0, -1).join(".")], file: fileOfModule(id, ctx.testFiles), status: TestStatus.UNSPECIFIED, durationMs: 0, message };
+    tests.push(test);
+    open = outcome ? undefined : { head, test };
   }
-  // The ERROR/FAIL sections: "FAIL: name (id)", an optional docstring line, dashes, the traceback.
-  const messages = new Map<string, string>();
+  if (pending !== undefined || (open !== undefined && open.test.words.length === 0)) return unrecognised(i - 1);
+  for (const t of tests) {
+    const statuses = t.words.map(outcomeStatus);
+    t.status = statuses.includes(TestStatus.FAILED) ? TestStatus.FAILED : statuses.includes(TestStatus.SKIPPED) && !t.words.includes("ok") ? TestStatus.SKIPPED : TestStatus.PASSED;
+  }
+  // The ERROR/FAIL sections: "FAIL: name (id)" (a subtest's with " [msg] (params)" after it), an
+  // optional docstring line, dashes, the traceback. Sections are keyed by `name (id)`; a test's join, each subtest's headed by its tail.
+  const messages = new Map<string, string[]>();
   const rest = lines.slice(i);
   for (let j = 0; j < rest.length; j++) {
-    const m = /^(FAIL|ERROR): ([A-Za-z_][A-Za-z0-9_]*) \(([A-Za-z_][A-Za-z0-9_.]*)\)$/.exec(rest[j] ?? "");
+    const m = /^(FAIL|ERROR): ([A-Za-z_][A-Za-z0-9_]*) \(([A-Za-z_][A-Za-z0-9_.]*)\)(?: (.*))?$/.exec(rest[j] ?? "");
     if (!m || rest[j - 1] !== SEPARATOR) continue;
     let k = j + 1;
     while (k < rest.length && rest[k] !== DASHES) k++;
     const body: string[] = [];
     for (k++; k < rest.length && rest[k] !== SEPARATOR && rest[k] !== DASHES; k++) body.push(rest[k] ?? "");
-    if (!messages.has(m[3] ?? "")) messages.set(m[3] ?? "", body.join("\n").trim());
+    const key = `${m[2]} (${m[3]})`;
+    const text = body.join("\n").trim();
+    messages.set(key, [...(messages.get(key) ?? []), m[4] === undefined ? text : `${m[4]}\n${text}`]);
   }
   const ran = [...stderr.matchAll(/^Ran (\d+) tests? in [0-9.]+s$/gm)].at(-1);
   const final = [...stderr.matchAll(/^(OK|FAILED)(?: \((.*)\))?$/gm)].at(-1);
@@ -148,11 +218,12 @@ export function parseUnittestVerbose(stderr: string, ctx: { readonly testFiles: 
     const [k, v] = kv.split("=");
     return [k ?? "", Number(v)] as const;
   }));
-  const counted = (word: string) => tests.filter((t) => t.message === word).length;
-  const failed = tests.filter((t) => t.status === TestStatus.FAILED).length;
-  const skipped = tests.filter((t) => t.status === TestStatus.SKIPPED).length;
+  const words = tests.flatMap((t) => t.words);
+  const counted = (word: string) => words.filter((w) => w === word).length;
+  const failed = words.filter((w) => outcomeStatus(w) === TestStatus.FAILED).length;
+  const skipped = words.filter((w) => outcomeStatus(w) === TestStatus.SKIPPED).length;
   const want: [string, number, number][] = [
-    ["tests run", Number(ran[1]), tests.length],
+    ["tests run", Number(ran[1]), tests.filter((t) => !t.fixture).length],
     ["failures+errors+unexpected successes", (fields.get("failures") ?? 0) + (fields.get("errors") ?? 0) + (fields.get("unexpected successes") ?? 0), failed],
     ["skipped", fields.get("skipped") ?? 0, skipped],
     ["expected failures", fields.get("expected failures") ?? 0, counted("expected failure")],
@@ -161,6 +232,9 @@ export function parseUnittestVerbose(stderr: string, ctx: { readonly testFiles: 
   if (off.length > 0) {
     return unparsedResults(UNITTEST_VERBOSE_FORMAT, "summary_mismatch", `unittest's own summary does not match the parsed tests: ${off.map(([k, r, p]) => `${k} ${r} reported, ${p} parsed`).join(", ")}.`, ctx.source);
   }
-  const withMessages = tests.map(({ id, ...t }) => (t.status === TestStatus.FAILED && messages.has(id) ? { ...t, message: boundMessage(messages.get(id) ?? "") } : t));
+  const withMessages = tests.map(({ id, fixture: _fixture, words: _words, ...t }) => {
+    const found = messages.get(`${t.name} (${id})`);
+    return t.status === TestStatus.FAILED && found !== undefined ? { ...t, message: boundMessage(found.join("\n\n")) } : t;
+  });
   return parsedResults(UNITTEST_VERBOSE_FORMAT, keyTests(withMessages, true), ctx.source);
 }

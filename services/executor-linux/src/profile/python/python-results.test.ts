@@ -46,8 +46,48 @@ const MIXED = [
   "",
 ].join("\n");
 
+// Real-world unittest shapes the first parser refused (results_unparsed): failing and skipped
+// subtests (the parent's line ends in " ... ", each subtest follows indented, a docstring line
+// after either) and class/module fixture errors, which unittest counts as errors but not in Ran.
+const SUBTESTS = [
+  "import unittest",
+  "class TestSub(unittest.TestCase):",
+  "    def test_each(self):",
+  "        for i in range(4):",
+  "            with self.subTest(i=i):",
+  "                self.assertLess(i, 2)",
+  "    def test_named(self):",
+  '        """Named subtest."""',
+  '        with self.subTest("named ... FAIL", n=1):',
+  '            self.fail("boom")',
+  "    def test_all_pass(self):",
+  "        for i in range(3):",
+  "            with self.subTest(i=i):",
+  "                pass",
+  "    def test_skip_one(self):",
+  "        with self.subTest(i=0):",
+  '            self.skipTest("not here")',
+  "    def test_then_fail(self):",
+  "        with self.subTest(i=0):",
+  '            raise KeyError("k")',
+  '        self.fail("after")',
+  "class TestNoSetup(unittest.TestCase):",
+  "    @classmethod",
+  "    def setUpClass(cls):",
+  '        raise RuntimeError("no setup")',
+  "    def test_never(self):",
+  "        pass",
+  "class TestTeardown(unittest.TestCase):",
+  "    @classmethod",
+  "    def tearDownClass(cls):",
+  '        raise RuntimeError("no teardown")',
+  "    def test_fine(self):",
+  "        pass",
+  "",
+].join("\n");
+
 async function stagedRun(selection: string, testFiles: readonly string[], venv: boolean): Promise<{ results: TestResults; stage: StagedRepository; stdout: string; stderr: string }> {
-  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED } });
+  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS } });
   repos.push(repo);
   const inspection = await inspectRepository({ profile: "repo-python3-v1", repositoryPath: repo.dir, selection });
   expect(inspection.reasons.map((r) => r.code)).toEqual([]);
@@ -114,6 +154,30 @@ describe.skipIf(!python)("per-test results of the Python profile's forms", () =>
     expect(r.results.tests.some((t) => t.name === "test_fake")).toBe(false);
   });
 
+  it("unittest: failing and skipped subtests make one result for their test, and class fixture errors their own, still checked against unittest's summary", async () => {
+    const r = await stagedRun("python -m unittest tests/test_sub.py", ["tests/test_sub.py"], false);
+    expect(r.stderr).toMatch(/^Ran 6 tests in/m);
+    expect(r.stderr).toMatch(/^FAILED \(failures=4, errors=3, skipped=1\)$/m);
+    expect(r.results.state, r.results.message).toBe("parsed");
+    expect(statuses(r.results)).toEqual({
+      "tests/test_sub.py › tests.test_sub.TestNoSetup › setUpClass": "FAILED",
+      "tests/test_sub.py › tests.test_sub.TestSub › test_all_pass": "PASSED",
+      "tests/test_sub.py › tests.test_sub.TestSub › test_each": "FAILED",
+      "tests/test_sub.py › tests.test_sub.TestSub › test_named": "FAILED",
+      "tests/test_sub.py › tests.test_sub.TestSub › test_skip_one": "SKIPPED",
+      "tests/test_sub.py › tests.test_sub.TestSub › test_then_fail": "FAILED",
+      "tests/test_sub.py › tests.test_sub.TestTeardown › test_fine": "PASSED",
+      "tests/test_sub.py › tests.test_sub.TestTeardown › tearDownClass": "FAILED",
+    });
+    const message = (name: string) => r.results.tests.find((t) => t.name === name)?.message ?? "";
+    expect(message("test_each")).toMatch(/^\(i=2\)\n[^]*AssertionError: 2 not less than 2[^]*\(i=3\)\n[^]*AssertionError: 3 not less than 2/);
+    expect(message("test_named")).toMatch(/^\[named \.\.\. FAIL\] \(n=1\)\n[^]*AssertionError: boom/);
+    expect(message("test_then_fail")).toMatch(/KeyError: 'k'[^]*AssertionError: after/);
+    expect(message("test_skip_one")).toBe("not here");
+    expect(message("setUpClass")).toContain("RuntimeError: no setup");
+    expect(r.results.tests.some((t) => t.name === "test_never")).toBe(false);
+  });
+
   it("unittest output a test broke (stderr written mid-line) or cut short is results_unparsed, never guessed", async () => {
     const ctx = { testFiles: [], source: { name: "test.stderr", sha256: "" } };
     const { parseUnittestVerbose, parsePytestJunit } = await import("@seraph/profiles/results");
@@ -123,6 +187,14 @@ describe.skipIf(!python)("per-test results of the Python profile's forms", () =>
     expect([cut.state, cut.reason]).toEqual(["results_unparsed", "summary_missing"]);
     const lying = parseUnittestVerbose("test_a (t.T.test_a) ... ok\n\n----------------------------------------------------------------------\nRan 2 tests in 0.001s\n\nOK\n", ctx);
     expect([lying.state, lying.reason]).toEqual(["results_unparsed", "summary_mismatch"]);
+    const tail = "\n----------------------------------------------------------------------\nRan 1 test in 0.001s\n\nFAILED (failures=1)\n";
+    // A subtest line must continue the open test's own description; an open test needs a subtest.
+    const foreign = parseUnittestVerbose(`test_a (t.T.test_a) ... \n  test_b (t.T.test_b) (i=1) ... FAIL\n${tail}`, ctx);
+    expect([foreign.state, foreign.reason]).toEqual(["results_unparsed", "unittest_line_unrecognised"]);
+    const dangling = parseUnittestVerbose(`test_a (t.T.test_a) ... \n${tail}`, ctx);
+    expect([dangling.state, dangling.reason]).toEqual(["results_unparsed", "unittest_line_unrecognised"]);
+    const sub = parseUnittestVerbose(`test_a (t.T.test_a) ... \n  test_a (t.T.test_a) (i=1) ... FAIL\n${tail}`, ctx);
+    expect([sub.state, sub.tests.map((t) => TestStatus[t.status])]).toEqual(["parsed", ["FAILED"]]);
     expect(parsePytestJunit("<testsuites><testsuite tests=\"1\"", ctx).reason).toBe("xml_invalid");
     expect(parsePytestJunit('<testsuites><testsuite tests="2" failures="0" errors="0" skipped="0"><testcase classname="t" name="a"/></testsuite></testsuites>', ctx).reason).toBe("summary_mismatch");
   });
