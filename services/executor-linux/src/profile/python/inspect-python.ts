@@ -319,9 +319,13 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
     if (kind("pyproject.toml") === "file") configFiles.add("pyproject.toml");
     const text = kind("pyproject.toml") === "file" ? await readText("pyproject.toml") : undefined;
     let declared: ReturnType<typeof declaredTestCommands> = [];
+    let toxInPyproject = false;
     if (text !== undefined) {
       try {
-        declared = declaredTestCommands(parsePyproject(text));
+        const pyproject = parsePyproject(text);
+        declared = declaredTestCommands(pyproject);
+        const tool = pyproject["tool"];
+        toxInPyproject = typeof tool === "object" && tool !== null && "tox" in tool;
       } catch (err) {
         reasons.push(blockReason("python_config_invalid", `pyproject.toml is not valid TOML (${(err as Error).message.split("\n")[0]}).`, "pyproject.toml"));
       }
@@ -340,7 +344,8 @@ export async function inspectPythonSnapshot(options: PythonInspectOptions, sink?
         testPaths = [...r.paths];
       }
     } else if (declared.length === 0) {
-      const runner = ["tox.ini", "noxfile.py", "Makefile", "setup.py"].find((f) => kind(f) === "file");
+      // tox 4 reads its configuration from pyproject.toml's [tool.tox] too (before any setup.py).
+      const runner = toxInPyproject ? "pyproject.toml [tool.tox]" : ["tox.ini", "noxfile.py", "Makefile", "setup.py"].find((f) => kind(f) === "file");
       reasons.push(
         runner === undefined
           ? blockReason("python_declared_command_missing", "The selection is the declared test command, but pyproject.toml declares none (a `test` task of poe, pdm, hatch, taskipy or rye); name the files: python -m unittest FILE… or python -m pytest FILE….", "pyproject.toml")

@@ -204,6 +204,11 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     }
     const none = await project({ extraFiles: { "tox.ini": "[testenv]\ncommands = pytest\n" } });
     expect(codes(await inspect(none.dir, "test"))).toEqual(["python_runner_not_allowed"]);
+    // tomli's layout: the tox configuration in pyproject.toml, a setup.py beside it; the reason names where the command is.
+    const toxToml = await project({ extraFiles: { "pyproject.toml": '[tool.tox]\nenv_list = ["3.11"]\n[tool.tox.env_run_base]\ncommands = [["python", "-m", "unittest"]]\n', "setup.py": "from setuptools import setup\nsetup()\n" } });
+    const tox = await inspect(toxToml.dir, "test");
+    expect(codes(tox)).toEqual(["python_runner_not_allowed"]);
+    expect(tox.reasons[0]?.subject).toBe("pyproject.toml [tool.tox]");
   });
 
   it("blocks as drift when a test file or site-packages changes after approval", async () => {
