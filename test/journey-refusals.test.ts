@@ -64,6 +64,23 @@ describe("journey refusals and ownership", () => {
     return { goal, repair: repair!, proposal: proposal!, document: document! };
   }
 
+  it("refuses U+0000 in any string (PostgreSQL text cannot hold it) for its field, storing nothing", async () => {
+    // It used to pass validation and fail in the INSERT: INTERNAL "internal error".
+    const goals = await stack.count("goals");
+    expect((await expectRefused(c.goals.createGoal({ title: "a\u0000b" }), Code.InvalidArgument, "string_contains_nul")).rawMessage).toMatch(/^title: /);
+    expect((await expectRefused(c.principals.createToken({ name: "t\u0000" }), Code.InvalidArgument, "string_contains_nul")).rawMessage).toMatch(/^name: /);
+    expect(await stack.count("goals")).toBe(goals);
+    const goal = await newGoal();
+    const repairs = await stack.count("repairs");
+    const criteria = await expectRefused(
+      c.repairs.createRepair({ goalId: goal.id, goalRevision: 1, repositoryId, sourcePaths: ["src"], allowedPatchPaths: ["src"], acceptanceCriteria: "ok\u0000", selection: "npm test" }),
+      Code.InvalidArgument,
+      "string_contains_nul",
+    );
+    expect(criteria.rawMessage).toMatch(/^acceptance_criteria: /);
+    expect(await stack.count("repairs")).toBe(repairs);
+  });
+
   it("refuses bad repair requests with the field and reason, storing nothing", async () => {
     const goal = await newGoal();
     const base = { goalId: goal.id, goalRevision: 1, repositoryId, sourcePaths: ["src"], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" };

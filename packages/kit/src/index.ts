@@ -52,6 +52,7 @@ export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";
 export { decodeValidated, describeError, grpcCodeName } from "./nats-requests.js";
+export { assertNoNulStrings, createNulStringInterceptor, NUL_REASON, nulStringField } from "./nul-strings.js";
 export type { ErrorDescription } from "./nats-requests.js";
 export { natsAuth, natsAuthOptions, natsPermissions, renderNatsAuthorization } from "./nats-auth.js";
 export type { NatsAuth, NatsPermissions, NatsRole, NatsUserEntry } from "./nats-auth.js";

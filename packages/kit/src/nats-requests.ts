@@ -3,6 +3,7 @@ import { pathToString } from "@bufbuild/protobuf/reflect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createValidator } from "@bufbuild/protovalidate";
 import { InvalidArgumentError, SeraphError } from "./errors.js";
+import { assertNoNulStrings } from "./nul-strings.js";
 
 const validator = createValidator();
 
@@ -10,7 +11,8 @@ const validator = createValidator();
  * Decodes a request body (protobuf binary) and checks it with the proto's protovalidate rules,
  * the same rules the Connect validate interceptor applies on gRPC. Undecodable bytes are
  * INVALID_ARGUMENT `malformed_payload`; a rule violation is INVALID_ARGUMENT naming the field,
- * with the rule id (e.g. `string.uuid`) as the reason.
+ * with the rule id (e.g. `string.uuid`) as the reason; a string with U+0000 is `string_contains_nul`
+ * (as the gRPC interceptor chain refuses it).
  */
 export function decodeValidated<D extends DescMessage>(schema: D, data: Uint8Array): MessageShape<D> {
   let msg: MessageShape<D>;
@@ -20,7 +22,10 @@ export function decodeValidated<D extends DescMessage>(schema: D, data: Uint8Arr
     throw new InvalidArgumentError("", "malformed_payload", `the request body is not a valid ${schema.typeName} in protobuf binary`, err);
   }
   const result = validator.validate(schema, msg);
-  if (result.kind === "valid") return msg;
+  if (result.kind === "valid") {
+    assertNoNulStrings(schema, msg);
+    return msg;
+  }
   if (result.kind === "error") throw result.error;
   const first = result.violations[0];
   const field = first ? pathToString(first.field) : "";

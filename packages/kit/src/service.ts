@@ -7,12 +7,13 @@ import { createHealthState, ServingStatus, type HealthState } from "./health.js"
 import { createStreamLimitInterceptor, type ListenerLimits } from "./limits.js";
 import { listenerLimits, startServer, type RunningServer, type ServerOptions } from "./server.js";
 import { createErrorInterceptor } from "./interceptors.js";
+import { createNulStringInterceptor } from "./nul-strings.js";
 
 /**
  * The interceptor chain every service uses, outermost first: errors and per-RPC logging,
  * bearer authentication (health is public), the per-principal cap on open streams, then
- * protovalidate rules from the proto, so a bad request is INVALID_ARGUMENT naming the field and
- * reaches no handler. (The request body was already read within readMaxBytes by then.)
+ * protovalidate rules from the proto, then the refusal of U+0000 in any string (which PostgreSQL
+ * cannot store), so a bad request is INVALID_ARGUMENT naming the field and reaches no handler. (The request body was already read within readMaxBytes by then.)
  */
 export function standardInterceptors(
   log: Logger,
@@ -26,6 +27,7 @@ export function standardInterceptors(
     createAuthInterceptor(authenticate),
     createStreamLimitInterceptor(streamsPerPrincipal),
     createValidateInterceptor(),
+    createNulStringInterceptor(),
   ];
 }
 
