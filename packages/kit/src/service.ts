@@ -20,14 +20,14 @@ export function standardInterceptors(
   authenticate: Authenticate,
   health: HealthState,
   streamsPerPrincipal: number = listenerLimits(undefined).streamsPerPrincipal,
+  validateRequests = true,
 ): Interceptor[] {
   return [
     createErrorInterceptor(log),
     createReadinessInterceptor(health),
     createAuthInterceptor(authenticate),
     createStreamLimitInterceptor(streamsPerPrincipal),
-    createValidateInterceptor(),
-    createNulStringInterceptor(),
+    ...(validateRequests ? [createValidateInterceptor(), createNulStringInterceptor()] : []),
   ];
 }
 
@@ -66,6 +66,12 @@ export interface BootOptions {
   readonly httpFallback?: ServerOptions["httpFallback"];
   /** Read limits, timeouts and the per-principal stream cap; unset fields take the defaults. */
   readonly limits?: Partial<ListenerLimits> | undefined;
+  /**
+   * Whether this hop checks requests against the proto's rules (default true). A forwarding hop
+   * that cannot authenticate (the UI gateway) sets false, so that a request with an unknown
+   * token is UNAUTHENTICATED, as the API answers it, rather than refused for its fields first.
+   */
+  readonly validateRequests?: boolean;
 }
 
 /** A booted service: listening, SERVING. */
@@ -87,7 +93,7 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
     grpcPort: o.grpcPort,
     httpPort: o.httpPort,
     routes: withHealth(o.routes, health),
-    interceptors: standardInterceptors(o.log, o.authenticate, health, limits.streamsPerPrincipal),
+    interceptors: standardInterceptors(o.log, o.authenticate, health, limits.streamsPerPrincipal, o.validateRequests ?? true),
     log: o.log,
     httpFallback: o.httpFallback,
     limits,

@@ -76,6 +76,16 @@ describe("gateway forwarding", () => {
     expect((err as ConnectError).code).toBe(Code.Unauthenticated);
   });
 
+  it("an unknown token with an invalid request is the API's UNAUTHENTICATED, not this hop's INVALID_ARGUMENT", async () => {
+    // The gateway cannot tell a good token from a bad one; it used to check the request's
+    // fields first, so a caller with no valid token learned INVALID_ARGUMENT for them.
+    for (const [name, transport] of Object.entries(transports())) {
+      const goals = createClient(GoalService, transport);
+      const err = await goals.createGoal({ title: "" }, { headers: { authorization: "Bearer sk_wrong-token-000000000000" } }).catch((e: unknown) => ConnectError.from(e));
+      expect([(err as ConnectError).code, (err as ConnectError).rawMessage], name).toEqual([Code.Unauthenticated, "the bearer token is unknown or revoked (unauthenticated)"]);
+    }
+  });
+
   it("forwards a server stream and then its error", async () => {
     const repairs = createClient(RepairService, transports()["connect+proto"]);
     const seen: string[] = [];
