@@ -51,6 +51,29 @@ describe("listener limits", () => {
     await svc?.server.close(1000);
   });
 
+  it("refuses a Connect JSON body with a field the message does not have, naming it, before the handler", async () => {
+    const post = (body: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpRequest(
+          { host: "127.0.0.1", port: svc.server.httpPort, method: "POST", path: "/seraph.api.v1.GoalService/CreateGoal", headers: { "content-type": "application/json", authorization: `Bearer ${A}` } },
+          (res) => {
+            let data = "";
+            res.on("data", (d: Buffer) => (data += d.toString()));
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, body: data }));
+          },
+        );
+        req.on("error", reject);
+        req.end(body);
+      });
+    const before = handled;
+    const unknown = await post('{"title":"x","owner_id":"someone-else"}');
+    expect(unknown.status).toBe(400);
+    expect(JSON.parse(unknown.body)).toMatchObject({ code: "invalid_argument", message: expect.stringContaining('key "owner_id" is unknown') });
+    expect(handled).toBe(before);
+    expect((await post('{"title":"x"}')).status).toBe(200);
+    handled = before;
+  });
+
   function bigPost(chunked: boolean, total: number): Promise<{ status: number; sent: number; closed: boolean }> {
     return new Promise((resolve, reject) => {
       const chunk = Buffer.alloc(64 * 1024, 0x41);

@@ -60,6 +60,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     grpcWeb: true,
     connect: true,
     readMaxBytes: limits.readMaxBytes,
+    // The proto3 JSON rule (connect-es defaults to ignoring them): a field the message does not
+    // have is INVALID_ARGUMENT naming it, not silently dropped.
+    jsonOptions: { ignoreUnknownFields: false },
   });
   const h2 = http2.createServer(
     {
