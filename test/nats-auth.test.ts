@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { connect, errors, type NatsConnection } from "@nats-io/transport-node";
 import { main, type CliIo } from "@seraph/cli";
 import { ConfigError, createNatsSignals, createRootLogger } from "@seraph/kit";
@@ -86,6 +87,12 @@ describe("NATS authentication and per-service permissions", () => {
     expect(await delivered(jobs, reader, "seraph.jobs.x.state")).toBe(true);
     // ...but cannot forge repair events (only the API publishes those).
     expect(await delivered(jobs, reader, "seraph.repairs.x.state")).toBe(false);
+  });
+
+  it(".ci/run starts no nats-server of its own (it started one on 4222 that accepted anonymous clients)", () => {
+    const script = readFileSync(new URL("../.ci/run", import.meta.url), "utf8");
+    const starts = script.split("\n").filter((l) => !l.trimStart().startsWith("#") && /nats-server/.test(l) && !/apt_install|--version|-x \/usr\/sbin\/nats-server/.test(l));
+    expect(starts).toEqual([]);
   });
 
   it("every cluster service refuses to start without NATS credentials, naming the variables", () => {

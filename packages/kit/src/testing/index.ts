@@ -1,4 +1,3 @@
-import { connect } from "@nats-io/transport-node";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 
@@ -8,11 +7,6 @@ export function testPostgresUrl(database = "test"): string {
   const u = new URL(base);
   u.pathname = `/${database}`;
   return u.toString();
-}
-
-/** The NATS server tests use. */
-export function testNatsUrl(): string {
-  return process.env["SERAPH_TEST_NATS_URL"] ?? "nats://127.0.0.1:4222";
 }
 
 /** A fresh database for one test file; `drop()` removes it. Fails (never skips) when PostgreSQL is unreachable. */
@@ -42,16 +36,4 @@ export async function createTestDatabase(): Promise<{ url: string; name: string;
       }
     },
   };
-}
-
-/** Checks NATS is reachable; throws (never skips) when it is not. */
-export async function requireNats(): Promise<string> {
-  const url = testNatsUrl();
-  try {
-    const nc = await connect({ servers: url, timeout: 3000 });
-    await nc.close();
-  } catch (err) {
-    throw new Error(`NATS is required for this test and is not reachable at ${url}`, { cause: err });
-  }
-  return url;
 }
