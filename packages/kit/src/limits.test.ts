@@ -74,6 +74,60 @@ describe("listener limits", () => {
     handled = before;
   });
 
+  it("a body that is not the method's message is INVALID_ARGUMENT malformed_payload in every protocol (connect-es says INTERNAL)", async () => {
+    const garbage = Buffer.from([0xff, 0xff, 0xff]);
+    const frame = (flags: number, payload: Buffer) => Buffer.concat([Buffer.from([flags, 0, 0, 0, payload.length]), payload]);
+    const h1 = (path: string, contentType: string, body: Buffer) =>
+      new Promise<{ status: number; body: Buffer }>((resolve, reject) => {
+        const req = httpRequest({ host: "127.0.0.1", port: svc.server.httpPort, method: "POST", path, headers: { "content-type": contentType, authorization: `Bearer ${A}` } }, (res) => {
+          const parts: Buffer[] = [];
+          res.on("data", (d: Buffer) => parts.push(d));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(parts) }));
+        });
+        req.on("error", reject);
+        req.end(body);
+      });
+    const before = handled;
+    const expected = /^the request body is not a valid seraph\.api\.v1\.(CreateGoal|WatchRepair)Request in protobuf binary: .+ \(malformed_payload\)$/;
+    // Connect unary
+    const unary = await h1("/seraph.api.v1.GoalService/CreateGoal", "application/proto", garbage);
+    expect(unary.status).toBe(400);
+    const unaryError = JSON.parse(unary.body.toString()) as { code: string; message: string };
+    expect(unaryError.code).toBe("invalid_argument");
+    expect(unaryError.message).toMatch(expected);
+    // Connect server streaming: the end-of-stream message
+    const stream = await h1("/seraph.api.v1.RepairService/WatchRepair", "application/connect+proto", frame(0, garbage));
+    const end = JSON.parse(stream.body.subarray(5).toString()) as { error: { code: string; message: string } };
+    expect([stream.body[0], end.error.code]).toEqual([0x02, "invalid_argument"]);
+    expect(end.error.message).toMatch(expected);
+    // gRPC-Web: the trailer frame
+    const web = await h1("/seraph.api.v1.GoalService/CreateGoal", "application/grpc-web+proto", frame(0, garbage));
+    const trailer = web.body.subarray(web.body.lastIndexOf(0x80) + 5).toString();
+    expect(trailer).toMatch(/grpc-status: 3\r\n/);
+    expect(decodeURIComponent(/grpc-message: (.*)\r\n/.exec(trailer)![1]!)).toMatch(expected);
+    // gRPC over h2
+    const grpcStatus = await new Promise<{ status: string; message: string }>((resolve) => {
+      const session = http2.connect(svc.server.grpcUrl);
+      const st = session.request({ ":method": "POST", ":path": "/seraph.api.v1.GoalService/CreateGoal", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${A}` });
+      let status = "";
+      let message = "";
+      const take = (h: http2.IncomingHttpHeaders) => {
+        if (h["grpc-status"] !== undefined) [status, message] = [String(h["grpc-status"]), decodeURIComponent(String(h["grpc-message"] ?? ""))];
+      };
+      st.on("response", take);
+      st.on("trailers", take);
+      st.on("data", () => undefined);
+      st.on("close", () => {
+        session.close();
+        resolve({ status, message });
+      });
+      st.end(frame(0, garbage));
+    });
+    expect(grpcStatus.status).toBe(String(Code.InvalidArgument));
+    expect(grpcStatus.message).toMatch(expected);
+    expect(handled).toBe(before);
+  });
+
   function bigPost(chunked: boolean, total: number): Promise<{ status: number; sent: number; closed: boolean }> {
     return new Promise((resolve, reject) => {
       const chunk = Buffer.alloc(64 * 1024, 0x41);

@@ -5,6 +5,7 @@ import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { DEFAULT_LISTENER_LIMITS, type ListenerLimits } from "./limits.js";
+import { refuseMalformedPayloads } from "./malformed-payload.js";
 
 /** Where and what a service serves. Port 0 picks a free port (tests). */
 export interface ServerOptions {
@@ -54,7 +55,11 @@ const MAX_HEADER_BYTES = 16 * 1024;
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const limits = listenerLimits(opts.limits);
   const adapter = connectNodeAdapter({
-    routes: opts.routes,
+    routes: (router) => {
+      opts.routes(router);
+      // A body that is not the method's message is the caller's error (INVALID_ARGUMENT), not INTERNAL.
+      router.handlers.splice(0, router.handlers.length, ...router.handlers.map(refuseMalformedPayloads));
+    },
     interceptors: [...opts.interceptors],
     grpc: true,
     grpcWeb: true,
