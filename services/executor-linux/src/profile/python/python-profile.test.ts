@@ -102,10 +102,17 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
   });
 
   it("runs pytest only from the repository's bundled virtual environment", async () => {
+    // Every framework module pytest brought in (pytest, _pytest, pluggy, iniconfig, and whatever they
+    // import from site-packages) comes from the repository's environment; none from Debian's dist-packages.
     const origin = [
-      "import os, pytest",
+      "import os, sys, pytest",
       "def test_origin():",
       "    assert '/.venv/lib/' in os.path.realpath(pytest.__file__)",
+      "    files = {n: os.path.realpath(getattr(m, '__file__', None) or '') for n, m in list(sys.modules.items())}",
+      "    for name in ('pytest', '_pytest', 'pluggy', 'iniconfig'):",
+      "        assert '/.venv/lib/python3.11/site-packages/' in files[name], (name, files[name])",
+      "    assert [n for n, f in files.items() if 'dist-packages' in f or '/.local/' in f] == []",
+      "    assert not any('dist-packages' in p for p in sys.path), sys.path",
       "",
     ].join("\n");
     const repo = await project({ venv: true, extraFiles: { "tests/test_origin.py": origin, "pytest.ini": "[pytest]\naddopts = -q -ra\n" } });
@@ -116,10 +123,17 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     expect(i.identities.filter((x) => x.kind === IdentityKind.PYTHON_CONFIG).map((x) => x.name)).toEqual([".venv/pyvenv.cfg", "pytest.ini"]);
     // The config's addopts are bound into the argv; the file's own addopts is overridden.
     expect(i.steps[0]?.displayArgv.slice(-12)).toEqual(["--confcutdir=.", "-p", "no:cacheprovider", "-o", "addopts=", "--junitxml=../results/pytest-junit.xml", "-o", "junit_family=xunit2", "-q", "-ra", "tests/test_ops.py", "tests/test_origin.py"]);
-    const r = await supervised({ repositoryPath: repo.dir, selection: "python -m pytest tests/test_ops.py tests/test_origin.py" });
-    expect(r.outcome, r.steps[0]?.stdoutTail).toBe("succeeded");
-    expect(r.steps[0]?.stdoutTail).toContain("3 passed");
-    expect(await treeHas(repo.dir, ".pytest_cache")).toBe(false);
+    const before = await digestTree(repo.dir);
+    const r = await runRepair({ runSteps: (spec) => runToReceipt(spec), jobRoot, runtime: { digestCache }, profile: PROFILE, repositoryPath: repo.dir, selection: "python -m pytest tests/test_ops.py tests/test_origin.py", keepJobDir: true });
+    try {
+      expect(r.outcome, r.steps[0]?.stdoutTail).toBe("succeeded");
+      expect(r.steps[0]?.stdoutTail).toContain("3 passed");
+      // Nothing written into the staged tree: no .pytest_cache, no __pycache__ (in the tests or site-packages).
+      for (const name of [".pytest_cache", "__pycache__"]) expect(await treeHas(join(r.jobDir, "pkg"), name), name).toBe(false);
+      expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
+    } finally {
+      await rm(r.jobDir, { recursive: true, force: true });
+    }
   });
 
   it("never uses the system's pytest: without a virtual environment pytest is blocked", async () => {
