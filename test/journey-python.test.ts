@@ -105,7 +105,7 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     expect(step.scriptBody).toBe("python -m pytest tests/test_ops.py");
     expect(step.argv[0]).toBe(real);
     expect(step.displayArgv.slice(0, 5)).toEqual(["python", "-E", "-s", "-S", "-B"]);
-    expect(step.displayArgv).toEqual(expect.arrayContaining(["--confcutdir=.", "no:cacheprovider", "addopts=", "tests/test_ops.py"]));
+    expect(step.displayArgv).toEqual(expect.arrayContaining(["--confcutdir=.", "cache_dir=../tmp/pytest-cache", "addopts=", "tests/test_ops.py"]));
     expect(inspection.identities.find((i) => i.kind === IdentityKind.PYTHON_EXECUTABLE)).toMatchObject({ name: real, sha256 });
     expect(inspection.identities.find((i) => i.kind === IdentityKind.DEPENDENCY_MANIFEST)?.name).toBe(".venv/lib/python3.11/site-packages");
 

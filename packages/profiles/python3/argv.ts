@@ -45,13 +45,14 @@ export interface PythonStepInput {
  * - unittest without a virtual environment: `python -E -s -S -B -m unittest -v F…`;
  * - otherwise the fixed BOOTSTRAP: `python -E -s -S -B -c <BOOTSTRAP> <module> . [site [pth…]] --`
  *   then, for unittest, `-v F…`, and for pytest
- *   `-c <config or /dev/null> --rootdir=<dir> --confcutdir=. -p no:cacheprovider -o addopts=
+ *   `-c <config or /dev/null> --rootdir=<dir> --confcutdir=. -o cache_dir=<job tmp/> -o addopts=
  *   --junitxml=../results/pytest-junit.xml -o junit_family=xunit2 <addopts…> F…`.
  * The report flags (`-v`; `--junitxml`) are what per-test results are parsed from
  * (@seraph/profiles/results); they are shown in the approval like every other argument.
  * pytest is always told its configuration file (so it never searches above the staged root),
- * conftest.py files are only collected inside the staged root, the cache plugin is off (no
- * .pytest_cache) and the file's addopts is replaced by the admitted, displayed ones.
+ * conftest.py files are only collected inside the staged root, the cache lives in the job's tmp/
+ * (no .pytest_cache in the staged tree) and the file's addopts is replaced by the admitted,
+ * displayed ones.
  */
 export function pythonDisplayArgv(s: PythonStepInput): string[] {
   if (s.form === "unittest" && s.sitePackages === "") return ["python", ...INTERPRETER_FLAGS, "-m", "unittest", ...UNITTEST_REPORT_FLAGS, ...s.testPaths];
@@ -63,14 +64,25 @@ export function pythonDisplayArgv(s: PythonStepInput): string[] {
     s.pytestConfig === "" ? "/dev/null" : s.pytestConfig,
     `--rootdir=${s.rootdir}`,
     "--confcutdir=.",
-    "-p",
-    "no:cacheprovider",
+    "-o",
+    `cache_dir=${pytestCacheDir(s.rootdir)}`,
     "-o",
     "addopts=",
     ...PYTEST_REPORT_FLAGS,
     ...s.addopts,
     ...s.testPaths,
   ];
+}
+
+/**
+ * pytest's cache directory for a step: the job directory's `tmp/pytest-cache`, beside the staged
+ * root, written relative to the rootdir as pytest resolves `cache_dir` (so `../tmp/pytest-cache`
+ * for the root, one more `../` per directory below it). The cache plugin stays loaded, as in a run
+ * by hand (tests that use the `cache` fixture work), and nothing is written into the staged tree.
+ */
+export function pytestCacheDir(rootdir: string): string {
+  const depth = rootdir === "." ? 0 : rootdir.split("/").length;
+  return `${"../".repeat(depth + 1)}tmp/pytest-cache`;
 }
 
 /** The argv run: the absolute real interpreter, then the display argv's arguments (cwd = the staged root). */

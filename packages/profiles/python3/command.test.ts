@@ -141,8 +141,12 @@ describe("pythonDisplayArgv: the server-built argv", () => {
     const site = ".venv/lib/python3.11/site-packages";
     expect(pythonDisplayArgv({ ...base, form: "pytest", sitePackages: site, addopts: ["-q"] })).toEqual([
       "python", "-E", "-s", "-S", "-B", "-c", BOOTSTRAP, "pytest", ".", site, "--",
-      "-c", "/dev/null", "--rootdir=.", "--confcutdir=.", "-p", "no:cacheprovider", "-o", "addopts=",
+      "-c", "/dev/null", "--rootdir=.", "--confcutdir=.", "-o", "cache_dir=../tmp/pytest-cache", "-o", "addopts=",
       "--junitxml=../results/pytest-junit.xml", "-o", "junit_family=xunit2", "-q", "tests/test_a.py",
     ]);
+    // pytest resolves cache_dir from the rootdir: one more ../ per directory the rootdir is below the staged root.
+    expect(pythonDisplayArgv({ ...base, form: "pytest", sitePackages: site, pytestConfig: "src/pkg/pytest.ini", rootdir: "src/pkg" })).toEqual(
+      expect.arrayContaining(["-c", "src/pkg/pytest.ini", "--rootdir=src/pkg", "cache_dir=../../../tmp/pytest-cache"]),
+    );
   });
 });

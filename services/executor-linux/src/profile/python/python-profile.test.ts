@@ -122,7 +122,7 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     expect(i.identities.find((x) => x.kind === IdentityKind.DEPENDENCY_MANIFEST)?.name).toBe(".venv/lib/python3.11/site-packages");
     expect(i.identities.filter((x) => x.kind === IdentityKind.PYTHON_CONFIG).map((x) => x.name)).toEqual([".venv/pyvenv.cfg", "pytest.ini"]);
     // The config's addopts are bound into the argv; the file's own addopts is overridden.
-    expect(i.steps[0]?.displayArgv.slice(-12)).toEqual(["--confcutdir=.", "-p", "no:cacheprovider", "-o", "addopts=", "--junitxml=../results/pytest-junit.xml", "-o", "junit_family=xunit2", "-q", "-ra", "tests/test_ops.py", "tests/test_origin.py"]);
+    expect(i.steps[0]?.displayArgv.slice(-12)).toEqual(["--confcutdir=.", "-o", "cache_dir=../tmp/pytest-cache", "-o", "addopts=", "--junitxml=../results/pytest-junit.xml", "-o", "junit_family=xunit2", "-q", "-ra", "tests/test_ops.py", "tests/test_origin.py"]);
     const before = await digestTree(repo.dir);
     const r = await runRepair({ runSteps: (spec) => runToReceipt(spec), jobRoot, runtime: { digestCache }, profile: PROFILE, repositoryPath: repo.dir, selection: "python -m pytest tests/test_ops.py tests/test_origin.py", keepJobDir: true });
     try {
@@ -130,6 +130,25 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
       expect(r.steps[0]?.stdoutTail).toContain("3 passed");
       // Nothing written into the staged tree: no .pytest_cache, no __pycache__ (in the tests or site-packages).
       for (const name of [".pytest_cache", "__pycache__"]) expect(await treeHas(join(r.jobDir, "pkg"), name), name).toBe(false);
+      expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
+    } finally {
+      await rm(r.jobDir, { recursive: true, force: true });
+    }
+  });
+
+  it("keeps pytest's cache fixture working as by hand, its directory in the job's tmp/, never in the staged tree", async () => {
+    // A test that uses the cache fixture passes when run by hand; with the cache plugin disabled it
+    // errored (fixture 'cache' not found). The configuration sits in tests/, so pytest's rootdir is
+    // tests/ and the cache path is relative to it.
+    const cached = ["def test_cache(cache):", "    cache.set('seraph/k', 1)", "    assert cache.get('seraph/k', 0) == 1", ""].join("\n");
+    const repo = await project({ venv: true, extraFiles: { "tests/test_cache.py": cached, "tests/pytest.ini": "[pytest]\n" } });
+    const before = await digestTree(repo.dir);
+    const r = await runRepair({ runSteps: (spec) => runToReceipt(spec), jobRoot, runtime: { digestCache }, profile: PROFILE, repositoryPath: repo.dir, selection: "python -m pytest tests/test_cache.py", keepJobDir: true });
+    try {
+      expect(r.steps[0]?.displayArgv).toEqual(expect.arrayContaining(["-c", "tests/pytest.ini", "--rootdir=tests", "cache_dir=../../tmp/pytest-cache"]));
+      expect(r.outcome, r.steps[0]?.stdoutTail).toBe("succeeded");
+      expect(existsSync(join(r.jobDir, "tmp", "pytest-cache", "v", "seraph", "k"))).toBe(true);
+      for (const name of [".pytest_cache", "__pycache__", "pytest-cache"]) expect(await treeHas(join(r.jobDir, "pkg"), name), name).toBe(false);
       expect((await digestTree(repo.dir)).sha256).toBe(before.sha256);
     } finally {
       await rm(r.jobDir, { recursive: true, force: true });
