@@ -94,6 +94,27 @@ describe("repository tenancy between operator roots", () => {
     await expectRefused(b.repairs.readRepairSource({ repairId: repair!.id, path: "src/math.js" }), Code.NotFound);
     await expectRefused(b.repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } }), Code.NotFound);
     await expectRefused(b.repairs.giveConsent({ repairId: repair!.id, inspectionSha256: repair!.inspection!.inspectionSha256, modelRouteId: "default" }), Code.NotFound);
+    // Run: neither A's patched approval nor its baseline can be approved by B.
+    const { proposal } = await a.repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+    const { document } = await a.repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+    const approvals = await stack.count("approvals");
+    await expectRefused(b.repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 }), Code.NotFound, "not_found");
+    await expectRefused(b.repairs.approveBaseline({ repairId: repair!.id, documentSha256: document!.documentSha256 }), Code.NotFound, "not_found");
+    expect(await stack.count("approvals")).toBe(approvals);
+  });
+
+  it("links inside B's own repository into A's: the inspection does not admit them and B reads nothing through them", async () => {
+    const own = await createJsTestProject({ parent: join(stack.root, "b"), failing: true, name: "linker" });
+    await symlink(join(aDir, "src", "math.js"), join(own.dir, "src", "stolen.js"));
+    await symlink(join(aDir, "src"), join(own.dir, "lib"));
+    const reg = (await b.repositories.registerRepository({ path: own.dir })).repository!;
+    const goal = (await b.goals.createGoal({ title: "links" })).goal!;
+    const { repair } = await b.repairs.createRepair({ goalId: goal.id, goalRevision: 1, repositoryId: reg.id, sourcePaths: ["src", "lib"], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
+    expect(repair!.inspection!.admitted).toBe(false);
+    expect(repair!.inspection!.reasons.length).toBeGreaterThan(0);
+    for (const path of ["src/stolen.js", "lib/math.js"]) await expectRefused(b.repairs.readRepairSource({ repairId: repair!.id, path }), Code.InvalidArgument, "path_not_inspected");
+    await expectRefused(b.repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js").replaceAll("src/math.js", "src/stolen.js") } }), Code.FailedPrecondition, "inspection_blocked");
+    await rm(own.dir, { recursive: true, force: true });
   });
 
   it("B registers its own directory; a link swapped in afterwards to A's repository is refused before inspection", async () => {
