@@ -34,6 +34,11 @@ export async function listenOneRequest(o: OneRequestServerOptions): Promise<OneR
   const server: Server = createServer((socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
+    // Before anything is written: a peer that is gone by the time its answer (or refusal) is
+    // written makes the socket emit EPIPE / ECONNRESET, and an 'error' without a listener would
+    // end this process (the supervisor host, with every supervisor in its namespace; or a warm
+    // supervisor). The kubelet's exec probe of the host, as root, is refused and gone at once.
+    socket.on("error", () => socket.destroy());
     const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
     let uid = -1;
     try {
@@ -52,7 +57,6 @@ export async function listenOneRequest(o: OneRequestServerOptions): Promise<OneR
     let received = 0;
     const timer = setTimeout(() => socket.destroy(), o.timeoutMs ?? 10_000);
     socket.on("close", () => clearTimeout(timer));
-    socket.on("error", () => socket.destroy());
     socket.on("data", (chunk: Buffer) => {
       if (taken) return;
       received += chunk.length;
