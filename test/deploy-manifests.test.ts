@@ -1,20 +1,20 @@
 import { execFileSync } from "node:child_process";
-import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { natsPermissions, renderNatsAuthorization, type NatsRole } from "@seraph/kit";
 import { DaemonSet, Deployment, StatefulSet } from "kubernetes-models/apps/v1";
 import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
 import { ConfigMap, Secret, Service } from "kubernetes-models/v1";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseAllDocuments } from "yaml";
 import { loadApiConfig } from "../services/api/src/config.js";
 import { loadExecutorConfig } from "../services/executor-linux/src/config.js";
 import { loadSupervisorHostConfig } from "../services/executor-linux/src/supervisor-host/config.js";
 import { loadJobsConfig } from "../services/jobs/src/config.js";
 import { loadGatewayConfig } from "../services/ui-gateway/src/config.js";
+import { baseName, byBaseName, containerEnv, dockerfileStages, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
+import { NATS_SERVER_BIN } from "./harness/nats-server.js";
 
 // Both overlays rendered by `kubectl kustomize` (the kustomize in kubectl; the kustomizations use
 // only what kustomize v2.0.3, Debian's kubectl 1.20, through v5 understand), then every object is
@@ -25,10 +25,7 @@ import { loadGatewayConfig } from "../services/ui-gateway/src/config.js";
 // allow additional properties) and the API server's cross-field rules, some of which are
 // encoded below (e.g. allowPrivilegeEscalation=false is refused together with CAP_SYS_ADMIN).
 
-type Obj = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string> }; [k: string]: any };
-
-const repo = fileURLToPath(new URL("..", import.meta.url));
-let work: string;
+let overlays: ReturnType<typeof renderOverlays>;
 const rendered: Record<"dev" | "production", Obj[]> = { dev: [], production: [] };
 
 const MODELS: Record<string, new (data: any) => { validate(): void }> = {
@@ -42,40 +39,59 @@ const MODELS: Record<string, new (data: any) => { validate(): void }> = {
   "policy/v1/PodDisruptionBudget": PodDisruptionBudget,
 };
 
-function kustomize(dir: string): Obj[] {
-  let out: string;
-  try {
-    out = execFileSync("kubectl", ["kustomize", dir], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 60_000 });
-  } catch (err) {
-    throw new Error(`kubectl kustomize ${dir} failed (kubectl is required: Debian package kubernetes-client; .ci/run installs it): ${String((err as { stderr?: string }).stderr ?? err)}`);
-  }
-  const objs = parseAllDocuments(out)
-    .map((d) => d.toJS() as Obj)
-    .filter((o) => o !== null);
-  // kustomize wraps long base64 values of generated Secrets over lines; the API server's
-  // base64 decoder skips line breaks, the schema's "byte" format does not.
-  for (const o of objs) if (o.kind === "Secret") for (const k of Object.keys(o["data"] ?? {})) o["data"][k] = String(o["data"][k]).replace(/\s+/g, "");
-  return objs;
-}
-
-const workloads = (objs: Obj[]) => objs.filter((o) => ["Deployment", "DaemonSet", "StatefulSet"].includes(o.kind));
-const podSpec = (w: Obj) => w["spec"].template.spec;
 const containersOf = (w: Obj): any[] => podSpec(w).containers;
 const initContainersOf = (w: Obj): any[] => podSpec(w).initContainers ?? [];
 const byName = (objs: Obj[], kind: string, name: string) => objs.find((o) => o.kind === kind && o.metadata.name === name);
-/** Kustomize appends a content hash to generated names; the base name without it. */
-const baseName = (name: string) => name.replace(/-[a-z0-9]{10}$/, "");
+const labelsMatch = (selector: Record<string, string>, labels: Record<string, string> | undefined) => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+/** Pods (workloads) a NetworkPolicy-style selector (matchLabels or one `app In` expression) picks. */
+const selectedBy = (objs: Obj[], sel: any): Obj[] =>
+  workloads(objs).filter((w) => {
+    const labels = w["spec"].template.metadata.labels as Record<string, string>;
+    if (!labelsMatch(sel.matchLabels ?? {}, labels)) return false;
+    return (sel.matchExpressions ?? []).every((e: any) => e.operator === "In" && e.values.includes(labels[e.key]));
+  });
+/** A container port by name or number. */
+const portOf = (c: any, ref: string | number): number | undefined => (c.ports ?? []).find((p: any) => p.name === ref || p.containerPort === ref)?.containerPort;
+
+/** The config reader of each Seraph container. */
+const CONFIGS: Record<string, (env: Record<string, string>) => object> = {
+  "seraph-api/api": loadApiConfig,
+  "seraph-jobs/jobs": loadJobsConfig,
+  "seraph-ui-gateway/ui-gateway": loadGatewayConfig,
+  "seraph-executor/executor": loadExecutorConfig,
+  "seraph-executor/supervisor-host": loadSupervisorHostConfig,
+};
+const isSeraph = (c: any) => /(^|\/)seraph(:|$)/.test(c.image);
+/**
+ * Production's Secrets come from the platform; the ones deploy/README.md tells the operator to
+ * create, with stand-in values, so that every container's environment can be built.
+ */
+const PLATFORM_SECRETS: Record<string, Record<string, string>> = {
+  "seraph-internal": { SERAPH_INTERNAL_TOKEN: "0".repeat(64) },
+  "seraph-database": { DATABASE_URL: "postgres://seraph:pw@db.example:5432/seraph" },
+  "seraph-nats": { NATS_URL: "nats://nats.example:4222", "api-password": "a", "jobs-password": "j", "executor-password": "e" },
+};
+/** The objects a container's environment resolves against: production gets the platform's Secrets. */
+function withPlatform(overlay: "dev" | "production"): Obj[] {
+  if (overlay === "dev") return rendered.dev;
+  const secrets = Object.entries(PLATFORM_SECRETS).map(([name, d]) => ({
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: { name, namespace: "seraph" },
+    data: Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Buffer.from(v).toString("base64")])),
+  }));
+  return [...rendered.production, ...secrets];
+}
+const POD = { podIP: "10.0.0.7", nodeName: "node-1.example" };
 
 beforeAll(() => {
-  work = mkdtempSync(join(tmpdir(), "seraph-deploy-"));
-  cpSync(join(repo, "deploy"), join(work, "deploy"), { recursive: true, filter: (s) => !s.includes("/secrets") });
-  execFileSync("sh", [join(work, "deploy/overlays/dev/make-secrets.sh")], { stdio: "pipe" });
-  rendered.dev = kustomize(join(work, "deploy/overlays/dev"));
-  rendered.production = kustomize(join(work, "deploy/overlays/production"));
+  overlays = renderOverlays();
+  rendered.dev = overlays.dev;
+  rendered.production = overlays.production;
 }, 120_000);
 
 afterAll(() => {
-  if (work) rmSync(work, { recursive: true, force: true });
+  overlays?.close();
 });
 
 describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
@@ -201,27 +217,15 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
     }
   });
 
-  it("every Seraph container's environment is read by that service's config (no stray or misspelt variable) and passes it", () => {
-    const configs: Record<string, (env: Record<string, string>) => object> = {
-      "seraph-api/api": loadApiConfig,
-      "seraph-jobs/jobs": loadJobsConfig,
-      "seraph-ui-gateway/ui-gateway": loadGatewayConfig,
-      "seraph-executor/executor": loadExecutorConfig,
-      "seraph-executor/supervisor-host": loadSupervisorHostConfig,
-    };
-    const configMap = byName(objs(), "ConfigMap", objs().find((o) => o.kind === "ConfigMap" && baseName(o.metadata.name) === "seraph-config")!.metadata.name)!;
+  it("every Seraph container's environment resolves as the kubelet builds it, is read by that service's config (no stray or misspelt variable) and passes it", () => {
+    const objs = withPlatform(overlay);
+    const configMap = byBaseName(objs, "ConfigMap", "seraph-config")!;
     const auth = new Set(["NATS_USER", "NATS_PASSWORD", "NATS_CREDS_FILE"]);
-    for (const w of workloads(objs()).filter((x) => x.metadata.name.startsWith("seraph-") && containersOf(x).some((c) => /seraph(:|$)/.test(c.image)))) {
+    for (const w of workloads(objs).filter((x) => containersOf(x).some(isSeraph))) {
       for (const c of containersOf(w)) {
-        const load = configs[`${w.metadata.name}/${c.name}`];
+        const load = CONFIGS[`${w.metadata.name}/${c.name}`];
         expect(load, `${w.metadata.name}/${c.name} has a config reader`).toBeDefined();
-        const env: Record<string, string> = {};
-        for (const from of c.envFrom ?? []) if (from.configMapRef) Object.assign(env, configMap["data"]);
-        for (const e of c.env ?? []) {
-          if (e.value !== undefined) env[e.name] = String(e.value).replace("$(POD_IP)", "10.0.0.7");
-          else if (e.valueFrom?.fieldRef) env[e.name] = e.valueFrom.fieldRef.fieldPath === "spec.nodeName" ? "node-1.example" : "10.0.0.7";
-          else env[e.name] = e.valueFrom?.secretKeyRef?.key === "DATABASE_URL" ? "postgres://u:p@db:5432/seraph" : e.valueFrom?.secretKeyRef?.key === "NATS_URL" ? "nats://nats:4222" : "x".repeat(64);
-        }
+        const env = containerEnv(objs, c, POD);
         const cfg = load!(env);
         for (const name of Object.keys(env)) {
           if (name === "POD_IP" || auth.has(name)) continue;
@@ -230,6 +234,132 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
           expect(Object.keys(cfg), `${w.metadata.name}/${c.name} sets ${name}`).toContain(name);
         }
       }
+    }
+  });
+
+  it("every Seraph server listens on 0.0.0.0 at exactly its declared container ports (grpc, http)", () => {
+    const objs = withPlatform(overlay);
+    let servers = 0;
+    for (const w of workloads(objs).filter((x) => containersOf(x).some(isSeraph))) {
+      for (const c of containersOf(w)) {
+        const cfg = CONFIGS[`${w.metadata.name}/${c.name}`]!(containerEnv(objs, c, POD)) as Record<string, unknown>;
+        const where = `${w.metadata.name}/${c.name}`;
+        const key = (suffix: string) => Object.keys(cfg).find((k) => k.endsWith(suffix));
+        if (key("_GRPC_PORT") === undefined) {
+          expect(c.ports ?? [], `${where} serves nothing, so declares no port`).toEqual([]);
+          continue;
+        }
+        servers++;
+        expect(cfg[key("_HOST")!], `${where} ${key("_HOST")}`).toBe("0.0.0.0");
+        expect(cfg[key("_GRPC_PORT")!], `${where} ${key("_GRPC_PORT")}`).toBe(portOf(c, "grpc"));
+        expect(cfg[key("_HTTP_PORT")!], `${where} ${key("_HTTP_PORT")}`).toBe(portOf(c, "http"));
+        expect((c.ports as any[]).map((p) => p.name).sort(), where).toEqual(["grpc", "http"]);
+      }
+    }
+    expect(servers).toBe(4);
+  });
+
+  it("every address a service is configured with names a Service of the overlay at a port that reaches the callee's gRPC port, and the NetworkPolicies let that caller in", () => {
+    const objs = withPlatform(overlay);
+    const policies = objs.filter((o) => o.kind === "NetworkPolicy");
+    const admits = (caller: Obj, callee: Obj, port: number) =>
+      policies.some(
+        (p) =>
+          selectedBy(objs, p["spec"].podSelector).includes(callee) &&
+          (p["spec"].ingress ?? []).some(
+            (r: any) => (r.from === undefined || r.from.some((f: any) => selectedBy(objs, f.podSelector).includes(caller))) && (r.ports ?? []).some((rp: any) => rp.port === port),
+          ),
+      );
+    const edges: string[] = [];
+    for (const w of workloads(objs).filter((x) => containersOf(x).some(isSeraph))) {
+      for (const c of containersOf(w)) {
+        const env = containerEnv(objs, c, POD);
+        const read = Object.keys(CONFIGS[`${w.metadata.name}/${c.name}`]!(env));
+        for (const [name, value] of Object.entries(env)) {
+          if (!read.includes(name)) continue;
+          const m = /^(http|nats|postgres):\/\/(?:[^@/]*@)?([^:/]+):(\d+)/.exec(value);
+          if (!m) continue;
+          const [, scheme, host, portText] = m;
+          const port = Number(portText);
+          const where = `${w.metadata.name}/${c.name} ${name}=${scheme}://${host}:${port}`;
+          if (host === POD.podIP) {
+            // The executor's advertised address: its own pod IP and gRPC port.
+            expect(port, where).toBe(portOf(c, "grpc"));
+            continue;
+          }
+          if (host!.endsWith(".example")) {
+            expect(overlay, `${where}: only production's platform Secrets name outside hosts`).toBe("production");
+            continue;
+          }
+          const svc = byName(objs, "Service", host!);
+          expect(svc, `${where}: a Service ${host}`).toBeDefined();
+          const sp = (svc!["spec"].ports as any[]).find((p) => p.port === port);
+          expect(sp, `${where}: Service port ${port}`).toBeDefined();
+          const callees = workloads(objs).filter((x) => labelsMatch(svc!["spec"].selector, x["spec"].template.metadata.labels));
+          for (const callee of callees) {
+            const target = containersOf(callee).map((cc) => portOf(cc, sp.targetPort)).find((p) => p !== undefined);
+            expect(target, `${where}: targets a container port`).toBeDefined();
+            if (scheme === "http") expect(containersOf(callee).some((cc) => portOf(cc, "grpc") === target), `${where}: the callee's gRPC port`).toBe(true);
+            expect(admits(w, callee, target!), `${where}: a NetworkPolicy admits ${w.metadata.name} to ${callee.metadata.name}:${target}`).toBe(true);
+            edges.push(`${w.metadata.name}->${callee.metadata.name}`);
+          }
+        }
+      }
+    }
+    const expected = ["seraph-api->seraph-jobs", "seraph-executor->seraph-jobs", "seraph-ui-gateway->seraph-api"];
+    if (overlay === "dev") expected.push("seraph-api->seraph-nats", "seraph-api->seraph-postgres", "seraph-executor->seraph-nats", "seraph-jobs->seraph-nats", "seraph-jobs->seraph-postgres");
+    expect([...new Set(edges)].sort()).toEqual(expected.sort());
+  });
+
+  it("every NetworkPolicy selects pods that exist and opens only ports those pods declare; every Service port is opened to someone", () => {
+    const objs = rendered[overlay];
+    const policies = objs.filter((o) => o.kind === "NetworkPolicy");
+    for (const p of policies) {
+      const targets = selectedBy(objs, p["spec"].podSelector);
+      expect(targets.length, `${p.metadata.name} selects pods`).toBeGreaterThan(0);
+      for (const r of p["spec"].ingress ?? []) {
+        for (const f of r.from ?? []) {
+          const sources = selectedBy(objs, f.podSelector);
+          const wanted = f.podSelector.matchLabels?.app ? [f.podSelector.matchLabels.app] : f.podSelector.matchExpressions[0].values;
+          expect(sources.map((x) => x.metadata.name).sort(), `${p.metadata.name}: every source it names exists`).toEqual([...wanted].sort());
+        }
+        for (const rp of r.ports ?? []) {
+          for (const t of targets) expect(containersOf(t).some((c) => portOf(c, rp.port) !== undefined), `${p.metadata.name}: port ${rp.port} on ${t.metadata.name}`).toBe(true);
+        }
+      }
+    }
+    for (const s of objs.filter((o) => o.kind === "Service")) {
+      const pods = workloads(objs).filter((w) => labelsMatch(s["spec"].selector, w["spec"].template.metadata.labels));
+      for (const sp of s["spec"].ports) {
+        for (const w of pods) {
+          const target = containersOf(w).map((c) => portOf(c, sp.targetPort)).find((x) => x !== undefined);
+          const open = policies.some((p) => selectedBy(objs, p["spec"].podSelector).includes(w) && (p["spec"].ingress ?? []).some((r: any) => (r.ports ?? []).some((rp: any) => rp.port === target)));
+          expect(open, `Service ${s.metadata.name} port ${sp.name}: some policy opens ${target}`).toBe(true);
+        }
+      }
+    }
+  });
+
+  it("every probe targets a port of its own container; every volume mount names a pod volume; every read-only-root Seraph container has a writable /tmp; no service links", () => {
+    for (const w of workloads(objs())) {
+      const pod = podSpec(w);
+      expect(pod.enableServiceLinks, `${w.metadata.name}: no *_SERVICE_HOST/*_PORT variables injected next to the services' own`).toBe(false);
+      const volumes = new Set([...(pod.volumes ?? []).map((v: any) => v.name), ...(w["spec"].volumeClaimTemplates ?? []).map((v: any) => v.metadata.name)]);
+      const mounted = new Set<string>();
+      for (const c of [...containersOf(w), ...initContainersOf(w)]) {
+        const where = `${w.metadata.name}/${c.name}`;
+        for (const probe of [c.startupProbe, c.readinessProbe, c.livenessProbe].filter(Boolean)) {
+          const port = probe.grpc?.port ?? probe.httpGet?.port ?? probe.tcpSocket?.port;
+          if (probe.exec) expect(probe.exec.command.length, `${where} exec probe`).toBeGreaterThan(0);
+          else expect(portOf(c, port), `${where} probe port ${port}`).toBeDefined();
+        }
+        for (const m of c.volumeMounts ?? []) {
+          expect(volumes.has(m.name), `${where} mounts ${m.name}`).toBe(true);
+          mounted.add(m.name);
+        }
+        if (isSeraph(c) && !initContainersOf(w).includes(c)) expect((c.volumeMounts ?? []).some((m: any) => m.mountPath === "/tmp" && !m.readOnly), `${where} writable /tmp (os.tmpdir())`).toBe(true);
+      }
+      for (const v of volumes) expect(mounted.has(v), `${w.metadata.name}: volume ${v} is mounted`).toBe(true);
     }
   });
 
@@ -276,7 +406,7 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
     expect(cmd.slice(0, 5)).toEqual(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]);
     expect(cmd).toContain("--reuid=10001");
     expect(cmd).toContain("--no-new-privs");
-    expect(cmd.slice(cmd.indexOf("tini"))).toEqual(["tini", "--", "node", "services/executor-linux/dist/supervisor-host/main.js"]);
+    expect(cmd.slice(cmd.lastIndexOf("tini"))).toEqual(["tini", "--", "node", "services/executor-linux/dist/supervisor-host/main.js"]);
     const init = initContainersOf(ds).find((c) => c.name === "prepare-run-dir");
     expect(init.command.join(" ")).toContain(`chown 10001:10001 ${dataDir}`);
     expect(init.command.join(" ")).toContain(`chmod 0700 ${dataDir}`);
@@ -311,6 +441,45 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
       const users = workloads(objs()).flatMap((w) => containersOf(w).flatMap((c) => (c.env ?? []).filter((e: any) => e.name === "NATS_USER").map((e: any) => e.value)));
       expect([...new Set(users)].sort()).toEqual(roles.map(([u]) => u).filter((u) => u !== "seraph-ops").sort());
     });
+
+    it("dev: nats-server accepts the NATS config with the passwords make-secrets.sh generates, every time (its $VARIABLE values are parsed as config values)", () => {
+      const objs = withPlatform("dev");
+      const conf = byBaseName(objs, "ConfigMap", "seraph-nats-config")!["data"]["nats.conf"] as string;
+      const nats = containersOf(byName(objs, "StatefulSet", "seraph-nats")!)[0];
+      const dir = mkdtempSync(join(tmpdir(), "seraph-nats-conf-"));
+      try {
+        const file = join(dir, "nats.conf");
+        execFileSync("sh", ["-c", 'cat > "$1"', "sh", file], { input: conf });
+        const check = (env: Record<string, string>) => {
+          try {
+            execFileSync(NATS_SERVER_BIN, ["-c", file, "-t"], { env, stdio: "pipe", timeout: 10_000 });
+          } catch (err) {
+            throw new Error(`nats-server refused the dev config with ${JSON.stringify(env)}: ${String((err as { stderr?: Buffer }).stderr ?? err)}`);
+          }
+        };
+        // The rendered one, then fresh secrets: a hex password reads as a number about once in
+        // twelve, so forty sets of four passwords would all parse by luck about once in 10^5.
+        check(containerEnv(objs, nats, POD));
+        for (let i = 0; i < 40; i++) {
+          const run = join(dir, `run-${i}`);
+          execFileSync("sh", ["-c", `mkdir -p "${run}" && cp "${join(overlays.work, "deploy/overlays/dev/make-secrets.sh")}" "${run}/" && sh "${run}/make-secrets.sh"`], { stdio: "pipe" });
+          const read = (n: string) => readFileSync(join(run, "secrets", `nats-${n}-password`), "utf8");
+          check({ NATS_API_PASSWORD: read("api"), NATS_JOBS_PASSWORD: read("jobs"), NATS_EXECUTOR_PASSWORD: read("executor"), NATS_OPS_PASSWORD: read("ops") });
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it("dev: DATABASE_URL names the in-cluster PostgreSQL's user, password and database", () => {
+      const objs = withPlatform("dev");
+      const pg = containerEnv(objs, containersOf(byName(objs, "StatefulSet", "seraph-postgres")!)[0], POD);
+      for (const name of ["seraph-api", "seraph-jobs"]) {
+        const env = containerEnv(objs, containersOf(byName(objs, "Deployment", name)!)[0], POD);
+        const url = new URL(env["DATABASE_URL"]!);
+        expect([url.username, decodeURIComponent(url.password), url.pathname.slice(1)], name).toEqual([pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], pg["POSTGRES_DB"]]);
+      }
+    });
   } else {
     it("production: two spread replicas of api, jobs and gateway with PodDisruptionBudgets, required anti-affinity for api and jobs, the image from the registry", () => {
       for (const name of ["seraph-api", "seraph-jobs", "seraph-ui-gateway"]) {
@@ -331,13 +500,52 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
 });
 
 describe("Dockerfile", () => {
-  it("installs from every workspace's package.json and builds the layout the image-layout test starts", () => {
+  // Every instruction is listed here with its counterpart in scripts/build-image-layout.mjs or
+  // test/image-layout.test.ts, so that the layout the test starts is the image's filesystem and
+  // run-time configuration: an instruction added without a counterpart fails this test.
+  it("has exactly the instructions whose counterparts the layout script and the image-layout test carry", () => {
     const docker = readFileSync(join(repo, "Dockerfile"), "utf8");
+    const script = readFileSync(join(repo, "scripts/build-image-layout.mjs"), "utf8");
+    const constant = (name: string) => new RegExp(`export const ${name} = "([^"]+)"`).exec(script)?.[1];
+    const appDir = constant("APP_DIR");
+    const pinned = `opt/node-v${constant("PINNED_NODE_VERSION")}`;
     const root = JSON.parse(readFileSync(join(repo, "package.json"), "utf8")) as { workspaces: string[] };
-    for (const ws of root.workspaces) expect(docker, ws).toContain(`COPY ${ws}/package.json ${ws}/`);
-    expect(docker).toContain("node scripts/build-image-layout.mjs /layout");
-    expect(docker).toContain("COPY --from=build --chown=root:root /layout/ /");
-    expect(docker).toMatch(/^USER 10001:10001$/m);
-    expect(docker).toMatch(/^ARG NODE_IMAGE=node:20-bookworm-slim$/m);
+    const [global, build, runtime, ...more] = dockerfileStages(docker);
+    expect(more, "two stages: build and runtime").toEqual([]);
+    // A slim Debian (bookworm, as this machine: the layout test uses its tini, setpriv, unshare) Node 20 base for both stages.
+    expect(global!.instructions).toEqual([{ op: "ARG", args: "NODE_IMAGE=node:20-bookworm-slim" }]);
+    const wsCopies = build!.instructions.slice(3, 3 + root.workspaces.length);
+    expect(wsCopies.map((i) => i.args).sort(), "every workspace's package.json, before npm ci").toEqual(root.workspaces.map((ws) => `${ws}/package.json ${ws}/`).sort());
+    expect(build!.instructions).toEqual([
+      { op: "FROM", args: "${NODE_IMAGE} AS build" },
+      { op: "WORKDIR", args: "/src" },
+      { op: "COPY", args: "package.json package-lock.json ./" },
+      ...wsCopies.map((i) => ({ op: "COPY", args: i.args })),
+      // The root postinstall (scripts/protovalidate-stub.mjs) runs in npm ci.
+      { op: "COPY", args: "scripts/ scripts/" },
+      { op: "RUN", args: "npm ci --no-audit --no-fund" },
+      { op: "COPY", args: ". ." },
+      // The layout test runs the same script after the same build.
+      { op: "RUN", args: "npm run build && node scripts/build-image-layout.mjs /layout" },
+    ]);
+    const ops = runtime!.instructions.map((i) => i.op);
+    expect(ops).toEqual(["FROM", "RUN", "COPY", "WORKDIR", "ENV", "USER", "CMD"]);
+    const [from, run, copy, workdir, env, user, cmd] = runtime!.instructions;
+    expect(from!.args).toBe("${NODE_IMAGE} AS runtime");
+    // Counterpart: the layout test uses this machine's Debian tini (it checks the package).
+    expect(run!.args).toContain("apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*");
+    expect(run!.args).toContain("groupadd --system --gid 10001 seraph");
+    expect(run!.args).toContain("useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin seraph");
+    // Counterpart: the layout script's output is the whole filesystem the image adds.
+    expect(copy!.args).toBe("--from=build --chown=root:root /layout/ /");
+    // Counterparts: the layout test reads WORKDIR, ENV, USER and CMD from here (imageConfig).
+    expect(workdir!.args).toBe(`/${appDir}`);
+    expect(env!.args).toBe(`NODE_ENV=production SERAPH_SUPERVISOR_RUNTIME=/${pinned}/bin/node`);
+    expect(user!.args).toBe("10001:10001");
+    expect(JSON.parse(cmd!.args)).toEqual(["node", "services/api/dist/main.js"]);
+    // The build context leaves out everything built or installed on the host, so the image's
+    // node_modules and dist/ are the ones npm ci and the build made inside.
+    const ignore = readFileSync(join(repo, ".dockerignore"), "utf8").split("\n");
+    for (const p of ["**/node_modules", "**/dist", "**/*.tsbuildinfo", ".git"]) expect(ignore, p).toContain(p);
   });
 });
