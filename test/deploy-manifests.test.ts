@@ -149,7 +149,7 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
   it("runs as non-root everywhere except the two executor steps that need root, each with only its stated capabilities", () => {
     const allowed: Record<string, string[]> = {
       "seraph-executor/prepare-run-dir": ["CHOWN", "FOWNER"],
-      "seraph-executor/supervisor-host": ["SYS_ADMIN", "SETUID", "SETGID"],
+      "seraph-executor/supervisor-host": ["SYS_ADMIN", "SETUID", "SETGID", "KILL"],
     };
     for (const w of workloads(objs())) {
       expect(podSpec(w).securityContext?.runAsNonRoot, `${w.metadata.name} pod runAsNonRoot`).toBe(true);
@@ -403,7 +403,8 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
     const dataDir = env(agent, "SERAPH_EXECUTOR_DATA_DIR");
     for (const c of [agent, host]) expect(c.volumeMounts.find((m: any) => m.name === "run")?.mountPath).toBe(dataDir);
     const cmd: string[] = host.command;
-    expect(cmd.slice(0, 5)).toEqual(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]);
+    // The container's main process forwards the kubelet's SIGTERM to unshare's process group.
+    expect(cmd.slice(0, 9)).toEqual(["tini", "-s", "-g", "--", "unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]);
     expect(cmd).toContain("--reuid=10001");
     expect(cmd).toContain("--no-new-privs");
     expect(cmd.slice(cmd.lastIndexOf("tini"))).toEqual(["tini", "--", "node", "services/executor-linux/dist/supervisor-host/main.js"]);

@@ -1,36 +1,70 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from "node:fs";
+import { chmodSync, chownSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { isAbsolute, join } from "node:path";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseAllDocuments } from "yaml";
-import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 import { stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
+import { byBaseName, containerEnv, imageConfig, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
+import { NATS_SERVER_BIN } from "./harness/nats-server.js";
 import { freePort } from "./harness/ports.js";
 
 // The image's filesystem without a container engine: scripts/build-image-layout.mjs (what the
 // Dockerfile's build stage runs) into a temporary directory, once for this file; then every
-// service is started from that layout alone (its own node_modules, its compiled dist) until
-// its gRPC health check answers SERVING.
+// container of the dev overlay that runs the image is started from that layout alone (its own
+// node_modules, its compiled dist) as the kubelet would start it: the container's own command
+// from the image's WORKDIR, the image's USER (or the container's runAsUser) and ENV, the
+// container's environment as rendered (ConfigMap, generated Secrets, downward API), against
+// the dev overlay's own NATS configuration and credentials, until its gRPC health answers
+// SERVING. What differs from a cluster is listed in LOCAL and nowhere else: addresses (this
+// machine's PostgreSQL, ports free here), and the volumes (directories here).
 
-const repo = fileURLToPath(new URL("..", import.meta.url));
 let out: string;
 let app: string;
-let nats: TestNatsServer;
+let overlays: ReturnType<typeof renderOverlays>;
 let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let nats: ChildProcess;
+let natsUrl = "";
 const started: ChildProcess[] = [];
 const namespaceInits: number[] = [];
-const internalToken = randomBytes(32).toString("hex");
+const image = imageConfig();
+/** The node image's PATH (the base image's ENV; the Dockerfile does not change it). */
+const IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** An image path (absolute, e.g. /opt/node-v24.15.0/bin/node) in the layout. */
+const inLayout = (p: string) => join(out, "root", p);
 
 beforeAll(async () => {
   out = mkdtempSync(join(tmpdir(), "seraph-layout-"));
+  chmodSync(out, 0o755);
   execFileSync(process.execPath, [join(repo, "scripts/build-image-layout.mjs"), join(out, "root")], { stdio: "pipe", timeout: 240_000 });
-  app = join(out, "root/opt/seraph");
-  nats = await startTestNats({ nodes: ["layout-node"] });
+  app = inLayout(image.workdir);
+  overlays = renderOverlays();
   database = await createTestDatabase();
+  // The dev overlay's NATS: its rendered nats.conf and the generated passwords, on free ports.
+  const ss = overlays.dev.find((o) => o.kind === "StatefulSet" && o.metadata.name === "seraph-nats")!;
+  const c = podSpec(ss).containers[0];
+  const [client, monitor] = [await freePort(), await freePort()];
+  const conf = (byBaseName(overlays.dev, "ConfigMap", "seraph-nats-config")!["data"]["nats.conf"] as string)
+    .replace(/^port: 4222$/m, `port: ${client}\nhost: 127.0.0.1`)
+    .replace(/^http_port: 8222$/m, `http: "127.0.0.1:${monitor}"`)
+    .replace("store_dir: /data/jetstream", `store_dir: ${join(out, "nats")}`);
+  expect(conf).toContain(`port: ${client}`);
+  expect(conf).toContain(join(out, "nats"));
+  writeFileSync(join(out, "nats.conf"), conf);
+  nats = spawn(NATS_SERVER_BIN, ["-c", join(out, "nats.conf")], { env: containerEnv(overlays.dev, c, { podIP: "127.0.0.1", nodeName: "layout-node" }), stdio: ["ignore", "ignore", "pipe"] });
+  let natsErr = "";
+  nats.stderr?.on("data", (b: Buffer) => (natsErr += b.toString()));
+  // The container's readiness probe (httpGet on the monitor port).
+  const ready = c.readinessProbe.httpGet.path as string;
+  for (let i = 0; ; i++) {
+    if (nats.exitCode !== null) throw new Error(`the dev NATS config did not start: ${natsErr}`);
+    const ok = await fetch(`http://127.0.0.1:${monitor}${ready}`).then((r) => r.ok, () => false);
+    if (ok) break;
+    if (i > 200) throw new Error(`dev NATS not ready: ${natsErr}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  natsUrl = `nats://127.0.0.1:${client}`;
 }, 300_000);
 
 afterAll(async () => {
@@ -42,31 +76,85 @@ afterAll(async () => {
     }
   }
   for (const c of started.reverse()) await stopProcess(c);
-  await nats?.close();
+  if (nats) await stopProcess(nats);
   await database?.drop();
-  if (out) rmSync(out, { recursive: true, force: true });
+  overlays?.close();
+  if (out && process.env["SERAPH_KEEP_LAYOUT"] !== "1") rmSync(out, { recursive: true, force: true });
 });
+
+/** Whether `pid` is running (not a zombie). */
+function alive(pid: number): boolean {
+  try {
+    return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8"));
+  } catch {
+    return false;
+  }
+}
 
 /** Direct children of `pid`. */
 function descendants(pid: number): number[] {
   return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(" ").filter((x) => x !== "").map(Number);
 }
 
-/** Starts `services/<service>/dist/main.js` of the layout with only `env` (plus PATH). */
-async function startFromLayout(service: string, env: Record<string, string>, grpcPort: number, as?: { uid: number; gid: number }): Promise<ServiceProcess> {
-  const logFile = join(out, `${service}.log`);
-  const log = createWriteStream(logFile);
-  // /usr/bin/node: the test runner's own node may live where uid 10001 cannot reach it.
-  const child = spawn(as ? "/usr/bin/node" : process.execPath, [join("services", service, "dist/main.js")], {
-    ...(as ?? {}),
-    cwd: app,
-    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", NODE_ENV: "production", LOG_LEVEL: "info", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
+const devWorkload = (name: string): Obj => workloads(overlays.dev).find((w) => w.metadata.name === name)!;
+const containerOf = (w: Obj, name: string) => podSpec(w).containers.find((c: { name: string }) => c.name === name);
+
+/**
+ * What the kubelet and the image give a container, here: the image's ENV (its paths in the
+ * layout), the rendered environment, with each volume's mount path mapped to `volumes` and
+ * the LOCAL overrides (named, and only these).
+ */
+function podEnv(w: Obj, c: any, volumes: Record<string, string>, local: Record<string, string>): Record<string, string> {
+  const rendered = containerEnv(overlays.dev, c, { podIP: "127.0.0.1", nodeName: "layout-node" });
+  const mounts: [string, string][] = (c.volumeMounts ?? []).filter((m: any) => m.mountPath !== "/tmp").map((m: any) => {
+    expect(volumes[m.name], `${w.metadata.name}/${c.name}: a directory for volume ${m.name}`).toBeDefined();
+    return [m.mountPath, volumes[m.name]!];
   });
+  const map = (v: string) => {
+    for (const [from, to] of mounts) if (v === from || v.startsWith(`${from}/`)) return to + v.slice(from.length);
+    return v;
+  };
+  const env: Record<string, string> = { PATH: IMAGE_PATH, HOME: "/nonexistent" };
+  for (const [k, v] of Object.entries(image.env)) env[k] = v.startsWith("/opt/") ? inLayout(v) : v;
+  for (const [k, v] of Object.entries(rendered)) env[k] = map(v);
+  for (const [k, v] of Object.entries(local)) {
+    expect(Object.keys(LOCAL_OVERRIDES), `${k} is a named local override`).toContain(k);
+    env[k] = v;
+  }
+  return env;
+}
+
+/** The only variables set differently from the cluster, and why. */
+const LOCAL_OVERRIDES: Record<string, string> = {
+  DATABASE_URL: "this machine's PostgreSQL (a fresh database) instead of seraph-postgres",
+  NATS_URL: "the dev NATS config started here, on a free port, instead of seraph-nats:4222",
+  SERAPH_JOBS_URL: "the jobs service here, on its free port, instead of seraph-jobs:7410",
+  SERAPH_API_URL: "the API here, on its free port, instead of seraph-api:7400",
+  SERAPH_API_GRPC_PORT: "free ports on a shared machine (the manifests use the defaults)",
+  SERAPH_API_HTTP_PORT: "",
+  SERAPH_JOBS_GRPC_PORT: "",
+  SERAPH_JOBS_HTTP_PORT: "",
+  SERAPH_EXECUTOR_GRPC_PORT: "",
+  SERAPH_EXECUTOR_HTTP_PORT: "",
+  SERAPH_EXECUTOR_ADVERTISE_URL: "http://$(POD_IP):7420 with the free port",
+  SERAPH_GATEWAY_GRPC_PORT: "",
+  SERAPH_GATEWAY_HTTP_PORT: "",
+};
+
+/** Starts a container's command from the layout as uid:gid `as`, until its gRPC health is SERVING. */
+async function startContainer(w: Obj, c: any, env: Record<string, string>, grpcPort: number): Promise<ServiceProcess> {
+  const logFile = join(out, `${c.name}.log`);
+  const log = createWriteStream(logFile);
+  const sc = podSpec(w).securityContext ?? {};
+  const uid = c.securityContext?.runAsUser ?? sc.runAsUser ?? image.user.uid;
+  const gid = c.securityContext?.runAsGroup ?? sc.runAsGroup ?? image.user.gid;
+  expect([uid, gid], `${w.metadata.name}/${c.name} runs as the image's user`).toEqual([image.user.uid, image.user.gid]);
+  const [cmd, ...args] = c.command as string[];
+  const child = spawn(cmd!, args, { uid, gid, cwd: app, env, stdio: ["ignore", "pipe", "pipe"] });
   child.stdout?.pipe(log);
   child.stderr?.pipe(log);
   started.push(child);
-  const p: ServiceProcess = { name: service, child, grpcUrl: `http://127.0.0.1:${grpcPort}`, grpcPort, httpPort: 0, logFile };
+  const p: ServiceProcess = { name: c.name, child, grpcUrl: `http://127.0.0.1:${grpcPort}`, grpcPort, httpPort: 0, logFile };
   await waitServing(p, 60_000);
   return p;
 }
@@ -118,75 +206,102 @@ describe("image layout (scripts/build-image-layout.mjs)", () => {
     expect(source.sha256).toMatch(/^[0-9a-f]{64}$/);
   });
 
-  it("jobs, api, the executor pod (agent as uid 10001, the supervisor host by the manifest's own command) and the UI gateway each start from the layout to SERVING", async () => {
+});
+
+describe("the dev overlay's containers, started from the layout", () => {
+  let hostMain: ChildProcess | undefined;
+  let volumes: Record<string, string> = {};
+  let hostEnv: Record<string, string> = {};
+
+  it("jobs, api, the executor pod (the supervisor host by its container command with exactly its capabilities, the agent as uid 10001) and the UI gateway each start to SERVING with the rendered environment", async () => {
     if (process.getuid?.() !== 0) throw new Error("this test needs root (the supervisor host's wrapper and uid 10001)");
     const [jg, jh, ag, ah, eg, eh, gg, gh] = await Promise.all(Array.from({ length: 8 }, () => freePort()));
-    const common = { DATABASE_URL: database.url, SERAPH_INTERNAL_TOKEN: internalToken };
-    const jobs = await startFromLayout("jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, jg!);
-    await startFromLayout(
-      "api",
-      { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: join(out, "operator-token") },
-      ag!,
-    );
-    // The executor pod as deploy/base/executor.yaml declares it: the supervisor host started by
-    // exactly the container's command (root → unshare --pid --mount-proc → setpriv to uid 10001
-    // → tini → the host), the agent as uid 10001, sharing a 0700 run directory owned by 10001.
-    const pod = parseAllDocuments(readFileSync(join(repo, "deploy/base/executor.yaml"), "utf8"))[0]!.toJS().spec.template.spec;
-    const containerOf = (name: string) => pod.containers.find((c: { name: string }) => c.name === name);
-    const hostContainer = containerOf("supervisor-host");
-    const envOf = (c: { env: { name: string; value?: string }[] }) => Object.fromEntries(c.env.filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
-    const dataDir = join(out, "executor");
-    mkdirSync(dataDir, { mode: 0o700 });
-    chownSync(dataDir, 10001, 10001);
-    chmodSync(out, 0o755);
-    // The image sets SERAPH_SUPERVISOR_RUNTIME=/opt/node-v24.15.0/bin/node (Dockerfile); here the layout's copy.
-    const supervisorRuntime = join(out, "root/opt/node-v24.15.0/bin/node");
-    const hostEnv = { ...envOf(hostContainer), SERAPH_EXECUTOR_DATA_DIR: dataDir, SERAPH_SUPERVISOR_HOST_SOCKET: join(dataDir, "supervisor-host.sock"), SERAPH_SUPERVISOR_RUNTIME: supervisorRuntime };
-    const socket = hostEnv.SERAPH_SUPERVISOR_HOST_SOCKET;
-    const [cmd, ...args] = hostContainer.command as string[];
-    const host = spawn(cmd!, args, { cwd: app, env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", ...hostEnv }, stdio: ["ignore", "ignore", "pipe"] });
+    const url = (port: number) => `http://127.0.0.1:${port}`;
+
+    const jobsW = devWorkload("seraph-jobs");
+    const jobsC = containerOf(jobsW, "jobs");
+    const jobs = await startContainer(jobsW, jobsC, podEnv(jobsW, jobsC, {}, { DATABASE_URL: database.url, NATS_URL: natsUrl, SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }), jg!);
+
+    const apiW = devWorkload("seraph-api");
+    const apiC = containerOf(apiW, "api");
+    await startContainer(apiW, apiC, podEnv(apiW, apiC, {}, { DATABASE_URL: database.url, NATS_URL: natsUrl, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}` }), ag!);
+    // No token file is configured: the first API start prints the operator's token, once (deploy/README.md).
+    await expect.poll(() => readFileSync(join(out, "api.log"), "utf8"), { timeout: 10_000 }).toMatch(/Operator token \(shown once\): \S+/);
+
+    // The executor pod: its volumes as directories (the hostPath run directory 0700 and owned
+    // by uid 10001, as the init container leaves it), the supervisor host started by its
+    // container's command as root with exactly the container's capabilities (the bounding
+    // set; nothing inheritable), the agent as uid 10001.
+    const ds = devWorkload("seraph-executor");
+    volumes = { run: join(out, "executor"), repositories: join(out, "repositories") };
+    mkdirSync(volumes["run"]!, { mode: 0o700 });
+    chownSync(volumes["run"]!, image.user.uid, image.user.gid);
+    mkdirSync(volumes["repositories"]!, { mode: 0o755 });
+    const init = podSpec(ds).initContainers.find((c: { name: string }) => c.name === "prepare-run-dir");
+    expect(init.command.join(" "), "the init container leaves the run directory as prepared here").toBe(`sh -c chown ${image.user.uid}:${image.user.gid} /var/lib/seraph-executor && chmod 0700 /var/lib/seraph-executor`);
+    const hostC = containerOf(ds, "supervisor-host");
+    hostEnv = podEnv(ds, hostC, volumes, {});
+    const socket = hostEnv["SERAPH_SUPERVISOR_HOST_SOCKET"]!;
+    expect(socket.startsWith(volumes["run"]! + "/")).toBe(true);
+    const caps = (hostC.securityContext.capabilities.add as string[]).map((c) => `+${c.toLowerCase()}`).join(",");
+    expect(hostC.securityContext.runAsUser).toBe(0);
+    hostMain = spawn("setpriv", ["--inh-caps=-all", `--bounding-set=-all,${caps}`, "--", ...(hostC.command as string[])], { cwd: app, env: hostEnv, stdio: ["ignore", "pipe", "pipe"] });
     let hostErr = "";
-    host.stderr?.on("data", (c: Buffer) => (hostErr += c.toString()));
-    started.push(host);
-    for (let i = 0; i < 200 && !existsSync(`${socket}.token`); i++) await new Promise((r) => setTimeout(r, 50));
+    const hostLog = createWriteStream(join(out, "supervisor-host.log"));
+    hostMain.stdout?.pipe(hostLog);
+    hostMain.stderr?.on("data", (c: Buffer) => {
+      hostErr += c.toString();
+      hostLog.write(c);
+    });
+    started.push(hostMain);
+    await expect.poll(() => existsSync(`${socket}.token`) || hostMain!.exitCode !== null, { timeout: 15_000 }).toBe(true);
     expect(existsSync(`${socket}.token`), hostErr).toBe(true);
-    // Everything the host runs is uid 10001 in a PID namespace of its own, tini as its PID 1.
-    const tini = descendants(host.pid!)[0]!;
+    // The container's main process (outer tini, root, exactly the granted capabilities) →
+    // unshare → the namespace's init (tini, uid 10001, no capabilities, no_new_privs) → the host.
+    const status = (pid: number) => readFileSync(`/proc/${pid}/status`, "utf8");
+    const capMask = (hostC.securityContext.capabilities.add as string[]).reduce((m, c) => m | (1n << BigInt(CAP_NUMBERS[c]!)), 0n);
+    expect(status(hostMain.pid!)).toMatch(new RegExp(`^CapEff:\\s+${capMask.toString(16).padStart(16, "0")}$`, "m"));
+    const unshare = descendants(hostMain.pid!)[0]!;
+    const tini = descendants(unshare)[0]!;
     // setpriv's uid change clears unshare's parent-death signal: stop tini (and so its whole
     // namespace) by pid at the end.
     namespaceInits.push(tini);
-    const status = (pid: number) => readFileSync(`/proc/${pid}/status`, "utf8");
     expect(status(tini)).toMatch(/^NSpid:\s+\d+\s+1$/m);
     expect(status(tini)).toMatch(/^Uid:\s+10001\s+10001\s+10001\s+10001$/m);
-    expect(status(tini)).toMatch(/^CapEff:\s+0+$/m);
+    // No capability in any set it could use; the bounding set stays the container's (dropping
+    // from it needs CAP_SETPCAP), and no_new_privs keeps any execve from regaining one.
+    for (const set of ["CapInh", "CapPrm", "CapEff", "CapAmb"]) expect(status(tini)).toMatch(new RegExp(`^${set}:\\s+0+$`, "m"));
     expect(status(tini)).toMatch(/^NoNewPrivs:\s+1$/m);
     expect(readlinkSync(`/proc/${tini}/ns/pid`)).not.toBe(readlinkSync("/proc/self/ns/pid"));
     const hostPid = descendants(tini)[0]!;
     expect(status(hostPid)).toMatch(/^Uid:\s+10001\s+10001\s+10001\s+10001$/m);
     expect(status(hostPid)).toMatch(/^NSpid:\s+\d+\s+2$/m);
     expect(statSync(`${socket}.token`).uid).toBe(10001);
-    // The container's probe command.
-    const probe = hostContainer.readinessProbe.exec.command as string[];
-    execFileSync(probe[0]!, probe.slice(1), { cwd: app, env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", ...hostEnv }, timeout: 10_000 });
-    const agent = containerOf("executor");
-    expect(envOf(agent)["SERAPH_SUPERVISOR_HOST_SOCKET"]).toBe(envOf(hostContainer)["SERAPH_SUPERVISOR_HOST_SOCKET"]);
-    await startFromLayout(
-      "executor-linux",
-      {
-        ...common,
-        ...nats.env("executor", "layout-node"),
-        SERAPH_EXECUTOR_GRPC_PORT: `${eg}`,
-        SERAPH_EXECUTOR_HTTP_PORT: `${eh}`,
-        SERAPH_JOBS_URL: jobs.grpcUrl,
-        SERAPH_NODE_ID: "layout-node",
-        SERAPH_EXECUTOR_DATA_DIR: dataDir,
-        SERAPH_SUPERVISOR_HOST_SOCKET: socket,
-        SERAPH_SUPERVISOR_RUNTIME: supervisorRuntime,
-      },
-      eg!,
-      { uid: 10001, gid: 10001 },
-    );
-    await startFromLayout("ui-gateway", { SERAPH_GATEWAY_GRPC_PORT: `${gg}`, SERAPH_GATEWAY_HTTP_PORT: `${gh}`, SERAPH_API_URL: `http://127.0.0.1:${ag}` }, gg!);
+    // The container's probe commands, run as the kubelet runs them: in the container, as its
+    // user (root) with its capabilities. The host must see its own uid: a probe it refuses is
+    // a warning every period (and once crashed it: a refused peer gone before the refusal was
+    // written). Connections are accepted in order, so a refusal of a probe is logged before
+    // the bad_token refusal of the client that follows them.
+    for (const probe of [hostC.startupProbe, hostC.readinessProbe, hostC.livenessProbe]) {
+      execFileSync("setpriv", ["--inh-caps=-all", `--bounding-set=-all,${caps}`, "--", ...(probe.exec.command as string[])], { cwd: app, env: hostEnv, timeout: 10_000 });
+    }
+    const frame = "const b = Buffer.from([10, 1, 120]); const f = Buffer.alloc(4); f.writeUInt32BE(b.length); require('net').connect(process.argv[1]).end(Buffer.concat([f, b]));";
+    execFileSync("setpriv", ["--reuid=10001", "--regid=10001", "--clear-groups", "--", "/usr/bin/node", "-e", frame, socket], { timeout: 10_000 });
+    await expect.poll(() => readFileSync(join(out, "supervisor-host.log"), "utf8"), { timeout: 10_000 }).toContain('"code":"bad_token"');
+    expect(readFileSync(join(out, "supervisor-host.log"), "utf8").match(/"event":"launch_refused","code":"[a-z_]+"/g)).toEqual(['"event":"launch_refused","code":"bad_token"']);
+    expect(alive(hostPid), "the host outlives its probes").toBe(true);
+
+    const agentC = containerOf(ds, "executor");
+    const agentEnv = podEnv(ds, agentC, volumes, { NATS_URL: natsUrl, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_EXECUTOR_ADVERTISE_URL: url(eg!) });
+    expect(agentEnv["SERAPH_SUPERVISOR_HOST_SOCKET"]).toBe(socket);
+    expect(agentEnv["SERAPH_NODE_ID"]).toBe("layout-node");
+    await startContainer(ds, agentC, agentEnv, eg!);
+    // The agent delegated its warm supervisor to the host: it runs in the host's namespace.
+    await expect.poll(() => (existsSync(`/proc/${hostPid}`) ? descendants(hostPid).length : -1), { timeout: 20_000 }).toBeGreaterThan(0);
+
+    const gwW = devWorkload("seraph-ui-gateway");
+    const gwC = containerOf(gwW, "ui-gateway");
+    await startContainer(gwW, gwC, podEnv(gwW, gwC, {}, { SERAPH_API_URL: url(ag!), SERAPH_GATEWAY_GRPC_PORT: `${gg}`, SERAPH_GATEWAY_HTTP_PORT: `${gh}` }), gg!);
     // The gateway serves the bundled UI from the layout.
     const page = await fetch(`http://127.0.0.1:${gh}/`);
     expect(page.status).toBe(200);
@@ -195,4 +310,132 @@ describe("image layout (scripts/build-image-layout.mjs)", () => {
     expect(src).toBeDefined();
     expect((await fetch(`http://127.0.0.1:${gh}${src}`)).status).toBe(200);
   }, 180_000);
+
+  it("SIGTERM to the supervisor-host container's main process (what the kubelet sends on a pod deletion) drains the host: the socket closes and the container's process exits 0", async () => {
+    expect(hostMain, "the previous test started the supervisor host").toBeDefined();
+    const socket = hostEnv["SERAPH_SUPERVISOR_HOST_SOCKET"]!;
+    const exited = new Promise<number | null>((res) => (hostMain!.exitCode !== null ? res(hostMain!.exitCode) : hostMain!.once("exit", (code) => res(code))));
+    hostMain!.kill("SIGTERM");
+    await expect.poll(() => existsSync(socket), { timeout: 20_000 }).toBe(false);
+    expect(await exited).toBe(0);
+  }, 60_000);
+
+  it("the supervisor host's command needs each capability it is granted", async () => {
+    const ds = devWorkload("seraph-executor");
+    const hostC = containerOf(ds, "supervisor-host");
+    const granted = hostC.securityContext.capabilities.add as string[];
+    expect([...granted].sort()).toEqual(["KILL", "SETGID", "SETUID", "SYS_ADMIN"]);
+    const dir = join(out, "caps");
+    mkdirSync(dir, { mode: 0o700 });
+    chownSync(dir, image.user.uid, image.user.gid);
+    const env = { ...hostEnv, SERAPH_EXECUTOR_DATA_DIR: dir, SERAPH_SUPERVISOR_HOST_SOCKET: join(dir, "s.sock") };
+    const without = (cap: string) => ["--inh-caps=-all", `--bounding-set=-all,${granted.filter((c) => c !== cap).map((c) => `+${c.toLowerCase()}`).join(",")}`];
+    // SYS_ADMIN (unshare), SETUID and SETGID (setpriv): without one, the command fails at once.
+    const expected: Record<string, RegExp> = { SYS_ADMIN: /unshare failed|Operation not permitted/, SETUID: /setresuid failed|Operation not permitted/, SETGID: /setresgid failed|Operation not permitted/ };
+    for (const [cap, message] of Object.entries(expected)) {
+      let stderr = "";
+      let failed = false;
+      try {
+        execFileSync("setpriv", [...without(cap), "--", ...(hostC.command as string[])], { cwd: app, env, stdio: "pipe", timeout: 20_000 });
+      } catch (err) {
+        failed = true;
+        stderr = String((err as { stderr?: Buffer }).stderr ?? "");
+      }
+      expect(failed, `without ${cap}`).toBe(true);
+      expect(stderr, `without ${cap}`).toMatch(message);
+      expect(existsSync(join(dir, "s.sock.token")), `without ${cap} no host started`).toBe(false);
+    }
+    // KILL: the outer tini (uid 0) forwards the kubelet's SIGTERM to the namespace's init,
+    // which is uid 10001: without CAP_KILL the kernel refuses that signal.
+    const target = spawn("setpriv", ["--reuid=10001", "--regid=10001", "--clear-groups", "--", "sleep", "30"], { stdio: "ignore" });
+    started.push(target);
+    await expect.poll(() => readFileSync(`/proc/${target.pid}/status`, "utf8"), { timeout: 5000 }).toMatch(/^Uid:\s+10001\s/m);
+    let refusal = "";
+    try {
+      execFileSync("setpriv", [...without("KILL"), "--", "kill", "-TERM", `${target.pid}`], { stdio: "pipe" });
+    } catch (err) {
+      refusal = String((err as { stderr?: Buffer }).stderr ?? "");
+    }
+    expect(refusal).toMatch(/Operation not permitted/);
+    execFileSync("setpriv", ["--inh-caps=-all", `--bounding-set=-all,${granted.map((c) => `+${c.toLowerCase()}`).join(",")}`, "--", "kill", "-TERM", `${target.pid}`]);
+    await new Promise<void>((res) => (target.exitCode !== null || target.signalCode !== null ? res() : target.once("exit", () => res())));
+    expect(target.signalCode).toBe("SIGTERM");
+  }, 60_000);
+
+  it("every command, probe and hook of every container that runs the image, in both overlays, exists in the layout or the base image", () => {
+    // Executables by name come from the base image (node: the node image; Essential Debian
+    // packages, which every Debian image has) or from the Dockerfile's apt-get install; this
+    // machine is Debian bookworm, as the base image, so dpkg here names the package.
+    const aptInstalled = ["tini"];
+    const wrappers: Record<string, (args: string[]) => string[] | undefined> = {
+      tini: (a) => a.slice(a.indexOf("--") + 1),
+      unshare: (a) => a.slice(a.indexOf("--") + 1),
+      setpriv: (a) => a.slice(a.indexOf("--") + 1),
+    };
+    const checked = new Set<string>();
+    const checkExecutable = (where: string, argv: string[]) => {
+      const [exe, ...args] = argv;
+      expect(exe, `${where}: a command`).toBeDefined();
+      if (exe!.includes("/")) {
+        expect(existsSync(isAbsolute(exe!) ? inLayout(exe!) : join(app, exe!)), `${where}: ${exe}`).toBe(true);
+      } else if (exe === "node") {
+        // The base image's node runs every service: its script must be in the layout.
+        const script = args.find((a) => !a.startsWith("-"))!;
+        expect(existsSync(join(app, script)), `${where}: node ${script} (from WORKDIR ${image.workdir})`).toBe(true);
+      } else {
+        const pkg = debianPackageOf(exe!);
+        const essential = essentialOf(pkg);
+        expect(essential === "yes" || aptInstalled.includes(pkg), `${where}: ${exe} (Debian package ${pkg}, Essential: ${essential}) is in the image`).toBe(true);
+      }
+      checked.add(exe!);
+      const inner = wrappers[exe!]?.(args);
+      if (inner) checkExecutable(where, inner);
+      if ((exe === "sh" || exe === "bash") && args[0] === "-c") for (const part of args[1]!.split(/&&|\|\||;/)) checkExecutable(where, part.trim().split(/\s+/));
+    };
+    for (const objs of [overlays.dev, overlays.production]) {
+      for (const w of workloads(objs)) {
+        for (const c of [...podSpec(w).containers, ...(podSpec(w).initContainers ?? [])]) {
+          if (!/(^|\/)seraph(:|$)/.test(c.image)) continue;
+          const where = `${w.metadata.name}/${c.name}`;
+          expect(c.workingDir ?? image.workdir, `${where} runs from the image's WORKDIR`).toBe(image.workdir);
+          checkExecutable(`${where} command`, c.command ?? image.cmd);
+          for (const [kind, probe] of Object.entries({ startup: c.startupProbe, readiness: c.readinessProbe, liveness: c.livenessProbe })) if (probe?.exec) checkExecutable(`${where} ${kind} probe`, probe.exec.command);
+          for (const [kind, hook] of Object.entries(c.lifecycle ?? {})) if ((hook as any).exec) checkExecutable(`${where} ${kind}`, (hook as any).exec.command);
+        }
+      }
+    }
+    expect([...checked].sort()).toEqual(["chmod", "chown", "node", "setpriv", "sh", "sleep", "tini", "unshare"]);
+  });
 });
+
+/** The Debian package that installs `exe` on this machine (merged /usr: dpkg records /bin paths). */
+const packages = new Map<string, string>();
+function debianPackageOf(exe: string): string {
+  if (!packages.has(exe)) packages.set(exe, lookUpDebianPackage(exe));
+  return packages.get(exe)!;
+}
+function lookUpDebianPackage(exe: string): string {
+  const path = execFileSync("sh", ["-c", `command -v ${exe}`], { encoding: "utf8", env: { PATH: IMAGE_PATH } }).trim();
+  const real = realpathSync(path);
+  for (const candidate of new Set([path, path.replace(/^\/usr/, ""), real, real.replace(/^\/usr/, "")])) {
+    let out = "";
+    try {
+      out = execFileSync("dpkg-query", ["-S", candidate], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+    } catch {
+      continue;
+    }
+    const owner = out.split("\n").find((l) => !l.startsWith("diversion") && l.endsWith(`: ${candidate}`));
+    if (owner) return owner.slice(0, owner.indexOf(":"));
+  }
+  throw new Error(`${exe} (${path}) belongs to no Debian package here`);
+}
+
+const essentials = new Map<string, string>();
+/** Debian's Essential flag of an installed package ("yes" for those in every Debian image). */
+function essentialOf(pkg: string): string {
+  if (!essentials.has(pkg)) essentials.set(pkg, execFileSync("dpkg-query", ["-W", "-f", "${Essential}", pkg], { encoding: "utf8" }).trim());
+  return essentials.get(pkg)!;
+}
+
+/** Linux capability numbers (linux/capability.h) of the capabilities the manifests grant. */
+const CAP_NUMBERS: Record<string, number> = { CHOWN: 0, FOWNER: 3, KILL: 5, SETGID: 6, SETUID: 7, SYS_ADMIN: 21 };
