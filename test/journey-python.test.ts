@@ -245,6 +245,12 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
       const goal = JSON.parse((await seraph(["--json", "goal", "create", "--title", "cli python"])).out.trim().split("\n").at(-1)!).goal;
       const repository = JSON.parse((await seraph(["repo", "add", fixture.dir, "--json"])).out.trim().split("\n").at(-1)!).repository;
       const base = ["repair", "create", "--goal", goal.id, "--repo", repository.id, "--source", "calc", "--source", "tests", "--allow", "calc", "--criteria", "add adds"];
+      // Without --selection the settings profile's own words are sent: Python's declared command
+      // ("test"), inspected and blocked because this repository declares none — not "npm test".
+      const declared = await seraph(base);
+      expect(declared.code).toBe(1);
+      expect(declared.err).toBe("");
+      expect(declared.out).toContain("python_declared_command_missing");
       const refused = await seraph([...base, "--selection", "python -m unittest discover"]);
       expect(refused.code).toBe(1);
       expect(refused.err).toMatch(/INVALID_ARGUMENT: selection: .*\(python_discovery\)/);

@@ -65,7 +65,7 @@ describe("seraph usage", () => {
   it("documents repair create's and settings set's flags", async () => {
     const create = (await seraph(["repair", "create", "--help"])).out;
     for (const f of ["--goal GOAL_ID", "--repo REPO_ID", "--source PATH", "--allow PATH", "--criteria TEXT", "--criteria-file FILE", "--selection STEPS"]) expect(create).toContain(f);
-    expect(create).toContain('default: "npm test"');
+    expect(create).toContain('(default: the settings profile\'s own test selection, "test" for repo-python3-v1, "npm test" for repo-node24-npm-v1)');
     const set = (await seraph(["settings", "set", "--help"])).out;
     for (const f of ["--enable", "--disable", "--root DIR", "--limit NAME=VALUE", "--model-route ID", "--model-key-env VAR", "wall_ms"]) expect(set).toContain(f);
   });

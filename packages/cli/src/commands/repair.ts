@@ -25,6 +25,7 @@ import type { CommandGroup } from "../command-spec.js";
 import { intFlag, need, str, strs, type CommandContext } from "../context.js";
 import { badge, documentText, enumName, jobLine, OUTCOME_EXIT, repairLine, repairText, resultsText, statusOf, TIMEOUT_EXIT } from "../format.js";
 import { JOB_OUTCOMES } from "@seraph/profiles/outcome";
+import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { CliFailure, UsageError } from "../io.js";
 import { goalId as resolveGoal, proposalId as resolveProposal, repairId as resolveRepair, repositoryId } from "../resolve.js";
 
@@ -95,7 +96,7 @@ export const repair: CommandGroup = {
           allow: { type: "string", value: "PATH", multiple: true, required: true, help: "a repository-relative path a patch may change" },
           criteria: { type: "string", value: "TEXT", help: "the acceptance criteria, in words" },
           "criteria-file": { type: "string", value: "FILE", help: "read the acceptance criteria from FILE" },
-          selection: { type: "string", value: "STEPS", default: "npm test", help: 'the steps to run, in the settings profile\'s words: "npm test", "npm run build" or "npm run build test" (repo-node24-npm-v1); "test" (the declared command), "python -m unittest FILE..." or "python -m pytest FILE..." (repo-python3-v1)' },
+          selection: { type: "string", value: "STEPS", help: 'the steps to run, in the settings profile\'s words: "npm test", "npm run build" or "npm run build test" (repo-node24-npm-v1); "test" (the declared command), "python -m unittest FILE..." or "python -m pytest FILE..." (repo-python3-v1) (default: the settings profile\'s own test selection, "test" for repo-python3-v1, "npm test" for repo-node24-npm-v1)' },
         },
         oneOf: [{ flags: ["criteria", "criteria-file"], required: true }],
         notes: ["Exit status 1 when the inspection blocks the repair (the reasons are printed)."],
@@ -106,6 +107,9 @@ export const repair: CommandGroup = {
         const criteriaFile = str(values, "criteria-file");
         const criteria = criteriaFile !== undefined ? await readFile(criteriaFile, "utf8") : need(values, "criteria");
         const goalRevision = intFlag(values, "goal-revision") ?? (await api.goals.getGoal({ goalId })).goal?.revision ?? 0;
+        // Without --selection, the test selection of the profile the settings select (Python, the
+        // default, names its declared command "test"; "npm test" would be refused by its grammar).
+        const selection = str(values, "selection") ?? ((await api.settings.getSandboxSettings({})).settings?.profile === PYTHON_PROFILE ? "test" : "npm test");
         const res = await api.repairs.createRepair({
           goalId,
           goalRevision,
@@ -114,7 +118,7 @@ export const repair: CommandGroup = {
           allowedPatchPaths: strs(values, "allow"),
           acceptanceCriteria: criteria,
           // One token a line, as the API takes it.
-          selection: (str(values, "selection") ?? "").split(/\s+/).filter((t) => t !== "").join("\n"),
+          selection: selection.split(/\s+/).filter((t) => t !== "").join("\n"),
         });
         if (ctx.json) ctx.json1(CreateRepairResponseSchema, res);
         ctx.say(repairText(res.repair!, ctx.colour));
