@@ -94,6 +94,14 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     await expectRefused(c.repairs.createRepair({ ...request, selection: "pytest tests" }), Code.InvalidArgument, "python_discovery");
     await expectRefused(c.repairs.createRepair({ ...request, allowedPatchPaths: ["tests/conftest.py"], sourcePaths: ["."] }), Code.InvalidArgument, "allowed_patch_path_immutable");
     expect(await stack.count("repairs")).toBe(before);
+    // The grammar's one to eight exact files reach it through the API: real paths are long (the
+    // field once stopped at 100 characters, refusing an admitted eight-file selection as string.max_len).
+    const long = Array.from({ length: 9 }, (_, i) => `tests/integration/http_client/test_request_retries_and_timeouts_${i}.py`);
+    await expectRefused(c.repairs.createRepair({ ...request, selection: `python -m pytest ${long.join(" ")}` }), Code.InvalidArgument, "too_many_test_paths");
+    const eight = (await c.repairs.createRepair({ ...request, selection: `python -m pytest ${long.slice(0, 8).join(" ")}` })).repair!;
+    expect(eight.state).toBe(RepairState.BLOCKED);
+    expect(eight.inspection?.testPaths).toEqual(long.slice(0, 8));
+    expect(eight.inspection?.reasons.map((r) => r.code)).toContain("path_not_found");
 
     const repoBefore = await digestTree(repo.dir);
     const { repair: created } = await c.repairs.createRepair(request);
