@@ -10,7 +10,9 @@ import { runToReceipt } from "../../supervisor-client/index.js";
 import { facilityGate } from "../../supervisor-client/test-kit.js";
 import type { FixtureRepo } from "../../test-fixtures/fixture-repo.js";
 import { addPytestVenv, createPythonProject, fixPythonAddPatch, pythonForTests } from "../../test-fixtures/python-projects.js";
+import { fixturePatch } from "../../test-fixtures/projects.js";
 import { inspectRepository } from "../inspect.js";
+import { checkPatchPaths } from "../patch.js";
 import { runRepair, type RepairRunOptions, type RepairRunReport } from "../repair-run.js";
 import { stageRepository } from "../stage.js";
 import { digestTree } from "../tree-digest.js";
@@ -182,6 +184,17 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     const i = await inspect(repo.dir, "python -m pytest tests/test_ops.py");
     expect(codes(i)).toEqual([]);
     expect(i.identities.find((x) => x.name === "tests/conftest.py")?.kind).toBe(IdentityKind.PYTHON_CONFIG);
+  });
+
+  it("never lets a patch change configuration, conftest.py, a .pth or the virtual environment, even with the whole tree allowed", async () => {
+    const repo = await project({ venv: true, extraFiles: { "tests/conftest.py": "X = 1\n", "pyproject.toml": "[project]\nname = 'calc'\n" } });
+    const i = await inspect(repo.dir, "python -m pytest tests/test_ops.py");
+    expect(codes(i)).toEqual([]);
+    const touch = (path: string) => checkPatchPaths(fixturePatch(path, "a\n", "b\n"), i, ["."]).map((r) => r.code);
+    for (const path of ["pyproject.toml", "tests/conftest.py", "setup.cfg", "pytest.ini", ".venv/pyvenv.cfg", ".venv/lib/python3.11/site-packages/pytest/__init__.py", ".venv/lib/python3.11/site-packages/extra.pth", "calc/extra.pth"]) {
+      expect(touch(path), path).toContain("patch_touches_immutable_input");
+    }
+    expect(checkPatchPaths(fixPythonAddPatch(), i, ["."]).map((r) => r.code)).toEqual([]);
   });
 
   it("refuses .pth files that run code or point outside, editable installs outside, and auto-loaded plugins", async () => {
