@@ -19,7 +19,7 @@ import {
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createProcFs } from "../native/proc-fs.js";
 import { isTransient } from "./retry.js";
 import { startRunner, type Runner } from "./runner.js";
@@ -114,6 +114,43 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
     await until(() => claims >= 2);
     expect(fake.calls.filter((c) => c.method === "claimJob")).toHaveLength(2);
     expect(fake.completed).toHaveLength(0);
+  });
+
+  it("keeps retrying a claim whose answer is lost for longer than 30 s, instead of rejecting the claim it made as a leftover", async () => {
+    // The claim commits on the first call, but no replica answers for 40 s (every replica down,
+    // or each answer cut). A task that gave up would leave this live incarnation's claimed,
+    // unstarted attempt to the next poll, which could only reject it and use up its approval.
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const reserved = create(JobSchema, { id: jobId, state: JobState.RESERVED, nodeId: identity.nodeId, attempt: 1 });
+      const claimedByUs = create(JobSchema, { id: jobId, state: JobState.PREPARING, nodeId: identity.nodeId, attempt: 1, fence: 7n, incarnationId: identity.incarnationId });
+      const firstClaimAt = Date.now();
+      let committed = false;
+      let answered = false;
+      const fake = fakeJobs({
+        listNodeJobs: () => (answered ? [] : [committed ? claimedByUs : reserved]),
+        claimJob: async () => {
+          committed = true;
+          if (Date.now() - firstClaimAt < 40_000) throw new ConnectError("connect ECONNREFUSED 127.0.0.1:7410", Code.Unavailable);
+          answered = true;
+          // Admission rejected the job at claim: the runner then leaves it alone.
+          return create(ClaimJobResponseSchema, { job: create(JobSchema, { id: jobId, state: JobState.REJECTED, outcome: "rejected_test" }), bundle: create(ExecutionBundleSchema, {}) });
+        },
+        adoptJob: async () => create(AdoptJobResponseSchema, { job: claimedByUs, bundle: create(ExecutionBundleSchema, {}), fence: 7n, claimFence: 7n }),
+      });
+      await start(fake.client);
+      for (let t = 0; t < 120 && !answered; t++) await vi.advanceTimersByTimeAsync(500);
+      // Before the fix: the task gave up at 30 s and the next poll rejected the attempt as
+      // executor_execution_failed ("ClaimJob did not succeed before the deadline").
+      expect(fake.completed.map((c) => c.outcome)).toEqual([]);
+      expect(answered).toBe(true);
+      // Polls meanwhile listed the claimed attempt, but the claim's own task still held it.
+      expect(fake.calls.filter((c) => c.method === "listNodeJobs").length).toBeGreaterThan(1);
+      expect(fake.calls.filter((c) => c.method === "adoptJob")).toHaveLength(0);
+      expect(fake.completed).toHaveLength(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("an unstarted attempt claimed by this live incarnation is never called a restart", async () => {

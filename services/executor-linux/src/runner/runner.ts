@@ -25,10 +25,10 @@ export interface RunnerDeps
 }
 
 /**
- * How long a claim or adoption call is retried across transport failures (a jobs replica dying
- * or restarting) before the attempt is left to the next poll; well inside the job's deadline.
+ * One try of a claim or adoption call: a try that does not answer in this time (a replica that
+ * hangs rather than dies) is abandoned and retried like any transport failure.
  */
-const CLAIM_RETRY_MS = 30_000;
+const CLAIM_TRY_MS = 10_000;
 
 /** The running job runner of one executor process. */
 export interface Runner {
@@ -132,8 +132,8 @@ export function startRunner(deps: RunnerDeps): Runner {
       job.id,
       async (act) => {
         phase(log, "claim_sent", job.id);
-        const answer = await decided(log, "ClaimJob", () =>
-          deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId }),
+        const answer = await decided(log, "ClaimJob", stopping.signal, () =>
+          deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId }, { timeoutMs: CLAIM_TRY_MS }),
         );
         if ("lost" in answer) {
           log.info({ jobId: job.id, reason: answer.lost }, "claim lost");
@@ -168,14 +168,17 @@ export function startRunner(deps: RunnerDeps): Runner {
         // AdoptJob by this node's current incarnation takes a NEW fence for the attempt, by
         // compare-and-set on the fence and owner marker read here; from then on the superseded
         // incarnation's writes are refused (stale_fence). A lost race is re-read on the next poll.
-        const answer = await decided(log, "AdoptJob", () =>
-          deps.jobs.adoptJob({
-            jobId: job.id,
-            nodeId: deps.identity.nodeId,
-            incarnationId: deps.identity.incarnationId,
-            expectedFence: job.fence,
-            expectedMarker: job.marker,
-          }),
+        const answer = await decided(log, "AdoptJob", stopping.signal, () =>
+          deps.jobs.adoptJob(
+            {
+              jobId: job.id,
+              nodeId: deps.identity.nodeId,
+              incarnationId: deps.identity.incarnationId,
+              expectedFence: job.fence,
+              expectedMarker: job.marker,
+            },
+            { timeoutMs: CLAIM_TRY_MS },
+          ),
         );
         if ("lost" in answer) {
           log.info({ jobId: job.id, reason: answer.lost }, "adoption lost");
@@ -279,18 +282,29 @@ export function startRunner(deps: RunnerDeps): Runner {
 }
 
 /**
- * Calls a claim or adoption RPC, retrying transport failures (a jobs replica dying, restarting
- * or unreachable) for up to {@link CLAIM_RETRY_MS}; both RPCs are idempotent for the calling
- * incarnation. ABORTED and FAILED_PRECONDITION are the service's decision (another claim won, the
- * job moved on) and end the attempt as `lost` with the reason code.
+ * Calls a claim or adoption RPC, retrying transport failures (a jobs replica dying, restarting,
+ * hanging or unreachable; each try bounded by {@link CLAIM_TRY_MS}) with backoff until it
+ * answers or the runner stops; both RPCs are idempotent for the calling incarnation. There is no
+ * overall bound: the claim is what fixes the attempt's deadline, and a claim committed whose
+ * answer was lost must be answered to this task. A task that gave up would leave a claimed,
+ * unstarted attempt of this live incarnation that the next poll could only reject (nothing of
+ * it would have run here, yet its approval would be used up). ABORTED and FAILED_PRECONDITION
+ * are the service's decision (another claim won, the job moved on) and end the attempt as
+ * `lost` with the reason code.
  */
-async function decided<T>(log: RunnerDeps["log"], what: string, fn: () => Promise<T>): Promise<{ res: T } | { lost: string }> {
-  return retrying(log, what, async () => {
-    try {
-      return { res: await fn() };
-    } catch (err) {
-      if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) return { lost: reasonOf(err) ?? Code[err.code] };
-      throw err;
-    }
-  }, Date.now() + CLAIM_RETRY_MS);
+async function decided<T>(log: RunnerDeps["log"], what: string, signal: AbortSignal, fn: () => Promise<T>): Promise<{ res: T } | { lost: string }> {
+  return retrying(
+    log,
+    what,
+    async () => {
+      try {
+        return { res: await fn() };
+      } catch (err) {
+        if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) return { lost: reasonOf(err) ?? Code[err.code] };
+        throw err;
+      }
+    },
+    Number.POSITIVE_INFINITY,
+    signal,
+  );
 }
