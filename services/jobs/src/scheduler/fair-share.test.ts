@@ -166,3 +166,51 @@ describe("reservation cost is flat in the queue's length", () => {
     expect(r?.job.state).toBe("reserved");
   });
 });
+
+describe("held-per-root counts probe the jobs of busy slots, never scan the jobs table", () => {
+  it("with 400 busy slots, one free slot and 600 or 5,000 queued jobs, a pass reads the busy slots' jobs and a few queued ones", async () => {
+    const x = await harness(1);
+    const roots = [newId(), newId(), newId()];
+    const rootArray = sql.raw(`ARRAY['${roots.join("','")}']::uuid[]`);
+    // 100 more nodes × 4 slots, each slot busy with a running job (straight into the tables).
+    await sql`
+      INSERT INTO nodes (id, boot_id, incarnation_id, address, slot_count, repository_roots, registered_at, heartbeat_at)
+      SELECT 'busy-' || n, 'boot', 'inc', 'http://127.0.0.1:1', 4, '["/srv"]', now(), now() FROM generate_series(1, 100) n`.execute(x.db);
+    await sql`
+      INSERT INTO jobs (id, repair_id, approval_id, owner_id, root_id, state, attempt, fence, node_id, slot_index, bundle, revision, created_at)
+      SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), r, r, 'running', 1, 1, 'busy-' || n, k, '\\x00'::bytea, 1, now() - interval '1 hour'
+      FROM generate_series(1, 100) n, generate_series(0, 3) k, LATERAL (SELECT (${rootArray})[1 + (n + k) % 3] AS r) pick`.execute(x.db);
+    await sql`
+      INSERT INTO physical_slots (node_id, slot_index, state, job_id, revision, updated_at)
+      SELECT j.node_id, j.slot_index, 'held', j.id, 1, now() FROM jobs j WHERE j.state = 'running'`.execute(x.db);
+    const queueTo = async (n: number, from: number) => {
+      await sql`
+        INSERT INTO jobs (id, repair_id, approval_id, owner_id, root_id, state, attempt, fence, node_id, bundle, revision, created_at)
+        SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), r, r, 'queued', 1, 0, CASE WHEN i % 2 = 0 THEN 'node-f' ELSE 'busy-' || (1 + i % 100) END, '\\x00'::bytea, 1, now() + i * interval '1 ms'
+        FROM generate_series(${from}::int, ${n}::int) i, LATERAL (SELECT (${rootArray})[1 + i % 3] AS r) pick`.execute(x.db);
+      await sql`ANALYZE`.execute(x.db);
+    };
+    const explain = async () => {
+      const q = candidateQuery(STALE_MS).compile(x.db);
+      const res = await x.db.executeQuery<{ "QUERY PLAN": unknown }>({ ...q, sql: `EXPLAIN (ANALYZE, FORMAT JSON) ${q.sql}` });
+      return jobRowsRead(res.rows[0]!["QUERY PLAN"]);
+    };
+    // node-f's one slot is free; 400 busy slots, one jobs_pkey probe each, plus node-f's three roots.
+    await queueTo(600, 1);
+    const atSmall = await explain();
+    await queueTo(5000, 601);
+    const atLarge = await explain();
+    // As a join, the planner read every job (a sequential scan, ~1,000 rows at 600 queued).
+    expect(atSmall).toBeLessThanOrEqual(400 + 12);
+    expect(atLarge).toBeLessThanOrEqual(400 + 12);
+    // The counts are still the real ones: the pass picks a root holding the fewest busy slots.
+    const held = (
+      await sql<{ root_id: string; n: number }>`
+        SELECT j.root_id, count(*)::int AS n FROM physical_slots s JOIN jobs j ON j.id = s.job_id WHERE s.state <> 'free' GROUP BY j.root_id`.execute(x.db)
+    ).rows;
+    const fewest = Math.min(...held.map((h) => h.n));
+    const r = await reserveOne(x.db, { staleMs: STALE_MS, rootMaxSlots: 0 });
+    expect(r?.job.node_id).toBe("node-f");
+    expect(held.filter((h) => h.n === fewest).map((h) => h.root_id)).toContain(r?.job.root_id);
+  });
+});

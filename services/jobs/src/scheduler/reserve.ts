@@ -45,7 +45,10 @@ interface Candidate {
  * all; per node with a free slot it walks the distinct roots with queued work by a skip scan
  * of `jobs_queued_by_root` (node_id, root_id, created_at, id; partial on queued and not
  * cancelled) and takes each root's oldest job by one index probe: O(roots × log n) rows, never
- * the whole queue. Held counts come from the slots table (O(slots)).
+ * the whole queue. Held counts come from the slots table: per slot that is not free, one
+ * `jobs_pkey` probe for its job's root (a scalar subquery, so the planner cannot turn it into a
+ * scan of jobs: as a join it chose a sequential scan of every job, 1,003 rows at 1,000 queued,
+ * when the table was small next to the 800 slots): O(slots × log n).
  */
 async function candidates(trx: Db, staleMs: number): Promise<Candidate[]> {
   return (await candidateQuery(staleMs).execute(trx)).rows;
@@ -55,10 +58,12 @@ async function candidates(trx: Db, staleMs: number): Promise<Candidate[]> {
 export function candidateQuery(staleMs: number) {
   return sql<Candidate>`
       WITH held AS (
-        SELECT j.root_id, count(*)::int AS held
-        FROM physical_slots s JOIN jobs j ON j.id = s.job_id
-        WHERE s.state <> 'free'
-        GROUP BY j.root_id
+        SELECT o.root_id, count(*)::int AS held
+        FROM (
+          SELECT (SELECT j.root_id FROM jobs j WHERE j.id = s.job_id) AS root_id
+          FROM physical_slots s WHERE s.state <> 'free'
+        ) o
+        GROUP BY o.root_id
       )
       SELECT c.job_id, c.root_id, f.node_id, coalesce(h.held, 0) AS held
       FROM (
@@ -113,10 +118,11 @@ export async function reserveOne(db: Kysely<JobsDatabase>, policy: ReservePolicy
       if (!job) continue;
       if (rootMaxSlots > 0) {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`seraph.root.${c.root_id}`}, 0))`.execute(trx);
+        // Per slot one jobs_pkey probe (as in the candidate query's held counts), never a scan of jobs.
         const held = (
           await sql<{ held: number }>`
-            SELECT count(*)::int AS held FROM physical_slots s JOIN jobs j ON j.id = s.job_id
-            WHERE s.state <> 'free' AND j.root_id = ${c.root_id}`.execute(trx)
+            SELECT count(*)::int AS held FROM physical_slots s
+            WHERE s.state <> 'free' AND (SELECT j.root_id FROM jobs j WHERE j.id = s.job_id) = ${c.root_id}`.execute(trx)
         ).rows[0]?.held ?? 0;
         if (held >= rootMaxSlots) continue;
       }
