@@ -42,6 +42,7 @@ import { requestPatch, type ModelClientDeps } from "../model-route/model-client.
 import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../model-route/prompt.js";
 import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle, type ApprovalInputs } from "../approval/approval-document.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
+import { withTransportRetry } from "../nodes/transport-retry.js";
 import { isInstanceOperator } from "../principals/principal.repository.js";
 import { findOwnedRepository } from "../repositories/repository.repository.js";
 import { placeOf, repositoryRootsFor } from "../repositories/tenancy.js";
@@ -391,7 +392,9 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
   async function enqueue(p: AuthenticatedPrincipal, row: RepairRow, bundle: ReturnType<typeof buildExecutionBundle>, recorded: string, retry: string): Promise<Job> {
     let job: Job | undefined;
     try {
-      job = (await jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs: 15_000 })).job;
+      // EnqueueJob is idempotent per approval id: a call a dying jobs replica cut (CANCELED,
+      // UNAVAILABLE) is repeated against whichever replica answers, within the same 15 s.
+      job = (await withTransportRetry(15_000, (timeoutMs) => jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs }))).job;
     } catch (err) {
       const detail = err instanceof ConnectError ? `${Code[err.code]} ${err.rawMessage}` : (err as Error).message;
       throw new UnavailableError("job_not_queued", `${recorded} is recorded, but its job could not be queued yet (${detail}); retry ${retry} with the same document.`, err);
