@@ -1,6 +1,8 @@
 import { newId } from "@seraph/kit";
 import { sql } from "kysely";
 import { afterEach, describe, expect, it } from "vitest";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { loadJobsConfig } from "../config.js";
 import { startJobsHarness, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
 import { candidateQuery, reserveOne } from "./reserve.js";
 
@@ -212,5 +214,36 @@ describe("held-per-root counts probe the jobs of busy slots, never scan the jobs
     const r = await reserveOne(x.db, { staleMs: STALE_MS, rootMaxSlots: 0 });
     expect(r?.job.node_id).toBe("node-f");
     expect(held.filter((h) => h.n === fewest).map((h) => h.root_id)).toContain(r?.job.root_id);
+  });
+});
+
+describe("the per-root cap as the instance operator sets it", () => {
+  const env = { DATABASE_URL: "postgres://x", NATS_URL: "nats://x", NATS_USER: "jobs", NATS_PASSWORD: "p", SERAPH_INTERNAL_TOKEN: "t" };
+
+  it("SERAPH_JOBS_ROOT_MAX_SLOTS is read as a count (default 0, no cap) and a bad value names the variable", () => {
+    expect(loadJobsConfig(env).SERAPH_JOBS_ROOT_MAX_SLOTS).toBe(0);
+    expect(loadJobsConfig({ ...env, SERAPH_JOBS_ROOT_MAX_SLOTS: "1" }).SERAPH_JOBS_ROOT_MAX_SLOTS).toBe(1);
+    expect(() => loadJobsConfig({ ...env, SERAPH_JOBS_ROOT_MAX_SLOTS: "-1" })).toThrow(/SERAPH_JOBS_ROOT_MAX_SLOTS/);
+    expect(() => loadJobsConfig({ ...env, SERAPH_JOBS_ROOT_MAX_SLOTS: "two" })).toThrow(/SERAPH_JOBS_ROOT_MAX_SLOTS/);
+  });
+
+  it("the service's own scheduler loop keeps a capped root to its slots and gives the free ones to another root", async () => {
+    const config = loadJobsConfig({ ...env, SERAPH_JOBS_ROOT_MAX_SLOTS: "1" });
+    h = await startJobsHarness({ pollMs: 100, rootMaxSlots: config.SERAPH_JOBS_ROOT_MAX_SLOTS });
+    await h.client.registerNode({ nodeId: "node-cap", bootId: "boot", incarnationId: "inc-cap", slotCount: 3, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });
+    const [a, b] = [newId(), newId()];
+    const burst: string[] = [];
+    for (let i = 0; i < 3; i++) burst.push((await h.client.enqueueJob({ ownerId: a, rootId: a, bundle: testBundle("node-cap") })).job!.id);
+    const single = (await h.client.enqueueJob({ ownerId: b, rootId: b, bundle: testBundle("node-cap") })).job!.id;
+    const stateOf = async (id: string) => (await h!.client.getJob({ jobId: id })).job?.state;
+    // Without the cap A's three jobs take all three slots at once and B's never gets one.
+    const end = Date.now() + 20_000;
+    while ((await stateOf(single)) !== JobState.RESERVED) {
+      if (Date.now() > end) throw new Error("root B's job was never reserved");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const states = await Promise.all(burst.map(stateOf));
+    expect(states.filter((st) => st === JobState.RESERVED)).toHaveLength(1);
+    expect(states.filter((st) => st === JobState.QUEUED)).toHaveLength(2);
   });
 });

@@ -37,7 +37,7 @@ export interface JobsHarness {
  * With `pglite`, the database is an embedded PGlite in a temporary directory instead: embedded
  * mode's driver, which returns int8 columns as numbers where pg returns strings.
  */
-export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; pglite?: boolean } = {}): Promise<JobsHarness> {
+export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; rootMaxSlots?: number; pglite?: boolean } = {}): Promise<JobsHarness> {
   const pgliteDir = opts.pglite ? await mkdtemp(join(tmpdir(), "seraph-jobs-pglite-")) : undefined;
   const database = pgliteDir ? { drop: () => rm(pgliteDir, { recursive: true, force: true }) } : await createTestDatabase();
   const db = await openDatabase<JobsDatabase>(pgliteDir ? { pgliteDir } : { url: (database as { url: string }).url });
@@ -60,7 +60,7 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
       return { document: toBinary(ApprovalDocumentSchema, doc), documentSha256: doc.documentSha256 };
     },
   };
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs });
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs, rootMaxSlots: opts.rootMaxSlots });
   const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, token));
   return Object.assign(h, {
     jobs,
