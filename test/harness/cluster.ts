@@ -41,7 +41,13 @@ export interface TestCluster {
   readonly balancer: TcpBalancer | undefined;
   /** Starts jobs replica `i` again on its ports (after a kill or stop) and waits for SERVING. */
   restartJobs(i: number): Promise<ServiceProcess>;
+  /** The executor process (after {@link restartExecutor}, the new one). */
   readonly executor: ServiceProcess;
+  /**
+   * SIGKILLs the executor (the supervisors it started live on) and starts it again with the same
+   * node id, data directory and ports (a new incarnation); waits for SERVING.
+   */
+  restartExecutor(): Promise<ServiceProcess>;
   readonly gateway: ServiceProcess;
   readonly operatorToken: string;
   readonly internalToken: string;
@@ -151,23 +157,26 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
       ah!,
     );
     started.push(api);
-    const executor = spawnService(
-      "executor",
-      "executor-linux",
-      {
-        ...common,
-        ...nats.env("executor", nodeId),
-        SERAPH_EXECUTOR_GRPC_PORT: `${eg}`,
-        SERAPH_EXECUTOR_HTTP_PORT: `${eh}`,
-        SERAPH_JOBS_URL: jobsUrl,
-        SERAPH_NODE_ID: nodeId,
-        SERAPH_REPOSITORY_ROOTS: (o.repositoryRoots ?? []).join(":"),
-        SERAPH_EXECUTOR_DATA_DIR: join(dir, "executor"),
-      },
-      dir,
-      eg!,
-      eh!,
-    );
+    let restarts = 0;
+    const spawnExecutor = () =>
+      spawnService(
+        restarts === 0 ? "executor" : `executor-${restarts}`,
+        "executor-linux",
+        {
+          ...common,
+          ...nats.env("executor", nodeId),
+          SERAPH_EXECUTOR_GRPC_PORT: `${eg}`,
+          SERAPH_EXECUTOR_HTTP_PORT: `${eh}`,
+          SERAPH_JOBS_URL: jobsUrl,
+          SERAPH_NODE_ID: nodeId,
+          SERAPH_REPOSITORY_ROOTS: (o.repositoryRoots ?? []).join(":"),
+          SERAPH_EXECUTOR_DATA_DIR: join(dir, "executor"),
+        },
+        dir,
+        eg!,
+        eh!,
+      );
+    let executor = spawnExecutor();
     started.push(executor);
     const gateway = spawnService(
       "gateway",
@@ -186,7 +195,36 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
       await waitServing(replicas[i]!);
       return replicas[i]!;
     };
-    return { dir, nats, api, jobs, jobsReplicas: replicas, balancer, restartJobs, executor, gateway, operatorToken, internalToken, stop };
+    const restartExecutor = async () => {
+      const old = executor;
+      if (old.child.exitCode === null && old.child.signalCode === null) {
+        const exited = new Promise<void>((r) => old.child.once("exit", () => r()));
+        old.child.kill("SIGKILL");
+        await exited;
+      }
+      restarts += 1;
+      executor = spawnExecutor();
+      started[started.indexOf(old)] = executor;
+      await waitServing(executor);
+      return executor;
+    };
+    return {
+      dir,
+      nats,
+      api,
+      jobs,
+      jobsReplicas: replicas,
+      balancer,
+      restartJobs,
+      get executor() {
+        return executor;
+      },
+      restartExecutor,
+      gateway,
+      operatorToken,
+      internalToken,
+      stop,
+    };
   } catch (err) {
     await stop();
     throw err;
