@@ -20,7 +20,12 @@ import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { fmt, freePort, importBuilt, loadAverages, machine, median, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
 
 const JOBS = Number(process.argv[2] ?? 24);
+// `fairness` (as a configuration): 1 replica × 1 node × 1 slot, root A enqueues a burst of
+// BURST jobs, then root B one job; reports B's start delay against A's last job's (what first
+// come, first served would give B).
+const BURST = 30;
 const CONFIGS = (process.argv[3] ?? "1x1x1,1x3x1,3x3x1,1x1x2,1x1x4").split(",").map((c) => {
+  if (c === "fairness") return { replicas: 1, nodes: 1, slots: 1, fairness: true };
   const [replicas, nodes, slots] = c.split("x").map(Number);
   return { replicas, nodes, slots };
 });
@@ -37,7 +42,8 @@ const runtime = await fixtures.pinnedNodeForTests({ CI: "true" });
 // The supervisor code the executors run: bundles must approve exactly it, or no job gets GO.
 const supervisorSourceSha256 = supervisorSourceOf(defaultSupervisorEntry());
 
-async function round({ replicas, nodes: nodeCount, slots }) {
+async function round({ replicas, nodes: nodeCount, slots, fairness = false }) {
+  const jobCount = fairness ? BURST + 1 : JOBS;
   const dir = await mkdtemp(join(tmpdir(), "sxj-tp-"));
   const repoRoot = join(dir, "repos");
   await mkdir(repoRoot);
@@ -87,7 +93,7 @@ async function round({ replicas, nodes: nodeCount, slots }) {
     // One fixed (passing) repository per job; inspected up front like an approval would be.
     const bundles = [];
     const warm = nodeCount * slots;
-    for (let i = 0; i < JOBS + warm; i++) {
+    for (let i = 0; i < jobCount + warm; i++) {
       const repo = await fixtures.createJsTestProject({ parent: repoRoot, failing: false, git: false, name: `tp-${i}` });
       const inspection = await inspectRepository({ repositoryPath: repo.dir, selection: Selection.TEST, nodePath: runtime });
       bundles.push(create(ExecutionBundleSchema, {
@@ -106,10 +112,13 @@ async function round({ replicas, nodes: nodeCount, slots }) {
         supervisorSourceSha256,
       }));
     }
-    const runAll = async (list) => {
+    const runAll = async (list, rootOf = () => newId()) => {
       const t0 = Date.now();
       const ids = [];
-      for (const bundle of list) ids.push((await client.enqueueJob({ ownerId: newId(), rootId: newId(), bundle })).job.id);
+      for (const [i, bundle] of list.entries()) {
+        const root = rootOf(i);
+        ids.push((await client.enqueueJob({ ownerId: root, rootId: root, bundle })).job.id);
+      }
       const pending = new Set(ids);
       const states = new Map();
       while (pending.size > 0) {
@@ -127,9 +136,29 @@ async function round({ replicas, nodes: nodeCount, slots }) {
       const ms = Math.max(...[...states.values()].map((j) => Number(j.updatedUnixMs))) - t0;
       const failed = [...states.values()].filter((j) => j.state !== 6);
       if (failed.length > 0) throw new Error(`${failed.length} jobs did not succeed: ${failed[0].outcome} ${failed[0].outcomeMessage}`);
-      return { ms, jobs: [...states.values()] };
+      return { ms, jobs: ids.map((id) => states.get(id)) };
     };
     await runAll(bundles.slice(0, warm)); // warm-up: one job per slot
+    if (fairness) {
+      const [a, b] = [newId(), newId()];
+      const { jobs: done } = await runAll(bundles.slice(warm), (i) => (i < BURST ? a : b));
+      const startDelay = (j) => Number(j.runningStepStartedUnixMs - j.createdUnixMs);
+      const starts = done.map((j) => Number(j.runningStepStartedUnixMs)).sort((x, y) => x - y);
+      const cycles = starts.slice(1).map((t, i) => t - starts[i]);
+      const single = done[BURST];
+      const burst = done.slice(0, BURST);
+      return {
+        fairness: true,
+        singleDelayMs: startDelay(single),
+        burstLastDelayMs: startDelay(done[BURST - 1]),
+        cycleMs: median(cycles),
+        // A's jobs whose command ran from start to end (median), the job duration B may wait for.
+        runMs: median(burst.map((j) => Number(j.updatedUnixMs - j.runningStepStartedUnixMs))),
+        startedBefore: burst.filter((j) => j.runningStepStartedUnixMs < single.runningStepStartedUnixMs).length,
+        // A's jobs that started after B was queued and before B: 0 means B went next.
+        overtook: burst.filter((j) => j.runningStepStartedUnixMs > single.createdUnixMs && j.runningStepStartedUnixMs < single.runningStepStartedUnixMs).length,
+      };
+    }
     const { ms, jobs: done } = await runAll(bundles.slice(warm));
     const perJob = done.map((j) => Number(j.updatedUnixMs - j.createdUnixMs));
     return { replicas, nodeCount, slots, ms, perSecond: (JOBS * 1000) / ms, medianQueueToDoneMs: median(perJob) };
@@ -167,12 +196,20 @@ async function bareRate() {
 }
 
 const results = [];
+const fairnessRuns = [];
 const bareBefore = await bareRate();
-for (const c of CONFIGS) results.push(await round(c));
+for (const c of CONFIGS) (c.fairness ? fairnessRuns : results).push(await round(c));
 const bareAfter = await bareRate();
 const base = results[0];
 const name = (r) => `${r.replicas} jobs replica(s) × ${r.nodeCount} node(s) × ${r.slots} slot(s)`;
 const load = loadAverages();
+for (const f of fairnessRuns) {
+  console.log(`# Fairness on 1 slot, real executor (root A: ${BURST} tiny jobs enqueued at once, then root B: 1; ${machine()}; load at the end ${load})`);
+  console.log(
+    `B's job started ${fmt(f.singleDelayMs / 1000, 2)} s after it was queued (${f.startedBefore} of A's jobs had started before it, ${f.overtook} of them after B was queued); one slot cycle (median gap between job starts) ${fmt(f.cycleMs / 1000, 2)} s, one job (median start → done) ${fmt(f.runMs / 1000, 2)} s: B waited ${fmt(f.singleDelayMs / f.cycleMs, 2)} cycles; baseline (A's last job, where first come, first served puts B): ${fmt(f.burstLastDelayMs / 1000, 2)} s, ${fmt(f.burstLastDelayMs / f.cycleMs, 1)} cycles`,
+  );
+}
+if (!base) process.exit(0);
 console.log(`# Durable execution throughput (${JOBS} tiny node --test jobs; baseline ${name(base)}; ${machine()}; load at the end ${load})`);
 console.log(`bare: the job's command back to back, one at a time: ${fmt(bareBefore, 2)} runs/s before the rounds, ${fmt(bareAfter, 2)} after`);
 console.log("| configuration | jobs/s | per slot | × baseline | × bare (one at a time) | median queued → done |\n| --- | ---: | ---: | ---: | ---: | ---: |");

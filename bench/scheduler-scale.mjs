@@ -1,6 +1,9 @@
 // Scheduler scale: the reservation pass and EnqueueJob as the queue grows, and fairness
 // across operator roots. One jobs service in this process on real PostgreSQL, 200 simulated
-// executor nodes × 4 slots (registered through RegisterNode, never running anything).
+// executor nodes × 4 slots (registered through RegisterNode, never running anything), every
+// slot busy with a running job of one of 5 operator roots, queued jobs spread over the nodes
+// round robin and over the roots in turns of 200 (from 1,000 queued on, each node has queued
+// jobs of every root). Also prints EXPLAIN ANALYZE of the pass's candidate query at each level.
 //
 //   node bench/scheduler-scale.mjs [runs=40]
 //
@@ -20,7 +23,7 @@ const NODES = 200;
 const SLOTS = 4;
 const STALE_MS = 30_000;
 const { startJobs } = await importBuilt("services/jobs/dist/index.js");
-const { reserveOne } = await importBuilt("services/jobs/dist/scheduler/reserve.js");
+const { candidateQuery, reserveOne } = await importBuilt("services/jobs/dist/scheduler/reserve.js");
 const { createLocalSignals, createRootLogger, createServiceTransport, newId, openDatabase } = await import("@seraph/kit");
 const { createTestDatabase } = await import("@seraph/kit/testing");
 
@@ -54,7 +57,20 @@ try {
   for (let n = 0; n < NODES; n++) {
     await client.registerNode({ nodeId: `sim-${n}`, bootId: "b", incarnationId: `i-${n}`, slotCount: SLOTS, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });
   }
-  const holdAll = () => db.updateTable("physical_slots").set({ state: "held" }).execute();
+  // Every slot busy with a running job (of the same 5 roots), as on a loaded cluster: the
+  // pass's held-per-root counts then read real rows.
+  await sql`
+    INSERT INTO jobs (id, repair_id, approval_id, owner_id, root_id, state, attempt, fence, node_id, slot_index, bundle, revision, created_at)
+    SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), r, r, 'running', 1, 1, 'sim-' || n, k, '\\x00'::bytea, 1, now() - interval '1 hour'
+    FROM generate_series(0, ${NODES - 1}::int) n, generate_series(0, ${SLOTS - 1}::int) k,
+    LATERAL (SELECT (${sql.raw(`ARRAY[${roots.map((r) => `'${r}'`).join(",")}]`)}::uuid[])[1 + (n * ${SLOTS} + k) % ${roots.length}] AS r) pick`.execute(db);
+  const holdAll = () =>
+    sql`
+      UPDATE physical_slots s SET state = 'held', job_id = j.id
+      FROM jobs j WHERE j.state = 'running' AND j.node_id = s.node_id AND j.slot_index = s.slot_index`.execute(db);
+  // The simulated nodes never heartbeat on their own: without this they go stale after 30 s and
+  // a pass skips them, so a "pass with a free slot" would find nothing to reserve.
+  const heartbeatAll = () => db.updateTable("nodes").set({ heartbeat_at: sql`now()` }).execute();
   const queueTo = async (n) => {
     const have = Number((await sql`SELECT count(*)::int AS c FROM jobs WHERE state = 'queued'`.execute(db)).rows[0].c);
     if (n > have) {
@@ -62,7 +78,7 @@ try {
         INSERT INTO jobs (id, repair_id, approval_id, owner_id, root_id, state, attempt, fence, node_id, bundle, revision, created_at)
         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), r, r, 'queued', 1, 0, 'sim-' || (i % ${NODES}), '\\x00'::bytea, 1, now() + i * interval '1 ms'
         FROM generate_series(${have + 1}::int, ${n}::int) i,
-        LATERAL (SELECT (${sql.raw(`ARRAY[${roots.map((r) => `'${r}'`).join(",")}]`)}::uuid[])[1 + i % ${roots.length}] AS r) pick`.execute(db);
+        LATERAL (SELECT (${sql.raw(`ARRAY[${roots.map((r) => `'${r}'`).join(",")}]`)}::uuid[])[1 + (i / ${NODES}) % ${roots.length}] AS r) pick`.execute(db);
     }
     await sql`ANALYZE jobs`.execute(db);
   };
@@ -91,35 +107,78 @@ try {
       settingsRevision: 1n,
     });
 
+  /** EXPLAIN ANALYZE of the pass's candidate query: rows it read from `jobs`, its execution time, the indexes it used. */
+  const explain = async () => {
+    const q = candidateQuery(STALE_MS).compile(db);
+    const res = await db.executeQuery({ ...q, sql: `EXPLAIN (ANALYZE, FORMAT JSON) ${q.sql}` });
+    const top = res.rows[0]["QUERY PLAN"][0];
+    let jobRows = 0;
+    const indexes = new Set();
+    const walk = (node) => {
+      if (node["Relation Name"] === "jobs") jobRows += Number(node["Actual Rows"] ?? 0) * Number(node["Actual Loops"] ?? 1);
+      if (node["Index Name"] && Number(node["Actual Loops"] ?? 0) > 0) indexes.add(node["Index Name"]);
+      for (const child of node.Plans ?? []) walk(child);
+    };
+    walk(top.Plan);
+    const text = (await db.executeQuery({ ...q, sql: `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${q.sql}` })).rows.map((r) => r["QUERY PLAN"]).join("\n");
+    return { jobRows, ms: Number(top["Execution Time"]), indexes: [...indexes].sort(), text };
+  };
+  const plans = [];
+
   const rows = [];
-  for (const queued of [0, 1000, 10000]) {
+  for (const queued of [0, 10, 1000, 10000]) {
     progress(`queue at ${queued}`);
     await holdAll();
     await queueTo(queued);
+    await heartbeatAll();
     const empty = await timeIt(() => reserveOne(db, { staleMs: STALE_MS, rootMaxSlots: 0 }));
     const emptyLegacy = await timeIt(() => db.transaction().execute((trx) => legacyPick(trx)));
-    // EnqueueJob through the RPC (what the API's Approve calls); each also wakes the loop.
-    const enqueue = await timeIt(() => client.enqueueJob({ ownerId: roots[0], rootId: roots[0], bundle: bundle() }));
-    // One free slot on a node with queued work: a pass that finds something (rolled back).
-    await db.updateTable("physical_slots").set({ state: "free" }).where("node_id", "=", "sim-7").where("slot_index", "=", 0).execute();
-    const oneFree = await timeIt(() =>
-      db
-        .transaction()
-        .execute(async (trx) => {
-          await reserveOne(trx, { staleMs: STALE_MS, rootMaxSlots: 0 });
-          throw new Error("rollback");
-        })
-        .catch(() => undefined),
-    );
-    const oneFreeLegacy = await timeIt(() =>
-      db
-        .transaction()
-        .execute(async (trx) => {
-          await legacyPick(trx);
-          throw new Error("rollback");
-        })
-        .catch(() => undefined),
-    );
+    const emptyPlan = await explain();
+    // One free slot on a node with queued work (from 10 queued on, sim-7 has some): a pass that
+    // reserves a job, undone (untimed) after each run so every run finds the same. The service's
+    // own loop is idle here (nothing woke it since the last level's enqueues found every slot held).
+    const freeOne = () => db.updateTable("physical_slots").set({ state: "free", job_id: null }).where("node_id", "=", "sim-7").where("slot_index", "=", 0).execute();
+    await freeOne();
+    let reserved = 0;
+    const oneFreeTimes = [];
+    for (let i = 0; i < RUNS; i++) {
+      const t0 = performance.now();
+      const r = await reserveOne(db, { staleMs: STALE_MS, rootMaxSlots: 0 });
+      oneFreeTimes.push(performance.now() - t0);
+      if (!r) continue;
+      reserved += 1;
+      await db.updateTable("jobs").set({ state: "queued", slot_index: null }).where("id", "=", r.job.id).execute();
+      await freeOne();
+      await db.deleteFrom("root_shares").execute();
+    }
+    const oneFree = median(oneFreeTimes);
+    if (queued > 0 && reserved !== RUNS) throw new Error(`the pass with one free slot reserved ${reserved} of ${RUNS} times at ${queued} queued`);
+    const oneFreePlan = await explain();
+    plans.push({ queued, empty: emptyPlan, oneFree: oneFreePlan });
+    // The baseline's pass with the same writes (job and slot to reserved, one transaction).
+    const legacyTimes = [];
+    for (let i = 0; i < RUNS; i++) {
+      const t0 = performance.now();
+      const picked = await db.transaction().execute(async (trx) => {
+        const p = (await legacyPick(trx)).rows[0];
+        if (!p) return undefined;
+        await trx.updateTable("physical_slots").set({ state: "reserved", job_id: p.job_id }).where("node_id", "=", p.node_id).where("slot_index", "=", p.slot_index).execute();
+        await trx.updateTable("jobs").set({ state: "reserved", slot_index: p.slot_index }).where("id", "=", p.job_id).execute();
+        return p.job_id;
+      });
+      legacyTimes.push(performance.now() - t0);
+      if (!picked) continue;
+      await db.updateTable("jobs").set({ state: "queued", slot_index: null }).where("id", "=", picked).execute();
+      await freeOne();
+    }
+    const oneFreeLegacy = median(legacyTimes);
+    // EnqueueJob through the RPC (what the API's Approve calls), every slot held again: each also
+    // wakes the service's loop, whose passes then find nothing to reserve.
+    await holdAll();
+    const enqueued = [];
+    const enqueue = await timeIt(async () => enqueued.push((await client.enqueueJob({ ownerId: roots[0], rootId: roots[0], bundle: bundle() })).job.id));
+    // Back to exactly `queued` jobs for the next level.
+    await db.deleteFrom("jobs").where("id", "in", enqueued).execute();
     rows.push({ queued, empty, emptyLegacy, enqueue, oneFree, oneFreeLegacy });
   }
 
@@ -176,6 +235,20 @@ try {
     console.log(
       `| ${r.queued} | ${fmt(r.empty, 2)} ms | ${fmt(r.emptyLegacy, 2)} ms | ${fmt(r.empty / r.emptyLegacy, 2)}× | ${fmt(r.oneFree, 2)} ms | ${fmt(r.oneFreeLegacy, 2)} ms | ${fmt(r.oneFree / r.oneFreeLegacy, 2)}× | ${fmt(r.enqueue, 2)} ms |`,
     );
+  }
+  console.log("");
+  console.log("EXPLAIN ANALYZE of the candidate query (rows read from jobs; execution time; indexes used):");
+  console.log("| queued | no free slot: job rows | time | 1 free slot: job rows | time | indexes (1 free slot) |");
+  console.log("| ---: | ---: | ---: | ---: | ---: | --- |");
+  for (const p of plans) {
+    console.log(`| ${p.queued} | ${p.empty.jobRows} | ${fmt(p.empty.ms, 3)} ms | ${p.oneFree.jobRows} | ${fmt(p.oneFree.ms, 3)} ms | ${p.oneFree.indexes.join(", ")} |`);
+  }
+  for (const p of plans.filter((x) => x.queued === 10 || x.queued === 10000)) {
+    console.log("");
+    console.log(`plan at ${p.queued} queued, one free slot (EXPLAIN ANALYZE, COSTS OFF, TIMING OFF):`);
+    console.log("```");
+    console.log(p.oneFree.text);
+    console.log("```");
   }
   console.log(
     `fairness (1 slot, root A's 30-job burst enqueued first, then root B's one job, ${D} ms per job): fair share starts B after ${fairness.fair} job(s) (${fmt((fairness.fair * D) / 1000, 0)} s); baseline after ${fairness.legacy} (${fmt((fairness.legacy * D) / 1000, 0)} s)`,
