@@ -45,14 +45,14 @@ export interface PythonStepInput {
  * - unittest without a virtual environment: `python -E -s -S -B -m unittest -v F…`;
  * - otherwise the fixed BOOTSTRAP: `python -E -s -S -B -c <BOOTSTRAP> <module> . [site [pth…]] --`
  *   then, for unittest, `-v F…`, and for pytest
- *   `-c <config or /dev/null> --rootdir=<dir> --confcutdir=. -o cache_dir=<job tmp/> -o addopts=
+ *   `-c <config or /dev/null> --rootdir=<dir> --confcutdir=<dir> -o cache_dir=<job tmp/> -o addopts=
  *   --junitxml=../results/pytest-junit.xml -o junit_family=xunit2 <addopts…> F…`.
  * The report flags (`-v`; `--junitxml`) are what per-test results are parsed from
  * (@seraph/profiles/results); they are shown in the approval like every other argument.
  * pytest is always told its configuration file (so it never searches above the staged root),
- * conftest.py files are only collected inside the staged root, the cache lives in the job's tmp/
- * (no .pytest_cache in the staged tree) and the file's addopts is replaced by the admitted,
- * displayed ones.
+ * conftest.py files are only collected from the rootdir down (pytest's default by hand), the
+ * cache lives in the job's tmp/ (no .pytest_cache in the staged tree) and the file's addopts is
+ * replaced by the admitted, displayed ones.
  */
 export function pythonDisplayArgv(s: PythonStepInput): string[] {
   if (s.form === "unittest" && s.sitePackages === "") return ["python", ...INTERPRETER_FLAGS, "-m", "unittest", ...UNITTEST_REPORT_FLAGS, ...s.testPaths];
@@ -63,7 +63,8 @@ export function pythonDisplayArgv(s: PythonStepInput): string[] {
     "-c",
     s.pytestConfig === "" ? "/dev/null" : s.pytestConfig,
     `--rootdir=${s.rootdir}`,
-    "--confcutdir=.",
+    // pytest's own default when run by hand: the configuration file's directory, else the rootdir.
+    `--confcutdir=${s.rootdir}`,
     "-o",
     `cache_dir=${pytestCacheDir(s.rootdir)}`,
     "-o",

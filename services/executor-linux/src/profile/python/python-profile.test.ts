@@ -157,6 +157,20 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     }
   });
 
+  it("cuts conftest.py collection where pytest by hand does: at the configuration file's directory", async () => {
+    // By hand pytest's confcutdir is the ini file's directory (else the rootdir): with tests/pytest.ini
+    // a conftest.py at the root is not loaded, so its fixture is missing and the test errors. The
+    // staged run once passed --confcutdir=. and loaded it: a pass where a run by hand fails.
+    const repo = await project({
+      venv: true,
+      extraFiles: { "conftest.py": "import pytest\n@pytest.fixture\ndef five():\n    return 5\n", "tests/pytest.ini": "[pytest]\n", "tests/test_five.py": "def test_five(five):\n    assert five == 5\n" },
+    });
+    const r = await supervised({ repositoryPath: repo.dir, selection: "python -m pytest tests/test_five.py" });
+    expect(r.steps[0]?.displayArgv).toEqual(expect.arrayContaining(["-c", "tests/pytest.ini", "--rootdir=tests", "--confcutdir=tests"]));
+    expect(r.outcome).toBe("failed");
+    expect(r.steps[0]?.stdoutTail).toContain("fixture 'five' not found");
+  });
+
   it("never uses the system's pytest: without a virtual environment pytest is blocked", async () => {
     const repo = await project();
     expect(codes(await inspect(repo.dir, "pytest tests/test_ops.py"))).toEqual(["python_framework_missing"]);
