@@ -2,8 +2,15 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { isAbsolute, join } from "node:path";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { createTestDatabase } from "@seraph/kit/testing";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
 import { stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { byBaseName, containerEnv, imageConfig, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";
@@ -212,6 +219,8 @@ describe("the dev overlay's containers, started from the layout", () => {
   let hostMain: ChildProcess | undefined;
   let volumes: Record<string, string> = {};
   let hostEnv: Record<string, string> = {};
+  let apiUrl = "";
+  let hostNamespace = "";
 
   it("jobs, api, the executor pod (the supervisor host by its container command with exactly its capabilities, the agent as uid 10001) and the UI gateway each start to SERVING with the rendered environment", async () => {
     if (process.getuid?.() !== 0) throw new Error("this test needs root (the supervisor host's wrapper and uid 10001)");
@@ -224,7 +233,7 @@ describe("the dev overlay's containers, started from the layout", () => {
 
     const apiW = devWorkload("seraph-api");
     const apiC = containerOf(apiW, "api");
-    await startContainer(apiW, apiC, podEnv(apiW, apiC, {}, { DATABASE_URL: database.url, NATS_URL: natsUrl, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}` }), ag!);
+    apiUrl = (await startContainer(apiW, apiC, podEnv(apiW, apiC, {}, { DATABASE_URL: database.url, NATS_URL: natsUrl, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}` }), ag!)).grpcUrl;
     // No token file is configured: the first API start prints the operator's token, once (deploy/README.md).
     await expect.poll(() => readFileSync(join(out, "api.log"), "utf8"), { timeout: 10_000 }).toMatch(/Operator token \(shown once\): \S+/);
 
@@ -274,6 +283,7 @@ describe("the dev overlay's containers, started from the layout", () => {
     expect(status(tini)).toMatch(/^NoNewPrivs:\s+1$/m);
     expect(readlinkSync(`/proc/${tini}/ns/pid`)).not.toBe(readlinkSync("/proc/self/ns/pid"));
     const hostPid = descendants(tini)[0]!;
+    hostNamespace = readlinkSync(`/proc/${tini}/ns/pid`);
     expect(status(hostPid)).toMatch(/^Uid:\s+10001\s+10001\s+10001\s+10001$/m);
     expect(status(hostPid)).toMatch(/^NSpid:\s+\d+\s+2$/m);
     expect(statSync(`${socket}.token`).uid).toBe(10001);
@@ -309,6 +319,47 @@ describe("the dev overlay's containers, started from the layout", () => {
     const src = /<script[^>]+src="([^"]+\.js)"/.exec(html)?.[1];
     expect(src).toBeDefined();
     expect((await fetch(`http://127.0.0.1:${gh}${src}`)).status).toBe(200);
+  }, 180_000);
+
+  it("a repair's job runs in that executor pod to SUCCEEDED: approved for the image's pinned runtime, its supervisor in the (uid 10001) host's PID namespace", async () => {
+    expect(apiUrl, "the previous test started the services").not.toBe("");
+    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    };
+    const sessions = new Http2SessionManager(apiUrl);
+    try {
+      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
+      const repairs = createClient(RepairService, transport);
+      // As deploy/README.md has the operator do it: the runtime the image sets for the supervisors.
+      const runtime = inLayout(image.env["SERAPH_SUPERVISOR_RUNTIME"]!);
+      await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: runtime, enabled: true } });
+      // A repository on the node, readable by uid 10001 (deploy/README.md, prerequisites).
+      const repo = await createJsTestProject({ parent: volumes["repositories"]!, failing: true });
+      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
+      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
+      expect(repository?.nodeId).toBe("layout-node");
+      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout" });
+      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "tests pass", selection: "npm test" });
+      expect(RepairState[repair!.state]).toBe("INSPECTED");
+      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+      expect(document!.runtimePath).toBe(runtime);
+      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+      let last: Repair | undefined;
+      for await (const m of repairs.watchRepair({ repairId: repair!.id }, { timeoutMs: 120_000 })) {
+        last = m.repair;
+        if (last?.state === RepairState.FINISHED) break;
+      }
+      const job = last!.job!;
+      expect([RepairState[last!.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
+      expect(job.marker?.pidNamespace).toBe(hostNamespace);
+      expect(job.marker?.observerPidNamespace).toBe(readlinkSync("/proc/self/ns/pid"));
+      expect(job.receipt?.echildObserved).toBe(true);
+    } finally {
+      sessions.abort();
+    }
   }, 180_000);
 
   it("SIGTERM to the supervisor-host container's main process (what the kubelet sends on a pod deletion) drains the host: the socket closes and the container's process exits 0", async () => {
