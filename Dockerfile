@@ -30,9 +30,11 @@ RUN npm run build && node scripts/build-image-layout.mjs /layout
 
 FROM ${NODE_IMAGE} AS runtime
 # tini: PID 1 of the supervisor host's PID namespace (reaps every orphan, forwards signals).
-# util-linux (unshare, setpriv) is part of the base image.
+# python3: Debian's CPython 3.11 at /usr/bin/python3, the runtime of the default profile
+# (repo-python3-v1); Node jobs run on the pinned runtime. util-linux (unshare, setpriv) is part
+# of the base image.
 RUN apt-get update \
-  && apt-get install -y --no-install-recommends tini \
+  && apt-get install -y --no-install-recommends tini python3 \
   && rm -rf /var/lib/apt/lists/* \
   && groupadd --system --gid 10001 seraph \
   && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin seraph

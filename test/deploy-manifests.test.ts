@@ -533,8 +533,9 @@ describe("Dockerfile", () => {
     expect(ops).toEqual(["FROM", "RUN", "COPY", "WORKDIR", "ENV", "USER", "CMD"]);
     const [from, run, copy, workdir, env, user, cmd] = runtime!.instructions;
     expect(from!.args).toBe("${NODE_IMAGE} AS runtime");
-    // Counterpart: the layout test uses this machine's Debian tini (it checks the package).
-    expect(run!.args).toContain("apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*");
+    // Counterpart: the layout test uses this machine's Debian tini and python3 (bookworm, as the
+    // base image; it checks the packages) and runs a Python job on /usr/bin/python3.
+    expect(run!.args).toContain("apt-get install -y --no-install-recommends tini python3 && rm -rf /var/lib/apt/lists/*");
     expect(run!.args).toContain("groupadd --system --gid 10001 seraph");
     expect(run!.args).toContain("useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin seraph");
     // Counterpart: the layout script's output is the whole filesystem the image adds.

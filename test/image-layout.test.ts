@@ -10,7 +10,7 @@ import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/ap
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
 import { stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { byBaseName, containerEnv, imageConfig, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";
@@ -220,6 +220,7 @@ describe("the dev overlay's containers, started from the layout", () => {
   let volumes: Record<string, string> = {};
   let hostEnv: Record<string, string> = {};
   let apiUrl = "";
+  let settingsRevision = 0n;
   let hostNamespace = "";
 
   it("jobs, api, the executor pod (the supervisor host by its container command with exactly its capabilities, the agent as uid 10001) and the UI gateway each start to SERVING with the rendered environment", async () => {
@@ -334,7 +335,7 @@ describe("the dev overlay's containers, started from the layout", () => {
       const repairs = createClient(RepairService, transport);
       // As deploy/README.md has the operator do it: the runtime the image sets for the supervisors.
       const runtime = inLayout(image.env["SERAPH_SUPERVISOR_RUNTIME"]!);
-      await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: runtime, enabled: true } });
+      settingsRevision = (await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: runtime, enabled: true } })).settings!.revision;
       // A repository on the node, readable by uid 10001 (deploy/README.md, prerequisites).
       const repo = await createJsTestProject({ parent: volumes["repositories"]!, failing: true });
       execFileSync("chmod", ["-R", "a+rX", repo.dir]);
@@ -357,6 +358,46 @@ describe("the dev overlay's containers, started from the layout", () => {
       expect(job.marker?.pidNamespace).toBe(hostNamespace);
       expect(job.marker?.observerPidNamespace).toBe(readlinkSync("/proc/self/ns/pid"));
       expect(job.receipt?.echildObserved).toBe(true);
+    } finally {
+      sessions.abort();
+    }
+  }, 180_000);
+
+  it("a Python repair's job (the default profile, on the image's Debian /usr/bin/python3) runs in that executor pod to SUCCEEDED", async () => {
+    expect(settingsRevision, "the previous test set the settings").toBeGreaterThan(0n);
+    // The image installs Debian bookworm's python3 (Dockerfile); this machine is bookworm, and
+    // its /usr/bin/python3 comes from the same package.
+    expect(aptPackages()).toContain("python3");
+    expect(debianPackageOf("python3")).toMatch(/^python3(\.11)?(-minimal)?$/);
+    const python = "/usr/bin/python3";
+    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    };
+    const sessions = new Http2SessionManager(apiUrl);
+    try {
+      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
+      const repairs = createClient(RepairService, transport);
+      await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: settingsRevision, settings: { backend: SandboxBackend.LOCAL, profile: "repo-python3-v1", runtimePath: python, enabled: true } });
+      const repo = await createPythonProject({ parent: volumes["repositories"]!, failing: true });
+      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
+      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
+      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout python" });
+      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["calc", "tests"], allowedPatchPaths: ["calc"], acceptanceCriteria: "tests pass", selection: "python -m unittest tests/test_ops.py" });
+      expect(RepairState[repair!.state], JSON.stringify(repair!.inspection?.reasons ?? [])).toBe("INSPECTED");
+      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixPythonAddPatch() } });
+      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+      expect(document!.runtimePath).toBe(python);
+      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+      let last: Repair | undefined;
+      for await (const m of repairs.watchRepair({ repairId: repair!.id }, { timeoutMs: 120_000 })) {
+        last = m.repair;
+        if (last?.state === RepairState.FINISHED) break;
+      }
+      const job = last!.job!;
+      expect([RepairState[last!.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
+      expect(job.marker?.pidNamespace).toBe(hostNamespace);
     } finally {
       sessions.abort();
     }
@@ -417,7 +458,7 @@ describe("the dev overlay's containers, started from the layout", () => {
     // Executables by name come from the base image (node: the node image; Essential Debian
     // packages, which every Debian image has) or from the Dockerfile's apt-get install; this
     // machine is Debian bookworm, as the base image, so dpkg here names the package.
-    const aptInstalled = ["tini"];
+    const aptInstalled = aptPackages();
     const wrappers: Record<string, (args: string[]) => string[] | undefined> = {
       tini: (a) => a.slice(a.indexOf("--") + 1),
       unshare: (a) => a.slice(a.indexOf("--") + 1),
@@ -458,6 +499,14 @@ describe("the dev overlay's containers, started from the layout", () => {
     expect([...checked].sort()).toEqual(["chmod", "chown", "node", "setpriv", "sh", "sleep", "tini", "unshare"]);
   });
 });
+
+/** The packages the Dockerfile's runtime stage installs with apt-get. */
+function aptPackages(): string[] {
+  const docker = readFileSync(join(repo, "Dockerfile"), "utf8");
+  const m = /apt-get install -y --no-install-recommends ([a-z0-9 .+-]+?) \\?\n?\s*&&/.exec(docker);
+  if (!m) throw new Error("the Dockerfile installs no apt packages");
+  return m[1]!.trim().split(/\s+/);
+}
 
 /** The Debian package that installs `exe` on this machine (merged /usr: dpkg records /bin paths). */
 const packages = new Map<string, string>();
