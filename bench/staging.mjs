@@ -2,7 +2,11 @@
 // sources, 510 in node_modules) and 62 MiB, staged by the executor's stageRepository (copy with
 // the drift re-inspection: every file read once, hashed from the bytes it copies, the copy's tree
 // checked, links resolved) into a fresh job directory, interleaved with `cp -a` of the same
-// repository to the same filesystem. Page cache warm for both (one warm-up run each).
+// repository to the same filesystem. Page cache warm for both (one warm-up run each). A third
+// variant stages as a job-user node does: dependency files whose stat stamp is unchanged since
+// their digest was taken are hardlinked from the dependency store (one read-only copy shared by
+// all jobs), sources copied as before; and Inspect (the approve-time re-inspection) is timed with
+// the executor's file-digest cache against without it.
 //
 //   node bench/staging.mjs [runs=9]
 //
@@ -17,7 +21,7 @@ import { fmt, importBuilt, loadAverages, machine, median, percentile } from "./j
 
 const RUNS = Number(process.argv[2] ?? 9);
 const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
-const { inspectRepository, inspectSnapshot, stageRepository, verifyStagedTree } = await importBuilt("services/executor-linux/dist/profile/index.js");
+const { inspectRepository, inspectSnapshot, stageRepository, verifyStagedTree, FileDigestCache, RACY_WINDOW_MS, openDependencyStore } = await importBuilt("services/executor-linux/dist/profile/index.js");
 const runtime = await fixtures.pinnedNodeForTests({ CI: "true" });
 
 const SOURCES = 1_476; // + package.json, package-lock.json, src/math.js, test/math.test.js: 1,480 sources
@@ -51,12 +55,17 @@ const files = inspection.sourceFiles + inspection.dependencyFiles;
 const mib = Number(inspection.snapshotBytes) / 1024 / 1024;
 
 const digestCache = new Map();
-async function stageOnce(i) {
-  const jobDir = join(base, `job-${i}`);
+// Digests are remembered only for files changed at least RACY_WINDOW_MS before they are read.
+await new Promise((r) => setTimeout(r, RACY_WINDOW_MS + 200));
+const digests = new FileDigestCache();
+const dependencyStore = await openDependencyStore(join(base, "dependency-store"));
+async function stageOnce(i, shared = false) {
+  const jobDir = join(base, `job-${i}${shared ? "-s" : ""}`);
   const t0 = performance.now();
-  const r = await stageRepository({ inspection, jobDir, runtime: { expectedVersion: inspection.nodeVersion, digestCache } });
+  const r = await stageRepository({ inspection, jobDir, runtime: { expectedVersion: inspection.nodeVersion, digestCache }, ...(shared ? { digests, dependencyStore } : {}) });
   const ms = performance.now() - t0;
   if (!r.ok) throw new Error(`staging failed: ${r.reasons.map((x) => x.message).join("; ")}`);
+  if (shared && i !== "warm" && r.stage.sharedFiles.size !== inspection.dependencyFiles) throw new Error(`only ${r.stage.sharedFiles.size} of ${inspection.dependencyFiles} dependency files came from the store`);
   await rm(jobDir, { recursive: true, force: true });
   return ms;
 }
@@ -76,18 +85,31 @@ function cpOnce(i) {
 }
 
 await stageOnce("warm");
+await stageOnce("warm", true);
 await cpOnce("warm");
 const staged = [];
+const sharedStaged = [];
 const copied = [];
+const inspectPlain = [];
+const inspectCached = [];
+const inspectArgs = { repositoryPath: repo.dir, selection: Selection.TEST, nodePath: runtime, sourcePaths: ["src", "test"], runtime: { digestCache } };
 for (let i = 0; i < RUNS; i++) {
   // Interleaved, alternating which goes first.
   if (i % 2 === 0) {
     copied.push(await cpOnce(i));
     staged.push(await stageOnce(i));
+    sharedStaged.push(await stageOnce(i, true));
   } else {
+    sharedStaged.push(await stageOnce(i, true));
     staged.push(await stageOnce(i));
     copied.push(await cpOnce(i));
   }
+  let t0 = performance.now();
+  await inspectRepository(inspectArgs);
+  inspectPlain.push(performance.now() - t0);
+  t0 = performance.now();
+  await inspectRepository({ ...inspectArgs, digests });
+  inspectCached.push(performance.now() - t0);
 }
 // Where staging's time goes: the re-inspection alone (list, read and hash every file, no copy),
 // and the check of a staged tree against the snapshot (what the copy proved or not).
@@ -118,6 +140,9 @@ console.log("| measurement | median ms | p90 ms | × cp -a |\n| --- | ---: | ---
 const base0 = median(copied);
 console.log(`| baseline: \`cp -a\` of the repository | ${fmt(base0)} | ${fmt(percentile(copied, 90))} | 1.00 |`);
 console.log(`| stageRepository (copy + drift re-inspection + tree check) | ${fmt(median(staged))} | ${fmt(percentile(staged, 90))} | ${fmt(median(staged) / base0, 2)} |`);
+console.log(`| stageRepository with the dependency store (job-user node: unchanged dependency files hardlinked by digest, sources copied) | ${fmt(median(sharedStaged))} | ${fmt(percentile(sharedStaged, 90))} | ${fmt(median(sharedStaged) / base0, 2)} |`);
+console.log(`| Inspect (approve-time re-inspection), every file read and hashed | ${fmt(median(inspectPlain))} | ${fmt(percentile(inspectPlain, 90))} | ${fmt(median(inspectPlain) / base0, 2)} |`);
+console.log(`| Inspect with the file-digest cache (unchanged stamps not re-read; package.json files always read) | ${fmt(median(inspectCached))} | ${fmt(percentile(inspectCached, 90))} | ${fmt(median(inspectCached) / base0, 2)} |`);
 console.log(`| part: re-inspection alone (list, read, hash; no copy) | ${fmt(median(reinspect))} | ${fmt(percentile(reinspect, 90))} | ${fmt(median(reinspect) / base0, 2)} |`);
 console.log(`| part: the structural tree check staging does (lstat walk: types, sizes, link texts) | ${fmt(median(structure))} | ${fmt(percentile(structure, 90))} | ${fmt(median(structure) / base0, 2)} |`);
 console.log(`| not done any more: reading the staged copy back and re-hashing it | ${fmt(median(verify))} | ${fmt(percentile(verify, 90))} | ${fmt(median(verify) / base0, 2)} |`);

@@ -1,4 +1,5 @@
 import type { ConnectRouter, ServiceImpl } from "@connectrpc/connect";
+import type { FileDigestCache } from "./profile/file-digests.js";
 import type { Logger } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
@@ -21,6 +22,8 @@ export interface ExecutorDeps {
   readonly readJobOutput?: ServiceImpl<typeof ExecutorService>["readJobOutput"];
   /** The executor process's one runtime-digest cache, shared with the job runner's staging. */
   readonly runtimeDigests?: RuntimeDigestCache;
+  /** The process's one file-digest cache (shared with staging). */
+  readonly fileDigests?: FileDigestCache;
   /** The node's Linux facility probe (the one registration and the runner use); CheckPrerequisites calls it fresh. */
   readonly readFacilities?: () => Promise<FacilityReport>;
   /** The supervisors' Node (default: the pinned runtime). */
@@ -30,6 +33,6 @@ export interface ExecutorDeps {
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.jobUsers !== undefined ? { jobUsers: deps.jobUsers } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}), supervisorRuntime: deps.supervisorRuntime }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.jobUsers !== undefined ? { jobUsers: deps.jobUsers } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.fileDigests !== undefined ? { fileDigests: deps.fileDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}), supervisorRuntime: deps.supervisorRuntime }));
   };
 }

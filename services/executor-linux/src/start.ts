@@ -1,4 +1,5 @@
 import { mkdir } from "node:fs/promises";
+import { FileDigestCache } from "./profile/file-digests.js";
 import { createClient } from "@connectrpc/connect";
 import {
   bootService,
@@ -99,6 +100,8 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   // One runtime-digest cache for this process: Inspect (at approval) and staging (at claim) hash
   // the ~120 MB runtime once and afterwards only when its stat stamp changes.
   const runtimeDigests: RuntimeDigestCache = new Map();
+  // Likewise the repository files' digests by stat stamp (Inspect at approval, staging at claim).
+  const fileDigests = new FileDigestCache();
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
   // registers as part of readiness: it reports SERVING only once the jobs service knows it.
   const knownAddress = rt.advertiseUrl ?? (rt.grpcPort !== 0 ? `http://${rt.host.includes(":") ? `[${rt.host}]` : rt.host}:${rt.grpcPort}` : undefined);
@@ -122,6 +125,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       dataDir: rt.dataDir,
       log,
       runtimeDigests,
+      fileDigests,
       readFacilities: probeFacilities,
       supervisorRuntime,
       containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
@@ -167,6 +171,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
     containment: { settings: containmentSettings, facilities: facilities.containment },
     runtimeDigests,
+    fileDigests,
     supervisorRuntime,
     warmSlots: rt.warmSupervisors === false ? undefined : rt.slotCount,
   });

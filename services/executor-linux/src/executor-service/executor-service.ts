@@ -1,4 +1,5 @@
 import { dirname } from "node:path";
+import type { FileDigestCache } from "../profile/file-digests.js";
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { FailedPreconditionError, InvalidArgumentError, type Logger } from "@seraph/kit";
@@ -60,6 +61,12 @@ export interface ExecutorServiceDeps {
    * stamp changed. Absent: a cache private to this service instance.
    */
   readonly runtimeDigests?: RuntimeDigestCache;
+  /**
+   * The executor process's one cache of repository file digests by stat stamp, shared with
+   * staging: Inspect (at approval) reads again only the files whose stamp changed since they were
+   * last read. Absent: every Inspect reads every file.
+   */
+  readonly fileDigests?: FileDigestCache;
   /**
    * The users this node's commands run as, one per slot (empty when they run as the executor's
    * own user). CheckPrerequisites asks the kernel, as each, whether it can execute the runtime:
@@ -168,7 +175,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       const inspection = await inspectRepository(
         python
           ? { profile: PYTHON_PROFILE, repositoryPath: req.repositoryPath, selection: req.selection, testPaths: req.testPaths, pythonPath: req.runtimePath || undefined, sourcePaths: req.sourcePaths, limits, ...runtime }
-          : { repositoryPath: req.repositoryPath, selection: req.selection, nodePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, ...runtime },
+          : { repositoryPath: req.repositoryPath, selection: req.selection, nodePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, ...runtime, ...(deps.fileDigests !== undefined ? { digests: deps.fileDigests } : {}) },
       );
       // The supervisor code this node would run the job under: the approval binds it.
       const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry(), deps.supervisorRuntime ?? defaultSupervisorRuntime());

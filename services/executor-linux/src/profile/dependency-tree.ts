@@ -3,11 +3,12 @@ import { lstat, readlink, realpath } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason } from "@seraph/profiles";
+import { statStamp } from "./file-digests.js";
 import { lstatEach, sortedEntries } from "./safe-fs.js";
 
 /** One entry of the dependency tree as listed (lstat only, nothing read yet). */
 export type DependencyEntry =
-  | { readonly type: "file"; readonly rel: string; readonly size: number; readonly mode: number }
+  | { readonly type: "file"; readonly rel: string; readonly size: number; readonly mode: number; readonly stamp: string }
   | { readonly type: "link"; readonly rel: string; readonly target: string; readonly bin: boolean }
   | { readonly type: "dir"; readonly rel: string };
 
@@ -155,7 +156,7 @@ export async function listDependencyTree(root: string, rootReal: string): Promis
         fileCount++;
         totalBytes += st.size;
         if (!largest || st.size > largest.size) largest = { rel, size: st.size };
-        entries.push({ type: "file", rel, size: st.size, mode: st.mode & 0o777 });
+        entries.push({ type: "file", rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
         continue;
       }
       reasons.push(blockReason("special_file", `${rel} is a special file (not a regular file, directory or link).`, rel));

@@ -27,6 +27,10 @@ export { computeInspectionHash, inspectionHashInput, sortIdentities, INSPECTION_
 export { canonicalJson } from "@seraph/profiles";
 export type { CanonicalValue } from "@seraph/profiles";
 export { checkDrift, describeDrift } from "@seraph/profiles";
+export { FileDigestCache, RACY_WINDOW_MS, statStamp } from "./file-digests.js";
+export type { StampedDigest } from "./file-digests.js";
+export { DEPENDENCY_STORE_BYTES, openDependencyStore } from "./dependency-store.js";
+export type { DependencyStore } from "./dependency-store.js";
 export { applyPatchToStage, planStage, removeJobDir, stageRepository, stagedArgv, verifyStagedTree } from "./stage.js";
 export type { StageOptions, StagePlan, StageResult, StagedRepository, TreeDifference } from "./stage.js";
 export { checkPatchApplies, checkPatchPaths, immutableInputReason, parseBoundedPatch } from "./patch.js";

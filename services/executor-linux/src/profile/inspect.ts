@@ -1,4 +1,4 @@
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import {
   IdentityKind,
@@ -22,7 +22,8 @@ import { inspectPythonSnapshot } from "./python/inspect-python.js";
 import { checkRuntime, resolvePinnedNode, type RuntimeExpectation } from "./runtime.js";
 import { resolveRepositoryRoot } from "./repository-root.js";
 import { BadFileNameError, FileTooLargeError, lstatInsideSync, readFileBounded, type ReadFile } from "./safe-fs.js";
-import { copyArea, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "./snapshot.js";
+import { statStamp, type FileDigestCache } from "./file-digests.js";
+import { copyArea, type KnownFile, type SnapshotFile, type SnapshotIndex, type SnapshotSink } from "./snapshot.js";
 import { listSourceSet, sourceLinkSha256 } from "./source-set.js";
 
 /** The profile name every inspection carries. */
@@ -50,6 +51,12 @@ export interface InspectOptions {
   readonly runtime?: RuntimeExpectation;
   /** Output directory of a `node <entrypoint>` build (default "dist"); ignored for tsc builds. */
   readonly buildOutputDir?: string;
+  /**
+   * Caller-owned digests of repository files by stat stamp (the executor's one per process). A
+   * file whose stamp is unchanged since it was last read is not read again where nothing must be
+   * copied (inspection without a sink) or where the sink stages it from its dependency store.
+   */
+  readonly digests?: FileDigestCache;
   /** Clock for inspected_unix_ms. */
   readonly now?: () => number;
   /** The server-selected profile; default repo-node24-npm-v1. repo-python3-v1 dispatches to inspectPythonSnapshot. */
@@ -220,12 +227,23 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
 
   // Reads are cached so every input is read exactly once: what is parsed is what is hashed.
   const cache = new Map<string, ReadFile>();
+  const digests = options.digests;
   const read = async (rel: string, max: number): Promise<ReadFile> => {
     const hit = cache.get(rel);
     if (hit) return hit;
     const r = await readFileBounded(join(root, rel), max);
     cache.set(rel, r);
+    digests?.remember(join(root, rel), r);
     return r;
+  };
+  // A listed file whose bytes nothing parses (every package.json is parsed: versions) may stand
+  // by its remembered digest when its listing stamp is unchanged and the caller allows it.
+  const readListed = async (f: { readonly rel: string; readonly mode: number; readonly stamp?: string | undefined }, max: number, mayKnow: boolean): Promise<ReadFile | KnownFile> => {
+    if (mayKnow && digests !== undefined && f.stamp !== undefined && !cache.has(f.rel) && basename(f.rel) !== "package.json") {
+      const known = digests.get(join(root, f.rel), f.stamp);
+      if (known !== undefined && known.size <= max) return { sha256: known.sha256, size: known.size, mode: f.mode };
+    }
+    return read(f.rel, max);
   };
   const lookup = (rel: string): PathKind => kindOf(root, rel);
 
@@ -380,7 +398,7 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
   for (const rel of required) {
     if (sourceFiles.has(rel)) continue;
     const st = lstatInsideSync(root, rel);
-    if (st?.isFile()) sourceFiles.set(rel, { rel, size: st.size, mode: st.mode & 0o777 });
+    if (st?.isFile()) sourceFiles.set(rel, { rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
   }
   // A source link is staged as a link, so what it resolves to (and every link on the way) must be
   // in the snapshot too: otherwise the staged link would dangle or reach an unstaged file.
@@ -451,7 +469,7 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
 
   // Read everything once, hash it, and hand those bytes to the sink (several files at once).
   const sourceSorted = [...sourceFiles.values()].sort((a, b) => (a.rel < b.rel ? -1 : 1));
-  for (const { item: f, file: r } of await copyArea(sourceSorted, (f) => read(f.rel, f.rel === lockName ? L.dependency_file_bytes : L.source_file_bytes), sink, "source", files, reasons)) {
+  for (const { item: f, file: r } of await copyArea(sourceSorted, (f, mayKnow) => readListed(f, f.rel === lockName ? L.dependency_file_bytes : L.source_file_bytes, mayKnow), sink, "source", files, reasons)) {
     const kind =
       f.rel === "package.json"
         ? IdentityKind.PACKAGE_JSON
@@ -484,7 +502,7 @@ async function inspectNodeSnapshot(options: InspectOptions, sink?: SnapshotSink)
     }
   }
   const depFiles = deps.entries.filter((e): e is Extract<DependencyEntry, { type: "file" }> => e.type === "file");
-  for (const { item: e, file: r } of await copyArea(depFiles, (e) => read(e.rel, L.dependency_file_bytes), sink, "dependency", files, reasons)) {
+  for (const { item: e, file: r } of await copyArea(depFiles, (e, mayKnow) => readListed(e, L.dependency_file_bytes, mayKnow), sink, "dependency", files, reasons)) {
     manifestEntries.push({ path: e.rel, type: "file", size: String(r.size), mode: r.mode.toString(8), sha256: r.sha256 });
   }
   for (const e of deps.entries) if (e.type === "link") await sink?.link(e.rel, e.target);

@@ -3,12 +3,11 @@ import pMap from "p-map";
 import { lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { blockReason, checkFileName, ProfileError, sha256Hex } from "@seraph/profiles";
+import { statStamp, type StampedDigest } from "./file-digests.js";
 
-/** A file read in full: its bytes, their SHA-256 and the lstat of the file when it was opened. */
-export interface ReadFile {
+/** A file read in full: its bytes, their SHA-256 and the stat of its descriptor before the read. */
+export interface ReadFile extends StampedDigest {
   readonly bytes: Buffer;
-  readonly sha256: string;
-  readonly size: number;
   readonly mode: number;
 }
 
@@ -37,6 +36,7 @@ const READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | (constants.O_NONB
  * re-checks the count actually read so a file growing under us cannot exceed the bound.
  */
 export async function readFileBounded(path: string, maxBytes: number): Promise<ReadFile> {
+  const openedAtMs = Date.now();
   let handle;
   try {
     handle = await open(path, READ_FLAGS | (constants.O_NOATIME ?? 0));
@@ -60,7 +60,7 @@ export async function readFileBounded(path: string, maxBytes: number): Promise<R
       if (total === buffer.length) break;
     }
     const bytes = buffer.subarray(0, total);
-    return { bytes, sha256: sha256Hex(bytes), size: total, mode: st.mode & 0o777 };
+    return { bytes, sha256: sha256Hex(bytes), size: total, mode: st.mode & 0o777, stamp: statStamp(st), ctimeMs: st.ctimeMs, openedAtMs };
   } finally {
     await handle.close();
   }

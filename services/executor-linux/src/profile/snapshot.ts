@@ -3,10 +3,23 @@ import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js"
 import { blockReason } from "@seraph/profiles";
 import { FileTooLargeError, type ReadFile } from "./safe-fs.js";
 
+/** A regular file whose digest is known from its unchanged stat stamp (FileDigestCache): not read. */
+export interface KnownFile {
+  readonly bytes?: undefined;
+  readonly sha256: string;
+  readonly size: number;
+  readonly mode: number;
+}
+
 /** Receives every snapshot entry as inspection reads it (staging writes them into the job dir). */
 export interface SnapshotSink {
-  /** A regular file's exact bytes as read and hashed; parents are created by the sink. */
-  file(rel: string, bytes: Uint8Array, mode: number): Promise<void>;
+  /** A regular file's exact bytes as read and hashed (`sha256`); parents are created by the sink. */
+  file(rel: string, bytes: Uint8Array, mode: number, sha256: string, area: SnapshotFile["area"]): Promise<void>;
+  /**
+   * Optional, dependency files only: stage a file known by its digest from bytes the sink already
+   * holds (the dependency store). False when it holds none: the file is then read and copied.
+   */
+  known?(rel: string, file: KnownFile): Promise<boolean>;
   /** A validated relative link (inside node_modules, or a source link resolving inside the snapshot). */
   link(rel: string, target: string): Promise<void>;
   /** A directory of the dependency tree (so empty directories are staged too). */
@@ -38,29 +51,47 @@ export interface SnapshotIndex {
 export const COPY_CONCURRENCY = 8;
 
 /** One file read (and, with a sink, copied), or why it could not be read. */
-export type CopiedFile<T> = { readonly item: T; readonly file: ReadFile } | { readonly item: T; readonly error: unknown };
+export type CopiedFile<T, F extends ReadFile | KnownFile = ReadFile | KnownFile> = { readonly item: T; readonly file: F } | { readonly item: T; readonly error: unknown };
+
+/**
+ * Reads a snapshot file: its bytes and digest, or — only when `mayKnow` — its remembered digest
+ * without the bytes (KnownFile) if its stat stamp is unchanged.
+ */
+export type SnapshotRead<T, F extends ReadFile | KnownFile = ReadFile | KnownFile> = (item: T, mayKnow: boolean) => Promise<F>;
 
 /**
  * Reads every item with `read` (bounded, hashing the bytes it read) and hands those exact bytes
  * to the sink, up to COPY_CONCURRENCY at once; the results come back in the items' order, so
  * everything built from them (identities, manifests, reasons) is as deterministic as a
  * sequential walk. A sink failure rejects (staging stops); a read failure is the item's result.
+ * A remembered digest stands for the bytes only where nothing must be copied (no sink), or for a
+ * dependency file the sink can stage from its store by that digest; otherwise the file is read.
  */
-export async function readAndCopy<T extends { readonly rel: string }>(
+export async function readAndCopy<T extends { readonly rel: string }, F extends ReadFile | KnownFile>(
   items: readonly T[],
-  read: (item: T) => Promise<ReadFile>,
+  read: SnapshotRead<T, F>,
   sink: SnapshotSink | undefined,
-): Promise<CopiedFile<T>[]> {
+  area: SnapshotFile["area"] = "source",
+): Promise<CopiedFile<T, F>[]> {
+  const mayKnow = sink === undefined || (area === "dependency" && sink.known !== undefined);
   return pMap(
     items,
-    async (item): Promise<CopiedFile<T>> => {
-      let file: ReadFile;
+    async (item): Promise<CopiedFile<T, F>> => {
+      let file: F;
       try {
-        file = await read(item);
+        file = await read(item, mayKnow);
       } catch (error) {
         return { item, error };
       }
-      await sink?.file(item.rel, file.bytes, file.mode);
+      // A sink failure rejects (it is the job directory's), a read failure is the item's.
+      if (file.bytes === undefined && sink !== undefined && !(await (sink.known?.(item.rel, file) ?? false))) {
+        try {
+          file = await read(item, false);
+        } catch (error) {
+          return { item, error };
+        }
+      }
+      if (file.bytes !== undefined) await sink?.file(item.rel, file.bytes, file.mode, file.sha256, area);
       return { item, file };
     },
     { concurrency: COPY_CONCURRENCY },
@@ -77,16 +108,16 @@ export function unreadableReason(rel: string, err: unknown, area: SnapshotFile["
  * readAndCopy for one area of a snapshot: each copied file is recorded in `files` (its digest,
  * size, mode and area), each unreadable one in `reasons`; the copied ones come back in order.
  */
-export async function copyArea<T extends { readonly rel: string }>(
+export async function copyArea<T extends { readonly rel: string }, F extends ReadFile | KnownFile>(
   items: readonly T[],
-  read: (item: T) => Promise<ReadFile>,
+  read: SnapshotRead<T, F>,
   sink: SnapshotSink | undefined,
   area: SnapshotFile["area"],
   files: Map<string, SnapshotFile>,
   reasons: BlockReason[],
-): Promise<{ readonly item: T; readonly file: ReadFile }[]> {
-  const copied: { item: T; file: ReadFile }[] = [];
-  for (const c of await readAndCopy(items, read, sink)) {
+): Promise<{ readonly item: T; readonly file: F }[]> {
+  const copied: { item: T; file: F }[] = [];
+  for (const c of await readAndCopy(items, read, sink, area)) {
     if ("error" in c) {
       reasons.push(unreadableReason(c.item.rel, c.error, area));
       continue;

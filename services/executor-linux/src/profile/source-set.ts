@@ -3,6 +3,7 @@ import { lstat, readlink } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { IdentityKind, type BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason, checkRelativePath, isWithin, sha256Hex } from "@seraph/profiles";
+import { statStamp } from "./file-digests.js";
 import { lstatEach, lstatInside, sortedEntries } from "./safe-fs.js";
 
 /** A regular file of the source set as listed (lstat only). */
@@ -10,6 +11,8 @@ export interface SourceEntry {
   readonly rel: string;
   readonly size: number;
   readonly mode: number;
+  /** statStamp of the listing's lstat (lets a remembered digest stand for the bytes). */
+  readonly stamp?: string;
 }
 
 /**
@@ -204,7 +207,7 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
         await walk(rel);
         if (truncated) return;
       } else if (st.isFile()) {
-        files.set(rel, { rel, size: st.size, mode: st.mode & 0o777 });
+        files.set(rel, { rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
       } else if (st.isSymbolicLink()) {
         await addLink(rel);
       } else {
@@ -241,7 +244,7 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
         walkRoots.push(rel);
         await walk(rel);
       } else if (st.isFile()) {
-        files.set(rel, { rel, size: st.size, mode: st.mode & 0o777 });
+        files.set(rel, { rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
       } else if (st.isSymbolicLink()) {
         await addLink(rel);
       } else {

@@ -10,7 +10,9 @@ import { buildJobEnv, buildPythonJobEnv, jobDirs } from "./job-env.js";
 import { checkPatchApplies, checkPatchPaths } from "./patch.js";
 import type { RuntimeExpectation } from "./runtime.js";
 import { lstatEach, readFileBounded, sortedEntries } from "./safe-fs.js";
-import type { SnapshotFile, SnapshotSink } from "./snapshot.js";
+import type { DependencyStore } from "./dependency-store.js";
+import type { FileDigestCache } from "./file-digests.js";
+import type { KnownFile, SnapshotFile, SnapshotSink } from "./snapshot.js";
 
 /** A verified private copy of an inspected repository, ready for the patch and the steps. */
 export interface StagedRepository {
@@ -32,6 +34,8 @@ export interface StagedRepository {
   readonly files: Map<string, SnapshotFile>;
   /** Every staged link (package-relative) and its exact text: dependency links and source links. */
   readonly links: ReadonlyMap<string, string>;
+  /** Dependency files (package-relative) staged as hardlinks into the dependency store: shared, read-only, never re-owned. */
+  readonly sharedFiles: ReadonlySet<string>;
 }
 
 /** What a stage of `inspection` in `jobDir` will be, known before anything is copied. */
@@ -69,6 +73,14 @@ export interface StageOptions {
   readonly runtime?: RuntimeExpectation;
   /** Called once the job directory and its skeleton exist, before anything is copied. */
   readonly onJobDir?: () => void;
+  /** The caller's digests by stat stamp (see InspectOptions.digests); filled by every read. */
+  readonly digests?: FileDigestCache;
+  /**
+   * Where dependency files are shared from by hardlink (only where jobs cannot write them: see
+   * DependencyStore). A dependency file whose stamp is unchanged since its digest was taken is
+   * linked from the store by that digest, not read; the drift check compares that digest.
+   */
+  readonly dependencyStore?: DependencyStore;
 }
 
 /** Flags of a staged file's creation: a new regular file, never through a link planted at the path. */
@@ -81,7 +93,7 @@ const CREATE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL |
  * exactly that size: the copy itself proves the staged bytes are the hashed bytes, so they are
  * not read back. Each directory is created once.
  */
-function stagedSink(packageDir: string): SnapshotSink {
+function stagedSink(packageDir: string, store: DependencyStore | undefined, shared: Set<string>): SnapshotSink {
   const made = new Map<string, Promise<unknown>>();
   const dir = (abs: string): Promise<unknown> => {
     let p = made.get(abs);
@@ -92,9 +104,13 @@ function stagedSink(packageDir: string): SnapshotSink {
     return p;
   };
   return {
-    async file(rel, bytes, mode) {
+    async file(rel, bytes, mode, sha256, area) {
       const abs = join(packageDir, rel);
       await dir(dirname(abs));
+      if (store !== undefined && area === "dependency" && (await store.storeAndLink(abs, bytes, sha256, mode))) {
+        shared.add(rel);
+        return;
+      }
       const handle = await open(abs, CREATE_FLAGS, (mode & 0o755) | 0o600);
       try {
         await handle.writeFile(bytes);
@@ -112,6 +128,17 @@ function stagedSink(packageDir: string): SnapshotSink {
     async directory(rel) {
       await dir(join(packageDir, rel));
     },
+    ...(store === undefined
+      ? {}
+      : {
+          async known(rel: string, file: KnownFile): Promise<boolean> {
+            const abs = join(packageDir, rel);
+            await dir(dirname(abs));
+            const linked = await store.linkInto(abs, file);
+            if (linked) shared.add(rel);
+            return linked;
+          },
+        }),
   };
 }
 
@@ -205,6 +232,7 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
   options.onJobDir?.();
 
   const python = inspection.profile === PYTHON_PROFILE;
+  const shared = new Set<string>();
   const staged = await inspectSnapshot(
     python
       ? {
@@ -225,8 +253,9 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
           limits: inspection.limits,
           buildOutputDir: inspection.buildOutputDir || undefined,
           runtime: options.runtime ?? { expectedVersion: inspection.nodeVersion || undefined },
+          ...(options.digests !== undefined ? { digests: options.digests } : {}),
         },
-    stagedSink(packageDir),
+    stagedSink(packageDir, python ? undefined : options.dependencyStore, shared),
   );
   const re = staged.inspection;
   const drift = checkDrift(inspection, re);
@@ -272,6 +301,7 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
       deferredTestPaths: staged.deferredTestPaths,
       files,
       links: staged.snapshot.links,
+      sharedFiles: shared,
     },
   };
 }

@@ -1,4 +1,6 @@
 import { rm } from "node:fs/promises";
+import type { DependencyStore } from "../profile/dependency-store.js";
+import type { FileDigestCache } from "../profile/file-digests.js";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
@@ -44,6 +46,14 @@ export interface ExecutionDeps {
    * to the binary changes the stamp and forces a re-hash; otherwise staging skips re-reading it.
    */
   readonly runtimeDigests: RuntimeDigestCache;
+  /** Repository file digests by stat stamp (shared with Inspect); staging fills it and, with the dependency store, uses it. */
+  readonly fileDigests?: FileDigestCache | undefined;
+  /**
+   * The node's dependency store under the job root, opened on first use; only attempts whose
+   * job user is not the executor's own user stage dependency files from it (hardlinks the job
+   * cannot write). Absent: every dependency file is copied.
+   */
+  readonly dependencyStore?: (() => Promise<DependencyStore | undefined>) | undefined;
   /** Job users and per-job cgroups: the settings and what the facility probe found (default: none). */
   readonly containment?: { readonly settings: ContainmentSettings; readonly facilities: ContainmentFacilities | undefined } | undefined;
 }

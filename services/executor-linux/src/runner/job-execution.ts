@@ -175,11 +175,16 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     const digest = digestTree(bundle.repositoryPath).catch(() => undefined);
     let jobDirMade: (made: boolean) => void = () => undefined;
     const jobDirReady = new Promise<boolean>((r) => (jobDirMade = r));
+    // Dependency files are shared from the store only with a job user that is not this process's
+    // user (it can neither write nor re-mode the shared read-only inodes); otherwise each is copied.
+    const store = ctx.jobUser !== undefined && ctx.jobUser.uid !== process.geteuid?.() ? await deps.dependencyStore?.() : undefined;
     const staging = stageRepository({
       inspection,
       jobDir,
       runtime: { expectedVersion: inspection.nodeVersion || undefined, digestCache: deps.runtimeDigests },
       onJobDir: () => jobDirMade(true),
+      ...(deps.fileDigests !== undefined ? { digests: deps.fileDigests } : {}),
+      ...(store !== undefined ? { dependencyStore: store } : {}),
     });
     staging.then(() => jobDirMade(false), () => jobDirMade(false));
     const firstSpec = stepSpecFor(ctx, planStage(inspection, jobDir), 0, outputLimit);
@@ -211,7 +216,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
         return;
       }
     }
-    if (ctx.jobUser !== undefined) await handStageToJobUser(stage.jobDir, ctx.jobUser);
+    if (ctx.jobUser !== undefined) await handStageToJobUser(stage.jobDir, ctx.jobUser, stage.sharedFiles);
     phase(log, "patched");
     if (Date.now() + stepReserveMs(ctx) >= ctx.deadlineMs) {
       await reject("deadline_exhausted_before_start", "preparation used the approved wall deadline; nothing was started", [

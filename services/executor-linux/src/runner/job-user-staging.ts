@@ -30,22 +30,26 @@ export function jobUserStageDir(jobRoot: string, attemptBase: string): string {
   return join(jobRoot, basename(attemptBase));
 }
 
-async function chownTree(path: string, uid: number, gid: number): Promise<void> {
+async function chownTree(path: string, uid: number, gid: number, keep: ReadonlySet<string>): Promise<void> {
+  // A shared dependency file (a hardlink into the dependency store) stays the executor's, read-only.
+  if (keep.has(path)) return;
   // lchown: a link is re-owned itself, never what it points at. The tree was just written by this
   // process and no job process exists yet, so nothing can swap an entry while it is walked.
   await lchown(path, uid, gid);
   const st = await lstat(path);
   if (!st.isDirectory()) return;
-  for (const name of await readdir(path)) await chownTree(join(path, name), uid, gid);
+  for (const name of await readdir(path)) await chownTree(join(path, name), uid, gid, keep);
 }
 
 /**
  * Hands a staged, patched job directory to its job user: every entry below `jobDir` (the staged
- * package, HOME, TMPDIR, caches) is re-owned by uid:gid; `jobDir` itself stays root-owned with
+ * package, HOME, TMPDIR, caches) is re-owned by uid:gid, except the shared dependency files
+ * (package-relative `shared`: hardlinks into the dependency store, which stay the executor's, 0444/0555); `jobDir` itself stays root-owned with
  * mode 0711, so the job can neither rename nor replace the directories the executor checks
  * afterwards, nor list its neighbours.
  */
-export async function handStageToJobUser(jobDir: string, user: JobUser): Promise<void> {
-  for (const name of await readdir(jobDir)) await chownTree(join(jobDir, name), user.uid, user.gid);
+export async function handStageToJobUser(jobDir: string, user: JobUser, shared: ReadonlySet<string> = new Set()): Promise<void> {
+  const keep = new Set([...shared].map((rel) => join(jobDir, "pkg", rel)));
+  for (const name of await readdir(jobDir)) await chownTree(join(jobDir, name), user.uid, user.gid, keep);
   await chmod(jobDir, 0o711);
 }

@@ -10,6 +10,13 @@ import { adoptClaimed, CancelLatch, executeClaimed, recordLateReceipt, type Acti
 import { recordPidNamespaceGone } from "./namespace-proof.js";
 import { DetachedError, reasonOf, retrying } from "./retry.js";
 import { WarmPool } from "./warm-pool.js";
+import { ensureJobRoot } from "./job-user-staging.js";
+import { openDependencyStore, type DependencyStore } from "../profile/dependency-store.js";
+import { FileDigestCache } from "../profile/file-digests.js";
+import { join } from "node:path";
+
+/** The dependency store's directory name under the job root (attempt directories never start with a dot). */
+export const DEPENDENCY_STORE_DIR = ".dependency-store";
 
 /** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
 export interface RunnerDeps
@@ -17,6 +24,8 @@ export interface RunnerDeps
   readonly signals: Signals;
   /** The executor process's one runtime-digest cache (shared with Inspect); absent: one private to this runner. */
   readonly runtimeDigests?: ExecutionDeps["runtimeDigests"];
+  /** The executor process's one file-digest cache (shared with Inspect); absent: one private to this runner. */
+  readonly fileDigests?: FileDigestCache;
   /**
    * The node's physical slots: with it, one warm supervisor (ours, or the supervisor host's child) waits for
    * each free slot. Absent: every supervisor is launched cold.
@@ -56,7 +65,7 @@ export interface Runner {
 export function startRunner(deps: RunnerDeps): Runner {
   const log = deps.log.child({ component: "runner" });
   const stopping = new AbortController();
-  const { signals: _signals, runtimeDigests, warmSlots, ...shared } = deps;
+  const { signals: _signals, runtimeDigests, fileDigests, warmSlots, ...shared } = deps;
   const active = new Map<string, ActiveJob>();
   // Warm supervisors need the node's facilities (a node that cannot supervise starts none); they
   // are this process's children, or the supervisor host's when launches go through one.
@@ -73,7 +82,20 @@ export function startRunner(deps: RunnerDeps): Runner {
           target: () => (deps.facilities().ok ? Math.max(0, warmSlots - active.size) : 0),
         })
       : undefined;
-  const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: runtimeDigests ?? new Map(), warm };
+  // The dependency store lives under the job root (job directories' filesystem), opened once.
+  let store: Promise<DependencyStore | undefined> | undefined;
+  const jobRoot = deps.containment?.settings.jobRoot;
+  const dependencyStore =
+    jobRoot === undefined
+      ? undefined
+      : () =>
+          (store ??= ensureJobRoot(jobRoot)
+            .then(() => openDependencyStore(join(jobRoot, DEPENDENCY_STORE_DIR)))
+            .catch((err: unknown) => {
+              log.warn({ err }, "the dependency store could not be opened; dependency files are copied");
+              return undefined;
+            }));
+  const exec: ExecutionDeps = { ...shared, signal: stopping.signal, runtimeDigests: runtimeDigests ?? new Map(), fileDigests: fileDigests ?? new FileDigestCache(), dependencyStore, warm };
   void warm?.sweep().then(() => warm.fill(), (err: unknown) => log.warn({ err }, "warm directory sweep failed"));
   const tasks = new Set<Promise<void>>();
   const lateChecked = new Set<string>();

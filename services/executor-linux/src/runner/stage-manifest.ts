@@ -77,5 +77,7 @@ export function decodeStageManifest(bytes: Uint8Array, jobDir: string, inspectio
     deferredTestPaths: (body["deferredTestPaths"] as string[]).map(String),
     files,
     links,
+    // A restored stage was handed to its job user before the restart; nothing is re-owned again.
+    sharedFiles: new Set<string>(),
   };
 }
