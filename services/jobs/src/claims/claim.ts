@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { ConflictError, FailedPreconditionError } from "@seraph/kit";
-import { ClaimJobResponseSchema, type ClaimJobRequest, type ClaimJobResponse } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { ClaimJobResponseSchema, type ClaimJobRequest, type ClaimJobResponse, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
 import { endAttempt, insertAttempt, lockJob, nextFence, updateJobCas } from "../jobs/job.repository.js";
@@ -34,6 +34,8 @@ import { deadlineMsOf, wallMsOf } from "./deadline.js";
  */
 export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<ClaimJobResponse> {
   const changes = noChanges();
+  // The bundle is decoded once, for admission and the deadline, and that message is the answer's.
+  let decoded: ExecutionBundle | undefined;
   const result = await inTransaction(core.db, async (trx) => {
     const node = await findNode(trx, req.nodeId);
     if (!node || node.incarnation_id !== req.incarnationId) {
@@ -53,6 +55,7 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
     const fence = await nextFence(trx);
     await insertAttempt(trx, { job_id: job.id, attempt: job.attempt, fence, node_id: req.nodeId, incarnation_id: req.incarnationId });
     const bundle = readBundle(job);
+    decoded = bundle;
     const blockers = await core.authority.admissionBlockers(trx, bundle, core.now());
     if (blockers.length > 0) {
       const report = readReport(job);
@@ -83,5 +86,5 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
   });
   core.publisher.publish(changes);
   core.log.info({ jobId: result.id, attempt: result.attempt, fence: result.fence, state: result.state, nodeId: req.nodeId }, "job claimed");
-  return create(ClaimJobResponseSchema, { job: await jobView(core.db, result), fence: BigInt(result.fence), bundle: readBundle(result), deadlineUnixMs: BigInt(deadlineMsOf(result)) });
+  return create(ClaimJobResponseSchema, { job: await jobView(core.db, result), fence: BigInt(result.fence), bundle: decoded ?? readBundle(result), deadlineUnixMs: BigInt(deadlineMsOf(result)) });
 }

@@ -13,7 +13,7 @@ import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
 import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
-import { readBundle } from "../jobs/job-view.js";
+import { bundleSummary } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
 import { writePreflight } from "./preflight.js";
@@ -80,7 +80,7 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
     if (node && marker.supervisor && node.boot_id !== marker.supervisor.bootId) {
       throw new FailedPreconditionError("marker_other_boot", `the marker's boot id ${marker.supervisor.bootId} is not node ${job.node_id}'s current boot`);
     }
-    const approved = readBundle(job).supervisorSourceSha256;
+    const approved = bundleSummary(job.bundle).supervisorSourceSha256;
     if (marker.supervisorSourceSha256 !== approved) {
       throw new FailedPreconditionError(
         "supervisor_source_drift",
