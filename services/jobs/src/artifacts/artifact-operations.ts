@@ -12,7 +12,7 @@ import { requireFence } from "../jobs/fence.js";
 import { getJob } from "../jobs/job.repository.js";
 import { toArtifactProto } from "../jobs/job-view.js";
 import type { Db } from "../store/db.js";
-import { findArtifact, insertArtifactOnce, type ArtifactMetaRow } from "./artifact.repository.js";
+import { findArtifact, insertArtifactOnce, insertArtifactsOnce, type ArtifactMetaRow } from "./artifact.repository.js";
 
 const KIND = /^[a-z][a-z0-9_]{0,31}$/;
 
@@ -59,6 +59,26 @@ export async function insertUpload(db: Db, jobId: string, a: ArtifactBytes): Pro
     throw new FailedPreconditionError("artifact_name_conflict", `job ${jobId} already has a different artifact named ${a.name}`);
   }
   return row;
+}
+
+/**
+ * insertUpload for several checked artifacts of a job in one statement (CompleteJob's inline
+ * artifacts); the stored rows come back in the uploads' order, by the same rules.
+ */
+export async function insertUploads(db: Db, jobId: string, uploads: readonly ArtifactBytes[]): Promise<ArtifactMetaRow[]> {
+  const byName = await insertArtifactsOnce(
+    db,
+    jobId,
+    uploads.map((a) => ({ id: newId(), kind: a.kind, name: a.name, sha256: a.sha256, size: a.content.byteLength, content: a.content })),
+  );
+  return uploads.map((a) => {
+    const row = byName.get(a.name);
+    if (!row) throw new Error(`artifact ${a.name} of job ${jobId} was neither stored nor found`);
+    if (row.sha256 !== a.sha256 || row.kind !== a.kind) {
+      throw new FailedPreconditionError("artifact_name_conflict", `job ${jobId} already has a different artifact named ${a.name}`);
+    }
+    return row;
+  });
 }
 
 /** Reads an artifact's bytes back exactly as stored. */

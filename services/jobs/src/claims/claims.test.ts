@@ -404,6 +404,10 @@ describe("claims, fencing, barrier, completion, recovery", () => {
     const conflict = await complete([upload("receipt", "test.receipt.json", "{}"), upload("applied_diff", "applied.diff", "another diff")]).catch((e: unknown) => e);
     expect(String(conflict)).toContain("artifact_name_conflict");
     expect(await names()).toEqual(["applied.diff"]);
+    // Two uploads of one name in the same completion are the same conflict (one statement stores them).
+    const twice = await complete([upload("receipt", "test.receipt.json", "{}"), upload("receipt", "test.receipt.json", "{ }"), upload("test_output", "test.stdout", "ok")]).catch((e: unknown) => e);
+    expect(String(twice)).toContain("artifact_name_conflict");
+    expect(await names()).toEqual(["applied.diff"]);
     expect((await h.client.getJob({ jobId })).job?.state).toBe(JobState.RUNNING);
     // Without the step output the success is refused, and the uploads go with the refusal.
     expect(String(await complete([upload("receipt", "test.receipt.json", "{}")]).catch((e: unknown) => e))).toContain("test_output");

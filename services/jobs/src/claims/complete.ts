@@ -8,8 +8,8 @@ import {
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { OwnerMarkerSchema, Outcome, ReceiptSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { JobsCore } from "../core.js";
-import { checkUpload, insertUpload } from "../artifacts/artifact-operations.js";
-import { findArtifact, listArtifacts, markReadbackVerified } from "../artifacts/artifact.repository.js";
+import { checkUpload, insertUploads } from "../artifacts/artifact-operations.js";
+import { findArtifacts, listArtifacts, markReadbackVerified } from "../artifacts/artifact.repository.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
 import { endAttempt, lockJob, updateJobCas } from "../jobs/job.repository.js";
@@ -24,8 +24,10 @@ import { DEADLINE_OUTCOME, deadlineMsOf, deadlinePassed } from "./deadline.js";
 const REQUIRED_FOR_SUCCESS = ["applied_diff", "receipt"] as const;
 
 async function verifyArtifacts(db: Db, jobId: string, ids: readonly string[]): Promise<void> {
+  // One read of every listed artifact's stored bytes; each is re-hashed here.
+  const stored = new Map((await findArtifacts(db, ids)).map((a) => [a.id, a]));
   for (const id of ids) {
-    const a = await findArtifact(db, id);
+    const a = stored.get(id);
     if (!a || a.job_id !== jobId) throw new InvalidArgumentError("artifact_ids", "artifact_not_found", `artifact ${id} does not belong to job ${jobId}`);
     if (sha256Hex(a.content) !== a.sha256) throw new FailedPreconditionError("artifact_readback_mismatch", `artifact ${id} no longer matches its sha256`);
   }
@@ -91,10 +93,8 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
     // Artifacts sent with the completion are stored here, in its transaction, by StoreArtifact's
     // rules, and then proved like every listed one.
     const ids = [...req.artifactIds];
-    for (const [i, a] of req.artifacts.entries()) {
-      checkUpload(a, `artifacts[${i}].`);
-      ids.push((await insertUpload(trx, job.id, a)).id);
-    }
+    for (const [i, a] of req.artifacts.entries()) checkUpload(a, `artifacts[${i}].`);
+    for (const row of await insertUploads(trx, job.id, req.artifacts)) ids.push(row.id);
     await verifyArtifacts(trx, job.id, ids);
     await markReadbackVerified(trx, job.id, ids);
     if (target === "succeeded") {
