@@ -5,7 +5,7 @@ import { AdoptJobResponseSchema, type AdoptJobRequest, type AdoptJobResponse } f
 import { OwnerMarkerSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
-import { endAttempt, insertAttempt, listAttemptFences, lockJob, nextFence, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { endAttempt, insertAttemptWithNewFence, listAttemptFences, lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle } from "../jobs/job-view.js";
@@ -62,9 +62,8 @@ export async function adoptJob(core: JobsCore, req: AdoptJobRequest): Promise<Ad
     if (!markerSame) {
       throw new ConflictError("marker_changed", `the owner marker of job ${job.id} is not the one the adopter read; read it again`);
     }
-    const fence = await nextFence(trx);
+    const fence = await insertAttemptWithNewFence(trx, { job_id: job.id, attempt: job.attempt, node_id: req.nodeId, incarnation_id: req.incarnationId, adopted_from_fence: job.fence });
     await endAttempt(trx, job.id, job.attempt, job.fence);
-    await insertAttempt(trx, { job_id: job.id, attempt: job.attempt, fence, node_id: req.nodeId, incarnation_id: req.incarnationId, adopted_from_fence: job.fence });
     const adopted = await updateJobCas(trx, job.id, job.revision, { fence, incarnation_id: req.incarnationId });
     changes.jobs.push(adopted);
     return answer(adopted, job.fence);

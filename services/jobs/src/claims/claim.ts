@@ -3,7 +3,7 @@ import { ConflictError, FailedPreconditionError } from "@seraph/kit";
 import { ClaimJobResponseSchema, type ClaimJobRequest, type ClaimJobResponse, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
-import { endAttempt, insertAttempt, lockJob, nextFence, updateJobCas } from "../jobs/job.repository.js";
+import { endAttempt, insertAttemptWithNewFence, lockJob, updateJobCas } from "../jobs/job.repository.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
@@ -52,8 +52,7 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
       throw new FailedPreconditionError("adoption_required", `job ${job.id} is ${job.state} under another incarnation; re-adopt it with AdoptJob`);
     }
     if (job.slot_index === null) throw new Error(`reserved job ${job.id} has no slot`);
-    const fence = await nextFence(trx);
-    await insertAttempt(trx, { job_id: job.id, attempt: job.attempt, fence, node_id: req.nodeId, incarnation_id: req.incarnationId });
+    const fence = await insertAttemptWithNewFence(trx, { job_id: job.id, attempt: job.attempt, node_id: req.nodeId, incarnation_id: req.incarnationId });
     const bundle = readBundle(job);
     decoded = bundle;
     const blockers = await core.authority.admissionBlockers(trx, bundle, core.now());

@@ -16,7 +16,7 @@ import { jobView } from "../jobs/job-queries.js";
 import { bundleSummary } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
-import { writePreflight } from "./preflight.js";
+import { preflightToRecord } from "./preflight.js";
 
 async function previousStepProved(db: Db, jobId: string, current: OwnerMarker): Promise<boolean> {
   for (const a of await listArtifactsWithContent(db, jobId, "step_receipt")) {
@@ -62,17 +62,20 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
   if (!marker) throw new InvalidArgumentError("marker", "required", "an owner marker is required");
   const changes = noChanges();
   const row = await inTransaction(core.db, async (trx) => {
-    const locked = await lockJob(trx, req.jobId);
-    requireFence(locked, req.fence);
-    // The preparation evidence, when it comes with the marker: in this same transaction, by
-    // RecordPreflight's rules (a refused marker records no evidence either).
-    const job = req.preflight ? await writePreflight(trx, locked, req.preflight, "preflight") : locked;
+    const job = await lockJob(trx, req.jobId);
+    requireFence(job, req.fence);
+    // The preparation evidence, when it comes with the marker: checked by RecordPreflight's rules
+    // and written by the same UPDATE as the marker (a refused marker records no evidence either).
+    const evidence = req.preflight ? preflightToRecord(job, req.preflight, "preflight") : undefined;
+    const withEvidence = evidence === undefined ? {} : { preflight: evidence };
     const current = job.marker ? fromBinary(OwnerMarkerSchema, job.marker) : undefined;
     // The identical marker again (a retry, or the executor that re-adopted the attempt with a
     // new fence resuming the barrier of the supervisor launched under the claim fence).
     if ((job.state === "starting" || job.state === "running") && current && equals(OwnerMarkerSchema, current, marker)) {
-      if (job !== locked) changes.jobs.push(job);
-      return job;
+      if (evidence === undefined) return job;
+      const updated = await updateJobCas(trx, job.id, job.revision, withEvidence);
+      changes.jobs.push(updated);
+      return updated;
     }
     const problems = markerProblems(job, req.fence, marker);
     if (problems.length > 0) throw new InvalidArgumentError("marker", "marker_mismatch", problems.join("; "));
@@ -94,7 +97,7 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
       if (!current || job.start_token_at === null || !(await previousStepProved(trx, job.id, current))) {
         throw new FailedPreconditionError("marker_already_recorded", `job ${job.id} has a different owner marker whose cleanup is not proved`);
       }
-      const updated = await updateJobCas(trx, job.id, job.revision, { state: "running", marker: toBinary(OwnerMarkerSchema, marker) });
+      const updated = await updateJobCas(trx, job.id, job.revision, { state: "running", marker: toBinary(OwnerMarkerSchema, marker), ...withEvidence });
       changes.jobs.push(updated);
       return updated;
     }
@@ -103,6 +106,7 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
       state: "starting",
       marker: toBinary(OwnerMarkerSchema, marker),
       start_token_at: job.cancel_requested ? null : new Date(core.now()),
+      ...withEvidence,
     });
     changes.jobs.push(updated);
     return updated;

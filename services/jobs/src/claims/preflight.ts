@@ -47,13 +47,22 @@ export async function recordPreflight(core: JobsCore, req: RecordPreflightReques
  * Returns the updated row (or `job` itself when nothing changed). `field` names the request field.
  */
 export async function writePreflight(trx: Db, job: JobRow, preflight: JobPreflight, field: string): Promise<JobRow> {
+  const bytes = preflightToRecord(job, preflight, field);
+  return bytes === undefined ? job : updateJobCas(trx, job.id, job.revision, { preflight: bytes });
+}
+
+/**
+ * writePreflight's checks without the write: the encoded evidence to store on `job`, or
+ * undefined for an identical repeat (RecordOwnerMarker writes it with the marker, in one UPDATE).
+ */
+export function preflightToRecord(job: JobRow, preflight: JobPreflight, field: string): Uint8Array | undefined {
   if (preflight.nodeId !== job.node_id) {
     throw new InvalidArgumentError(`${field}.node_id`, "preflight_node_mismatch", `the evidence names node ${preflight.nodeId}, the job is bound to ${job.node_id}`);
   }
   if (job.preflight) {
-    if (equals(JobPreflightSchema, fromBinary(JobPreflightSchema, job.preflight), preflight)) return job;
+    if (equals(JobPreflightSchema, fromBinary(JobPreflightSchema, job.preflight), preflight)) return undefined;
     throw new FailedPreconditionError("preflight_already_recorded", `job ${job.id} already has recorded preparation evidence`);
   }
   if (!CLAIMED_STATES.includes(job.state as JobStateName)) throw new FailedPreconditionError("job_not_active", `job ${job.id} is ${job.state}`);
-  return updateJobCas(trx, job.id, job.revision, { preflight: toBinary(JobPreflightSchema, preflight) });
+  return toBinary(JobPreflightSchema, preflight);
 }

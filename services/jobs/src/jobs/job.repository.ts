@@ -70,21 +70,24 @@ export async function countJobsByState(db: Db, ownerId?: string): Promise<Map<st
   return new Map(rows.map((r) => [r.state, Number(r.n)]));
 }
 
-/** Next fencing token (monotonic across all jobs). */
-export async function nextFence(db: Db): Promise<string> {
-  const r = await sql<{ fence: string }>`SELECT nextval('job_fence_seq')::text AS fence`.execute(db);
-  const fence = r.rows[0]?.fence;
-  if (fence === undefined) throw new Error("job_fence_seq returned nothing");
-  return fence;
+
+/**
+ * Takes a fresh fence (nextval('job_fence_seq')) and records the attempt under it, in one
+ * statement (no separate nextval round trip); returns the fence.
+ */
+export async function insertAttemptWithNewFence(
+  db: Db,
+  row: { job_id: string; attempt: number; node_id: string; incarnation_id: string; adopted_from_fence?: string },
+): Promise<string> {
+  const r = await db
+    .insertInto("job_attempts")
+    .values({ ...row, fence: sql<string>`nextval('job_fence_seq')` })
+    .returning(sql<string>`fence::text`.as("fence"))
+    .executeTakeFirst();
+  if (r === undefined) throw new Error("job_fence_seq returned nothing");
+  return r.fence;
 }
 
-/** Records one claimed (or adopted) attempt with its fence. */
-export async function insertAttempt(
-  db: Db,
-  row: { job_id: string; attempt: number; fence: string; node_id: string; incarnation_id: string; adopted_from_fence?: string },
-): Promise<void> {
-  await db.insertInto("job_attempts").values(row).execute();
-}
 
 /** Marks an attempt ended. */
 export async function endAttempt(db: Db, jobId: string, attempt: number, fence: string): Promise<void> {
