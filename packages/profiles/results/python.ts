@@ -34,9 +34,39 @@ const text = (v: unknown): string => (typeof v === "string" ? v : typeof v === "
 const attr = (n: XmlNode | undefined, name: string): string => text(n?.[`@_${name}`]);
 
 /**
+ * One result per test: pytest's JUnit report writes a second `<testcase>` with the same classname
+ * and name for a test whose teardown errored after its call had already failed (node ids are
+ * unique, so the same name is the same test). They become one test, failed when either is, at
+ * the first one's place, with both messages and the summed duration.
+ */
+function mergeReports(cases: readonly ParsedTest[]): ParsedTest[] {
+  const byId = new Map<string, number>();
+  const out: ParsedTest[] = [];
+  for (const t of cases) {
+    const id = `${t.parents.join("\u0000")}\u0000${t.name}`;
+    const at = byId.get(id);
+    if (at === undefined) {
+      byId.set(id, out.length);
+      out.push(t);
+      continue;
+    }
+    const first = out[at] as ParsedTest;
+    const failed = first.status === TestStatus.FAILED || t.status === TestStatus.FAILED;
+    out[at] = {
+      ...first,
+      status: failed ? TestStatus.FAILED : first.status,
+      durationMs: first.durationMs + t.durationMs,
+      message: boundMessage([first.message, t.message].filter((m) => m !== "").join("\n\n")),
+    };
+  }
+  return out;
+}
+
+/**
  * Parses pytest's JUnit XML (xunit2, fast-xml-parser after XMLValidator): one test per
  * `<testcase>`; `<failure>`/`<error>` → failed, `<skipped>` → skipped (an xfail is a skip whose
- * message says so), otherwise passed. `parsed` only when the document is valid and each
+ * message says so), otherwise passed; two `<testcase>`s of one test (a failed call, then a
+ * teardown error) are one failed test. `parsed` only when the document is valid and each
  * `<testsuite>`'s own tests/failures/errors/skipped attributes equal what its test cases say;
  * else `results_unparsed`.
  */
@@ -80,7 +110,7 @@ export function parsePytestJunit(xml: string, ctx: { readonly testFiles: readonl
     for (const k of Object.keys(declared) as (keyof typeof declared)[]) {
       if (declared[k] !== parsed[k]) problems.push(`${k} ${Number.isNaN(declared[k]) ? "missing" : declared[k]} declared, ${parsed[k]} parsed`);
     }
-    tests.push(...mine);
+    tests.push(...mergeReports(mine));
   }
   if (problems.length > 0) return unparsedResults(PYTEST_JUNIT_FORMAT, "summary_mismatch", `The JUnit report's own counts do not match its test cases: ${problems.join(", ")}.`, ctx.source);
   return parsedResults(PYTEST_JUNIT_FORMAT, keyTests(tests, true), ctx.source);

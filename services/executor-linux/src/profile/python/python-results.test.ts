@@ -86,8 +86,25 @@ const SUBTESTS = [
   "",
 ].join("\n");
 
+// pytest's JUnit report writes a test whose call failed and whose teardown then errored as two
+// <testcase> elements with one name; Seraph reports one test (the second was "test_x #2").
+const TEARDOWN = [
+  "import pytest",
+  "@pytest.fixture",
+  "def bad_teardown():",
+  "    yield 1",
+  '    raise RuntimeError("teardown broke")',
+  "def test_fails_then_teardown_errors(bad_teardown):",
+  "    assert bad_teardown == 2",
+  "def test_passes_then_teardown_errors(bad_teardown):",
+  "    pass",
+  "def test_fine():",
+  "    pass",
+  "",
+].join("\n");
+
 async function stagedRun(selection: string, testFiles: readonly string[], venv: boolean): Promise<{ results: TestResults; stage: StagedRepository; stdout: string; stderr: string }> {
-  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS } });
+  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS, "tests/test_teardown.py": TEARDOWN } });
   repos.push(repo);
   const inspection = await inspectRepository({ profile: "repo-python3-v1", repositoryPath: repo.dir, selection });
   expect(inspection.reasons.map((r) => r.code)).toEqual([]);
@@ -130,6 +147,20 @@ describe.skipIf(!python)("per-test results of the Python profile's forms", () =>
     const broken = r.results.tests.find((t) => t.name === "test_broken");
     expect(broken?.message).toContain("RuntimeError: boom");
     expect(r.results.tests.find((t) => t.name === "test_known_bug")?.message).toMatch(/^xfail/);
+  });
+
+  it("pytest: a test whose call failed and whose teardown errored is one failed test, both messages kept", async () => {
+    const r = await stagedRun("python -m pytest tests/test_teardown.py", ["tests/test_teardown.py"], true);
+    // pytest's own words: "1 failed, 2 passed, 2 errors" — events, for three tests.
+    expect(r.stdout).toMatch(/1 failed, 2 passed, 2 errors? in/);
+    expect(r.results.state, r.results.message).toBe("parsed");
+    expect(statuses(r.results)).toEqual({
+      "tests/test_teardown.py › tests.test_teardown › test_fails_then_teardown_errors": "FAILED",
+      "tests/test_teardown.py › tests.test_teardown › test_passes_then_teardown_errors": "FAILED",
+      "tests/test_teardown.py › tests.test_teardown › test_fine": "PASSED",
+    });
+    const both = r.results.tests.find((t) => t.name === "test_fails_then_teardown_errors")?.message ?? "";
+    expect(both).toMatch(/assert 1 == 2[^]*failed on teardown with "RuntimeError: teardown broke"/);
   });
 
   it("unittest: parsed from -v's stderr, checked against its Ran N / FAILED line, with tracebacks as messages", async () => {
