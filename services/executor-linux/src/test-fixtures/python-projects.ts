@@ -20,15 +20,18 @@ const PYTEST_PACKAGES = ["_pytest", "pytest", "pluggy", "iniconfig", "packaging"
  * The Python proof runtime (Debian's /usr/bin/python3 → python3.11) for tests, by absolute path,
  * never PATH. With `needPytest`, Debian's python3-pytest must be installed too (its packages are
  * copied into fixture virtual environments). Missing in CI (`CI=true`): throws, so the test fails
- * rather than skips; elsewhere returns undefined and the caller may skip.
+ * rather than skips; elsewhere returns undefined and the caller may skip. `pythonPath` and
+ * `distPackages` exist for this rule's own test.
  */
-export function pythonForTests(options: { needPytest?: boolean } = {}, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  const missing = !existsSync(DEFAULT_PYTHON_PATH)
-    ? `${DEFAULT_PYTHON_PATH} is not installed`
-    : options.needPytest && !existsSync(join(DEBIAN_DIST_PACKAGES, "pytest", "__init__.py"))
-      ? `Debian's python3-pytest is not installed (${DEBIAN_DIST_PACKAGES}/pytest)`
+export function pythonForTests(options: { needPytest?: boolean; pythonPath?: string; distPackages?: string } = {}, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const python = options.pythonPath ?? DEFAULT_PYTHON_PATH;
+  const dist = options.distPackages ?? DEBIAN_DIST_PACKAGES;
+  const missing = !existsSync(python)
+    ? `${python} is not installed`
+    : options.needPytest && !existsSync(join(dist, "pytest", "__init__.py"))
+      ? `Debian's python3-pytest is not installed (${dist}/pytest)`
       : undefined;
-  if (missing === undefined) return DEFAULT_PYTHON_PATH;
+  if (missing === undefined) return python;
   if (env.CI === "true") throw new PythonRuntimeMissingError(`${missing}; CI must install python3, python3-venv and python3-pytest (.ci/run).`);
   return undefined;
 }

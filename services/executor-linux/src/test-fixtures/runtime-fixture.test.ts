@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolvePinnedNode } from "../profile/runtime.js";
+import { pythonForTests, PythonRuntimeMissingError } from "./python-projects.js";
 import { pinnedNodeForTests, PinnedRuntimeMissingError, typescriptForTests } from "./runtime-fixture.js";
 
 // Fixture discovery as seeds/001 says: SERAPH_TEST_NODE_RUNTIME or PATH for the runtime,
@@ -64,5 +65,19 @@ describe("TypeScript discovery", () => {
     await expect(typescriptForTests({ SERAPH_TEST_TYPESCRIPT_ROOT: fake })).rejects.toBeInstanceOf(PinnedRuntimeMissingError);
     expect(await typescriptForTests({}, { resolveInstalled: nothing })).toBeUndefined();
     await expect(typescriptForTests({ CI: "true" }, { resolveInstalled: nothing })).rejects.toBeInstanceOf(PinnedRuntimeMissingError);
+  });
+});
+
+describe("pythonForTests: the Python proof runtime for tests", () => {
+  it("missing python3 or python3-pytest: undefined outside CI, a failure under CI=true (never a skip)", () => {
+    const absent = join(dir, "no-python3");
+    expect(pythonForTests({ pythonPath: absent }, {})).toBeUndefined();
+    expect(() => pythonForTests({ pythonPath: absent }, { CI: "true" })).toThrow(PythonRuntimeMissingError);
+    expect(() => pythonForTests({ pythonPath: absent }, { CI: "true" })).toThrow(/no-python3 is not installed; CI must install python3, python3-venv and python3-pytest/);
+    // The interpreter is there (this test's own runtime stands in), Debian's pytest is not.
+    const noPytest = { pythonPath: pinned, distPackages: join(dir, "dist-packages"), needPytest: true };
+    expect(pythonForTests(noPytest, {})).toBeUndefined();
+    expect(() => pythonForTests(noPytest, { CI: "true" })).toThrow(/python3-pytest is not installed/);
+    expect(pythonForTests({ pythonPath: pinned, distPackages: join(dir, "dist-packages") }, { CI: "true" })).toBe(pinned);
   });
 });
