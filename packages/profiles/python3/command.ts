@@ -127,7 +127,9 @@ export function reduceCommand(text: string): ReducedCommand | RefusedCommand {
     if (!name.endsWith(".py")) {
       return refuse("python_discovery", `"${shown}" names ${token}, which is not a .py file (a directory, a package or a module to discover); name test files exactly.`, token);
     }
-    if (!isTestFileName(name)) return refuse("python_test_path_name", `${token} is not named test_*.py or *_test.py.`, token);
+    if (!isTestFileName(name)) {
+      return refuse("python_test_path_name", `${token} is not named test_*.py or *_test.py with a module name of letters, digits and underscores (an importable test module).`, token);
+    }
     if (paths.includes(checked.path)) return refuse("python_test_path_duplicate", `${token} is named twice.`, token);
     paths.push(checked.path);
   }
