@@ -73,6 +73,10 @@ export function reduceCommand(text: string): ReducedCommand | RefusedCommand {
   }
   if (PIP.has(word)) return refuse("python_pip_install", `"${shown}" runs pip; nothing is installed at job time.`, word);
   if (RUNNERS.has(word) || word.endsWith("/setup.py")) return refuse("python_runner_not_allowed", `"${shown}" runs ${word}, a task runner; only unittest and pytest over exact files are admitted.`, word);
+  if (word === "npm" || word === "npx") {
+    // The other profile's form: say which profile admits it rather than only refusing.
+    return refuse("python_wrapper_not_allowed", `"${shown}" is an npm selection, which only the repo-node24-npm-v1 profile admits (this one is repo-python3-v1: python -m unittest or python -m pytest over exact test files); choose that profile explicitly: seraph settings set --profile repo-node24-npm-v1, or seraph-exec --profile repo-node24-npm-v1.`, word);
+  }
   if (WRAPPERS.has(word)) return refuse("python_wrapper_not_allowed", `"${shown}" wraps the tests in ${word}; the argv is built by the server.`, word);
   let form: PythonForm;
   let rest: string[];

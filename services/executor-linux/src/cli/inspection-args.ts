@@ -49,7 +49,8 @@ export function inspectionFromValues(command: string, usage: string, values: Ins
     process.stderr.write(`seraph-exec ${command}: ${err.message}\n`);
     return 2;
   }
-  const profile = values.profile ?? PROFILE_NAME;
+  // The seeds' default profile, as for a new instance; the Node profile is chosen explicitly.
+  const profile = values.profile ?? PYTHON_PROFILE;
   if (profile !== PROFILE_NAME && profile !== PYTHON_PROFILE) {
     process.stderr.write(`seraph-exec ${command}: --profile must be ${PYTHON_PROFILE} or ${PROFILE_NAME}, not "${profile}"\n${usage}\n`);
     return 2;

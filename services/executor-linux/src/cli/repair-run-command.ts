@@ -9,7 +9,7 @@ import { INSPECTION_OPTIONS, inspectionFromValues } from "./inspection-args.js";
 import { parseJobUserSetting, resolveHandRunJobUser } from "../supervisor-client/node-containment.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
-export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'npm test' [--patch FILE] [--allow P ...] [--job-user auto|none|UID:GID|NAME] [--profile NAME] [--node ABS] [--node-sha256 HEX] [--python ABS] [--python-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
+export const REPAIR_RUN_USAGE = `usage: seraph-exec repair-run [--json] --repo DIR --selection 'python -m pytest tests/test_x.py' [--patch FILE] [--allow P ...] [--job-user auto|none|UID:GID|NAME] [--profile NAME] [--node ABS] [--node-sha256 HEX] [--python ABS] [--python-sha256 HEX] [--source P ...] [--build-output-dir D] [--limit NAME=VALUE ...] [--expect-inspection-sha256 HEX] [--keep-job-dir]
 
 Inspects DIR, stages a private copy (0700), applies the patch to the copy only, runs each step
 under a fresh supervisor within the wall deadline, checks the repository is unchanged, and prints

@@ -5,7 +5,8 @@ import { RUN_USAGE, runCommand } from "./run-command.js";
 
 /**
  * `seraph-exec`: run one command under a fresh supervisor (`run`), report Linux facilities
- * (`probe`), inspect a repository against the repo-node24-npm-v1 profile (`inspect`), or
+ * (`probe`), inspect a repository against an execution profile (`inspect`; repo-python3-v1 unless
+ * --profile repo-node24-npm-v1), or
  * inspect, stage, patch and run a repair's steps (`repair-run`).
  */
 const COMMANDS: Readonly<Record<string, { usage: string; run: (args: readonly string[]) => Promise<number> }>> = {

@@ -36,23 +36,37 @@ describe.skipIf(!node)("seraph-exec inspect", () => {
   it("prints one JSON inspection with every field; exit 0 admitted, 1 blocked, 2 usage", async () => {
     const repo = await createJsTestProject();
     repos.push(repo);
-    const ok = await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm test"]);
+    const ok = await cli(["inspect", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test"]);
     expect(ok.code).toBe(0);
     const i = lastJson(ok.stdout);
     expect(i).toMatchObject({ admitted: true, reasons: [], profile: "repo-node24-npm-v1", nodeVersion: "v24.15.0", limitsChanged: [] });
     expect(i.inspectionSha256).toMatch(/^[0-9a-f]{64}$/);
     expect((i.steps as { argv: string[] }[])[0]?.argv).toEqual([node, "--test", ...NODE_TEST_REPORTER_FLAGS, "test/math.test.js"]);
     expect(i.suppressedHooks).toEqual([{ scriptName: "pretest", body: expect.any(String) }]);
-    const blocked = await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm run build test", "--limit", "source_files=2"]);
+    const blocked = await cli(["inspect", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm run build test", "--limit", "source_files=2"]);
     expect(blocked.code).toBe(1);
     const b = lastJson(blocked.stdout);
     expect(b.admitted).toBe(false);
     expect((b.reasons as { code: string }[]).map((r) => r.code)).toEqual(["script_missing", "too_many_source_files"]);
     expect(b.limitsChanged).toEqual(["source_files"]);
-    expect((await cli(["inspect", "--json", "--repo", repo.dir])).code).toBe(2);
-    expect((await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm test", "--limit", "nope=1"])).code).toBe(2);
-    const text = await cli(["inspect", "--repo", repo.dir, "--selection", "npm test"]);
+    expect((await cli(["inspect", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir])).code).toBe(2);
+    expect((await cli(["inspect", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test", "--limit", "nope=1"])).code).toBe(2);
+    const text = await cli(["inspect", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test"]);
     expect(text.stdout).toMatch(/^ADMITTED {2}repo-node24-npm-v1 {2}npm test/);
+  });
+
+  it("without --profile inspects against repo-python3-v1 (the seeds' default), never falling back to Node: an npm selection is refused naming the profile that admits it", async () => {
+    const repo = await createJsTestProject();
+    repos.push(repo);
+    const r = await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm test"]);
+    expect(r.code).toBe(1);
+    const i = lastJson(r.stdout);
+    expect(i).toMatchObject({ admitted: false, profile: "repo-python3-v1" });
+    const reasons = i.reasons as { code: string; message: string }[];
+    expect(reasons.map((x) => x.code)).toEqual(["python_wrapper_not_allowed"]);
+    expect(reasons[0]?.message).toContain("--profile repo-node24-npm-v1");
+    // Node's flags under the default profile are a usage error, not a silent switch.
+    expect((await cli(["inspect", "--json", "--repo", repo.dir, "--selection", "npm test", "--node", node ?? "/x"])).code).toBe(2);
   });
 });
 
@@ -61,7 +75,7 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-ru
     const repo = await createJsTestProject({ failing: true });
     repos.push(repo);
     const before = await digestTree(repo.dir);
-    const failed = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test"]);
+    const failed = await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test"]);
     expect(failed.code).toBe(1);
     expect(lastJson(failed.stdout)).toMatchObject({ outcome: "failed", repositoryUnchanged: true });
     // Each step's receipt has the `run --json` shape (docs/cli.md), not proto3 JSON: lowercase
@@ -80,11 +94,11 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-ru
     // The test step's per-test results, parsed from its TAP report.
     const failedResults = (lastJson(failed.stdout).steps as { results?: Record<string, unknown> }[])[0]?.results;
     expect(failedResults).toMatchObject({ state: "parsed", format: "node_test_tap", tests: [{ name: "add adds", status: "TEST_STATUS_FAILED", file: "test/math.test.js" }] });
-    const text = await cli(["repair-run", "--repo", repo.dir, "--selection", "npm test"]);
+    const text = await cli(["repair-run", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test"]);
     expect(text.stdout).toMatch(/tests \(node_test_tap\): 1 — 0 passed, 1 failed[^\n]*\n +FAILED +test\/math\.test\.js › add adds/);
     const patch = join(scratch, "fix.patch");
     await writeFile(patch, fixAddPatch("js"));
-    const fixed = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--patch", patch, "--allow", "src"]);
+    const fixed = await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test", "--patch", patch, "--allow", "src"]);
     expect(fixed.code).toBe(0);
     const r = lastJson(fixed.stdout);
     expect(r).toMatchObject({ outcome: "succeeded", repositoryUnchanged: true, patch: { applied: true, changed: ["src/math.js"] } });
@@ -97,21 +111,21 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-ru
     const repo = await createJsTestProject({ extraFiles: { "test/math.test.js": uidTest } });
     repos.push(repo);
     const root = process.geteuid?.() === 0;
-    const byDefault = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test"]);
+    const byDefault = await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test"]);
     const r = lastJson(byDefault.stdout);
     expect(r.outcome, byDefault.stdout + byDefault.stderr).toBe("succeeded");
     const tail = (r.steps as { stdoutTail?: string }[])[0]?.stdoutTail ?? "";
     if (root) {
       expect(r.jobUser).toEqual({ uid: 64064, gid: 64064 });
       expect(tail).toContain("uid=64064 gid=64064");
-      const text = await cli(["repair-run", "--repo", repo.dir, "--selection", "npm test"]);
+      const text = await cli(["repair-run", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test"]);
       expect(text.stdout).toContain("ran as job user 64064:64064");
-      const asRoot = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--job-user", "none"]);
+      const asRoot = await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test", "--job-user", "none"]);
       expect(lastJson(asRoot.stdout)).toMatchObject({ outcome: "succeeded", jobUser: null });
       expect((lastJson(asRoot.stdout).steps as { stdoutTail?: string }[])[0]?.stdoutTail).toContain("uid=0 gid=0");
       // A job root the job user cannot enter (TMPDIR in a root-only 0700 directory): nothing runs.
       const closed = await mkdtemp(join(scratch, "closed-"));
-      const blocked = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test"], { ...process.env, TMPDIR: closed });
+      const blocked = await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test"], { ...process.env, TMPDIR: closed });
       expect(blocked.code).toBe(1);
       const b = lastJson(blocked.stdout);
       expect(b).toMatchObject({ outcome: "blocked", steps: [], jobUser: { uid: 64064, gid: 64064 } });
@@ -119,20 +133,20 @@ describe.skipIf(!node || facilitiesMissing !== undefined)("seraph-exec repair-ru
     } else {
       expect(r.jobUser).toBeNull();
       expect(tail).toContain(`uid=${process.getuid?.()}`);
-      expect((await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--job-user", "1234:1234"])).code).toBe(2);
+      expect((await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test", "--job-user", "1234:1234"])).code).toBe(2);
     }
-    expect((await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm test", "--job-user", "0:0"])).code).toBe(2);
+    expect((await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test", "--job-user", "0:0"])).code).toBe(2);
   });
 
   it("builds then tests a TypeScript project, and refuses a stale approved hash", async () => {
     const repo = await createTsProject();
     repos.push(repo);
-    const ok = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm run build test"]);
+    const ok = await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm run build test"]);
     expect(ok.code).toBe(0);
     const r = lastJson(ok.stdout);
     expect(r).toMatchObject({ outcome: "succeeded", repositoryUnchanged: true });
     expect((r.steps as { name: string; outcome: string }[]).map((s) => [s.name, s.outcome])).toEqual([["build", "succeeded"], ["test", "succeeded"]]);
-    const stale = await cli(["repair-run", "--json", "--repo", repo.dir, "--selection", "npm run build test", "--expect-inspection-sha256", "0".repeat(64)]);
+    const stale = await cli(["repair-run", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm run build test", "--expect-inspection-sha256", "0".repeat(64)]);
     expect(stale.code).toBe(1);
     expect(lastJson(stale.stdout)).toMatchObject({ outcome: "blocked", reasons: [expect.objectContaining({ code: "drift" })] });
   });
