@@ -159,7 +159,7 @@ describe("executor pod: supervisors in the supervisor host's PID namespace", () 
     await stack.killExecutor(stack.node, "SIGTERM");
   }, 90_000);
 
-  it("the supervisor host's init dies: the kernel kills its namespace, the job is UNKNOWN, and recovery releases the slot only on the executor's namespace-gone observation", async () => {
+  it("the supervisor dies, then the supervisor host's init: UNKNOWN at once, recovery refused while the namespace (with the job's orphans) lives, then the kernel kills the namespace and recovery releases the slot only on the executor's namespace-gone observation", async () => {
     const host = await startHost();
     await stack.startExecutor(stack.node, { SERAPH_SUPERVISOR_HOST_SOCKET: socketPath });
     const r = await slowRepo(60_000);
@@ -169,16 +169,20 @@ describe("executor pod: supervisors in the supervisor host's PID namespace", () 
     const tree = descendantsOf(outer);
     expect(tree.length).toBeGreaterThan(0);
 
-    // While the namespace lives, there is no proof: the slot stays held.
-    await new Promise((res) => setTimeout(res, 600));
+    // The supervisor alone dies: the job is UNKNOWN, but its test processes, now orphans of the
+    // namespace's init, still run there. While the namespace lives there is no proof: recovery
+    // refuses and the slot stays held.
+    process.kill(outer, "SIGKILL");
+    const lost = await waitForState(stack, job!.id, [JobState.UNKNOWN, JobState.SUCCEEDED, JobState.FAILED], 20_000);
+    expect([JobState[lost.state], lost.outcome, lost.slotHeld]).toEqual(["UNKNOWN", "unknown_supervisor_lost", true]);
+    expect(tree.some((p) => alive(p)), "a test process outlives its supervisor").toBe(true);
     const early = await stack.client.recoverProcessCleanup({ jobId: job!.id, rootId: root });
-    expect(early.released).toBe(false);
+    expect([early.released, early.refusalCode]).toEqual([false, "no_cleanup_receipt"]);
+    expect(early.job?.slotHeld).toBe(true);
 
     // Kill the namespace's init (tini) only: the kernel SIGKILLs every process in it.
     process.kill(host.initPid, "SIGKILL");
-    await pollUntil(async () => !alive(outer) && tree.every((p) => !alive(p)), 10_000, "the namespace's processes to be gone");
-    const lost = await waitForState(stack, job!.id, [JobState.UNKNOWN, JobState.SUCCEEDED, JobState.FAILED], 20_000);
-    expect([JobState[lost.state], lost.outcome, lost.slotHeld]).toEqual(["UNKNOWN", "unknown_supervisor_lost", true]);
+    await pollUntil(async () => tree.every((p) => !alive(p)), 10_000, "the namespace's processes to be gone");
 
     // The executor observes the namespace gone and records it; recovery then releases the slot.
     await pollUntil(async () => (await stack.client.getJob({ jobId: job!.id })).job!.artifacts.some((a) => a.kind === "pid_namespace_gone"), 15_000, "the pid_namespace_gone observation");

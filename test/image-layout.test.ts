@@ -10,6 +10,7 @@ import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/ap
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { findInPidNamespace } from "../services/executor-linux/src/native/pid-namespace.js";
 import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
 import { stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { byBaseName, containerEnv, imageConfig, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
@@ -223,6 +224,31 @@ describe("the dev overlay's containers, started from the layout", () => {
   let settingsRevision = 0n;
   let hostNamespace = "";
 
+  /**
+   * Starts the supervisor-host container's command as the kubelet would: as root, with the
+   * container's capabilities as the bounding set and nothing inheritable, from WORKDIR; resolves
+   * once the launch socket's token exists (the host listens).
+   */
+  async function startHostContainer(logName: string): Promise<ChildProcess> {
+    const hostC = containerOf(devWorkload("seraph-executor"), "supervisor-host");
+    const socket = hostEnv["SERAPH_SUPERVISOR_HOST_SOCKET"]!;
+    // A host killed by SIGKILL leaves its token file behind; the new one writes a fresh one.
+    rmSync(`${socket}.token`, { force: true });
+    const caps = (hostC.securityContext.capabilities.add as string[]).map((c) => `+${c.toLowerCase()}`).join(",");
+    const main = spawn("setpriv", ["--inh-caps=-all", `--bounding-set=-all,${caps}`, "--", ...(hostC.command as string[])], { cwd: app, env: hostEnv, stdio: ["ignore", "pipe", "pipe"] });
+    let hostErr = "";
+    const hostLog = createWriteStream(join(out, logName));
+    main.stdout?.pipe(hostLog);
+    main.stderr?.on("data", (c: Buffer) => {
+      hostErr += c.toString();
+      hostLog.write(c);
+    });
+    started.push(main);
+    await expect.poll(() => existsSync(`${socket}.token`) || main.exitCode !== null, { timeout: 15_000 }).toBe(true);
+    expect(existsSync(`${socket}.token`), hostErr).toBe(true);
+    return main;
+  }
+
   it("jobs, api, the executor pod (the supervisor host by its container command with exactly its capabilities, the agent as uid 10001) and the UI gateway each start to SERVING with the rendered environment", async () => {
     if (process.getuid?.() !== 0) throw new Error("this test needs root (the supervisor host's wrapper and uid 10001)");
     const [jg, jh, ag, ah, eg, eh, gg, gh] = await Promise.all(Array.from({ length: 8 }, () => freePort()));
@@ -255,17 +281,7 @@ describe("the dev overlay's containers, started from the layout", () => {
     expect(socket.startsWith(volumes["run"]! + "/")).toBe(true);
     const caps = (hostC.securityContext.capabilities.add as string[]).map((c) => `+${c.toLowerCase()}`).join(",");
     expect(hostC.securityContext.runAsUser).toBe(0);
-    hostMain = spawn("setpriv", ["--inh-caps=-all", `--bounding-set=-all,${caps}`, "--", ...(hostC.command as string[])], { cwd: app, env: hostEnv, stdio: ["ignore", "pipe", "pipe"] });
-    let hostErr = "";
-    const hostLog = createWriteStream(join(out, "supervisor-host.log"));
-    hostMain.stdout?.pipe(hostLog);
-    hostMain.stderr?.on("data", (c: Buffer) => {
-      hostErr += c.toString();
-      hostLog.write(c);
-    });
-    started.push(hostMain);
-    await expect.poll(() => existsSync(`${socket}.token`) || hostMain!.exitCode !== null, { timeout: 15_000 }).toBe(true);
-    expect(existsSync(`${socket}.token`), hostErr).toBe(true);
+    hostMain = await startHostContainer("supervisor-host.log");
     // The container's main process (outer tini, root, exactly the granted capabilities) →
     // unshare → the namespace's init (tini, uid 10001, no capabilities, no_new_privs) → the host.
     const status = (pid: number) => readFileSync(`/proc/${pid}/status`, "utf8");
@@ -379,7 +395,7 @@ describe("the dev overlay's containers, started from the layout", () => {
     try {
       const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
       const repairs = createClient(RepairService, transport);
-      await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: settingsRevision, settings: { backend: SandboxBackend.LOCAL, profile: "repo-python3-v1", runtimePath: python, enabled: true } });
+      settingsRevision = (await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: settingsRevision, settings: { backend: SandboxBackend.LOCAL, profile: "repo-python3-v1", runtimePath: python, enabled: true } })).settings!.revision;
       const repo = await createPythonProject({ parent: volumes["repositories"]!, failing: true });
       execFileSync("chmod", ["-R", "a+rX", repo.dir]);
       const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
@@ -402,6 +418,81 @@ describe("the dev overlay's containers, started from the layout", () => {
       sessions.abort();
     }
   }, 180_000);
+
+  it("the supervisor dies mid-job, then the host's init: recovery through the API refuses while the namespace (with the job's orphans) lives, and releases the slot once the uid-10001 agent observes it gone", async () => {
+    expect(settingsRevision, "the previous tests set the settings").toBeGreaterThan(1n);
+    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    };
+    const sessions = new Http2SessionManager(apiUrl);
+    try {
+      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
+      const repairs = createClient(RepairService, transport);
+      const runtime = inLayout(image.env["SERAPH_SUPERVISOR_RUNTIME"]!);
+      settingsRevision = (await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: settingsRevision, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: runtime, enabled: true } })).settings!.revision;
+      // A test that runs for a minute, so the job is certainly running when the host dies.
+      const repo = await createJsTestProject({
+        parent: volumes["repositories"]!,
+        failing: true,
+        scripts: { test: "node --test test/slow.test.js" },
+        extraFiles: {
+          "test/slow.test.js": ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add } from "../src/math.js";', 'test("slow add", async () => { await new Promise((r) => setTimeout(r, 60000)); assert.equal(add(2, 3), 5); });', ""].join("\n"),
+        },
+      });
+      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
+      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
+      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout host death" });
+      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "tests pass", selection: "npm test" });
+      expect(RepairState[repair!.state], JSON.stringify(repair!.inspection?.reasons ?? [])).toBe("INSPECTED");
+      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+      const jobOf = async () => (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
+      await expect.poll(async () => JobState[(await jobOf())?.state ?? 0], { timeout: 60_000, interval: 200 }).toBe("RUNNING");
+      await expect.poll(async () => (await jobOf())?.marker?.pidNamespace, { timeout: 10_000, interval: 200 }).toBe(hostNamespace);
+
+      // The supervisor alone dies (SIGKILL): the job is UNKNOWN, but its test processes, now
+      // orphans of the namespace's init, still run there. No proof: the slot stays held.
+      const marker = (await jobOf())!.marker!;
+      const supervisor = findInPidNamespace("/proc", marker.pidNamespace, marker.supervisor!.pid)!;
+      const tests = descendants(supervisor);
+      expect(tests.length, "the job's processes").toBeGreaterThan(0);
+      process.kill(supervisor, "SIGKILL");
+      await expect.poll(async () => [JobState[(await jobOf())?.state ?? 0], (await jobOf())?.outcome, (await jobOf())?.slotHeld], { timeout: 30_000, interval: 200 }).toEqual(["UNKNOWN", "unknown_supervisor_lost", true]);
+      expect(tests.some(alive), "a test process outlives its supervisor").toBe(true);
+      const early = await repairs.recoverProcessCleanup({ repairId: repair!.id });
+      expect([early.released, early.refusalCode]).toEqual([false, "no_cleanup_receipt"]);
+      expect(early.repair?.job?.slotHeld).toBe(true);
+
+      // The namespace's init (the inner tini) dies: the kernel kills everything in it, and the
+      // container's main process (outer tini) ends with it, as a crashed container would.
+      const tini = descendants(descendants(hostMain!.pid!)[0]!)[0]!;
+      expect(readlinkSync(`/proc/${tini}/ns/pid`)).toBe(hostNamespace);
+      const exited = new Promise<void>((res) => (hostMain!.exitCode !== null || hostMain!.signalCode !== null ? res() : hostMain!.once("exit", () => res())));
+      process.kill(tini, "SIGKILL");
+      await exited;
+      await expect.poll(() => tests.some(alive), { timeout: 10_000 }).toBe(false);
+
+      // The agent (uid 10001, beside root wrappers it cannot inspect) observes the namespace
+      // gone; recovery then releases the slot on that proof.
+      let rec: Awaited<ReturnType<typeof repairs.recoverProcessCleanup>> | undefined;
+      await expect.poll(async () => (rec = await repairs.recoverProcessCleanup({ repairId: repair!.id })).released, { timeout: 30_000, interval: 500 }).toBe(true);
+      expect(rec!.repair?.job?.recovery).toMatchObject({ proof: "pid_namespace_gone", cleanupReceiptVerified: false, readbackScope: "process_cleanup_only" });
+      expect([JobState[rec!.repair!.job!.state], rec!.repair!.job!.outcome, rec!.repair!.job!.slotHeld]).toEqual(["UNKNOWN", "unknown_supervisor_lost", false]);
+    } finally {
+      sessions.abort();
+    }
+    // The kubelet restarts the container: a new host in a new namespace (whose inode number the
+    // kernel may well reuse: deploy/README.md, the proof's limits).
+    const before = namespaceInits.slice();
+    hostMain = await startHostContainer("supervisor-host-2.log");
+    const tini = descendants(descendants(hostMain.pid!)[0]!)[0]!;
+    namespaceInits.push(tini);
+    expect(before).not.toContain(tini);
+    expect(readFileSync(`/proc/${tini}/status`, "utf8")).toMatch(/^NSpid:\s+\d+\s+1$/m);
+  }, 240_000);
 
   it("SIGTERM to the supervisor-host container's main process (what the kubelet sends on a pod deletion) drains the host: the socket closes and the container's process exits 0", async () => {
     expect(hostMain, "the previous test started the supervisor host").toBeDefined();
