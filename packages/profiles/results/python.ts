@@ -143,9 +143,13 @@ function outcomeStatus(word: string): TestStatus {
  * ERROR`, tearDownClass, setUpModule, tearDownModule) is a failed result of its own, named after
  * the fixture, which unittest counts as an error but not in Ran. `parsed` only when N equals the
  * tests parsed (fixtures aside) and the final line's counts (failures+errors+unexpected
- * successes, skipped, expected failures) equal the outcomes parsed, subtests' included; a test
- * that wrote to stderr in the middle of its own line, a truncated stream or anything else that
- * does not add up is `results_unparsed`. Statuses: ok and expected failure → passed (unittest
+ * successes, skipped, expected failures) equal the outcomes parsed, subtests' included. A test
+ * that wrote to stderr after its ` ... ` (a `logging` call does) has that text after the dots and
+ * possibly on further lines; its outcome is the next line that is exactly an outcome word (a
+ * stray outcome word in the test's own output leaves unittest's real one on the following line,
+ * which is then no test line, so that run is unparsed, not misread). A truncated stream, output
+ * that reaches the next test or the report without an outcome, or anything else that does not add
+ * up is `results_unparsed`. Statuses: ok and expected failure → passed (unittest
  * counts both as success; the message says which), FAIL, ERROR and unexpected success → failed,
  * skipped → skipped.
  */
@@ -158,9 +162,25 @@ export function parseUnittestVerbose(stderr: string, ctx: { readonly testFiles: 
   let open: { head: string; test: Parsed } | undefined;
   // A description whose docstring line (with " ... outcome") comes next.
   let pending: { head: string; sub: boolean } | undefined;
+  // A test whose own output (logging, a print to stderr) landed after its " ... ": the lines that
+  // follow are that output until one is exactly an outcome word, the one unittest wrote next.
+  let awaiting: Parsed | undefined;
   let i = 0;
   for (; i < lines.length; i++) {
     const line = lines[i] ?? "";
+    if (awaiting !== undefined) {
+      const outcome = OUTCOME.exec(line);
+      if (outcome) {
+        awaiting.words.push(line);
+        if (line.startsWith("skipped")) awaiting.message = (outcome[2] ?? "").replace(/^'(.*)'$/, "$1");
+        else if (line === "expected failure" || line === "unexpected success") awaiting.message = line;
+        awaiting = undefined;
+        continue;
+      }
+      // The next test's line, or unittest's report, before any outcome: this test has none.
+      if (line === SEPARATOR || line === DASHES || HEADER.test(line.lastIndexOf(" ... ") < 0 ? line : line.slice(0, line.lastIndexOf(" ... ")))) return unrecognised(i);
+      continue;
+    }
     if (line === "" || line === SEPARATOR || line === DASHES) break;
     let head: string;
     let sub: boolean;
@@ -203,7 +223,9 @@ export function parseUnittestVerbose(stderr: string, ctx: { readonly testFiles: 
       continue;
     }
     const header = HEADER.exec(head);
-    if (!header || (!outcome && word !== "")) return unrecognised(i);
+    if (!header) return unrecognised(i);
+    // Text after " ... " that is no outcome: the test's own output, its outcome on a later line.
+    const stray = !outcome && word !== "";
     if (open !== undefined && head === open.head && outcome) {
       // The test's own outcome after its subtests (an error outside them).
       open.test.words.push(word);
@@ -219,9 +241,14 @@ export function parseUnittestVerbose(stderr: string, ctx: { readonly testFiles: 
     const message = !outcome ? "" : word.startsWith("skipped") ? (outcome[2] ?? "").replace(/^'(.*)'$/, "$1") : word === "expected failure" || word === "unexpected success" ? word : "";
     const test: Parsed = { id, fixture, words: outcome ? [word] : [], name, parents: [fixture ? id : dotted.slice(0, -1).join(".")], file: fileOfModule(id, ctx.testFiles), status: TestStatus.UNSPECIFIED, durationMs: 0, message };
     tests.push(test);
+    if (stray) {
+      awaiting = test;
+      open = undefined;
+      continue;
+    }
     open = outcome ? undefined : { head, test };
   }
-  if (pending !== undefined || (open !== undefined && open.test.words.length === 0)) return unrecognised(i - 1);
+  if (awaiting !== undefined || pending !== undefined || (open !== undefined && open.test.words.length === 0)) return unrecognised(i - 1);
   for (const t of tests) {
     const statuses = t.words.map(outcomeStatus);
     t.status = statuses.includes(TestStatus.FAILED) ? TestStatus.FAILED : statuses.includes(TestStatus.SKIPPED) && !t.words.includes("ok") ? TestStatus.SKIPPED : TestStatus.PASSED;

@@ -88,6 +88,23 @@ const SUBTESTS = [
 
 // pytest's JUnit report writes a test whose call failed and whose teardown then errored as two
 // <testcase> elements with one name; Seraph reports one test (the second was "test_x #2").
+// logging's default handler writes to stderr, after unittest's "name (id) ... ", across lines.
+const LOGS = [
+  "import logging, unittest",
+  "class TestLogs(unittest.TestCase):",
+  "    def test_passes_and_logs(self):",
+  '        logging.warning("passing test logs")',
+  "    def test_fails_and_logs(self):",
+  '        logging.error("first line\\nsecond line")',
+  "        self.assertEqual(1, 2)",
+  "    def test_skips_after_logging(self):",
+  '        logging.warning("about to skip")',
+  '        self.skipTest("later")',
+  "    def test_quiet(self):",
+  "        pass",
+  "",
+].join("\n");
+
 const TEARDOWN = [
   "import pytest",
   "@pytest.fixture",
@@ -104,7 +121,7 @@ const TEARDOWN = [
 ].join("\n");
 
 async function stagedRun(selection: string, testFiles: readonly string[], venv: boolean): Promise<{ results: TestResults; stage: StagedRepository; stdout: string; stderr: string }> {
-  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS, "tests/test_teardown.py": TEARDOWN } });
+  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS, "tests/test_teardown.py": TEARDOWN, "tests/test_logs.py": LOGS } });
   repos.push(repo);
   const inspection = await inspectRepository({ profile: "repo-python3-v1", repositoryPath: repo.dir, selection });
   expect(inspection.reasons.map((r) => r.code)).toEqual([]);
@@ -185,6 +202,19 @@ describe.skipIf(!python)("per-test results of the Python profile's forms", () =>
     expect(r.results.tests.some((t) => t.name === "test_fake")).toBe(false);
   });
 
+  it("unittest: a test that logs to stderr (logging.warning, after unittest's ' ... ') still gets its own outcome, checked against the summary", async () => {
+    const r = await stagedRun("python -m unittest tests/test_logs.py", ["tests/test_logs.py"], false);
+    expect(r.stderr).toMatch(/^test_passes_and_logs \(tests\.test_logs\.TestLogs\.test_passes_and_logs\) \.\.\. WARNING:root:passing test logs$/m);
+    expect(r.results.state, r.results.message).toBe("parsed");
+    expect(statuses(r.results)).toEqual({
+      "tests/test_logs.py › tests.test_logs.TestLogs › test_fails_and_logs": "FAILED",
+      "tests/test_logs.py › tests.test_logs.TestLogs › test_passes_and_logs": "PASSED",
+      "tests/test_logs.py › tests.test_logs.TestLogs › test_quiet": "PASSED",
+      "tests/test_logs.py › tests.test_logs.TestLogs › test_skips_after_logging": "SKIPPED",
+    });
+    expect(r.results.tests.find((t) => t.name === "test_fails_and_logs")?.message).toContain("AssertionError: 1 != 2");
+  });
+
   it("unittest: failing and skipped subtests make one result for their test, and class fixture errors their own, still checked against unittest's summary", async () => {
     const r = await stagedRun("python -m unittest tests/test_sub.py", ["tests/test_sub.py"], false);
     expect(r.stderr).toMatch(/^Ran 6 tests in/m);
@@ -209,11 +239,22 @@ describe.skipIf(!python)("per-test results of the Python profile's forms", () =>
     expect(r.results.tests.some((t) => t.name === "test_never")).toBe(false);
   });
 
-  it("unittest output a test broke (stderr written mid-line) or cut short is results_unparsed, never guessed", async () => {
+  it("unittest output a test broke or cut short is results_unparsed, never guessed; its own stderr after the dots is skipped to the outcome", async () => {
     const ctx = { testFiles: [], source: { name: "test.stderr", sha256: "" } };
     const { parseUnittestVerbose, parsePytestJunit } = await import("@seraph/profiles/results");
-    const broken = parseUnittestVerbose("test_a (t.T.test_a) ... noise from the test\nok\n\n----------------------------------------------------------------------\nRan 1 test in 0.001s\n\nOK\n", ctx);
-    expect([broken.state, broken.reason, broken.tests.length]).toEqual(["results_unparsed", "unittest_line_unrecognised", 0]);
+    const report = (ran: number, final: string) => `\n----------------------------------------------------------------------\nRan ${ran} test${ran === 1 ? "" : "s"} in 0.001s\n\n${final}\n`;
+    const logged = parseUnittestVerbose(`test_a (t.T.test_a) ... noise from the test\nmore noise\nok\ntest_b (t.T.test_b) ... WARNING:root:x\nFAIL\n${report(2, "FAILED (failures=1)")}`, ctx);
+    expect([logged.state, logged.tests.map((t) => `${t.name} ${TestStatus[t.status]}`)]).toEqual(["parsed", ["test_a PASSED", "test_b FAILED"]]);
+    // An outcome word inside the test's own output is followed by unittest's real one: unparsed.
+    const stray = parseUnittestVerbose(`test_a (t.T.test_a) ... noise\nok\nFAIL\n${report(1, "FAILED (failures=1)")}`, ctx);
+    expect([stray.state, stray.reason]).toEqual(["results_unparsed", "unittest_line_unrecognised"]);
+    // Output that runs into the next test, or into the report, without an outcome: unparsed.
+    const noOutcome = parseUnittestVerbose(`test_a (t.T.test_a) ... noise\ntest_b (t.T.test_b) ... ok\n${report(2, "OK")}`, ctx);
+    expect([noOutcome.state, noOutcome.reason]).toEqual(["results_unparsed", "unittest_line_unrecognised"]);
+    const intoReport = parseUnittestVerbose(`test_a (t.T.test_a) ... noise${report(1, "OK")}`, ctx);
+    expect(intoReport.state).toBe("results_unparsed");
+    const glued = parseUnittestVerbose(`test_a (t.T.test_a) ... noiseok${report(1, "OK")}`, ctx);
+    expect(glued.state).toBe("results_unparsed");
     const cut = parseUnittestVerbose("test_a (t.T.test_a) ... ok\n", ctx);
     expect([cut.state, cut.reason]).toEqual(["results_unparsed", "summary_missing"]);
     const lying = parseUnittestVerbose("test_a (t.T.test_a) ... ok\n\n----------------------------------------------------------------------\nRan 2 tests in 0.001s\n\nOK\n", ctx);
