@@ -222,6 +222,8 @@ describe("the dev overlay's containers, started from the layout", () => {
   let hostEnv: Record<string, string> = {};
   let apiUrl = "";
   let settingsRevision = 0n;
+  let agent: ServiceProcess | undefined;
+  let startAgent: (() => Promise<ServiceProcess>) | undefined;
   let hostNamespace = "";
 
   /**
@@ -322,7 +324,8 @@ describe("the dev overlay's containers, started from the layout", () => {
     const agentEnv = podEnv(ds, agentC, volumes, { NATS_URL: natsUrl, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_EXECUTOR_ADVERTISE_URL: url(eg!) });
     expect(agentEnv["SERAPH_SUPERVISOR_HOST_SOCKET"]).toBe(socket);
     expect(agentEnv["SERAPH_NODE_ID"]).toBe("layout-node");
-    await startContainer(ds, agentC, agentEnv, eg!);
+    startAgent = () => startContainer(ds, agentC, agentEnv, eg!);
+    agent = await startAgent();
     // The agent delegated its warm supervisor to the host: it runs in the host's namespace.
     await expect.poll(() => (existsSync(`/proc/${hostPid}`) ? descendants(hostPid).length : -1), { timeout: 20_000 }).toBeGreaterThan(0);
 
@@ -374,6 +377,58 @@ describe("the dev overlay's containers, started from the layout", () => {
       expect(job.marker?.pidNamespace).toBe(hostNamespace);
       expect(job.marker?.observerPidNamespace).toBe(readlinkSync("/proc/self/ns/pid"));
       expect(job.receipt?.echildObserved).toBe(true);
+    } finally {
+      sessions.abort();
+    }
+  }, 180_000);
+
+  it("the agent container is killed mid-job and restarted by its command: the supervisor in the host's namespace survives, the new agent re-adopts the job and it finishes", async () => {
+    expect(agent, "the services are running").toBeDefined();
+    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    };
+    const sessions = new Http2SessionManager(apiUrl);
+    try {
+      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
+      const repairs = createClient(RepairService, transport);
+      const repo = await createJsTestProject({
+        parent: volumes["repositories"]!,
+        failing: true,
+        scripts: { test: "node --test test/slow.test.js" },
+        extraFiles: {
+          "test/slow.test.js": ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add } from "../src/math.js";', 'test("slow add", async () => { await new Promise((r) => setTimeout(r, 6000)); assert.equal(add(2, 3), 5); });', ""].join("\n"),
+        },
+      });
+      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
+      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
+      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout agent restart" });
+      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "tests pass", selection: "npm test" });
+      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
+      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+      const jobOf = async () => (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
+      await expect.poll(async () => JobState[(await jobOf())?.state ?? 0], { timeout: 60_000, interval: 200 }).toBe("RUNNING");
+      await expect.poll(async () => (await jobOf())?.marker?.pidNamespace, { timeout: 10_000, interval: 200 }).toBe(hostNamespace);
+      const running = (await jobOf())!;
+      const supervisor = findInPidNamespace("/proc", running.marker!.pidNamespace, running.marker!.supervisor!.pid)!;
+      expect(descendants(agent!.child.pid!)).not.toContain(supervisor);
+
+      const gone = new Promise<void>((res) => agent!.child.once("exit", () => res()));
+      agent!.child.kill("SIGKILL");
+      await gone;
+      expect(alive(supervisor), "the supervisor outlives the agent container").toBe(true);
+      agent = await startAgent!();
+      let last: Repair | undefined;
+      for await (const m of repairs.watchRepair({ repairId: repair!.id }, { timeoutMs: 120_000 })) {
+        last = m.repair;
+        if (last?.state === RepairState.FINISHED) break;
+      }
+      const job = last!.job!;
+      expect([RepairState[last!.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
+      expect(job.fence, "re-adopted under a new fence").not.toBe(running.fence);
+      expect(job.receipt?.marker?.supervisor?.pid).toBe(running.marker!.supervisor!.pid);
     } finally {
       sessions.abort();
     }
