@@ -23,6 +23,11 @@ export interface Signals {
   subscribe(subject: string, handler: (msg: SignalMessage) => void, options?: SubscribeOptions): () => void;
   /** The NATS connection, when there is one (operator services use it). */
   readonly nats: NatsConnection | undefined;
+  /**
+   * NATS signals only: runs `cb` with the connection once it exists — at once when connected,
+   * or when a service that started while NATS was unreachable connects.
+   */
+  whenConnected?(cb: (nc: NatsConnection) => void): void;
   /** Drains (NATS) and stops delivering. */
   close(): Promise<void>;
 }
@@ -69,13 +74,86 @@ export function createLocalSignals(): Signals {
   };
 }
 
+/** Options of {@link createNatsSignals}. */
+export interface NatsSignalsOptions {
+  /** How long to wait between background connection attempts while NATS is unreachable (ms). */
+  readonly retryMs?: number;
+}
+
+/** Whether a failed first connect means "the server is not there (yet)" rather than a refusal. */
+function isUnreachable(err: unknown): boolean {
+  return err instanceof Error && err.name === "ConnectionError";
+}
+
 /**
  * NATS signals (nats.js v3), authenticated with `auth` (the server refuses anonymous
  * connections). Connects with unlimited reconnects; publish never throws. A subject the
  * server's permissions deny is logged (as `nats status error`) and left to polling.
+ *
+ * A service must be able to start (or restart, in a rolling restart) while NATS is down:
+ * signals only wake waiters that also poll. So when the first connection attempt finds no
+ * server, the signals start detached (publishes are dropped, subscriptions wait), are attached
+ * when a background attempt connects, and `whenConnected` callbacks run then. A refusal by a server that
+ * is there (wrong credentials, authorization) still fails the start.
  */
-export async function createNatsSignals(url: string, name: string, log: Logger, auth: NatsAuth): Promise<Signals> {
-  const nc = await connect({ servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500, ...(await natsAuthOptions(auth)) });
+export async function createNatsSignals(url: string, name: string, log: Logger, auth: NatsAuth, options: NatsSignalsOptions = {}): Promise<Signals> {
+  const connectOptions = { servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500, ...(await natsAuthOptions(auth)) };
+  try {
+    return natsSignalsOver(await connect(connectOptions), log);
+  } catch (err) {
+    if (!isUnreachable(err)) throw err;
+    log.warn({ err, url }, "NATS is unreachable: starting on polling alone, connecting in the background");
+  }
+  const deferred = createDeferredSignals();
+  const waiting: ((nc: NatsConnection) => void)[] = [];
+  const stopped = new AbortController();
+  const retryMs = options.retryMs ?? 1000;
+  const connecting = (async () => {
+    while (!stopped.signal.aborted) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, retryMs);
+        stopped.signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+      });
+      if (stopped.signal.aborted) return;
+      try {
+        const nc = await connect(connectOptions);
+        if (stopped.signal.aborted) {
+          await nc.close();
+          return;
+        }
+        log.info({ url }, "NATS connected; signals attached");
+        deferred.attach(natsSignalsOver(nc, log));
+        for (const cb of waiting.splice(0)) cb(nc);
+        return;
+      } catch (err) {
+        // Unreachable again, or refused by a server that is now there: say which, keep trying.
+        if (isUnreachable(err)) log.debug({ err }, "NATS still unreachable");
+        else log.error({ err, url }, "NATS refused the connection; still polling, retrying");
+      }
+    }
+  })();
+  return {
+    get nats() {
+      return deferred.nats;
+    },
+    publish: (subject, data) => deferred.publish(subject, data),
+    subscribe: (subject, handler, o) => deferred.subscribe(subject, handler, o),
+    whenConnected(cb) {
+      const nc = deferred.nats;
+      if (nc) cb(nc);
+      else waiting.push(cb);
+    },
+    async close() {
+      stopped.abort();
+      waiting.length = 0;
+      await connecting;
+      await deferred.close();
+    },
+  };
+}
+
+/** Signals over an open NATS connection. */
+function natsSignalsOver(nc: NatsConnection, log: Logger): Signals {
   void (async () => {
     for await (const s of nc.status()) {
       if (s.type === "error") log.warn({ nats: s.type, err: s.error }, "nats status error");
@@ -84,6 +162,9 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
   })().catch(() => undefined);
   return {
     nats: nc,
+    whenConnected(cb) {
+      cb(nc);
+    },
     publish(subject, data) {
       try {
         nc.publish(subject, data);

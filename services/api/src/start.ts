@@ -59,6 +59,9 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
   const authenticate = (token: string) => findPrincipalByToken(rt.db, token);
   const operatorOps = createOperatorOps({ db: rt.db, signals: rt.signals, log: rt.log, jobs: createJobsClient(rt.jobsUrl, rt.internalToken) });
   let operatorNats: OperatorNatsService | undefined;
+  let waitingForNats = false;
+  let stopped = false;
+  const operatorLog = rt.log.child({ component: "operator-nats" });
   const booted = await bootService({
     name: "api",
     log: rt.log,
@@ -85,13 +88,29 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
       if (created) await rt.onOperatorCreated?.(created.secret);
       // Last, so it answers only once the tables exist (prepare may be retried: start it once).
       const nc = rt.signals.nats;
-      if (nc && !operatorNats) operatorNats = await startOperatorNatsService({ nc, ops: operatorOps, authenticate, log: rt.log.child({ component: "operator-nats" }) });
+      if (nc) {
+        if (!operatorNats) operatorNats = await startOperatorNatsService({ nc, ops: operatorOps, authenticate, log: operatorLog });
+      } else if (!waitingForNats) {
+        // NATS was unreachable at start: the operator service starts once it connects.
+        waitingForNats = true;
+        rt.signals.whenConnected?.((later) => {
+          if (stopped) return;
+          startOperatorNatsService({ nc: later, ops: operatorOps, authenticate, log: operatorLog }).then(
+            (svc) => {
+              if (stopped) void svc.stop();
+              else operatorNats = svc;
+            },
+            (err: unknown) => rt.log.error({ err }, "the NATS operator service did not start"),
+          );
+        });
+      }
     },
   });
   return {
     ...booted,
     async stop() {
       markNotServing(booted.health, API_SERVICE_NAMES);
+      stopped = true;
       await operatorNats?.stop();
       await booted.server.close();
     },
