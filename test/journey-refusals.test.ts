@@ -17,7 +17,9 @@ describe("journey refusals and ownership", () => {
   let repoDir: string;
   let repositoryId: string;
 
+  /** The next `failEnqueue` EnqueueJob calls fail with `failEnqueueCode`. */
   let failEnqueue = 0;
+  let failEnqueueCode = Code.Unavailable;
 
   beforeAll(async () => {
     stack = await startJourneyStack({
@@ -25,7 +27,7 @@ describe("journey refusals and ownership", () => {
         async enqueueJob(req) {
           if (failEnqueue > 0) {
             failEnqueue -= 1;
-            throw new ConnectError("the jobs service is restarting", Code.Unavailable);
+            throw new ConnectError(failEnqueueCode === Code.Unavailable ? "the jobs service is restarting" : "the jobs service did not answer in time", failEnqueueCode);
           }
           return real.enqueueJob(req);
         },
@@ -321,15 +323,23 @@ describe("journey refusals and ownership", () => {
     const repo4 = await createJsTestProject({ parent: stack.root, failing: true, name: "fourth" });
     const id4 = (await c.repositories.registerRepository({ path: repo4.dir })).repository!.id;
     const h = await proposedRepair(c, id4);
+    // A replica that dies under the call (UNAVAILABLE) is repeated against the next one (EnqueueJob
+    // is idempotent per approval); a call that timed out is not, so Approve reports it.
     failEnqueue = 1;
+    failEnqueueCode = Code.DeadlineExceeded;
     await expectRefused(c.repairs.approve({ repairId: h.repair.id, documentSha256: h.document.documentSha256 }), Code.Unavailable, "job_not_queued");
+    expect(failEnqueue).toBe(0);
     // The approval and the repair state were committed together; no job yet.
     const between = (await c.repairs.getRepair({ repairId: h.repair.id })).repair!;
     expect(between.state).toBe(RepairState.APPROVED);
     expect(between.approval?.jobId).toBe("");
     expect(between.job).toBeUndefined();
-    // Retrying Approve with the same document queues the job exactly once.
+    // Retrying Approve with the same document queues the job exactly once, here through one
+    // more dying replica that the API repeats past on its own.
+    failEnqueue = 1;
+    failEnqueueCode = Code.Unavailable;
     const retried = await c.repairs.approve({ repairId: h.repair.id, documentSha256: h.document.documentSha256 });
+    expect(failEnqueue).toBe(0);
     expect(retried.approval?.id).toBe(between.approval?.id);
     expect(retried.repair?.job?.approvalId).toBe(between.approval?.id);
     const again = await c.repairs.approve({ repairId: h.repair.id, documentSha256: h.document.documentSha256 });
