@@ -11,6 +11,7 @@ import { openDependencyStore } from "./dependency-store.js";
 import { FileDigestCache, statStamp } from "./file-digests.js";
 import { inspectRepository } from "./inspect.js";
 import { stageRepository } from "./stage.js";
+import { digestTree } from "./tree-digest.js";
 
 const node = await pinnedNodeForTests();
 const scratch = await mkdtemp(join(tmpdir(), "seraph-depstore-"));
@@ -114,6 +115,20 @@ describe.skipIf(!node)("dependency store and file digests", () => {
     if (!r.ok) throw new Error(JSON.stringify(r.reasons));
     expect(r.stage.sharedFiles.has(DEP)).toBe(false);
     expect(await readFile(join(r.stage.packageDir, DEP), "utf8")).toBe("module.exports = 1;\n");
+  });
+
+  it("the repository digest with the cache reads no unchanged file again, and still sees a same-size rewrite with its mtime put back", async () => {
+    const repo = await repoWithDependency();
+    const digests = new FileDigestCache({ racyWindowMs: WINDOW_MS });
+    const plain = await digestTree(repo.dir);
+    const first = await digestTree(repo.dir, { digests });
+    expect(first.sha256).toBe(plain.sha256);
+    expect(digests.size).toBeGreaterThan(0);
+    expect((await digestTree(repo.dir, { digests })).sha256).toBe(plain.sha256);
+    await rewriteKeepingMtime(join(repo.dir, DEP), "module.exports = 2;\n");
+    const after = await digestTree(repo.dir, { digests });
+    expect(after.sha256).not.toBe(plain.sha256);
+    expect(after.sha256).toBe((await digestTree(repo.dir)).sha256);
   });
 
   it("remembers no digest of a file changed within the racy window", async () => {

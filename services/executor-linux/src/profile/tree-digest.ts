@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { lstat, readlink } from "node:fs/promises";
 import { join } from "node:path";
+import { statStamp, type FileDigestCache } from "./file-digests.js";
 import { sha256File } from "./runtime.js";
 import { sortedEntries } from "./safe-fs.js";
 
@@ -18,6 +19,12 @@ export interface TreeDigest {
 export interface TreeDigestBounds {
   readonly maxEntries?: number;
   readonly maxBytes?: number;
+  /**
+   * The caller's file digests by stat stamp: a file whose lstat stamp equals the one remembered
+   * with its digest is not read again; one that is read is remembered only if its stamp did not
+   * change while it was hashed (and outside the cache's racy window).
+   */
+  readonly digests?: FileDigestCache;
 }
 
 /**
@@ -55,7 +62,16 @@ export async function digestTree(root: string, bounds: TreeDigestBounds = {}): P
           complete = false;
           return;
         }
-        const f = await sha256File(abs);
+        const stamp = statStamp(st);
+        let f = bounds.digests?.get(abs, stamp);
+        if (f === undefined) {
+          const openedAtMs = Date.now();
+          f = await sha256File(abs);
+          if (bounds.digests !== undefined) {
+            const again = await lstat(abs);
+            if (statStamp(again) === stamp && f.size === st.size) bounds.digests.remember(abs, { sha256: f.sha256, size: f.size, stamp, ctimeMs: st.ctimeMs, openedAtMs });
+          }
+        }
         hash.update(`${child}\0f\0${mode}\0${f.size}\0${f.sha256}\n`);
       } else {
         hash.update(`${child}\0s\0${mode}\0\0\n`);
