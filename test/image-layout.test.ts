@@ -2,7 +2,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { isAbsolute, join } from "node:path";
-import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
@@ -226,6 +226,63 @@ describe("the dev overlay's containers, started from the layout", () => {
   let startAgent: (() => Promise<ServiceProcess>) | undefined;
   let hostNamespace = "";
 
+  /** The API as the operator (the token the API printed once), over one HTTP/2 session closed after `fn`. */
+  async function asOperator<T>(fn: (api: { transport: Transport; repairs: Client<typeof RepairService> }) => Promise<T>): Promise<T> {
+    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
+    const bearer: Interceptor = (next) => (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    };
+    const sessions = new Http2SessionManager(apiUrl);
+    try {
+      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
+      return await fn({ transport, repairs: createClient(RepairService, transport) });
+    } finally {
+      sessions.abort();
+    }
+  }
+
+  /**
+   * Registers `dir` (made readable by uid 10001, deploy/README.md's prerequisite), opens an
+   * admitted repair for a new goal, proposes `patch` and approves exactly its document.
+   */
+  async function approvedRepair(
+    api: { transport: Transport; repairs: Client<typeof RepairService> },
+    o: { readonly dir: string; readonly title: string; readonly sourcePaths: string[]; readonly allowed: string[]; readonly selection: string; readonly patch: string },
+  ): Promise<{ repairId: string; nodeId: string; runtimePath: string }> {
+    execFileSync("chmod", ["-R", "a+rX", o.dir]);
+    const { repository } = await createClient(RepositoryService, api.transport).registerRepository({ path: o.dir });
+    const { goal } = await createClient(GoalService, api.transport).createGoal({ title: o.title });
+    const { repair } = await api.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: o.sourcePaths, allowedPatchPaths: o.allowed, acceptanceCriteria: "tests pass", selection: o.selection });
+    expect(RepairState[repair!.state], JSON.stringify(repair!.inspection?.reasons ?? [])).toBe("INSPECTED");
+    const { proposal } = await api.repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: o.patch } });
+    const { document } = await api.repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
+    await api.repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
+    return { repairId: repair!.id, nodeId: repository!.nodeId, runtimePath: document!.runtimePath };
+  }
+
+  /** Follows the repair until FINISHED; returns its last view. */
+  async function finished(repairs: Client<typeof RepairService>, repairId: string): Promise<Repair> {
+    let last: Repair | undefined;
+    for await (const m of repairs.watchRepair({ repairId }, { timeoutMs: 120_000 })) {
+      last = m.repair;
+      if (last?.state === RepairState.FINISHED) break;
+    }
+    return last!;
+  }
+
+  /** A failing JS fixture (fixed by fixAddPatch) whose one test takes `ms`. */
+  function slowJsProject(ms: number) {
+    return createJsTestProject({
+      parent: volumes["repositories"]!,
+      failing: true,
+      scripts: { test: "node --test test/slow.test.js" },
+      extraFiles: {
+        "test/slow.test.js": ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add } from "../src/math.js";', `test("slow add", async () => { await new Promise((r) => setTimeout(r, ${ms})); assert.equal(add(2, 3), 5); });`, ""].join("\n"),
+      },
+    });
+  }
+
   /**
    * Starts the supervisor-host container's command as the kubelet would: as root, with the
    * container's capabilities as the bounding set and nothing inheritable, from WORKDIR; resolves
@@ -343,72 +400,30 @@ describe("the dev overlay's containers, started from the layout", () => {
 
   it("a repair's job runs in that executor pod to SUCCEEDED: approved for the image's pinned runtime, its supervisor in the (uid 10001) host's PID namespace", async () => {
     expect(apiUrl, "the previous test started the services").not.toBe("");
-    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
-    const bearer: Interceptor = (next) => (req) => {
-      req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    };
-    const sessions = new Http2SessionManager(apiUrl);
-    try {
-      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
-      const repairs = createClient(RepairService, transport);
+    await asOperator(async ({ transport, repairs }) => {
       // As deploy/README.md has the operator do it: the runtime the image sets for the supervisors.
       const runtime = inLayout(image.env["SERAPH_SUPERVISOR_RUNTIME"]!);
       settingsRevision = (await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: 0n, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: runtime, enabled: true } })).settings!.revision;
       // A repository on the node, readable by uid 10001 (deploy/README.md, prerequisites).
       const repo = await createJsTestProject({ parent: volumes["repositories"]!, failing: true });
-      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
-      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
-      expect(repository?.nodeId).toBe("layout-node");
-      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout" });
-      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "tests pass", selection: "npm test" });
-      expect(RepairState[repair!.state]).toBe("INSPECTED");
-      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
-      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
-      expect(document!.runtimePath).toBe(runtime);
-      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
-      let last: Repair | undefined;
-      for await (const m of repairs.watchRepair({ repairId: repair!.id }, { timeoutMs: 120_000 })) {
-        last = m.repair;
-        if (last?.state === RepairState.FINISHED) break;
-      }
-      const job = last!.job!;
-      expect([RepairState[last!.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
+      const r = await approvedRepair({ transport, repairs }, { dir: repo.dir, title: "layout", sourcePaths: ["src", "test"], allowed: ["src"], selection: "npm test", patch: fixAddPatch("js") });
+      expect(r.nodeId).toBe("layout-node");
+      expect(r.runtimePath).toBe(runtime);
+      const last = await finished(repairs, r.repairId);
+      const job = last.job!;
+      expect([RepairState[last.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
       expect(job.marker?.pidNamespace).toBe(hostNamespace);
       expect(job.marker?.observerPidNamespace).toBe(readlinkSync("/proc/self/ns/pid"));
       expect(job.receipt?.echildObserved).toBe(true);
-    } finally {
-      sessions.abort();
-    }
+    });
   }, 180_000);
 
   it("the agent container is killed mid-job and restarted by its command: the supervisor in the host's namespace survives, the new agent re-adopts the job and it finishes", async () => {
     expect(agent, "the services are running").toBeDefined();
-    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
-    const bearer: Interceptor = (next) => (req) => {
-      req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    };
-    const sessions = new Http2SessionManager(apiUrl);
-    try {
-      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
-      const repairs = createClient(RepairService, transport);
-      const repo = await createJsTestProject({
-        parent: volumes["repositories"]!,
-        failing: true,
-        scripts: { test: "node --test test/slow.test.js" },
-        extraFiles: {
-          "test/slow.test.js": ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add } from "../src/math.js";', 'test("slow add", async () => { await new Promise((r) => setTimeout(r, 6000)); assert.equal(add(2, 3), 5); });', ""].join("\n"),
-        },
-      });
-      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
-      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
-      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout agent restart" });
-      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "tests pass", selection: "npm test" });
-      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
-      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
-      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
-      const jobOf = async () => (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
+    await asOperator(async ({ transport, repairs }) => {
+      const repo = await slowJsProject(6000);
+      const { repairId } = await approvedRepair({ transport, repairs }, { dir: repo.dir, title: "layout agent restart", sourcePaths: ["src", "test"], allowed: ["src"], selection: "npm test", patch: fixAddPatch("js") });
+      const jobOf = async () => (await repairs.getRepair({ repairId })).repair?.job;
       await expect.poll(async () => JobState[(await jobOf())?.state ?? 0], { timeout: 60_000, interval: 200 }).toBe("RUNNING");
       await expect.poll(async () => (await jobOf())?.marker?.pidNamespace, { timeout: 10_000, interval: 200 }).toBe(hostNamespace);
       const running = (await jobOf())!;
@@ -420,18 +435,12 @@ describe("the dev overlay's containers, started from the layout", () => {
       await gone;
       expect(alive(supervisor), "the supervisor outlives the agent container").toBe(true);
       agent = await startAgent!();
-      let last: Repair | undefined;
-      for await (const m of repairs.watchRepair({ repairId: repair!.id }, { timeoutMs: 120_000 })) {
-        last = m.repair;
-        if (last?.state === RepairState.FINISHED) break;
-      }
-      const job = last!.job!;
-      expect([RepairState[last!.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
+      const last = await finished(repairs, repairId);
+      const job = last.job!;
+      expect([RepairState[last.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
       expect(job.fence, "re-adopted under a new fence").not.toBe(running.fence);
       expect(job.receipt?.marker?.supervisor?.pid).toBe(running.marker!.supervisor!.pid);
-    } finally {
-      sessions.abort();
-    }
+    });
   }, 180_000);
 
   it("a Python repair's job (the default profile, on the image's Debian /usr/bin/python3) runs in that executor pod to SUCCEEDED", async () => {
@@ -441,70 +450,27 @@ describe("the dev overlay's containers, started from the layout", () => {
     expect(aptPackages()).toContain("python3");
     expect(debianPackageOf("python3")).toMatch(/^python3(\.11)?(-minimal)?$/);
     const python = "/usr/bin/python3";
-    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
-    const bearer: Interceptor = (next) => (req) => {
-      req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    };
-    const sessions = new Http2SessionManager(apiUrl);
-    try {
-      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
-      const repairs = createClient(RepairService, transport);
+    await asOperator(async ({ transport, repairs }) => {
       settingsRevision = (await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: settingsRevision, settings: { backend: SandboxBackend.LOCAL, profile: "repo-python3-v1", runtimePath: python, enabled: true } })).settings!.revision;
       const repo = await createPythonProject({ parent: volumes["repositories"]!, failing: true });
-      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
-      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
-      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout python" });
-      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["calc", "tests"], allowedPatchPaths: ["calc"], acceptanceCriteria: "tests pass", selection: "python -m unittest tests/test_ops.py" });
-      expect(RepairState[repair!.state], JSON.stringify(repair!.inspection?.reasons ?? [])).toBe("INSPECTED");
-      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixPythonAddPatch() } });
-      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
-      expect(document!.runtimePath).toBe(python);
-      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
-      let last: Repair | undefined;
-      for await (const m of repairs.watchRepair({ repairId: repair!.id }, { timeoutMs: 120_000 })) {
-        last = m.repair;
-        if (last?.state === RepairState.FINISHED) break;
-      }
-      const job = last!.job!;
-      expect([RepairState[last!.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
+      const r = await approvedRepair({ transport, repairs }, { dir: repo.dir, title: "layout python", sourcePaths: ["calc", "tests"], allowed: ["calc"], selection: "python -m unittest tests/test_ops.py", patch: fixPythonAddPatch() });
+      expect(r.runtimePath).toBe(python);
+      const last = await finished(repairs, r.repairId);
+      const job = last.job!;
+      expect([RepairState[last.state], JobState[job.state], job.outcome]).toEqual(["FINISHED", "SUCCEEDED", "succeeded"]);
       expect(job.marker?.pidNamespace).toBe(hostNamespace);
-    } finally {
-      sessions.abort();
-    }
+    });
   }, 180_000);
 
   it("the supervisor dies mid-job, then the host's init: recovery through the API refuses while the namespace (with the job's orphans) lives, and releases the slot once the uid-10001 agent observes it gone", async () => {
     expect(settingsRevision, "the previous tests set the settings").toBeGreaterThan(1n);
-    const token = /Operator token \(shown once\): (\S+)/.exec(readFileSync(join(out, "api.log"), "utf8"))![1]!;
-    const bearer: Interceptor = (next) => (req) => {
-      req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    };
-    const sessions = new Http2SessionManager(apiUrl);
-    try {
-      const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer], sessionManager: sessions });
-      const repairs = createClient(RepairService, transport);
+    await asOperator(async ({ transport, repairs }) => {
       const runtime = inLayout(image.env["SERAPH_SUPERVISOR_RUNTIME"]!);
       settingsRevision = (await createClient(SettingsService, transport).updateSandboxSettings({ expectedRevision: settingsRevision, settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: runtime, enabled: true } })).settings!.revision;
       // A test that runs for a minute, so the job is certainly running when the host dies.
-      const repo = await createJsTestProject({
-        parent: volumes["repositories"]!,
-        failing: true,
-        scripts: { test: "node --test test/slow.test.js" },
-        extraFiles: {
-          "test/slow.test.js": ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add } from "../src/math.js";', 'test("slow add", async () => { await new Promise((r) => setTimeout(r, 60000)); assert.equal(add(2, 3), 5); });', ""].join("\n"),
-        },
-      });
-      execFileSync("chmod", ["-R", "a+rX", repo.dir]);
-      const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
-      const { goal } = await createClient(GoalService, transport).createGoal({ title: "layout host death" });
-      const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "tests pass", selection: "npm test" });
-      expect(RepairState[repair!.state], JSON.stringify(repair!.inspection?.reasons ?? [])).toBe("INSPECTED");
-      const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
-      const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
-      await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 });
-      const jobOf = async () => (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
+      const repo = await slowJsProject(60000);
+      const { repairId } = await approvedRepair({ transport, repairs }, { dir: repo.dir, title: "layout host death", sourcePaths: ["src", "test"], allowed: ["src"], selection: "npm test", patch: fixAddPatch("js") });
+      const jobOf = async () => (await repairs.getRepair({ repairId })).repair?.job;
       await expect.poll(async () => JobState[(await jobOf())?.state ?? 0], { timeout: 60_000, interval: 200 }).toBe("RUNNING");
       await expect.poll(async () => (await jobOf())?.marker?.pidNamespace, { timeout: 10_000, interval: 200 }).toBe(hostNamespace);
 
@@ -517,7 +483,7 @@ describe("the dev overlay's containers, started from the layout", () => {
       process.kill(supervisor, "SIGKILL");
       await expect.poll(async () => [JobState[(await jobOf())?.state ?? 0], (await jobOf())?.outcome, (await jobOf())?.slotHeld], { timeout: 30_000, interval: 200 }).toEqual(["UNKNOWN", "unknown_supervisor_lost", true]);
       expect(tests.some(alive), "a test process outlives its supervisor").toBe(true);
-      const early = await repairs.recoverProcessCleanup({ repairId: repair!.id });
+      const early = await repairs.recoverProcessCleanup({ repairId });
       expect([early.released, early.refusalCode]).toEqual([false, "no_cleanup_receipt"]);
       expect(early.repair?.job?.slotHeld).toBe(true);
 
@@ -533,12 +499,10 @@ describe("the dev overlay's containers, started from the layout", () => {
       // The agent (uid 10001, beside root wrappers it cannot inspect) observes the namespace
       // gone; recovery then releases the slot on that proof.
       let rec: Awaited<ReturnType<typeof repairs.recoverProcessCleanup>> | undefined;
-      await expect.poll(async () => (rec = await repairs.recoverProcessCleanup({ repairId: repair!.id })).released, { timeout: 30_000, interval: 500 }).toBe(true);
+      await expect.poll(async () => (rec = await repairs.recoverProcessCleanup({ repairId })).released, { timeout: 30_000, interval: 500 }).toBe(true);
       expect(rec!.repair?.job?.recovery).toMatchObject({ proof: "pid_namespace_gone", cleanupReceiptVerified: false, readbackScope: "process_cleanup_only" });
       expect([JobState[rec!.repair!.job!.state], rec!.repair!.job!.outcome, rec!.repair!.job!.slotHeld]).toEqual(["UNKNOWN", "unknown_supervisor_lost", false]);
-    } finally {
-      sessions.abort();
-    }
+    });
     // The kubelet restarts the container: a new host in a new namespace (whose inode number the
     // kernel may well reuse: deploy/README.md, the proof's limits).
     const before = namespaceInits.slice();
