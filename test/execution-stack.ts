@@ -321,6 +321,32 @@ export function processesUnder(dir: string): number[] {
   return out;
 }
 
+/**
+ * Ends what still runs from `dir` after a stack stopped (by pid): a supervisor an executor left
+ * behind on stop (at its start barrier, or running: the keep policy waits for a re-adoption that
+ * a test stack never makes) gets SIGTERM, which it treats as a cancellation (it terminates and
+ * reaps its tree); whatever is still alive after `graceMs` gets SIGKILL.
+ */
+export async function endProcessesUnder(dir: string, graceMs = 10_000): Promise<void> {
+  const pids = processesUnder(dir);
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGTERM");
+    } catch {
+      // gone
+    }
+  }
+  const deadline = Date.now() + graceMs;
+  while (pids.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  for (const pid of pids.filter(alive)) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+}
+
 /** True while `pid` exists and is not a zombie. */
 export function alive(pid: number): boolean {
   try {

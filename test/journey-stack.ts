@@ -20,6 +20,7 @@ import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/
 import type { Kysely } from "kysely";
 import { expect } from "vitest";
 import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+import { endProcessesUnder } from "./execution-stack.js";
 
 /** Typed clients of the public API for one bearer token. */
 export interface ApiClients {
@@ -154,6 +155,8 @@ export async function startJourneyStack(
       const t0 = Date.now();
       const lap = (what: string) => process.env["SERAPH_TEST_STOP_TIMING"] && process.stderr.write(`stop ${what} +${Date.now() - t0}ms\n`);
       await executor.stop();
+      // Supervisors the executor left behind (a job the test did not wait for): ended by pid.
+      await endProcessesUnder(dataDir);
       lap("executor");
       await api.stop();
       await front?.close(1000);
