@@ -4,7 +4,9 @@ import { withTransportRetry } from "./transport-retry.js";
 
 describe("withTransportRetry (EnqueueJob through a jobs replica that dies)", () => {
   it("repeats a call cut by a dying replica (CANCELED, then UNAVAILABLE) and returns the answer of the replica that answers", async () => {
-    const failures = [new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled), new ConnectError("connect ECONNREFUSED", Code.Unavailable)];
+    // connect-node reports a connection reset mid-answer as ABORTED ("read ECONNRESET"), with no
+    // service reason: a transport failure too.
+    const failures = [new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled), new ConnectError("read ECONNRESET", Code.Aborted), new ConnectError("connect ECONNREFUSED", Code.Unavailable)];
     let calls = 0;
     const got = await withTransportRetry(5000, async () => {
       calls += 1;
@@ -13,7 +15,7 @@ describe("withTransportRetry (EnqueueJob through a jobs replica that dies)", () 
       return "job-1";
     });
     expect(got).toBe("job-1");
-    expect(calls).toBe(3);
+    expect(calls).toBe(4);
   });
 
   it("never repeats a decision of the service, and gives up with the last transport failure once the budget is spent", async () => {
@@ -24,6 +26,15 @@ describe("withTransportRetry (EnqueueJob through a jobs replica that dies)", () 
         throw new ConnectError("the bundle names no node (invalid_bundle)", Code.InvalidArgument);
       }),
     ).rejects.toMatchObject({ code: Code.InvalidArgument });
+    expect(calls).toBe(1);
+    calls = 0;
+    // The service's own ABORTED (a conflict) names its reason: a decision, not repeated.
+    await expect(
+      withTransportRetry(5000, async () => {
+        calls += 1;
+        throw new ConnectError("the approval's job was queued concurrently (revision_conflict)", Code.Aborted);
+      }),
+    ).rejects.toMatchObject({ code: Code.Aborted });
     expect(calls).toBe(1);
     calls = 0;
     const timeouts: number[] = [];

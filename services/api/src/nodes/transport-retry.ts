@@ -7,9 +7,14 @@ import { Code, ConnectError } from "@connectrpc/connect";
  */
 const TRANSPORT_CODES = new Set<Code>([Code.Canceled, Code.Unavailable, Code.Unknown, Code.Internal]);
 
-/** True when `err` is a transport failure of a jobs-service call (see {@link TRANSPORT_CODES}). */
+/**
+ * True when `err` is a transport failure of a jobs-service call (see {@link TRANSPORT_CODES}), or
+ * an ABORTED without the service's "(reason)": connect-node reports a reset connection
+ * (ECONNRESET) as ABORTED, while the service's own ABORTED (a conflict) always names its reason.
+ */
 export function isTransportFailure(err: unknown): boolean {
-  return err instanceof ConnectError && TRANSPORT_CODES.has(err.code);
+  if (!(err instanceof ConnectError)) return false;
+  return TRANSPORT_CODES.has(err.code) || (err.code === Code.Aborted && !/\([a-z0-9_]+\)$/.test(err.rawMessage));
 }
 
 /**

@@ -116,6 +116,40 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
     expect(fake.completed).toHaveLength(0);
   });
 
+  it("retries a claim whose connection was reset (connect-node's ABORTED without a service reason), instead of taking it for a lost claim", async () => {
+    // Seen in the scale-out test: the replica died mid-answer, the client saw "[aborted] read
+    // ECONNRESET", the runner took ABORTED for the jobs service's decision ("claim lost"), and the
+    // next poll found this incarnation's own claimed, unstarted attempt and rejected it.
+    let claims = 0;
+    let listed = 0;
+    const fake = fakeJobs({
+      listNodeJobs: () => (listed++ === 0 ? [create(JobSchema, { id: jobId, state: JobState.RESERVED, nodeId: identity.nodeId, attempt: 1 })] : []),
+      claimJob: async () => {
+        claims += 1;
+        if (claims === 1) throw new ConnectError("read ECONNRESET", Code.Aborted);
+        return create(ClaimJobResponseSchema, { job: create(JobSchema, { id: jobId, state: JobState.REJECTED, outcome: "rejected_test" }), bundle: create(ExecutionBundleSchema, {}) });
+      },
+    });
+    await start(fake.client);
+    await until(() => claims >= 2);
+    expect(fake.calls.filter((c) => c.method === "claimJob")).toHaveLength(2);
+  });
+
+  it("an ABORTED that names the jobs service's reason is its decision: the claim is lost, not retried", async () => {
+    let claims = 0;
+    let listed = 0;
+    const fake = fakeJobs({
+      listNodeJobs: () => (listed++ === 0 ? [create(JobSchema, { id: jobId, state: JobState.RESERVED, nodeId: identity.nodeId, attempt: 1 })] : []),
+      claimJob: async () => {
+        claims += 1;
+        throw new ConnectError("job j is claimed by another incarnation (claim_conflict)", Code.Aborted);
+      },
+    });
+    await start(fake.client);
+    await until(() => listed >= 3);
+    expect(claims).toBe(1);
+  });
+
   it("keeps retrying a claim whose answer is lost for longer than 30 s, instead of rejecting the claim it made as a leftover", async () => {
     // The claim commits on the first call, but no replica answers for 40 s (every replica down,
     // or each answer cut). A task that gave up would leave this live incarnation's claimed,

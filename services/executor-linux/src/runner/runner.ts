@@ -322,7 +322,11 @@ async function decided<T>(log: RunnerDeps["log"], what: string, signal: AbortSig
       try {
         return { res: await fn() };
       } catch (err) {
-        if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition)) return { lost: reasonOf(err) ?? Code[err.code] };
+        // A decision of the jobs service always names its reason. connect-node reports a reset
+        // connection (ECONNRESET, a replica dying mid-answer) as ABORTED too, with no reason:
+        // that is the transport's, retried like any other transport failure.
+        const reason = reasonOf(err);
+        if (err instanceof ConnectError && (err.code === Code.Aborted || err.code === Code.FailedPrecondition) && reason !== undefined) return { lost: reason };
         throw err;
       }
     },
