@@ -97,21 +97,28 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
     expect(isTransient(new ConnectError("no such job", Code.NotFound))).toBe(false);
   });
 
-  it("retries a claim whose replica died mid-call within the same task, instead of giving the attempt up", async () => {
+  /**
+   * A job offered once (a task that gives up would never see it again) whose first claim fails
+   * with `first`; a later claim answers that admission rejected it, so the runner leaves it alone.
+   */
+  async function claimFailingOnce(first: ConnectError): Promise<{ claims: () => number; listed: () => number; fake: ReturnType<typeof fakeJobs> }> {
     let claims = 0;
     let listed = 0;
     const fake = fakeJobs({
-      // The job is offered once; a task that gives up would never see it again.
       listNodeJobs: () => (listed++ === 0 ? [create(JobSchema, { id: jobId, state: JobState.RESERVED, nodeId: identity.nodeId, attempt: 1 })] : []),
       claimJob: async () => {
         claims += 1;
-        if (claims === 1) throw new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled);
-        // Admission rejected the job at claim: the runner then leaves it alone.
+        if (claims === 1) throw first;
         return create(ClaimJobResponseSchema, { job: create(JobSchema, { id: jobId, state: JobState.REJECTED, outcome: "rejected_test" }), bundle: create(ExecutionBundleSchema, {}) });
       },
     });
     await start(fake.client);
-    await until(() => claims >= 2);
+    return { claims: () => claims, listed: () => listed, fake };
+  }
+
+  it("retries a claim whose replica died mid-call within the same task, instead of giving the attempt up", async () => {
+    const { claims, fake } = await claimFailingOnce(new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled));
+    await until(() => claims() >= 2);
     expect(fake.calls.filter((c) => c.method === "claimJob")).toHaveLength(2);
     expect(fake.completed).toHaveLength(0);
   });
@@ -120,34 +127,15 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
     // Seen in the scale-out test: the replica died mid-answer, the client saw "[aborted] read
     // ECONNRESET", the runner took ABORTED for the jobs service's decision ("claim lost"), and the
     // next poll found this incarnation's own claimed, unstarted attempt and rejected it.
-    let claims = 0;
-    let listed = 0;
-    const fake = fakeJobs({
-      listNodeJobs: () => (listed++ === 0 ? [create(JobSchema, { id: jobId, state: JobState.RESERVED, nodeId: identity.nodeId, attempt: 1 })] : []),
-      claimJob: async () => {
-        claims += 1;
-        if (claims === 1) throw new ConnectError("read ECONNRESET", Code.Aborted);
-        return create(ClaimJobResponseSchema, { job: create(JobSchema, { id: jobId, state: JobState.REJECTED, outcome: "rejected_test" }), bundle: create(ExecutionBundleSchema, {}) });
-      },
-    });
-    await start(fake.client);
-    await until(() => claims >= 2);
+    const { claims, fake } = await claimFailingOnce(new ConnectError("read ECONNRESET", Code.Aborted));
+    await until(() => claims() >= 2);
     expect(fake.calls.filter((c) => c.method === "claimJob")).toHaveLength(2);
   });
 
   it("an ABORTED that names the jobs service's reason is its decision: the claim is lost, not retried", async () => {
-    let claims = 0;
-    let listed = 0;
-    const fake = fakeJobs({
-      listNodeJobs: () => (listed++ === 0 ? [create(JobSchema, { id: jobId, state: JobState.RESERVED, nodeId: identity.nodeId, attempt: 1 })] : []),
-      claimJob: async () => {
-        claims += 1;
-        throw new ConnectError("job j is claimed by another incarnation (claim_conflict)", Code.Aborted);
-      },
-    });
-    await start(fake.client);
-    await until(() => listed >= 3);
-    expect(claims).toBe(1);
+    const { claims, listed } = await claimFailingOnce(new ConnectError("job j is claimed by another incarnation (claim_conflict)", Code.Aborted));
+    await until(() => listed() >= 3);
+    expect(claims()).toBe(1);
   });
 
   it("keeps retrying a claim whose answer is lost for longer than 30 s, instead of rejecting the claim it made as a leftover", async () => {
