@@ -81,6 +81,16 @@ export class ResourceExhaustedError extends SeraphError {
   }
 }
 
+/**
+ * The stable reason code a Seraph service's error carries ("… (reason)", as toConnectError
+ * writes it), or undefined. An error without one did not come from a Seraph service's decision:
+ * connect-node, for one, reports a reset connection (ECONNRESET) as ABORTED with no reason.
+ */
+export function reasonOf(err: unknown): string | undefined {
+  if (!(err instanceof ConnectError)) return undefined;
+  return /\(([a-z0-9_]+)\)$/.exec(err.rawMessage)?.[1];
+}
+
 /** Converts a domain error into the ConnectError a client receives: "field: message (reason)". */
 export function toConnectError(err: SeraphError): ConnectError {
   const prefix = err.field ? `${err.field}: ` : "";

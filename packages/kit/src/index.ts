@@ -26,6 +26,7 @@ export {
   UnavailableError,
   ResourceExhaustedError,
   toConnectError,
+  reasonOf,
 } from "./errors.js";
 export { createHealthState, ServingStatus } from "./health.js";
 export type { HealthState } from "./health.js";

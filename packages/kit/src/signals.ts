@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { natsAuthOptions, type NatsAuth } from "./nats-auth.js";
@@ -110,10 +111,8 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
   const retryMs = options.retryMs ?? 1000;
   const connecting = (async () => {
     while (!stopped.signal.aborted) {
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, retryMs);
-        stopped.signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
-      });
+      // Aborted by close(): the loop ends without another attempt.
+      await sleep(retryMs, undefined, { signal: stopped.signal }).catch(() => undefined);
       if (stopped.signal.aborted) return;
       try {
         const nc = await connect(connectOptions);

@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { reasonOf } from "@seraph/kit";
 
 /**
  * Codes a call to the jobs service answers when the replica serving it died or restarted, or no
@@ -14,7 +15,7 @@ const TRANSPORT_CODES = new Set<Code>([Code.Canceled, Code.Unavailable, Code.Unk
  */
 export function isTransportFailure(err: unknown): boolean {
   if (!(err instanceof ConnectError)) return false;
-  return TRANSPORT_CODES.has(err.code) || (err.code === Code.Aborted && !/\([a-z0-9_]+\)$/.test(err.rawMessage));
+  return TRANSPORT_CODES.has(err.code) || (err.code === Code.Aborted && reasonOf(err) === undefined);
 }
 
 /**

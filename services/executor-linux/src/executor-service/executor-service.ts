@@ -175,7 +175,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
       const inspection = await inspectRepository(
         python
           ? { profile: PYTHON_PROFILE, repositoryPath: req.repositoryPath, selection: req.selection, testPaths: req.testPaths, pythonPath: req.runtimePath || undefined, sourcePaths: req.sourcePaths, limits, ...runtime }
-          : { repositoryPath: req.repositoryPath, selection: req.selection, nodePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, ...runtime, ...(deps.fileDigests !== undefined ? { digests: deps.fileDigests } : {}) },
+          : { repositoryPath: req.repositoryPath, selection: req.selection, nodePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, ...runtime, digests: deps.fileDigests },
       );
       // The supervisor code this node would run the job under: the approval binds it.
       const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry(), deps.supervisorRuntime ?? defaultSupervisorRuntime());

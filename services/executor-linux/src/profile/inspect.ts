@@ -56,7 +56,7 @@ export interface InspectOptions {
    * file whose stamp is unchanged since it was last read is not read again where nothing must be
    * copied (inspection without a sink) or where the sink stages it from its dependency store.
    */
-  readonly digests?: FileDigestCache;
+  readonly digests?: FileDigestCache | undefined;
   /** Clock for inspected_unix_ms. */
   readonly now?: () => number;
   /** The server-selected profile; default repo-node24-npm-v1. repo-python3-v1 dispatches to inspectPythonSnapshot. */

@@ -74,13 +74,13 @@ export interface StageOptions {
   /** Called once the job directory and its skeleton exist, before anything is copied. */
   readonly onJobDir?: () => void;
   /** The caller's digests by stat stamp (see InspectOptions.digests); filled by every read. */
-  readonly digests?: FileDigestCache;
+  readonly digests?: FileDigestCache | undefined;
   /**
    * Where dependency files are shared from by hardlink (only where jobs cannot write them: see
    * DependencyStore). A dependency file whose stamp is unchanged since its digest was taken is
    * linked from the store by that digest, not read; the drift check compares that digest.
    */
-  readonly dependencyStore?: DependencyStore;
+  readonly dependencyStore?: DependencyStore | undefined;
 }
 
 /** Flags of a staged file's creation: a new regular file, never through a link planted at the path. */
@@ -253,7 +253,7 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
           limits: inspection.limits,
           buildOutputDir: inspection.buildOutputDir || undefined,
           runtime: options.runtime ?? { expectedVersion: inspection.nodeVersion || undefined },
-          ...(options.digests !== undefined ? { digests: options.digests } : {}),
+          digests: options.digests,
         },
     stagedSink(packageDir, python ? undefined : options.dependencyStore, shared),
   );

@@ -24,7 +24,7 @@ export interface TreeDigestBounds {
    * with its digest is not read again; one that is read is remembered only if its stamp did not
    * change while it was hashed (and outside the cache's racy window).
    */
-  readonly digests?: FileDigestCache;
+  readonly digests?: FileDigestCache | undefined;
 }
 
 /**

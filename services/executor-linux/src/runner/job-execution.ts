@@ -172,7 +172,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     // plan; it waits at its start barrier while the copy, the drift check and the patch run, and
     // is checked against the real stage before it can get its start token.
     const tBefore = Date.now();
-    const digest = digestTree(bundle.repositoryPath, deps.fileDigests !== undefined ? { digests: deps.fileDigests } : {}).catch(() => undefined);
+    const digest = digestTree(bundle.repositoryPath, { digests: deps.fileDigests }).catch(() => undefined);
     let jobDirMade: (made: boolean) => void = () => undefined;
     const jobDirReady = new Promise<boolean>((r) => (jobDirMade = r));
     // Dependency files are shared from the store only with a job user that is not this process's
@@ -183,8 +183,8 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       jobDir,
       runtime: { expectedVersion: inspection.nodeVersion || undefined, digestCache: deps.runtimeDigests },
       onJobDir: () => jobDirMade(true),
-      ...(deps.fileDigests !== undefined ? { digests: deps.fileDigests } : {}),
-      ...(store !== undefined ? { dependencyStore: store } : {}),
+      digests: deps.fileDigests,
+      dependencyStore: store,
     });
     staging.then(() => jobDirMade(false), () => jobDirMade(false));
     const firstSpec = stepSpecFor(ctx, planStage(inspection, jobDir), 0, outputLimit);
@@ -510,7 +510,7 @@ async function restoredStage(ctx: Ctx, jobDir: string): Promise<StagedRepository
 async function repositoryUnchanged(ctx: Ctx): Promise<boolean | undefined> {
   const before = await readFile(join(ctx.base, BEFORE_FILE), "utf8").catch(() => undefined);
   if (before === undefined || before === "") return undefined;
-  const after = await digestTree(ctx.bundle.repositoryPath, ctx.deps.fileDigests !== undefined ? { digests: ctx.deps.fileDigests } : {}).catch(() => undefined);
+  const after = await digestTree(ctx.bundle.repositoryPath, { digests: ctx.deps.fileDigests }).catch(() => undefined);
   if (!after?.complete) return undefined;
   return after.sha256 === before.trim();
 }

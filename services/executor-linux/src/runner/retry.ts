@@ -26,11 +26,8 @@ export function isTransient(err: unknown): boolean {
   return true;
 }
 
-/** The stable reason code in a Seraph error message ("... (reason)"), if any. */
-export function reasonOf(err: unknown): string | undefined {
-  if (!(err instanceof ConnectError)) return undefined;
-  return /\(([a-z0-9_]+)\)$/.exec(err.rawMessage)?.[1];
-}
+/** The stable reason code in a Seraph error message ("... (reason)"), if any (kit's rule). */
+export { reasonOf } from "@seraph/kit";
 
 /**
  * A call kept failing transiently until its deadline (the attempt's absolute deadline): the

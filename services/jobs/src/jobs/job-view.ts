@@ -42,9 +42,9 @@ export function readBundle(row: JobRow): ExecutionBundle {
   return fromBinary(ExecutionBundleSchema, row.bundle);
 }
 
-/** ExecutionBundle's field numbers that bundleSummary reads (see jobs.proto). */
-const BUNDLE_SUPERVISOR_SOURCE_SHA256 = 16;
-const BUNDLE_PATCH_CHANGED_TESTS = 42;
+/** ExecutionBundle's field numbers that bundleSummary reads, from the generated descriptor. */
+const BUNDLE_SUPERVISOR_SOURCE_SHA256 = ExecutionBundleSchema.field.supervisorSourceSha256.number;
+const BUNDLE_PATCH_CHANGED_TESTS = ExecutionBundleSchema.field.patchChangedTests.number;
 
 /**
  * The two bundle fields read on every job view and owner marker, taken from the stored bytes by
