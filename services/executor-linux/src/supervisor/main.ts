@@ -17,10 +17,11 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, toJson, toJsonString } from "@bufbuild/protobuf";
 import {
   FacilityItemSchema,
   FacilityReportSchema,
+  OwnerMarkerSchema,
   SupervisorSpecSchema,
   WarmMarkerSchema,
   WarmRequestSchema,
@@ -41,7 +42,7 @@ import { createProcFs } from "../native/proc-fs.js";
 import { createSupervisorLogger } from "./log.js";
 import { RunDirFiles } from "./run-dir.js";
 import { outcomeName } from "./receipt-json.js";
-import { supervisorSourceSha256, type SupervisorCode } from "./source-hash.js";
+import { cachedSupervisorSourceSha256, supervisorSourceSha256, type SourceHashCache, type SupervisorCode } from "./source-hash.js";
 import { SUPERVISOR_NODE_VERSION } from "./runtime-version.js";
 import { specProblems } from "./spec.js";
 import { Containment, ContainmentUnavailableError } from "./containment.js";
@@ -191,7 +192,10 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
   }
   startup["facilities"] = Math.round(performance.now() * 10) / 10;
   if (native.getsid(0) !== native.getpid()) native.setsid();
-  const sourceSha256 = supervisorSourceSha256(loadedCode());
+  // Checked again at hand-over by the files' stat stamps (device, inode, size, mtime, ctime: any
+  // write changes the ctime), re-hashed only if one changed.
+  const sourceCache: SourceHashCache = new Map();
+  const sourceSha256 = cachedSupervisorSourceSha256(loadedCode(), sourceCache);
   const self = proc.readStat(process.pid);
   if (self === undefined) throw new Error("cannot read this process's /proc stat");
   const token = randomBytes(32).toString("hex");
@@ -233,7 +237,7 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
     }
     if (problems.length > 0) return refusal("invalid_spec", problems.join("; ").slice(0, 2000));
     if (spec.testBootIdFile !== testBootIdFile) return refusal("boot_id_source_mismatch", "the spec names another boot-id source than this supervisor was started with");
-    if (supervisorSourceSha256(loadedCode()) !== sourceSha256) return refusal("supervisor_source_changed", "the supervisor's code on disk changed since it started; it cannot name what it runs");
+    if (cachedSupervisorSourceSha256(loadedCode(), sourceCache) !== sourceSha256) return refusal("supervisor_source_changed", "the supervisor's code on disk changed since it started; it cannot name what it runs");
     const jobLog = rootLog.child({ jobId: spec.jobId, attempt: spec.attempt });
     let containment: Containment | undefined;
     if (spec.jobUser !== undefined || spec.cgroup !== undefined) {
@@ -246,7 +250,9 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
     }
     // The job's files as a fresh launch has them: spec.binpb first, then (runJob) token, ctl.sock, marker.
     try {
-      writeFileAtomic(join(spec.runDir, RunDirFiles.spec), bytes, 0o600);
+      // Complete for readers now; made durable by the job's first flush (it fsyncs this file with
+      // the token and markers, then the directory) before the owner marker appears.
+      writeFileAtomic(join(spec.runDir, RunDirFiles.spec), bytes, 0o600, { flush: false });
     } catch (err) {
       // Not taken: the cgroup it just made goes too, so nothing changed.
       containment?.abandon();
@@ -277,6 +283,12 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
       socket.end(encodeFrame(toBinary(WarmResponseSchema, answer)));
     },
   });
+  // The hand-over's first-time costs, paid now while it owns nothing: libuv's thread pool (the
+  // job's first flush of token and markers runs on it; all its threads start on first use) and
+  // the spec and marker codecs.
+  await new Promise<void>((done) => randomBytes(1, () => done()));
+  fromBinary(SupervisorSpecSchema, toBinary(SupervisorSpecSchema, create(SupervisorSpecSchema, { runDir, jobId: "warm-up" })));
+  toJsonString(OwnerMarkerSchema, create(OwnerMarkerSchema, { runDir, jobId: "warm-up" }));
   writeFileAtomic(
     join(runDir, RunDirFiles.warmMarker),
     toBinary(WarmMarkerSchema, create(WarmMarkerSchema, {
@@ -306,7 +318,7 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
   jobLog.info({ event: "starting", specSha256: taken.specSha256, warm: true }, "supervisor starting");
   startup["spec"] = Math.round(performance.now() * 10) / 10;
   try {
-    return await runJob({ native, proc, log: jobLog, spec: taken.spec, specSha256: taken.specSha256, containment: taken.containment, sourceSha256, startup });
+    return await runJob({ native, proc, log: jobLog, spec: taken.spec, specSha256: taken.specSha256, containment: taken.containment, sourceSha256, startup, unflushed: [RunDirFiles.spec] });
   } finally {
     await server.close();
   }
@@ -323,6 +335,8 @@ interface JobStart {
   /** After the facility probe loaded koffi: the bundle and every file loaded through require. */
   readonly sourceSha256: string;
   readonly startup: Record<string, number>;
+  /** Run-directory files written without their flush (the warm hand-over's spec.binpb). */
+  readonly unflushed?: readonly string[];
 }
 
 /** Runs one job to its receipt (the same for a fresh launch and a warm supervisor that took a spec). */
@@ -342,6 +356,7 @@ async function runJob(j: JobStart): Promise<number> {
     selfStartTimeTicks: self.startTimeTicks,
     ...(containment !== undefined ? { containment } : {}),
     pidNamespace: readPidNamespace("/proc", "self") ?? "",
+    unflushed: j.unflushed ?? [],
   });
   startup["ready"] = Math.round(performance.now() * 10) / 10;
   log.info({ event: "startup", ms: startup }, "supervisor startup phases");

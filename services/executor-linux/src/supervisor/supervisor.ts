@@ -33,7 +33,7 @@ import {
 import type { Logger } from "pino";
 import type { ExitStatus, NativeSystem } from "../native/native-system.js";
 import { signalDisposition, type ProcFs, type ProcStat } from "../native/proc-fs.js";
-import { writeFileAtomic, writeFileAtomicAsync } from "./atomic-file.js";
+import { writeFilesAtomicAsync } from "./atomic-file.js";
 import { runCleanup, type CleanupResult } from "./cleanup.js";
 import type { Containment } from "./containment.js";
 import { ControlServer, HELLO_TIMEOUT_MS } from "./control-server.js";
@@ -71,6 +71,11 @@ export interface SupervisorOptions {
   readonly reapIntervalMs?: number;
   /** Job user and per-job cgroup (containment.ts), when the spec asks for them. */
   readonly containment?: Containment;
+  /**
+   * Files of the run directory written complete but not yet flushed (a warm supervisor's
+   * spec.binpb): fsynced with the token and markers, before the owner marker appears.
+   */
+  readonly unflushed?: readonly string[];
 }
 
 interface CommandState {
@@ -194,7 +199,6 @@ export class Supervisor {
     const { spec, log } = this.#o;
     const runDir = spec.runDir;
     const token = randomBytes(32).toString("hex");
-    writeFileAtomic(join(runDir, RunDirFiles.token), token, 0o600);
     this.#server = new ControlServer({
       socketPath: join(runDir, RunDirFiles.socket),
       token,
@@ -235,9 +239,17 @@ export class Supervisor {
       // The token's hash, never the token: recovery compares it with the receipt's marker.
       tokenSha256: createHash("sha256").update(token).digest("hex"),
     });
-    writeFileAtomic(join(runDir, RunDirFiles.markerJson), `${toJsonString(OwnerMarkerSchema, this.#marker)}\n`);
-    // The binary marker last: its appearance is what launchSupervisor waits for.
-    writeFileAtomic(join(runDir, RunDirFiles.marker), toBinary(OwnerMarkerSchema, this.#marker));
+    // One flush for the three (issue 11), and for a warm supervisor's spec.binpb: each file
+    // fsynced before its rename, all in parallel,
+    // then one directory fsync; the binary marker renamed last, since its appearance is what
+    // launchSupervisor waits for (the token a controller needs is in place by then). The
+    // controller may HELLO and record the marker while the directory flush runs; no command starts
+    // before it returns (GO is only read below).
+    await writeFilesAtomicAsync(runDir, [
+      { name: RunDirFiles.token, data: token, mode: 0o600 },
+      { name: RunDirFiles.markerJson, data: `${toJsonString(OwnerMarkerSchema, this.#marker)}\n` },
+      { name: RunDirFiles.marker, data: toBinary(OwnerMarkerSchema, this.#marker) },
+    ], { flushAlso: this.#o.unflushed ?? [] });
     log.info({ event: "marker_written", startBarrier: spec.startBarrier }, "owner marker durable");
 
     let cleanup: CleanupResult | undefined;
@@ -273,8 +285,11 @@ export class Supervisor {
     this.#receipt = receipt;
     for (const w of this.#receiptWaiters.splice(0)) w(receipt);
     try {
-      await writeFileAtomicAsync(join(runDir, RunDirFiles.receipt), toBinary(ReceiptSchema, receipt));
-      await writeFileAtomicAsync(join(runDir, RunDirFiles.receiptJson), `${JSON.stringify(receiptToJson(receipt), null, 2)}\n`);
+      // The binary receipt first, as before: receipt.json is its human copy.
+      await writeFilesAtomicAsync(runDir, [
+        { name: RunDirFiles.receipt, data: toBinary(ReceiptSchema, receipt) },
+        { name: RunDirFiles.receiptJson, data: `${JSON.stringify(receiptToJson(receipt), null, 2)}\n` },
+      ]);
     } catch (err) {
       // Served but not durable: the process exits non-zero (main.ts) and the log says why.
       log.error({ event: "receipt_write_failed", err }, "the receipt could not be written");
