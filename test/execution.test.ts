@@ -4,8 +4,8 @@ import { createNatsSignals, createRootLogger, newId, sha256Hex, type Signals } f
 import { JobEventSchema, SlotEventSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { chmod, readFile, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { digestTree } from "../services/executor-linux/src/profile/index.js";
 import { ADD_BUGGY, createJsBuildThenTestProject, createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
@@ -123,6 +123,31 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     ]);
     expect(done.marker?.runDir.endsWith("/run-test")).toBe(true);
     expect(done.receipt?.marker?.supervisor?.pid).toBe(done.marker?.supervisor?.pid);
+  });
+
+  it("a command that writes into the original repository: FAILED repository_modified (the re-hash after its cleanup sees it)", async () => {
+    const r = await createJsTestProject({
+      failing: true,
+      parent: stack.repoRoot,
+      scripts: { test: "node --test test/math.test.js test/plant.test.js" },
+      extraFiles: { "scratch/keep.txt": "kept\n", "test/plant.test.js": "placeholder\n" },
+    });
+    repos.push(r);
+    // The original repository's path, known only now; a directory any job user may write to.
+    await writeFile(
+      join(r.dir, "test/plant.test.js"),
+      `import test from "node:test";\nimport { writeFileSync } from "node:fs";\ntest("plants", () => { writeFileSync(${JSON.stringify(join(r.dir, "scratch/planted.txt"))}, "x"); });\n`,
+    );
+    // Jobs run as a job user: the path down to it traversable, the directory writable by anyone.
+    for (const d of [dirname(stack.repoRoot), stack.repoRoot, r.dir]) await chmod(d, 0o711);
+    await chmod(join(r.dir, "scratch"), 0o777);
+    const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir, { diff: fixAddPatch() }) });
+    const done = await waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN]);
+    expect(await readFile(join(r.dir, "scratch/planted.txt"), "utf8")).toBe("x");
+    expect([JobState[done.state], done.outcome]).toEqual(["FAILED", "repository_modified"]);
+    expect(done.steps[0]?.passed).toBe(true);
+    expect(done.receipt?.echildObserved).toBe(true);
+    expect(done.slotHeld).toBe(false);
   });
 
   it("a patch that does not fix the bug: FAILED with its output stored and the slot released", async () => {

@@ -10,6 +10,7 @@ import { BlockReasonSchema, type BlockReason, type Drift } from "@seraph/proto/s
 import type { CgroupRequest, ContainmentFacilities, FacilityReport, JobUser, Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { ProcFs } from "../native/proc-fs.js";
 import type { RuntimeDigestCache } from "../profile/index.js";
+import type { TreeDigest } from "../profile/tree-digest.js";
 import type { SupervisorConnection, SupervisorHostAddress } from "../supervisor-client/index.js";
 import type { ContainmentSettings } from "../supervisor-client/node-containment.js";
 import type { NodeIdentity } from "./registration.js";
@@ -131,6 +132,17 @@ export interface Ctx {
   adopted?: boolean;
   /** While true, store() keeps artifacts for CompleteJob (within INLINE_EVIDENCE_BYTES) instead of storing them. */
   deferEvidence?: boolean;
+  /**
+   * The original repository's digest before the job, being taken while staging and the
+   * supervisor's hand-over run; it is written to the attempt directory and awaited before GO
+   * (the command never starts before the digest it is compared with exists).
+   */
+  repositoryBefore?: Promise<void> | undefined;
+  /**
+   * The repository's digest after the job, started as soon as the last step's receipt proved
+   * its cleanup (ECHILD: nothing of the job runs any more), while the evidence is verified.
+   */
+  repositoryAfter?: Promise<TreeDigest | undefined> | undefined;
   /** Artifacts to be stored in the completion's transaction. */
   completionArtifacts?: ArtifactBytes[];
   /** Ids of the artifacts StoreArtifact answered for this attempt in this process. */

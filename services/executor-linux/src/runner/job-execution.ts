@@ -189,10 +189,16 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     staging.then(() => jobDirMade(false), () => jobDirMade(false));
     const firstSpec = stepSpecFor(ctx, planStage(inspection, jobDir), 0, outputLimit);
     early = { spec: firstSpec, launched: jobDirReady.then((made) => (made ? launchStep(ctx, firstSpec) : undefined)) };
-    const before = await digest;
-    await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
-    const tDigest = Date.now();
-    phase(log, "repo_digested");
+    // The digest is awaited before GO (driveStep), not here: it runs on beside the patch and the
+    // supervisor's hand-over.
+    ctx.repositoryBefore = digest.then(async (before) => {
+      await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
+      phase(log, "repo_digested");
+    }).catch((err: unknown) => {
+      // No digest file: the re-hash at the end cannot prove the repository unchanged (a success
+      // becomes repository_unverified).
+      log.error({ err }, "the repository's digest before the job was not written");
+    });
     const staged = await staging;
     const tStaged = Date.now();
     phase(log, "staged");
@@ -229,7 +235,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     // one, also in the bundle) is stored while the command runs; completion waits for it.
     ctx.pendingPreflight = finishedPreflight(preflight);
     storeLater(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
-    log.debug({ repoDigestMs: tDigest - tBefore, stageMs: tStaged - tBefore, patchMs: Date.now() - tStaged }, "prepared");
+    log.debug({ stageMs: tStaged - tBefore, patchMs: Date.now() - tStaged }, "prepared");
     // A cancellation committed meanwhile is seen by RecordOwnerMarker (no start token: the
     // supervisor is cancelled before GO and proves its cleanup).
     const launched = early;
@@ -336,6 +342,11 @@ async function runSteps(
     }
     last = run.receipt;
     onReceipt(last);
+    if (i === stage.steps.length - 1 && run.receipt.echildObserved) {
+      // Nothing of the job runs any more (ECHILD): the repository's re-hash goes beside the
+      // evidence checks below instead of after them (finish awaits it).
+      ctx.repositoryAfter = digestTree(bundle.repositoryPath, { digests: deps.fileDigests }).catch(() => undefined);
+    }
     outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
     // The last step's evidence goes in with the completion (one transaction); an earlier step's
@@ -510,7 +521,7 @@ async function restoredStage(ctx: Ctx, jobDir: string): Promise<StagedRepository
 async function repositoryUnchanged(ctx: Ctx): Promise<boolean | undefined> {
   const before = await readFile(join(ctx.base, BEFORE_FILE), "utf8").catch(() => undefined);
   if (before === undefined || before === "") return undefined;
-  const after = await digestTree(ctx.bundle.repositoryPath, { digests: ctx.deps.fileDigests }).catch(() => undefined);
+  const after = await (ctx.repositoryAfter ?? digestTree(ctx.bundle.repositoryPath, { digests: ctx.deps.fileDigests }).catch(() => undefined));
   if (!after?.complete) return undefined;
   return after.sha256 === before.trim();
 }

@@ -325,6 +325,8 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
         ctx.log.error({ err }, "owner marker not recorded; cancelling the supervisor before its start");
         ctx.active.cancel.trigger("the owner marker could not be recorded");
       }
+      // The repository's digest before the job exists before its command can start.
+      if (go && ctx.repositoryBefore !== undefined) await ctx.repositoryBefore;
       if (go && ctx.active.cancel.reason === undefined) {
         const ack = await conn.go();
         phase(ctx.log, "go_acked");
