@@ -3,7 +3,8 @@
 // `node --test` suite (one test) and a 1 s suite (the same plus a test that waits 1 s), in
 // embedded mode (one process, PGlite, in-process signals) and cluster mode (jobs, api and
 // executor as separate processes, PostgreSQL, NATS). BENCH_MODES and BENCH_SUITES ("tiny,1 s")
-// select what runs.
+// select what runs. Each job's fixture repository is created ahead (≥ 2.1 s before its repair, as
+// a registered repository is); BENCH_FRESH_REPOS=1 creates it just before (see repositoriesAhead).
 //
 //   node bench/jobs-latency.mjs [iterations=8]
 //   BENCH_MODES=embedded,cluster-cold,cluster (default embedded,cluster): cluster-cold is cluster
@@ -66,9 +67,27 @@ const SUITES = [
   { name: "1 s", options: { scripts: { test: "node --test test/math.test.js test/slow.test.js" }, extraFiles: { "test/slow.test.js": SLOW_TEST } } },
 ].filter((x) => (process.env.BENCH_SUITES ?? "tiny,1 s").split(",").includes(x.name));
 
+/**
+ * Fixture repositories. By default each is created ahead, at least 2.1 s before its job's
+ * repository is registered, as a registered repository is written well before a repair on it:
+ * the executor's file-digest cache then knows its files from the repair's inspection (a file is
+ * cached only once its ctime is ≥ 2 s older than the read). BENCH_FRESH_REPOS=1 creates each just
+ * before its registration instead: every file inside that window, read and hashed again by
+ * Approve's re-inspection and the job's repository digest (the cold case).
+ */
+const FRESH_REPOS = process.env.BENCH_FRESH_REPOS === "1";
+const AGED_MS = 2100;
+async function repositoriesAhead(parent, suites) {
+  if (FRESH_REPOS) return undefined;
+  const made = [];
+  for (const suite of suites) made.push({ suite: suite.name, repo: await fixtures.createJsTestProject({ parent, failing: true, git: false, ...suite.options }) });
+  await new Promise((r) => setTimeout(r, AGED_MS));
+  return made;
+}
+
 /** One approved repair through the API; resolves the timings of its job. */
-async function oneJob(c, parent, suite) {
-  const repo = await fixtures.createJsTestProject({ parent, failing: true, git: false, ...suite.options });
+async function oneJob(c, parent, suite, ahead) {
+  const repo = ahead ?? (await fixtures.createJsTestProject({ parent, failing: true, git: false, ...suite.options }));
   const { goal } = await c.goals.createGoal({ title: "bench", objective: "add adds" });
   const { repository } = await c.repos.registerRepository({ path: repo.dir });
   const { repair } = await c.repairs.createRepair({
@@ -109,14 +128,18 @@ async function measure(label, apiUrl, token, parent) {
     expectedRevision: 0n,
     settings: { backend: SandboxBackend.LOCAL, profile: "repo-node24-npm-v1", runtimePath: node, enabled: true, repositoryRoots: [parent] },
   });
-  await oneJob(c, parent, SUITES[0]); // warm-up (module caches, first supervisor)
+  const planned = [SUITES[0], ...Array.from({ length: N }, () => SUITES).flat()];
+  const ahead = await repositoriesAhead(parent, planned);
+  let next = 0;
+  const take = () => ahead?.[next++]?.repo;
+  await oneJob(c, parent, SUITES[0], take()); // warm-up (module caches, first supervisor)
   const runs = [];
   const bareHere = new Map(SUITES.map((s) => [s.name, []]));
   // Suites interleaved, so load changes hit them alike; after each job its command once bare,
   // so the ratio's baseline saw the same load as the jobs of this mode.
   for (let i = 0; i < N; i++) {
     for (const suite of SUITES) {
-      runs.push(await oneJob(c, parent, suite));
+      runs.push(await oneJob(c, parent, suite, take()));
       bareHere.get(suite.name).push(await timeBare(bareArgv.get(suite.name), bareStage.get(suite.name).packageDir, bareStage.get(suite.name).env));
     }
   }
@@ -241,7 +264,7 @@ if (modes.includes("cluster")) await cluster("cluster (jobs, api, executor proce
 await rm(base, { recursive: true, force: true });
 
 const load = loadAverages();
-console.log(`# Durable execution latency (${N} jobs per mode and suite, medians; ${machine()}; load at the end ${load})`);
+console.log(`# Durable execution latency (${N} jobs per mode and suite, medians; ${machine()}; load at the end ${load}; repositories ${FRESH_REPOS ? "created just before each job (BENCH_FRESH_REPOS=1)" : "created ≥ 2.1 s before their job"})`);
 for (const suite of SUITES) {
   const b = bare.get(suite.name);
   console.log(`bare, ${suite.name} suite (\`${bareArgv.get(suite.name).slice(1).join(" ")}\` in the staged package, job env), before the services start: ${fmt(median(b))} ms (p90 ${fmt(percentile(b, 90))})`);
