@@ -7,7 +7,7 @@ import {
   type ContainmentReport,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import type { Logger } from "pino";
+import type { Logger } from "./log.js";
 import { DEFAULT_CGROUP_FS_ROOT, JobCgroup, detectCgroupLayout, type CgroupCounters } from "../native/cgroup.js";
 import type { SpawnRequest, SpawnResult } from "../native/native-system.js";
 import { findTrustedSetpriv, setprivArgv, SETPRIV_CANDIDATES } from "../native/setpriv.js";

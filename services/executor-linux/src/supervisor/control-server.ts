@@ -15,7 +15,7 @@ import {
   type ServerFrame,
   type StatusResponse,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import type { Logger } from "pino";
+import type { Logger } from "./log.js";
 import type { NativeSystem } from "../native/native-system.js";
 import { FrameDecoder, FrameTooLargeError, encodeFrame } from "./framing.js";
 

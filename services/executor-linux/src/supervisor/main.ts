@@ -28,7 +28,6 @@ import {
   WarmResponseSchema,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import type { Logger } from "pino";
 import type { NativeSystem } from "../native/native-system.js";
 import type { ProcFs } from "../native/proc-fs.js";
 import { writeFileAtomic } from "./atomic-file.js";
@@ -39,7 +38,7 @@ import { facilityBlocker, probeFacilitiesInThisProcess } from "../native/facilit
 import { createNativeSystem } from "../native/libc.js";
 import { readPidNamespace } from "../native/pid-namespace.js";
 import { createProcFs } from "../native/proc-fs.js";
-import { createSupervisorLogger } from "./log.js";
+import { createSupervisorLogger, type Logger } from "./log.js";
 import { RunDirFiles } from "./run-dir.js";
 import { outcomeName } from "./receipt-json.js";
 import { cachedSupervisorSourceSha256, supervisorSourceSha256, type SourceHashCache, type SupervisorCode } from "./source-hash.js";

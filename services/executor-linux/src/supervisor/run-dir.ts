@@ -14,7 +14,7 @@ export const RunDirFiles = Object.freeze({
   receipt: "receipt.binpb",
   /** The same receipt as JSON (receiptToJson), for humans. */
   receiptJson: "receipt.json",
-  /** pino JSON lines. */
+  /** JSON lines (log.ts). */
   log: "supervisor.log",
   /** A warm supervisor's one-request socket (spec or retire), before and after it took a job. */
   warmSocket: "warm.sock",

@@ -4,7 +4,7 @@ import { basename, dirname, relative } from "node:path";
 
 /**
  * The code a supervisor process runs: its one bundled entry (every module of `supervisor/` and
- * `native/` and the third-party JavaScript it uses, pino and protobuf included) and the files it
+ * `native/` and the third-party JavaScript it uses, protobuf included) and the files it
  * loaded at run time through CommonJS require: koffi's JavaScript and its native `koffi.node`,
  * which stay outside the bundle. The supervisor lists the second part from its own
  * `require.cache` once koffi is loaded, so the list is what the process really loaded.

@@ -30,7 +30,7 @@ import {
   type StatusResponse,
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import type { Logger } from "pino";
+import type { Logger } from "./log.js";
 import type { ExitStatus, NativeSystem } from "../native/native-system.js";
 import { signalDisposition, type ProcFs, type ProcStat } from "../native/proc-fs.js";
 import { writeFilesAtomicAsync } from "./atomic-file.js";
