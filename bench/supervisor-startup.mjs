@@ -2,8 +2,9 @@
 // timestamps, and its memory at the start barrier (spec read, facilities verified, subreaper on,
 // socket up, waiting for GO). Variants interleaved in one run:
 //   floor   — the pinned node starting an empty script that listens on a Unix socket
-//   before  — `--before DIR`: a built checkout of an earlier commit (its launchSupervisor: the
-//             services' node running dist/supervisor/main.js, ~100 ES modules); optional
+//   before  — `--before DIR`: a built checkout of an earlier commit, started by its own
+//             launchSupervisor (before the bundle: the services' node running
+//             dist/supervisor/main.js, ~100 ES modules); optional
 //   cold    — this tree: the bundle on the pinned runtime, empty compile cache each start
 //   warm    — this tree: the bundle on the pinned runtime, compile cache kept across starts
 //   handover — a warm supervisor started ahead (`--warm`): only the spec hand-over is timed
@@ -113,7 +114,7 @@ const cache = runDir("sxc-");
 const warmCache = join(cache, "warm");
 const variants = {
   floor: { label: "floor: pinned node, empty script listening on a Unix socket", run: floorOnce },
-  ...(before ? { before: { label: "before: services' node, dist/supervisor/main.js (unbundled ESM)", run: () => launchOnce(before, {}) } } : {}),
+  ...(before ? { before: { label: `before: ${beforeDir}, its launchSupervisor`, run: () => launchOnce(before, {}) } } : {}),
   cold: {
     label: "after: pinned node, bundle, empty compile cache",
     run: () => {
