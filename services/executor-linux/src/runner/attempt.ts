@@ -143,6 +143,8 @@ export interface Ctx {
    * its cleanup (ECHILD: nothing of the job runs any more), while the evidence is verified.
    */
   repositoryAfter?: Promise<TreeDigest | undefined> | undefined;
+  /** The last step's supervisor exiting (bounded, 3 s): awaited before another launch and before CompleteJob. */
+  supervisorGone?: Promise<boolean> | undefined;
   /** Artifacts to be stored in the completion's transaction. */
   completionArtifacts?: ArtifactBytes[];
   /** Ids of the artifacts StoreArtifact answered for this attempt in this process. */
@@ -271,6 +273,8 @@ function completeRequest(ctx: Ctx, r: Completion, artifactIds: string[]) {
  */
 export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined> {
   await settleEvidence(ctx);
+  // No slot is released while a supervisor of this attempt still exits.
+  await ctx.supervisorGone;
   let result = r;
   const late = () => deadlinePassed(ctx) && result.state !== JobState.UNKNOWN && ctx.markerRecorded;
   if (late()) result = exhausted(ctx, result, "before readback");

@@ -276,6 +276,8 @@ async function runSteps(
       await store(ctx, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME, encodeStageManifest(stage));
     }
     const spec = stepSpecFor(ctx, stage, i, outputLeft);
+    // The previous step's supervisor has exited before the next one starts.
+    await ctx.supervisorGone;
     if (from > 0 && i === from) await setAsideStrayRunDir(ctx, spec.runDir);
     const tLaunch = Date.now();
     // The first step's supervisor may have been launched during preparation, from the approved

@@ -161,8 +161,8 @@ export async function storeStepEvidenceOf(ctx: Ctx, name: string, runDir: string
   let stderr: Uint8Array | undefined;
   if (c?.started) {
     try {
-      const out = await readVerifiedJournal(runDir, 0, "stdout", c.stdout);
-      const err = await readVerifiedJournal(runDir, 0, "stderr", c.stderr);
+      const [out, err] = await Promise.all([readVerifiedJournal(runDir, 0, "stdout", c.stdout), readVerifiedJournal(runDir, 0, "stderr", c.stderr)]);
+      phase(ctx.log, "journals_verified");
       await store(ctx, `${name}_output`, `${name}.stdout`, out.data);
       await store(ctx, `${name}_output`, `${name}.stderr`, err.data);
       stderr = err.data;
@@ -191,6 +191,7 @@ export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | un
   let report: TestReport;
   try {
     report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles, stderr);
+    phase(ctx.log, "results_parsed");
   } catch (err) {
     ctx.log.warn({ err }, "test report unreadable");
     report = { artifactName: "", results: unparsedResults("", "report_unreadable", `The test report could not be read: ${(err as Error).message}`.slice(0, 500)) };
@@ -351,6 +352,9 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
     ctx.active.step = undefined;
     ctx.active.runningStep = undefined;
     await conn.close().catch(() => undefined);
-    if (!ctx.deps.signal.aborted) await waitSupervisorGone(marker, 3000, ctx.deps.proc).catch(() => false);
+    // Its exit (it lingers until the receipt was delivered and the connection closed, then
+    // Node tears down) is awaited before the next step's launch and before CompleteJob
+    // (complete()), not before the evidence is read: the journals are final once the receipt exists.
+    if (!ctx.deps.signal.aborted) ctx.supervisorGone = waitSupervisorGone(marker, 3000, ctx.deps.proc).catch(() => false);
   }
 }

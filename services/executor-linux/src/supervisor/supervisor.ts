@@ -387,6 +387,8 @@ export class Supervisor {
   #controllersChanged(attached: number): void {
     if (attached > 0) this.#disarmLossTimer();
     else this.#armLossTimer(controllerLossGraceMs(this.#o.spec));
+    // The linger ends as soon as the last controller is gone (not at its next 20 ms poll).
+    this.#wake.notify();
   }
 
   #armLossTimer(ms: number): void {
