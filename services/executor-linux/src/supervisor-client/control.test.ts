@@ -18,7 +18,8 @@ import {
 import { encodeFrame, FrameDecoder } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { SupervisorProtocolError, connectSupervisor } from "./connection.js";
-import { launchSupervisor } from "./launch.js";
+import { launchSupervisor, SUPERVISOR_NODE_FLAGS } from "./launch.js";
+import { defaultSupervisorEntry } from "./paths.js";
 import {
   delay,
   facilityGate,
@@ -79,6 +80,9 @@ describe.skipIf(skipReason !== undefined)("supervisor control socket", () => {
     const conn = await handle.connect("incarnation-a");
     expect(conn.phase).toBe(Phase.WAITING_FOR_GO);
     expect(conn.marker.jobId).toBe(spec.jobId);
+    // The launch line: the pinned node, the supervisor's V8 flags, the bundle, its spec.
+    expect(readFileSync(`/proc/${handle.pid}/cmdline`, "utf8").split("\0").slice(1, -1)).toEqual([...SUPERVISOR_NODE_FLAGS, defaultSupervisorEntry(), "--spec", join(spec.runDir, RunDirFiles.spec)]);
+    expect(SUPERVISOR_NODE_FLAGS).toContain("--max-semi-space-size=1");
     const ack = await conn.cancel("operator changed their mind");
     expect(ack.phase).toBe(Phase.WAITING_FOR_GO);
     const go = await conn.go();

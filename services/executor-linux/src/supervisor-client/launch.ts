@@ -158,7 +158,7 @@ export interface SupervisorHostAddress {
 const ownChildren = new Map<number, ChildProcess>();
 
 /**
- * Starts `<pinned node> <bundle> --spec <specPath>` detached (own session, stdio ignored but stderr into
+ * Starts `<pinned node> SUPERVISOR_NODE_FLAGS <bundle> --spec <specPath>` detached (own session, stdio ignored but stderr into
  * the run dir, empty environment, unref'd) and waits (bounded) until the owner marker and the
  * control socket exist. A supervisor that dies first fails with the end of its log; one not
  * ready in time is sent SIGTERM (still our unreaped child, so its pid cannot have been reused).
@@ -173,7 +173,17 @@ export async function spawnSupervisorProcess(
 }
 
 /**
- * Starts `<nodePath> ...args` detached from us (own session, stdio ignored but stderr into the
+ * V8 flags of every supervisor process (`<node> <flags> <bundle> …`). `--max-semi-space-size=1`
+ * caps V8's young generation at 1 MiB per semi-space: evaluating the bundle made V8 grow it to
+ * 4 MiB committed, 0.6 MiB of it in use, held for as long as the supervisor waits (1.5 MiB of
+ * RssAnon at the start barrier). Measured interleaved against no flag, the 512 MiB flood
+ * (journal copy loop) and the 1,000-process cleanup were not slower with it
+ * (docs/benchmarks.md, Supervisor (e)).
+ */
+export const SUPERVISOR_NODE_FLAGS: readonly string[] = ["--max-semi-space-size=1"];
+
+/**
+ * Starts `<nodePath> SUPERVISOR_NODE_FLAGS ...args` detached from us (own session, stdio ignored but stderr into the
  * run dir, no inherited environment, unref'd) and waits (bounded) until every file of `ready`
  * exists in `runDir`. A process that dies first fails with the end of its log; one not ready in
  * time is sent SIGTERM (still our unreaped child, so its pid cannot have been reused). Returns the
@@ -190,7 +200,7 @@ export async function spawnDetached(
   let exited: string | undefined;
   let child;
   try {
-    child = spawn(options.nodePath, args, {
+    child = spawn(options.nodePath, [...SUPERVISOR_NODE_FLAGS, ...args], {
       detached: true,
       stdio: ["ignore", "ignore", stderrFd],
       // Nothing inherited; only node's compile cache when one is given (the commands get the
