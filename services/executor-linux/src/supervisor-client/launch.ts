@@ -136,13 +136,18 @@ export function supervisorRuntimeOf(nodePath: string | undefined): string {
   return runtime;
 }
 
-/** Polls /proc until the identity in `marker` is not alive any more. */
+/**
+ * Polls /proc until the identity in `marker` is not alive any more: every 2 ms for the first
+ * 100 ms (a supervisor that delivered its receipt exits within a few ms, and completion waits
+ * for it), then every 10 ms.
+ */
 export async function waitSupervisorGone(marker: OwnerMarker, timeoutMs: number, proc?: ProcFs): Promise<boolean> {
-  const until = Date.now() + timeoutMs;
+  const start = Date.now();
+  const until = start + timeoutMs;
   for (;;) {
     if ((await verifySupervisorIdentity(marker, proc)) !== "alive") return true;
     if (Date.now() >= until) return false;
-    await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, Date.now() - start < 100 ? 2 : 10));
   }
 }
 
