@@ -4,8 +4,10 @@ import { createServer, type Server, type Socket } from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   ClientFrameSchema,
+  Phase,
   ServerFrameSchema,
   Stream,
+  type OwnerMarker,
   type CancelAck,
   type GoAck,
   type HelloAck,
@@ -291,4 +293,16 @@ export class ControlServer {
 
 function errorFrame(code: string, message: string): ServerFrame {
   return create(ServerFrameSchema, { body: { case: "error", value: { code, message } } });
+}
+
+/**
+ * Runs the control protocol's codecs once on throwaway frames (a HELLO in, a HelloAck with a
+ * marker and a GoAck out, through the framing), so a warm supervisor's first controller does not
+ * wait for their first-use compilation. Touches no socket or file.
+ */
+export function warmUpControlCodecs(marker: OwnerMarker): void {
+  const hello = encodeFrame(toBinary(ClientFrameSchema, create(ClientFrameSchema, { body: { case: "hello", value: { token: "0".repeat(64), incarnationId: "warm-up" } } })));
+  for (const payload of new FrameDecoder().push(Buffer.from(hello))) fromBinary(ClientFrameSchema, payload);
+  encodeFrame(toBinary(ServerFrameSchema, create(ServerFrameSchema, { body: { case: "helloAck", value: { marker, phase: Phase.WAITING_FOR_GO } } })));
+  encodeFrame(toBinary(ServerFrameSchema, create(ServerFrameSchema, { body: { case: "goAck", value: { started: true } } })));
 }

@@ -33,6 +33,7 @@ import type { ProcFs } from "../native/proc-fs.js";
 import { writeFileAtomic } from "./atomic-file.js";
 import { encodeFrame } from "./framing.js";
 import { listenOneRequest } from "./one-request-server.js";
+import { warmUpControlCodecs } from "./control-server.js";
 import { probeContainment } from "../native/containment-probe.js";
 import { facilityBlocker, probeFacilitiesInThisProcess } from "../native/facility.js";
 import { createNativeSystem } from "../native/libc.js";
@@ -284,10 +285,13 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
   });
   // The hand-over's first-time costs, paid now while it owns nothing: libuv's thread pool (the
   // job's first flush of token and markers runs on it; all its threads start on first use) and
-  // the spec and marker codecs.
+  // the spec, marker and control-frame codecs.
   await new Promise<void>((done) => randomBytes(1, () => done()));
   fromBinary(SupervisorSpecSchema, toBinary(SupervisorSpecSchema, create(SupervisorSpecSchema, { runDir, jobId: "warm-up" })));
-  toJsonString(OwnerMarkerSchema, create(OwnerMarkerSchema, { runDir, jobId: "warm-up" }));
+  const sampleMarker = create(OwnerMarkerSchema, { runDir, jobId: "warm-up", supervisor: { pid: process.pid, startTimeTicks: 1n, bootId: "warm-up" } });
+  toBinary(OwnerMarkerSchema, sampleMarker);
+  toJsonString(OwnerMarkerSchema, sampleMarker);
+  warmUpControlCodecs(sampleMarker);
   writeFileAtomic(
     join(runDir, RunDirFiles.warmMarker),
     toBinary(WarmMarkerSchema, create(WarmMarkerSchema, {
