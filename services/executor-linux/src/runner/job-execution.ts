@@ -1,4 +1,5 @@
 import { mkdir, readFile, readdir, realpath, rename, stat, writeFile } from "node:fs/promises";
+import type { TreeDigest } from "../profile/tree-digest.js";
 import { dirname, join } from "node:path";
 import { equals, fromBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
@@ -191,14 +192,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     early = { spec: firstSpec, launched: jobDirReady.then((made) => (made ? launchStep(ctx, firstSpec) : undefined)) };
     // The digest is awaited before GO (driveStep), not here: it runs on beside the patch and the
     // supervisor's hand-over.
-    ctx.repositoryBefore = digest.then(async (before) => {
-      await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
-      phase(log, "repo_digested");
-    }).catch((err: unknown) => {
-      // No digest file: the re-hash at the end cannot prove the repository unchanged (a success
-      // becomes repository_unverified).
-      log.error({ err }, "the repository's digest before the job was not written");
-    });
+    ctx.repositoryBefore = writeRepositoryBefore(ctx, digest);
     const staged = await staging;
     const tStaged = Date.now();
     phase(log, "staged");
@@ -520,6 +514,21 @@ async function restoredStage(ctx: Ctx, jobDir: string): Promise<StagedRepository
   }
 }
 
+/**
+ * Writes the repository's digest before the job to the attempt directory once `digest` is
+ * taken (an incomplete one as ""). Never rejects: without the file the re-hash at the end cannot
+ * prove the repository unchanged, and a success becomes repository_unverified.
+ */
+async function writeRepositoryBefore(ctx: Ctx, digest: Promise<TreeDigest | undefined>): Promise<void> {
+  try {
+    const before = await digest.catch(() => undefined);
+    await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
+    phase(ctx.log, "repo_digested");
+  } catch (err) {
+    ctx.log.error({ err }, "the repository's digest before the job was not written");
+  }
+}
+
 async function repositoryUnchanged(ctx: Ctx): Promise<boolean | undefined> {
   const before = await readFile(join(ctx.base, BEFORE_FILE), "utf8").catch(() => undefined);
   if (before === undefined || before === "") return undefined;
@@ -612,6 +621,11 @@ export async function adoptClaimed(
         log.error("the supervisor reports a different owner marker than PostgreSQL records");
         await conn.close().catch(() => undefined);
         conn = undefined;
+      }
+      if (conn && conn.phase === Phase.WAITING_FOR_GO && index === 0 && !(await stat(join(ctx.base, BEFORE_FILE)).then(() => true, () => false))) {
+        // The earlier incarnation stopped before the digest it takes beside preparation was
+        // written (it is awaited only before GO): nothing has run yet, so it is taken now.
+        ctx.repositoryBefore = writeRepositoryBefore(ctx, digestTree(bundle.repositoryPath, { digests: deps.fileDigests }));
       }
       if (conn) run = await driveStep(ctx, conn, marker, marker.runDir, conn.phase === Phase.WAITING_FOR_GO);
     }
