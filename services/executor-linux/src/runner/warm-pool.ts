@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { readdir, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import type { Logger } from "@seraph/kit";
-import { retireWarmSupervisor, startWarmSupervisor, type WarmSupervisor } from "../supervisor-client/warm.js";
+import { retireWarmSupervisor, startWarmSupervisor, type WarmStartOptions, type WarmSupervisor } from "../supervisor-client/warm.js";
 import { supervisorCompileCacheDir } from "../supervisor-client/paths.js";
 import type { SupervisorHostAddress } from "../supervisor-client/launch.js";
 import type { ProcFs } from "../native/proc-fs.js";
@@ -19,6 +19,10 @@ export interface WarmPoolDeps {
   readonly proc?: ProcFs | undefined;
   /** How many warm supervisors to keep: one per free slot. */
   readonly target: () => number;
+  /** TEST ONLY: starts one warm supervisor (default startWarmSupervisor). */
+  readonly start?: ((runDir: string, options: WarmStartOptions) => Promise<WarmSupervisor>) | undefined;
+  /** TEST ONLY: asks one to exit (default retireWarmSupervisor). */
+  readonly retire?: ((runDir: string) => Promise<boolean>) | undefined;
 }
 
 /** After a failed start, the next one waits this long (a broken host does not spin). */
@@ -33,7 +37,7 @@ export const warmDirOf = (dataDir: string): string => join(dataDir, "warm");
  * warm.sock, owning nothing. take() hands one out (the claim then renames its directory to the
  * step's run directory and gives it the spec); one that dies is dropped and replaced by the next
  * fill(). Warm supervisors exit by themselves once this process is gone (they watch their parent),
- * and stop() retires them.
+ * and stop() ends them.
  */
 export class WarmPool {
   readonly #d: WarmPoolDeps;
@@ -42,10 +46,18 @@ export class WarmPool {
   #stopped = false;
   /** Starts in progress (stop() waits for them). */
   readonly #inFlight = new Set<Promise<void>>();
+  /** Directory names of this pool's own starts still under the warm directory (sweep() leaves them). */
+  readonly #mine = new Set<string>();
+  /** The one stop (every stop() call waits for the same end). */
+  #stopping: Promise<void> | undefined;
   #notBefore = 0;
 
   constructor(deps: WarmPoolDeps) {
     this.#d = deps;
+  }
+
+  #retire(runDir: string): Promise<boolean> {
+    return (this.#d.retire ?? retireWarmSupervisor)(runDir);
   }
 
   /** Warm supervisors ready now. */
@@ -56,13 +68,16 @@ export class WarmPool {
   /**
    * Removes what an earlier incarnation left in the warm directory: directories of warm
    * supervisors that never took a spec (a taken one was moved into its attempt's directory).
-   * Any still alive is retired first (it owns nothing).
+   * Any still alive is retired first (it owns nothing). The runner's first poll fills while this
+   * runs, so the directories of this pool's own starts are left alone: removed under a starting
+   * one, it would be ready with no warm.sock or token to reach it and outlive stop().
    */
   async sweep(): Promise<void> {
     const root = warmDirOf(this.#d.dataDir);
     for (const name of await readdir(root).catch(() => [] as string[])) {
+      if (this.#mine.has(name)) continue;
       const dir = join(root, name);
-      await retireWarmSupervisor(dir);
+      await this.#retire(dir);
       await rm(dir, { recursive: true, force: true });
     }
   }
@@ -80,9 +95,11 @@ export class WarmPool {
   }
 
   async #startOne(): Promise<void> {
-    const dir = join(warmDirOf(this.#d.dataDir), randomBytes(4).toString("hex"));
+    const name = randomBytes(4).toString("hex");
+    const dir = join(warmDirOf(this.#d.dataDir), name);
+    this.#mine.add(name);
     try {
-      const warm = await startWarmSupervisor(dir, {
+      const warm = await (this.#d.start ?? startWarmSupervisor)(dir, {
         supervisorEntry: this.#d.supervisorEntry,
         nodePath: this.#d.supervisorRuntime,
         compileCacheDir: supervisorCompileCacheDir(this.#d.dataDir),
@@ -91,10 +108,8 @@ export class WarmPool {
         proc: this.#d.proc,
       });
       if (this.#stopped) {
-        // Stopped while it started: retire it like the waiting ones (stop() awaits this).
-        await retireWarmSupervisor(dir);
-        await Promise.race([warm.exited, new Promise((r) => setTimeout(r, 3000).unref())]);
-        await rm(dir, { recursive: true, force: true });
+        // Stopped while it started: ended like the waiting ones (stop() awaits this).
+        await this.#end(warm);
         return;
       }
       this.#ready.add(warm);
@@ -103,7 +118,7 @@ export class WarmPool {
         // Died (or retired) while waiting: it owned nothing; drop it and start another.
         if (this.#ready.delete(warm)) {
           this.#d.log.warn({ pid: warm.pid }, "a warm supervisor exited without a job; replacing it");
-          void rm(dir, { recursive: true, force: true });
+          void rm(dir, { recursive: true, force: true }).finally(() => this.#mine.delete(name));
           this.fill();
         }
       });
@@ -111,33 +126,56 @@ export class WarmPool {
       this.#notBefore = Date.now() + RETRY_AFTER_FAILURE_MS;
       this.#d.log.warn({ err }, "warm supervisor not started; claims launch supervisors cold");
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      this.#mine.delete(name);
     }
+  }
+
+  /**
+   * Ends a warm supervisor of this pool that took no spec and waits until it is gone: retired,
+   * then (our own child only: its pid cannot have been reused) SIGTERM and SIGKILL if it does not
+   * exit in time; its directory is removed after. A host's child that ignores the retire is
+   * left to the host (it drains its children on SIGTERM) and logged.
+   */
+  async #end(w: WarmSupervisor): Promise<void> {
+    const gone = (ms: number) => Promise.race([w.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms).unref())]);
+    await this.#retire(w.runDir);
+    let exited = await gone(3000);
+    for (const sig of ["SIGTERM", "SIGKILL"] as const) {
+      if (exited || !w.signal(sig)) break;
+      this.#d.log.warn({ pid: w.pid, signal: sig }, "a warm supervisor did not exit when retired; signalling it");
+      exited = await gone(sig === "SIGTERM" ? 2000 : 10_000);
+    }
+    if (!exited) this.#d.log.error({ pid: w.pid, runDir: w.runDir }, "a warm supervisor did not exit at stop");
+    await rm(w.runDir, { recursive: true, force: true });
+    this.#mine.delete(basename(w.runDir));
   }
 
   /** A ready warm supervisor for a claim (removed from the pool), if there is one. */
   take(): WarmSupervisor | undefined {
     for (const warm of this.#ready) {
       this.#ready.delete(warm);
+      // The claim renames its directory away (into the step's run directory).
+      this.#mine.delete(basename(warm.runDir));
       return warm;
     }
     return undefined;
   }
 
   /**
-   * Stops filling and retires every warm supervisor still waiting, and those still starting
+   * Stops filling and ends every warm supervisor still waiting, and those still starting
    * (awaited, so none outlives the executor's stop and no directory is left being written).
+   * Every call, a concurrent second one too (the runner stops on a superseded heartbeat and again
+   * with the executor), resolves only after that.
    */
-  async stop(): Promise<void> {
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stopOnce();
+    return this.#stopping;
+  }
+
+  async #stopOnce(): Promise<void> {
     this.#stopped = true;
     const waiting = [...this.#ready];
     this.#ready.clear();
-    await Promise.all([
-      ...waiting.map(async (w) => {
-        await retireWarmSupervisor(w.runDir);
-        await Promise.race([w.exited, new Promise((r) => setTimeout(r, 3000).unref())]);
-        await rm(w.runDir, { recursive: true, force: true });
-      }),
-      ...[...this.#inFlight].map((p) => p.catch(() => undefined)),
-    ]);
+    await Promise.all([...waiting.map((w) => this.#end(w)), ...[...this.#inFlight].map((p) => p.catch(() => undefined))]);
   }
 }

@@ -163,6 +163,14 @@ export interface SupervisorHostAddress {
 const ownChildren = new Map<number, ChildProcess>();
 
 /**
+ * Sends `sig` to a supervisor this process started itself and has not seen exit (the pid cannot
+ * have been reused: it is still our unreaped child). False when it is not ours or already gone.
+ */
+export function signalOwnSupervisor(pid: number, sig: NodeJS.Signals): boolean {
+  return ownChildren.get(pid)?.kill(sig) ?? false;
+}
+
+/**
  * Starts `<pinned node> SUPERVISOR_NODE_FLAGS <bundle> --spec <specPath>` detached (own session, stdio ignored but stderr into
  * the run dir, empty environment, unref'd) and waits (bounded) until the owner marker and the
  * control socket exist. A supervisor that dies first fails with the end of its log; one not
@@ -373,6 +381,6 @@ export function handleOf(runDir: string, marker: OwnerMarker, pid: number, proc:
     connect: (incarnationId = randomUUID(), connectOptions) => connectSupervisor(runDir, incarnationId, connectOptions),
     verify: () => verifySupervisorIdentity(marker, proc),
     waitGone: (timeoutMs = 5000) => waitSupervisorGone(marker, timeoutMs, proc),
-    signal: (sig) => ownChildren.get(pid)?.kill(sig) ?? false,
+    signal: (sig) => signalOwnSupervisor(pid, sig),
   };
 }

@@ -19,7 +19,7 @@ import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { assertValidSpec } from "../supervisor/spec.js";
 import { supervisorPidHere, verifySupervisorIdentity } from "./identity.js";
-import { handleOf, prepareRunDir, requestHost, spawnDetached, startedMarker, supervisorRuntimeOf, SupervisorLaunchError, type SupervisorHandle, type SupervisorHostAddress } from "./launch.js";
+import { handleOf, prepareRunDir, requestHost, signalOwnSupervisor, spawnDetached, startedMarker, supervisorRuntimeOf, SupervisorLaunchError, type SupervisorHandle, type SupervisorHostAddress } from "./launch.js";
 import { defaultSupervisorEntry } from "./paths.js";
 
 /** A warm supervisor this process started: facilities verified, warm.sock up, no job. */
@@ -31,6 +31,11 @@ export interface WarmSupervisor {
   readonly marker: WarmMarker;
   /** Resolves when the process exited. */
   readonly exited: Promise<void>;
+  /**
+   * Sends a signal through this process's own child handle; false when it is not our child (a
+   * supervisor host started it) or it is already gone.
+   */
+  readonly signal: (sig: NodeJS.Signals) => boolean;
 }
 
 /** Options of startWarmSupervisor. */
@@ -83,7 +88,7 @@ export async function startWarmSupervisor(runDir: string, options: WarmStartOpti
   if (marker.supervisor?.pid !== pid || marker.runDir !== runDir) {
     throw new SupervisorLaunchError(`warm marker names pid ${marker.supervisor?.pid} in ${marker.runDir}, but pid ${pid} was started in ${runDir}`);
   }
-  return { runDir, pid, marker, exited };
+  return { runDir, pid, marker, exited, signal: (sig) => signalOwnSupervisor(pid, sig) };
 }
 
 /**
@@ -112,7 +117,8 @@ async function startWarmThroughHost(runDir: string, host: SupervisorHostAddress,
     }, HOST_WARM_WATCH_MS);
     timer.unref();
   });
-  return { runDir, pid: started.pid, marker, exited };
+  // Not our child: only the host may signal it (retire asks it to exit; a draining host ends it).
+  return { runDir, pid: started.pid, marker, exited, signal: () => false };
 }
 
 /** Sends one WarmRequest (token from the run directory's warm.token) and reads the answer. */
