@@ -161,10 +161,16 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
 
   // ---- applying a fresh Repair from any source ----
   const apply = (r: Repair, via: string) => {
-    // Answers can cross (a watch update and an action's response): never go backwards.
+    // Answers can cross (a watch update and an action's response): never go backwards. The
+    // repair's revision does not move with its jobs: CancelRepair answers the job as the jobs
+    // service had it when the flag was set (RUNNING) under the repair revision its own update
+    // made, and a job that reached UNKNOWN quicker than that answer came back was already shown
+    // at that revision by the watch; taking the answer then showed "running" for good (no later
+    // update comes). So each job keeps the newer of the two views, by the job's own revision.
     if (repair && r.revision < repair.revision) return;
-    repair = r;
-    logChange(r, via);
+    const cur = repair;
+    repair = cur === undefined ? r : { ...r, job: newerJob(r.job, cur.job), baselineJob: newerJob(r.baselineJob, cur.baselineJob) };
+    logChange(repair, via);
     renderAll();
   };
 
@@ -964,4 +970,10 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     fillRoutes();
   });
   fillRoutes();
+}
+
+/** The newer view of one job: `incoming` unless it is an older revision of the same job than `current`. */
+function newerJob(incoming: Job | undefined, current: Job | undefined): Job | undefined {
+  if (incoming !== undefined && current !== undefined && incoming.id === current.id && incoming.revision < current.revision) return current;
+  return incoming;
 }
