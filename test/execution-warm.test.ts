@@ -1,7 +1,8 @@
 // Warm supervisors in a real executor (issue 11 item 3): one started supervisor waits for the
-// free slot; a claim hands it the spec, and the job's owner marker names that very process (same
-// pid and start time) in the attempt's own run directory; one that dies without a job is
-// replaced, and the next job runs on the replacement.
+// slot, busy or not; a claim hands it the spec, and the job's owner marker names that very process
+// (same pid and start time) in the attempt's own run directory; the claim starts the replacement at
+// once, so the next job on the busy slot finds it; one that dies without a job is replaced, and
+// the next job runs on the replacement.
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
@@ -41,18 +42,26 @@ async function oneWaiting(not?: number): Promise<WarmMarker> {
   await pollUntil(async () => {
     found = waiting().find((m) => m.supervisor!.pid !== not);
     return found !== undefined;
-  }, 20_000, "a warm supervisor waiting for the free slot");
+  }, 20_000, "a warm supervisor waiting for the slot");
   return found!;
 }
 
-async function runJob(): Promise<Awaited<ReturnType<typeof waitForState>>> {
-  const r = await createJsTestProject({ failing: true, parent: stack.repoRoot });
+const ENDED = [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN, JobState.CANCELLED];
+
+/** Enqueues one job of a fresh fixture (its test sleeps `sleepMs` first); returns its id. */
+async function enqueueJob(sleepMs = 0): Promise<string> {
+  const slow = `import test from "node:test";\nimport assert from "node:assert/strict";\nimport { add } from "../src/math.js";\ntest("add, slowly", async () => { await new Promise((r) => setTimeout(r, ${sleepMs})); assert.equal(add(2, 3), 5); });\n`;
+  const r = await createJsTestProject({ failing: true, parent: stack.repoRoot, ...(sleepMs > 0 ? { extraFiles: { "test/math.test.js": slow } } : {}) });
   repos.push(r);
   const { job } = await stack.client.enqueueJob({ ownerId: EXECUTION_TEST_OWNER, rootId: root, bundle: await bundleFor(stack, r.dir, { diff: fixAddPatch() }) });
-  return waitForState(stack, job!.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN, JobState.CANCELLED]);
+  return job!.id;
 }
 
-describe("warm supervisor per free slot", () => {
+async function runJob(): Promise<Awaited<ReturnType<typeof waitForState>>> {
+  return waitForState(stack, await enqueueJob(), ENDED);
+}
+
+describe("warm supervisor per slot, busy ones included", () => {
   it("a claim takes the waiting supervisor (its identity is the job's owner marker); one that dies is replaced", async () => {
     const first = await oneWaiting();
     expect(waiting()).toHaveLength(1);
@@ -70,7 +79,7 @@ describe("warm supervisor per free slot", () => {
     expect(statSync(cache).mode & 0o777).toBe(0o700);
     expect(readdirSync(cache).some((d) => d.startsWith("v24.15.0-") && readdirSync(join(cache, d)).length > 0)).toBe(true);
 
-    // The slot is free again: a new warm supervisor waits. Killed without a job, it is replaced.
+    // A new warm supervisor waits (started when the claim took the first). Killed without a job, it is replaced.
     const second = await oneWaiting(first.supervisor!.pid);
     process.kill(second.supervisor!.pid, "SIGKILL");
     const third = await oneWaiting(second.supervisor!.pid);
@@ -79,5 +88,22 @@ describe("warm supervisor per free slot", () => {
     const next = await runJob();
     expect([JobState[next.state], next.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
     expect(next.receipt?.marker?.supervisor?.pid).toBe(third.supervisor!.pid);
+  }, 90_000);
+
+  it("a busy slot keeps a spare: while a job runs the next warm supervisor already waits, and the job queued behind it takes that one", async () => {
+    const spare0 = await oneWaiting();
+    const first = await enqueueJob(3000);
+    const second = await enqueueJob();
+    await waitForState(stack, first, [JobState.RUNNING, ...ENDED]);
+    // The claim took spare0; its replacement is started while the job runs (one slot, so the
+    // second job waits for this one to end).
+    const spare1 = await oneWaiting(spare0.supervisor!.pid);
+    const [a, b] = [await waitForState(stack, first, ENDED), await waitForState(stack, second, ENDED)];
+    expect([JobState[a.state], JobState[b.state]]).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    // Ready before the first job's command had even finished (its test sleeps 3 s).
+    expect(spare1.writtenUnixMs).toBeLessThan(a.receipt!.finishedUnixMs);
+    expect(a.receipt?.marker?.supervisor?.pid).toBe(spare0.supervisor!.pid);
+    expect(b.receipt?.marker?.supervisor?.pid).toBe(spare1.supervisor!.pid);
+    expect(b.receipt?.marker?.supervisor?.startTimeTicks).toBe(spare1.supervisor!.startTimeTicks);
   }, 90_000);
 });

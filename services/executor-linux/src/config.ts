@@ -112,7 +112,7 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
      * other version refuses to start.
      */
     SERAPH_SUPERVISOR_RUNTIME: absolutePath(""),
-    /** One started supervisor waiting for each free slot ("on"), or every one launched at claim ("off"). */
+    /** One started supervisor waiting for each slot, busy or not ("on"), or every one launched at claim ("off"). */
     SERAPH_WARM_SUPERVISORS: oneOf(["on", "off"] as const, "on"),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
     /**

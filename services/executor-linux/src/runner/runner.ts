@@ -28,7 +28,7 @@ export interface RunnerDeps
   readonly fileDigests?: FileDigestCache;
   /**
    * The node's physical slots: with it, one warm supervisor (ours, or the supervisor host's child) waits for
-   * each free slot. Absent: every supervisor is launched cold.
+   * each slot (busy ones included). Absent: every supervisor is launched cold.
    */
   readonly warmSlots?: number | undefined;
 }
@@ -79,7 +79,9 @@ export function startRunner(deps: RunnerDeps): Runner {
           testBootIdFile: deps.testBootIdFile,
           host: deps.supervisorHost,
           proc: deps.proc,
-          target: () => (deps.facilities().ok ? Math.max(0, warmSlots - active.size) : 0),
+          // One per slot, busy ones included: the next job of a busy slot finds its supervisor
+          // already started (a replacement starts as soon as a claim takes one).
+          target: () => (deps.facilities().ok ? warmSlots : 0),
         })
       : undefined;
   // The dependency store lives under the job root (job directories' filesystem), opened once.

@@ -1,6 +1,7 @@
-// The warm pool's bookkeeping against a fake start (runner/warm-pool.ts): a stop() after which
-// nothing it started is alive, whatever was in flight (a slow start, a take, a second stop, a
-// warm supervisor deaf to its retire), and a startup sweep that leaves the pool's own starts alone.
+// The warm pool's bookkeeping against a fake start (runner/warm-pool.ts): one warm supervisor per
+// slot, busy ones included (a take() starts the replacement at once), a stop() after which nothing
+// it started is alive, whatever was in flight (a slow start, a take, a second stop, a warm
+// supervisor deaf to its retire), and a startup sweep that leaves the pool's own starts alone.
 import { existsSync, mkdirSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -93,7 +94,7 @@ async function until(cond: () => boolean, what: string): Promise<void> {
   }
 }
 
-describe("warm pool", () => {
+describe("warm pool: one warm supervisor per slot, busy ones included", () => {
   let dataDir: string;
   beforeEach(async () => {
     dataDir = await mkdtemp(join(tmpdir(), "seraph-warm-pool-"));
@@ -102,6 +103,26 @@ describe("warm pool", () => {
     await rm(dataDir, { recursive: true, force: true });
   });
   const poolOf = (host: ReturnType<typeof fakeHost>, slots = 1) => new WarmPool({ dataDir, log, target: () => slots, start: host.start, retire: host.retire });
+
+  it("a take() starts its replacement at once, while the job that took it runs", async () => {
+    const host = fakeHost({ instant: true });
+    const pool = poolOf(host);
+    pool.fill();
+    await until(() => pool.size === 1, "the first warm supervisor");
+    const taken = pool.take();
+    expect(taken?.pid).toBe(host.processes[0]?.pid);
+    // Nobody calls fill(): the take itself starts the next one.
+    await until(() => pool.size === 1, "the replacement");
+    expect(host.processes).toHaveLength(2);
+    // One per slot: no more than that however often fill() runs.
+    pool.fill();
+    pool.fill();
+    await tick();
+    expect(host.processes).toHaveLength(2);
+    host.processes[0]?.exit();
+    await pool.stop();
+    expect(host.alive()).toEqual([]);
+  });
 
   it("stop() during a slow start waits for it and retires it: nothing it started is alive after stop", async () => {
     const host = fakeHost();
@@ -118,7 +139,7 @@ describe("warm pool", () => {
     expect(existsSync(host.processes[0]!.runDir)).toBe(false);
   });
 
-  it("a take() just before stop() starts nothing after it", async () => {
+  it("a take() just before stop() starts no replacement after it", async () => {
     const host = fakeHost({ instant: true });
     const pool = poolOf(host);
     pool.fill();

@@ -17,7 +17,7 @@ export interface WarmPoolDeps {
   /** Start them through this supervisor host (the executor pod) instead of as our children. */
   readonly host?: SupervisorHostAddress | undefined;
   readonly proc?: ProcFs | undefined;
-  /** How many warm supervisors to keep: one per free slot. */
+  /** How many warm supervisors to keep: one per slot (busy slots included). */
   readonly target: () => number;
   /** TEST ONLY: starts one warm supervisor (default startWarmSupervisor). */
   readonly start?: ((runDir: string, options: WarmStartOptions) => Promise<WarmSupervisor>) | undefined;
@@ -32,7 +32,8 @@ const RETRY_AFTER_FAILURE_MS = 5000;
 export const warmDirOf = (dataDir: string): string => join(dataDir, "warm");
 
 /**
- * One started supervisor waiting for each free slot (issue 11 item 3): each is a process of the
+ * One started supervisor waiting for each slot (issue 11 item 3; busy slots too, so a slot's next
+ * job finds one): each is a process of the
  * bundle on the pinned runtime (our child, or the supervisor host's in the executor pod) that verified the facilities, set itself subreaper and listens on
  * warm.sock, owning nothing. take() hands one out (the claim then renames its directory to the
  * step's run directory and gives it the spec); one that dies is dropped and replaced by the next
@@ -82,7 +83,7 @@ export class WarmPool {
     }
   }
 
-  /** Starts warm supervisors until there is one per free slot (asynchronously; errors are logged). */
+  /** Starts warm supervisors until there is one per slot (asynchronously; errors are logged). */
   fill(): void {
     while (!this.#stopped && this.#ready.size + this.#starting < this.#d.target() && Date.now() >= this.#notBefore) {
       this.#starting++;
@@ -156,6 +157,8 @@ export class WarmPool {
       this.#ready.delete(warm);
       // The claim renames its directory away (into the step's run directory).
       this.#mine.delete(basename(warm.runDir));
+      // Its replacement starts now, while the job that took it runs (fill() after a stop does nothing).
+      setImmediate(() => this.fill());
       return warm;
     }
     return undefined;
