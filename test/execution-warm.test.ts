@@ -1,8 +1,9 @@
 // Warm supervisors in a real executor (issue 11 item 3): one started supervisor waits for the
 // slot, busy or not; a claim hands it the spec, and the job's owner marker names that very process
-// (same pid and start time) in the attempt's own run directory; the claim starts the replacement at
-// once, so the next job on the busy slot finds it; one that dies without a job is replaced, and
-// the next job runs on the replacement.
+// (same pid and start time) in the attempt's own run directory; its replacement starts at the
+// runner's next poll while the job runs (or when its result is recorded), so the next job on the
+// busy slot finds it; one that dies without a job is replaced, and the next job runs on the
+// replacement.
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
@@ -79,7 +80,7 @@ describe("warm supervisor per slot, busy ones included", () => {
     expect(statSync(cache).mode & 0o777).toBe(0o700);
     expect(readdirSync(cache).some((d) => d.startsWith("v24.15.0-") && readdirSync(join(cache, d)).length > 0)).toBe(true);
 
-    // A new warm supervisor waits (started when the claim took the first). Killed without a job, it is replaced.
+    // A new warm supervisor waits (started once the first job's result was recorded). Killed without a job, it is replaced.
     const second = await oneWaiting(first.supervisor!.pid);
     process.kill(second.supervisor!.pid, "SIGKILL");
     const third = await oneWaiting(second.supervisor!.pid);
@@ -95,8 +96,8 @@ describe("warm supervisor per slot, busy ones included", () => {
     const first = await enqueueJob(3000);
     const second = await enqueueJob();
     await waitForState(stack, first, [JobState.RUNNING, ...ENDED]);
-    // The claim took spare0; its replacement is started while the job runs (one slot, so the
-    // second job waits for this one to end).
+    // The claim took spare0; its replacement is started while the job runs, at the runner's next
+    // poll (one slot, so the second job waits for this one to end).
     const spare1 = await oneWaiting(spare0.supervisor!.pid);
     const [a, b] = [await waitForState(stack, first, ENDED), await waitForState(stack, second, ENDED)];
     expect([JobState[a.state], JobState[b.state]]).toEqual(["SUCCEEDED", "SUCCEEDED"]);

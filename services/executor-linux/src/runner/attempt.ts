@@ -313,6 +313,10 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
     }
   }
   phase(ctx.log, "completed");
+  // The warm supervisor this attempt took is replaced now that its result is recorded: a Node
+  // start beside the job's hand-over, command or evidence would slow that job on these cores;
+  // a claim arriving meanwhile waits for this start (takeOrWait) rather than launching a second.
+  ctx.deps.warm?.fill();
   ctx.log.info({ state: JobState[result.state], outcome: result.outcome }, "job completed");
   if (result.state !== JobState.UNKNOWN) {
     await rm(ctx.base, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);

@@ -383,7 +383,7 @@ async function launchStep(ctx: Ctx, spec: SupervisorSpec): Promise<Launched> {
   try {
     // A warm supervisor when one waits (after it took the spec it is exactly a fresh launch of
     // it); anything that keeps it from taking the spec falls back to a cold launch.
-    const warm = deps.warm?.take();
+    const warm = await deps.warm?.takeOrWait();
     const handed = warm !== undefined ? await handOverWarm(ctx, warm, spec) : undefined;
     if (handed !== undefined) {
       ctx.log.debug({ pid: handed.pid }, "a warm supervisor took the step's spec");

@@ -80,7 +80,7 @@ export function startRunner(deps: RunnerDeps): Runner {
           host: deps.supervisorHost,
           proc: deps.proc,
           // One per slot, busy ones included: the next job of a busy slot finds its supervisor
-          // already started (a replacement starts as soon as a claim takes one).
+          // already started (the claim that took one starts its replacement once its command runs).
           target: () => (deps.facilities().ok ? warmSlots : 0),
         })
       : undefined;

@@ -1,5 +1,5 @@
 // The warm pool's bookkeeping against a fake start (runner/warm-pool.ts): one warm supervisor per
-// slot, busy ones included (a take() starts the replacement at once), a stop() after which nothing
+// slot, busy ones included (replaced by the next fill() after a take), a stop() after which nothing
 // it started is alive, whatever was in flight (a slow start, a take, a second stop, a warm
 // supervisor deaf to its retire), and a startup sweep that leaves the pool's own starts alone.
 import { existsSync, mkdirSync } from "node:fs";
@@ -30,7 +30,7 @@ interface FakeProcess {
 function fakeHost(opts: { instant?: boolean; deafToRetire?: boolean } = {}) {
   const processes: FakeProcess[] = [];
   const signals: string[] = [];
-  const pending: (() => void)[] = [];
+  const pending: { resolve: () => void; reject: (err: Error) => void }[] = [];
   const retired: string[] = [];
   let nextPid = 1000;
   const byDir = new Map<string, FakeProcess>();
@@ -57,7 +57,15 @@ function fakeHost(opts: { instant?: boolean; deafToRetire?: boolean } = {}) {
     };
     const warm: WarmSupervisor = { runDir, pid: p.pid, marker: create(WarmMarkerSchema, { runDir }), exited, signal };
     if (opts.instant) return Promise.resolve(warm);
-    return new Promise((resolve) => pending.push(() => resolve(warm)));
+    return new Promise((resolve, reject) =>
+      pending.push({
+        resolve: () => resolve(warm),
+        reject: (err) => {
+          p.exit();
+          reject(err);
+        },
+      }),
+    );
   };
   const retire = async (runDir: string): Promise<boolean> => {
     retired.push(runDir);
@@ -78,7 +86,13 @@ function fakeHost(opts: { instant?: boolean; deafToRetire?: boolean } = {}) {
     release(): void {
       const next = pending.shift();
       if (next === undefined) throw new Error("no start is pending");
-      next();
+      next.resolve();
+    },
+    /** Makes the oldest pending start fail. */
+    fail(): void {
+      const next = pending.shift();
+      if (next === undefined) throw new Error("no start is pending");
+      next.reject(new Error("start failed"));
     },
     get pending() {
       return pending.length;
@@ -104,14 +118,19 @@ describe("warm pool: one warm supervisor per slot, busy ones included", () => {
   });
   const poolOf = (host: ReturnType<typeof fakeHost>, slots = 1) => new WarmPool({ dataDir, log, target: () => slots, start: host.start, retire: host.retire });
 
-  it("a take() starts its replacement at once, while the job that took it runs", async () => {
+  it("a take() leaves its replacement to the next fill() (the claim's, once its command runs); one per slot, busy or not", async () => {
     const host = fakeHost({ instant: true });
     const pool = poolOf(host);
     pool.fill();
     await until(() => pool.size === 1, "the first warm supervisor");
     const taken = pool.take();
     expect(taken?.pid).toBe(host.processes[0]?.pid);
-    // Nobody calls fill(): the take itself starts the next one.
+    // Nothing starts beside the hand-over of the one just taken.
+    await tick();
+    await tick();
+    expect(host.processes).toHaveLength(1);
+    // The slot is busy (its job holds the taken one), and still gets its warm supervisor.
+    pool.fill();
     await until(() => pool.size === 1, "the replacement");
     expect(host.processes).toHaveLength(2);
     // One per slot: no more than that however often fill() runs.
@@ -120,6 +139,48 @@ describe("warm pool: one warm supervisor per slot, busy ones included", () => {
     await tick();
     expect(host.processes).toHaveLength(2);
     host.processes[0]?.exit();
+    await pool.stop();
+    expect(host.alive()).toEqual([]);
+  });
+
+  it("takeOrWait: a claim while a start is in flight gets that very supervisor once it is ready, and no second one is started", async () => {
+    const host = fakeHost();
+    const pool = poolOf(host);
+    pool.fill();
+    expect(host.pending).toBe(1);
+    let got: WarmSupervisor | undefined;
+    const claim = pool.takeOrWait().then((w) => (got = w));
+    // A second claim does not wait on the same start: it launches cold.
+    expect(await pool.takeOrWait()).toBeUndefined();
+    pool.fill();
+    await tick();
+    expect([host.pending, got]).toEqual([1, undefined]);
+    host.release();
+    await claim;
+    expect(got?.pid).toBe(host.processes[0]?.pid);
+    // It went to the claim, not to the pool.
+    expect(pool.size).toBe(0);
+    expect(host.processes).toHaveLength(1);
+    host.processes[0]?.exit();
+    await pool.stop();
+    expect(host.alive()).toEqual([]);
+  });
+
+  it("takeOrWait: with nothing ready or starting it answers at once; a failed start or a stop lets the waiting claim launch cold", async () => {
+    const host = fakeHost();
+    const pool = poolOf(host);
+    expect(await pool.takeOrWait()).toBeUndefined();
+    pool.fill();
+    const failed = pool.takeOrWait();
+    host.fail();
+    expect(await failed).toBeUndefined();
+    const second = new WarmPool({ dataDir, log, target: () => 1, start: host.start, retire: host.retire });
+    second.fill();
+    const stopped = second.takeOrWait();
+    const stopping = second.stop();
+    expect(await stopped).toBeUndefined();
+    host.release();
+    await stopping;
     await pool.stop();
     expect(host.alive()).toEqual([]);
   });

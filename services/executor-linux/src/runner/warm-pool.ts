@@ -49,6 +49,8 @@ export class WarmPool {
   readonly #inFlight = new Set<Promise<void>>();
   /** Directory names of this pool's own starts still under the warm directory (sweep() leaves them). */
   readonly #mine = new Set<string>();
+  /** Claims waiting for a start in flight (takeOrWait), at most one per start. */
+  readonly #waiting: Array<(w: WarmSupervisor | undefined) => void> = [];
   /** The one stop (every stop() call waits for the same end). */
   #stopping: Promise<void> | undefined;
   #notBefore = 0;
@@ -113,6 +115,14 @@ export class WarmPool {
         await this.#end(warm);
         return;
       }
+      const claim = this.#waiting.shift();
+      if (claim !== undefined) {
+        // A claim waits for exactly this start: it is that claim's now.
+        this.#mine.delete(name);
+        this.#d.log.debug({ pid: warm.pid, runDir: dir }, "warm supervisor ready; handed to the claim waiting for it");
+        claim(warm);
+        return;
+      }
       this.#ready.add(warm);
       this.#d.log.debug({ pid: warm.pid, runDir: dir }, "warm supervisor ready");
       void warm.exited.then(() => {
@@ -124,6 +134,8 @@ export class WarmPool {
         }
       });
     } catch (err) {
+      // A claim waiting for this start launches its supervisor cold.
+      this.#waiting.shift()?.(undefined);
       this.#notBefore = Date.now() + RETRY_AFTER_FAILURE_MS;
       this.#d.log.warn({ err }, "warm supervisor not started; claims launch supervisors cold");
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
@@ -151,14 +163,26 @@ export class WarmPool {
     this.#mine.delete(basename(w.runDir));
   }
 
+  /**
+   * A warm supervisor for a claim: a ready one, else the one starting now once it is ready (a
+   * cold launch instead would be a second Node start on the same cores, and no quicker than the
+   * one already under way); undefined when none is ready or starting for this claim, when that
+   * start fails, or at stop().
+   */
+  async takeOrWait(): Promise<WarmSupervisor | undefined> {
+    const ready = this.take();
+    if (ready !== undefined || this.#stopped || this.#waiting.length >= this.#starting) return ready;
+    return new Promise((resolve) => this.#waiting.push(resolve));
+  }
+
   /** A ready warm supervisor for a claim (removed from the pool), if there is one. */
   take(): WarmSupervisor | undefined {
     for (const warm of this.#ready) {
       this.#ready.delete(warm);
       // The claim renames its directory away (into the step's run directory).
       this.#mine.delete(basename(warm.runDir));
-      // Its replacement starts now, while the job that took it runs (fill() after a stop does nothing).
-      setImmediate(() => this.fill());
+      // Its replacement is started once that job's result is recorded (complete() fills), or by
+      // the runner's next poll; a claim meanwhile waits for a start in flight (takeOrWait).
       return warm;
     }
     return undefined;
@@ -177,6 +201,8 @@ export class WarmPool {
 
   async #stopOnce(): Promise<void> {
     this.#stopped = true;
+    // Claims waiting for a start launch cold (or are being stopped themselves).
+    for (const claim of this.#waiting.splice(0)) claim(undefined);
     const waiting = [...this.#ready];
     this.#ready.clear();
     await Promise.all([...waiting.map((w) => this.#end(w)), ...[...this.#inFlight].map((p) => p.catch(() => undefined))]);
