@@ -52,11 +52,10 @@ export class FileDigestCache {
 
   /** Remembers a digest read from `path` (ignored inside the racy window). */
   remember(path: string, d: StampedDigest): void {
-    if (!(d.ctimeMs <= d.openedAtMs - this.#racyWindowMs)) {
-      this.#entries.delete(path);
-      return;
-    }
+    // Deleted first either way: a digest read inside the racy window replaces nothing, and a
+    // remembered one moves to the newest end (the oldest is dropped first).
     this.#entries.delete(path);
+    if (d.ctimeMs > d.openedAtMs - this.#racyWindowMs) return;
     this.#entries.set(path, { stamp: d.stamp, sha256: d.sha256, size: d.size });
     if (this.#entries.size > this.#max) {
       const oldest = this.#entries.keys().next().value;

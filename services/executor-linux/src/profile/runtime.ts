@@ -7,6 +7,7 @@ import { dirname, isAbsolute, join } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason } from "@seraph/profiles";
 import { SUPERVISOR_NODE_VERSION } from "../supervisor/runtime-version.js";
+import { statStamp } from "./file-digests.js";
 
 /** The proof runtime's exact version (also the one the per-job supervisor runs on). */
 export const PINNED_NODE_VERSION = SUPERVISOR_NODE_VERSION;
@@ -134,7 +135,7 @@ export async function checkRuntime(nodePath: string, expect: RuntimeExpectation 
   } catch {
     return blocked(blockReason("runtime_not_executable", `The Node runtime ${nodePath} is not executable.`, nodePath), { realPath: real });
   }
-  const stamp = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+  const stamp = statStamp(st);
   const cached = expect.digestCache?.get(real);
   const same = cached !== undefined && cached.stamp === stamp;
   const { sha256, size } = same ? cached : await sha256File(real);

@@ -173,7 +173,7 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
     // plan; it waits at its start barrier while the copy, the drift check and the patch run, and
     // is checked against the real stage before it can get its start token.
     const tBefore = Date.now();
-    const digest = digestTree(bundle.repositoryPath, { digests: deps.fileDigests }).catch(() => undefined);
+    const digest = repositoryDigest(ctx);
     let jobDirMade: (made: boolean) => void = () => undefined;
     const jobDirReady = new Promise<boolean>((r) => (jobDirMade = r));
     // Dependency files are shared from the store only with a job user that is not this process's
@@ -341,7 +341,7 @@ async function runSteps(
     if (i === stage.steps.length - 1 && run.receipt.echildObserved) {
       // Nothing of the job runs any more (ECHILD): the repository's re-hash goes beside the
       // evidence checks below instead of after them (finish awaits it).
-      ctx.repositoryAfter = digestTree(bundle.repositoryPath, { digests: deps.fileDigests }).catch(() => undefined);
+      ctx.repositoryAfter = repositoryDigest(ctx);
     }
     outputLeft -= Number(run.receipt.outputKeptBytes);
     steps.push(stepResultOf(step.name, run.receipt));
@@ -514,6 +514,11 @@ async function restoredStage(ctx: Ctx, jobDir: string): Promise<StagedRepository
   }
 }
 
+/** The original repository's digest (every file, `.git` included) through the node's file-digest cache; undefined when it cannot be taken. */
+function repositoryDigest(ctx: Ctx): Promise<TreeDigest | undefined> {
+  return digestTree(ctx.bundle.repositoryPath, { digests: ctx.deps.fileDigests }).catch(() => undefined);
+}
+
 /**
  * Writes the repository's digest before the job to the attempt directory once `digest` is
  * taken (an incomplete one as ""). Never rejects: without the file the re-hash at the end cannot
@@ -521,7 +526,7 @@ async function restoredStage(ctx: Ctx, jobDir: string): Promise<StagedRepository
  */
 async function writeRepositoryBefore(ctx: Ctx, digest: Promise<TreeDigest | undefined>): Promise<void> {
   try {
-    const before = await digest.catch(() => undefined);
+    const before = await digest;
     await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
     phase(ctx.log, "repo_digested");
   } catch (err) {
@@ -532,7 +537,7 @@ async function writeRepositoryBefore(ctx: Ctx, digest: Promise<TreeDigest | unde
 async function repositoryUnchanged(ctx: Ctx): Promise<boolean | undefined> {
   const before = await readFile(join(ctx.base, BEFORE_FILE), "utf8").catch(() => undefined);
   if (before === undefined || before === "") return undefined;
-  const after = await (ctx.repositoryAfter ?? digestTree(ctx.bundle.repositoryPath, { digests: ctx.deps.fileDigests }).catch(() => undefined));
+  const after = await (ctx.repositoryAfter ?? repositoryDigest(ctx));
   if (!after?.complete) return undefined;
   return after.sha256 === before.trim();
 }
@@ -625,7 +630,7 @@ export async function adoptClaimed(
       if (conn && conn.phase === Phase.WAITING_FOR_GO && index === 0 && !(await stat(join(ctx.base, BEFORE_FILE)).then(() => true, () => false))) {
         // The earlier incarnation stopped before the digest it takes beside preparation was
         // written (it is awaited only before GO): nothing has run yet, so it is taken now.
-        ctx.repositoryBefore = writeRepositoryBefore(ctx, digestTree(bundle.repositoryPath, { digests: deps.fileDigests }));
+        ctx.repositoryBefore = writeRepositoryBefore(ctx, repositoryDigest(ctx));
       }
       if (conn) run = await driveStep(ctx, conn, marker, marker.runDir, conn.phase === Phase.WAITING_FOR_GO);
     }

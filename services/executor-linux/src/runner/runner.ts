@@ -80,7 +80,8 @@ export function startRunner(deps: RunnerDeps): Runner {
           host: deps.supervisorHost,
           proc: deps.proc,
           // One per slot, busy ones included: the next job of a busy slot finds its supervisor
-          // already started (the claim that took one starts its replacement once its command runs).
+          // already started (the one a claim took is replaced once that job's result is recorded,
+          // or at the next poll; a claim meanwhile waits for a start in flight).
           target: () => (deps.facilities().ok ? warmSlots : 0),
         })
       : undefined;

@@ -58,7 +58,7 @@ export interface AtomicFile {
  * readers may see them from their rename on. On failure the temporary files not
  * yet renamed are removed; files already renamed stay (each one complete).
  */
-export async function writeFilesAtomicAsync(dir: string, files: readonly AtomicFile[], options: { readonly flushAlso?: readonly string[] } = {}): Promise<void> {
+export async function writeFilesAtomicAsync(dir: string, files: readonly AtomicFile[], options: { readonly flushAlso?: readonly string[] | undefined } = {}): Promise<void> {
   const temps = files.map((f) => join(dir, `.${f.name}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`));
   let renamed = 0;
   try {

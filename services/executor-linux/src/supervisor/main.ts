@@ -289,8 +289,8 @@ async function warm(runDir: string, testBootIdFile: string, startup: Record<stri
   await new Promise<void>((done) => randomBytes(1, () => done()));
   fromBinary(SupervisorSpecSchema, toBinary(SupervisorSpecSchema, create(SupervisorSpecSchema, { runDir, jobId: "warm-up" })));
   const sampleMarker = create(OwnerMarkerSchema, { runDir, jobId: "warm-up", supervisor: { pid: process.pid, startTimeTicks: 1n, bootId: "warm-up" } });
-  toBinary(OwnerMarkerSchema, sampleMarker);
   toJsonString(OwnerMarkerSchema, sampleMarker);
+  // The HelloAck it encodes carries the marker: its binary encoding is warmed there.
   warmUpControlCodecs(sampleMarker);
   writeFileAtomic(
     join(runDir, RunDirFiles.warmMarker),
@@ -359,7 +359,7 @@ async function runJob(j: JobStart): Promise<number> {
     selfStartTimeTicks: self.startTimeTicks,
     ...(containment !== undefined ? { containment } : {}),
     pidNamespace: readPidNamespace("/proc", "self") ?? "",
-    unflushed: j.unflushed ?? [],
+    unflushed: j.unflushed,
   });
   startup["ready"] = Math.round(performance.now() * 10) / 10;
   log.info({ event: "startup", ms: startup }, "supervisor startup phases");

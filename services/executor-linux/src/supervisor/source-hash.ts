@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { basename, dirname, relative } from "node:path";
+import { statStamp } from "../profile/file-digests.js";
 
 /**
  * The code a supervisor process runs: its one bundled entry (every module of `supervisor/` and
@@ -42,14 +43,14 @@ export function supervisorSourceSha256(code: SupervisorCode): string {
 export type SourceHashCache = Map<string, { readonly stamps: string; readonly sha256: string }>;
 
 /**
- * supervisorSourceSha256, re-hashing only when a file's stat stamp (device, inode, size, mtime,
- * ctime) changed since the cached result: any write to a file changes its ctime.
+ * supervisorSourceSha256, re-hashing only when a file's stat stamp (statStamp: device, inode,
+ * size, mode, mtime, ctime) changed since the cached result: any write to a file changes its ctime.
  */
 export function cachedSupervisorSourceSha256(code: SupervisorCode, cache: SourceHashCache): string {
   const stamps = [code.entry, ...code.modules]
     .map((p) => {
       const st = statSync(p);
-      return `${p}:${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+      return `${p}:${statStamp(st)}`;
     })
     .join("\n");
   const key = code.entry;

@@ -75,7 +75,7 @@ export interface SupervisorOptions {
    * Files of the run directory written complete but not yet flushed (a warm supervisor's
    * spec.binpb): fsynced with the token and markers, before the owner marker appears.
    */
-  readonly unflushed?: readonly string[];
+  readonly unflushed?: readonly string[] | undefined;
 }
 
 interface CommandState {
@@ -240,16 +240,15 @@ export class Supervisor {
       tokenSha256: createHash("sha256").update(token).digest("hex"),
     });
     // One flush for the three (issue 11), and for a warm supervisor's spec.binpb: each file
-    // fsynced before its rename, all in parallel,
-    // then one directory fsync; the binary marker renamed last, since its appearance is what
-    // launchSupervisor waits for (the token a controller needs is in place by then). The
-    // controller may HELLO and record the marker while the directory flush runs; no command starts
-    // before it returns (GO is only read below).
+    // fsynced before its rename, all in parallel, then one directory fsync; the binary marker
+    // renamed last, since its appearance is what launchSupervisor waits for (the token a
+    // controller needs is in place by then). The controller may HELLO and record the marker while
+    // the directory flush runs; no command starts before it returns (GO is only read below).
     await writeFilesAtomicAsync(runDir, [
       { name: RunDirFiles.token, data: token, mode: 0o600 },
       { name: RunDirFiles.markerJson, data: `${toJsonString(OwnerMarkerSchema, this.#marker)}\n` },
       { name: RunDirFiles.marker, data: toBinary(OwnerMarkerSchema, this.#marker) },
-    ], { flushAlso: this.#o.unflushed ?? [] });
+    ], { flushAlso: this.#o.unflushed });
     log.info({ event: "marker_written", startBarrier: spec.startBarrier }, "owner marker durable");
 
     let cleanup: CleanupResult | undefined;

@@ -5,6 +5,7 @@ import { isAbsolute } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason } from "@seraph/profiles";
 import { PINNED_PYTHON_VERSION } from "@seraph/profiles/python3";
+import { statStamp } from "../file-digests.js";
 import { sha256File, type RuntimeCheck, type RuntimeExpectation } from "../runtime.js";
 
 /**
@@ -49,7 +50,7 @@ export async function checkPythonRuntime(pythonPath: string, expect: RuntimeExpe
   } catch {
     return blocked(blockReason("runtime_not_executable", `The Python interpreter ${pythonPath} is not executable.`, pythonPath), { realPath: real });
   }
-  const stamp = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+  const stamp = statStamp(st);
   const cached = expect.digestCache?.get(real);
   const { sha256, size } = cached && cached.stamp === stamp ? cached : await sha256File(real);
   expect.digestCache?.set(real, { stamp, sha256, size });
