@@ -10,7 +10,7 @@ export default defineConfig({
     pool: "forks",
     projects: [
       { extends: true, test: { name: "packages", include: ["packages/*/src/**/*.test.ts", "packages/profiles/{shared,node24-npm,python3,results}/**/*.test.ts"] } },
-      { extends: true, test: { name: "services", include: ["services/*/src/**/*.test.ts"] } },
+      { extends: true, test: { name: "services", include: ["services/*/{src,testing}/**/*.test.ts"] } },
       { extends: true, test: { name: "e2e", include: ["test/**/*.test.ts"] } },
     ],
   },

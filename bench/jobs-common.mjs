@@ -1,7 +1,7 @@
 // Shared helpers for the durable-execution benchmarks (plain node scripts; run `npx tsc -b` first).
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, realpathSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { root } from "./supervisor-common.mjs";
 
 export { fmt, loadAverages, machine, median, percentile, root, sleep } from "./supervisor-common.mjs";
@@ -14,6 +14,36 @@ export async function importBuilt(rel) {
     process.exit(2);
   }
   return import(path);
+}
+
+/**
+ * Imports a test-only TypeScript module (a package's testing/ entry, test/harness/), which
+ * `tsc -b` does not compile: esbuild bundles it into node_modules/.cache/seraph-bench/. Its
+ * imports of a package's src/ load that package's built dist/ instead (the same modules the
+ * benchmark uses), other packages stay external, and `@seraph/<name>/testing` is bundled in.
+ */
+export async function importTesting(rel) {
+  const { build } = await import("esbuild");
+  const outfile = join(root, "node_modules/.cache/seraph-bench", rel.replace(/\.ts$/, ".mjs"));
+  const builtSources = {
+    name: "seraph-built-sources",
+    setup(b) {
+      b.onResolve({ filter: /^@seraph\/[^/]+\/testing$/ }, (args) => ({ path: join(realpathSync(join(root, "node_modules", args.path.slice(0, -"/testing".length))), "testing/index.ts") }));
+      b.onResolve({ filter: /^[^./]/ }, () => ({ external: true }));
+      b.onResolve({ filter: /^\.\.?\// }, (args) => {
+        const m = /^(.*)\/src\/(.*)\.js$/.exec(resolve(args.resolveDir, args.path));
+        if (!m) return undefined;
+        const built = `${m[1]}/dist/${m[2]}.js`;
+        if (!existsSync(built)) {
+          process.stderr.write(`${built} is missing: run \`npx tsc -b\` first\n`);
+          process.exit(2);
+        }
+        return { path: built, external: true };
+      });
+    },
+  };
+  await build({ entryPoints: [join(root, rel)], outfile, bundle: true, platform: "node", format: "esm", target: "node20", plugins: [builtSources], logLevel: "error" });
+  return import(outfile);
 }
 
 /** Runs argv in cwd with an empty environment (like a job) and resolves the wall time in ms. */

@@ -27,15 +27,15 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { fmt, freePort, importBuilt, loadAverages, machine, median, percentile, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
+import { fmt, freePort, importBuilt, importTesting, loadAverages, machine, median, percentile, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
 
 const N = Number(process.argv[2] ?? 8);
-const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
+const fixtures = await importTesting("services/executor-linux/testing/index.ts");
 const { inspectRepository, stageRepository } = await importBuilt("services/executor-linux/dist/profile/index.js");
 const { Selection } = await import("@seraph/proto/seraph/profile/v1/profile_pb.js");
 const { startEmbedded } = await importBuilt("packages/embedded/dist/index.js");
-const { createTestDatabase } = await import("@seraph/kit/testing");
-const { startTestNats } = await importBuilt("test/dist/harness/nats-server.js");
+const { createTestDatabase } = await importTesting("packages/kit/testing/index.ts");
+const { startTestNats } = await importTesting("test/harness/nats-server.ts");
 const { createRootLogger } = await import("@seraph/kit");
 const node = await fixtures.pinnedNodeForTests({ CI: "true" });
 

@@ -17,16 +17,16 @@ import { createClient } from "@connectrpc/connect";
 import { Kysely, PostgresDialect, sql } from "kysely";
 import pg from "pg";
 import { createLocalSignals, createRootLogger, createServiceTransport, newId, sha256Hex } from "@seraph/kit";
-import { createTestDatabase } from "@seraph/kit/testing";
 import { JobsService, JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentitySchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { OwnerMarkerSchema, Outcome } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { fmt, importBuilt, loadAverages, machine, median, percentile, sleep } from "./jobs-common.mjs";
+import { fmt, importBuilt, importTesting, loadAverages, machine, median, percentile, sleep } from "./jobs-common.mjs";
 
 const JOBS = Number(process.argv[2] ?? 20);
 const FILES = (process.argv[3] ?? "0,2000").split(",").map(Number);
 const { startJobs } = await importBuilt("services/jobs/dist/start.js");
-const { testBundle, TEST_SUPERVISOR_SOURCE_SHA256 } = await importBuilt("services/jobs/dist/testing/jobs-harness.js");
+const { testBundle, TEST_SUPERVISOR_SOURCE_SHA256 } = await importTesting("services/jobs/testing/index.ts");
+const { createTestDatabase } = await importTesting("packages/kit/testing/index.ts");
 
 let label = "";
 const samples = [];

@@ -17,7 +17,7 @@ import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { ExecutionBundleSchema, JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { fmt, freePort, importBuilt, loadAverages, machine, median, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
+import { fmt, freePort, importBuilt, importTesting, loadAverages, machine, median, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
 
 const JOBS = Number(process.argv[2] ?? 24);
 // `fairness` (as a configuration): 1 replica × 1 node × 1 slot, root A enqueues a burst of
@@ -29,15 +29,15 @@ const CONFIGS = (process.argv[3] ?? "1x1x1,1x3x1,3x3x1,1x1x2,1x1x4").split(",").
   const [replicas, nodes, slots] = c.split("x").map(Number);
   return { replicas, nodes, slots };
 });
-const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
+const fixtures = await importTesting("services/executor-linux/testing/index.ts");
 const { inspectRepository, stageRepository } = await importBuilt("services/executor-linux/dist/profile/index.js");
 const { startJobs } = await importBuilt("services/jobs/dist/index.js");
 const { supervisorSourceOf } = await importBuilt("services/executor-linux/dist/executor-service/supervisor-source.js");
 const { defaultSupervisorEntry } = await importBuilt("services/executor-linux/dist/supervisor-client/index.js");
-const { startTestNats } = await importBuilt("test/dist/harness/nats-server.js");
-const { startTcpBalancer } = await importBuilt("test/dist/harness/balancer.js");
+const { startTestNats } = await importTesting("test/harness/nats-server.ts");
+const { startTcpBalancer } = await importTesting("test/harness/balancer.ts");
 const { createNatsSignals, createRootLogger, createServiceTransport, newId, openDatabase } = await import("@seraph/kit");
-const { createTestDatabase } = await import("@seraph/kit/testing");
+const { createTestDatabase } = await importTesting("packages/kit/testing/index.ts");
 const runtime = await fixtures.pinnedNodeForTests({ CI: "true" });
 // The supervisor code the executors run: bundles must approve exactly it, or no job gets GO.
 const supervisorSourceSha256 = supervisorSourceOf(defaultSupervisorEntry());

@@ -16,7 +16,7 @@ import { createClient } from "@connectrpc/connect";
 import { ExecutionBundleSchema, JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { sql } from "kysely";
-import { fmt, importBuilt, machine, median } from "./jobs-common.mjs";
+import { fmt, importBuilt, importTesting, machine, median } from "./jobs-common.mjs";
 
 const RUNS = Number(process.argv[2] ?? 40);
 const NODES = 200;
@@ -25,7 +25,7 @@ const STALE_MS = 30_000;
 const { startJobs } = await importBuilt("services/jobs/dist/index.js");
 const { candidateQuery, reserveOne } = await importBuilt("services/jobs/dist/scheduler/reserve.js");
 const { createLocalSignals, createRootLogger, createServiceTransport, newId, openDatabase } = await import("@seraph/kit");
-const { createTestDatabase } = await import("@seraph/kit/testing");
+const { createTestDatabase } = await importTesting("packages/kit/testing/index.ts");
 
 /** The reservation query before fair share (the baseline), as it shipped. */
 function legacyPick(trx) {

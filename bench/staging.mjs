@@ -17,10 +17,10 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { fmt, importBuilt, loadAverages, machine, median, percentile } from "./jobs-common.mjs";
+import { fmt, importBuilt, importTesting, loadAverages, machine, median, percentile } from "./jobs-common.mjs";
 
 const RUNS = Number(process.argv[2] ?? 9);
-const fixtures = await importBuilt("services/executor-linux/dist/test-fixtures/index.js");
+const fixtures = await importTesting("services/executor-linux/testing/index.ts");
 const { inspectRepository, inspectSnapshot, stageRepository, verifyStagedTree, FileDigestCache, RACY_WINDOW_MS, openDependencyStore } = await importBuilt("services/executor-linux/dist/profile/index.js");
 const runtime = await fixtures.pinnedNodeForTests({ CI: "true" });
 

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { main, type CliIo } from "@seraph/cli";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ADD_BUGGY, createJsTestProject, fixAddPatch, fixturePatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { ADD_BUGGY, createJsTestProject, fixAddPatch, fixturePatch } from "@seraph/executor-linux/testing";
 import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 /** A test that prints a coloured line every 150 ms for about 30 s (it is cancelled long before), so its output can be read while it runs. */

@@ -8,11 +8,10 @@ import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
 import { ConfigMap, Secret, Service } from "kubernetes-models/v1";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadApiConfig } from "../services/api/src/config.js";
-import { loadExecutorConfig } from "../services/executor-linux/src/config.js";
-import { loadSupervisorHostConfig } from "../services/executor-linux/src/supervisor-host/config.js";
-import { loadJobsConfig } from "../services/jobs/src/config.js";
-import { loadGatewayConfig } from "../services/ui-gateway/src/config.js";
+import { loadApiConfig } from "@seraph/api";
+import { loadExecutorConfig, loadSupervisorHostConfig } from "@seraph/executor-linux";
+import { loadJobsConfig } from "@seraph/jobs";
+import { loadGatewayConfig } from "@seraph/ui-gateway";
 import { baseName, byBaseName, containerEnv, dockerfileStages, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";
 

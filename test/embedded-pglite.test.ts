@@ -11,7 +11,7 @@ import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { freeEmbeddedPortBase } from "./harness/ports.js";
 
 // `npm start`'s own shape: the embedded composition on PGlite (one connection), not PostgreSQL.

@@ -3,9 +3,8 @@ import { join } from "node:path";
 import { newId } from "@seraph/kit";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFacilityReport } from "../services/executor-linux/src/supervisor-client/index.js";
-import { defaultContainmentSettings, nodeContainment } from "../services/executor-linux/src/supervisor-client/node-containment.js";
-import { createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { readFacilityReport, defaultContainmentSettings, nodeContainment } from "@seraph/executor-linux";
+import { createJsTestProject, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { alive, bundleFor, closeStackAndLeftovers, EXECUTION_TEST_OWNER, pollUntil, processesUnder, startExecutionStack, waitForState, type ExecutionStack } from "./execution-stack.js";
 
 /**

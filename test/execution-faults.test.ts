@@ -5,7 +5,7 @@ import { JobEventSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { bundleFor, closeStackAndLeftovers, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 

@@ -7,7 +7,7 @@ import { newId } from "@seraph/kit";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsBuildThenTestProject, createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsBuildThenTestProject, createJsTestProject, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { alive, processesUnder, bundleFor, descendantsOf, pollUntil, simulateReboot, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 
 let stack: ExecutionStack;

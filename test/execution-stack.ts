@@ -13,12 +13,10 @@ import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/pr
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Kysely, PostgresDialect } from "kysely";
 import pg from "pg";
-import { testApprovalDocument } from "../services/jobs/src/testing/jobs-harness.js";
-import { supervisorSourceOf } from "../services/executor-linux/src/executor-service/supervisor-source.js";
-import { inspectRepository, parseLimitOverrides } from "../services/executor-linux/src/profile/index.js";
-import { defaultSupervisorEntry, readFacilityReport } from "../services/executor-linux/src/supervisor-client/index.js";
-import { defaultContainmentSettings, nodeContainment } from "../services/executor-linux/src/supervisor-client/node-containment.js";
-import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+import { testApprovalDocument } from "@seraph/jobs/testing";
+import { supervisorSourceOf, defaultSupervisorEntry, readFacilityReport, defaultContainmentSettings, nodeContainment } from "@seraph/executor-linux";
+import { inspectRepository, parseLimitOverrides } from "@seraph/executor-linux/profile";
+import { pinnedNodeForTests } from "@seraph/executor-linux/testing";
 import { spawnService, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 import { freePort } from "./harness/ports.js";

@@ -11,7 +11,7 @@ import { newId } from "@seraph/kit";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { WarmMarkerSchema, type WarmMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { alive, bundleFor, pollUntil, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 
 let stack: ExecutionStack;

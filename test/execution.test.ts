@@ -7,8 +7,8 @@ import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { chmod, readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { digestTree } from "../services/executor-linux/src/profile/index.js";
-import { ADD_BUGGY, createJsBuildThenTestProject, createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { digestTree } from "@seraph/executor-linux/profile";
+import { ADD_BUGGY, createJsBuildThenTestProject, createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { alive, bundleFor, descendantsOf, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 
 let stack: ExecutionStack;

@@ -7,8 +7,7 @@ import { fileURLToPath } from "node:url";
 import { newId } from "@seraph/kit";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { findInPidNamespace } from "../services/executor-linux/src/native/pid-namespace.js";
-import { createJsTestProject, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { findInPidNamespace, createJsTestProject, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { alive, bundleFor, descendantsOf, pollUntil, processesUnder, startExecutionStack, waitForState, type ExecutionStack, EXECUTION_TEST_OWNER } from "./execution-stack.js";
 
 // The executor pod's semantics rehearsed on this machine: the supervisor host runs as the only

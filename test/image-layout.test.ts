@@ -10,8 +10,7 @@ import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/ap
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { findInPidNamespace } from "../services/executor-linux/src/native/pid-namespace.js";
-import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { findInPidNamespace, createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch } from "@seraph/executor-linux/testing";
 import { stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { byBaseName, containerEnv, imageConfig, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";

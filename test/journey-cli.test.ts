@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { main, type CliIo } from "@seraph/cli";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch } from "@seraph/executor-linux/testing";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
 import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
 

@@ -8,7 +8,7 @@ import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, pinnedNodeForTests } from "@seraph/executor-linux/testing";
 import { startCluster, type TestCluster } from "./harness/cluster.js";
 
 // Cluster mode: api, jobs, executor and gateway as separate processes on real PostgreSQL and

@@ -8,9 +8,8 @@ import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { detectCgroupLayout } from "../services/executor-linux/src/native/cgroup.js";
-import { defaultContainmentSettings } from "../services/executor-linux/src/supervisor-client/node-containment.js";
-import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { detectCgroupLayout, createJsTestProject, fixAddPatch } from "@seraph/executor-linux/testing";
+import { defaultContainmentSettings } from "@seraph/executor-linux";
 import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 const isRoot = process.geteuid?.() === 0;

@@ -4,7 +4,7 @@ import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch } from "@seraph/executor-linux/testing";
 import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 // The same journey driven by a stock @grpc/grpc-js client (no Connect on the client side),

@@ -4,7 +4,7 @@ import { Code } from "@connectrpc/connect";
 import { ConsentSchema, RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, fixturePatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, fixturePatch } from "@seraph/executor-linux/testing";
 import { answer, startFakeModelServer, type FakeModelServer, type ModelBehaviour } from "./journey-model-server.js";
 import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
 

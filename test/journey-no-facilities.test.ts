@@ -4,7 +4,7 @@ import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 // Services started on a host without the Linux facilities (simulated through the executor's

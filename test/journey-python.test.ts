@@ -11,9 +11,8 @@ import { TestStatus } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { sha256File } from "../services/executor-linux/src/profile/runtime.js";
-import { digestTree } from "../services/executor-linux/src/profile/tree-digest.js";
-import { createPythonProject, fixPythonAddPatch, fixturePatch, pythonAddModule, pythonForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { sha256File, digestTree } from "@seraph/executor-linux/profile";
+import { createPythonProject, fixPythonAddPatch, fixturePatch, pythonAddModule, pythonForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
 import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
 

@@ -6,7 +6,7 @@ import { LimitsSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch } from "@seraph/executor-linux/testing";
 import { expectRefused, startJourneyStack, type ApiClients, type JourneyStack } from "./journey-stack.js";
 
 // Every refusal of the journey says why (code, field, reason) and stores nothing; another

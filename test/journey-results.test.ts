@@ -10,7 +10,7 @@ import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { TestStatus, TestTransition, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, fixturePatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 // Baseline vs patched through the API (real jobs, api and executor, real PostgreSQL, the real

@@ -6,8 +6,7 @@ import { join } from "node:path";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
-import { startExecutor, type ExecutorHandle } from "@seraph/executor-linux";
-import type { ContainmentSettings } from "../services/executor-linux/src/supervisor-client/node-containment.js";
+import { startExecutor, type ExecutorHandle, type ContainmentSettings } from "@seraph/executor-linux";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
 import { createLocalSignals, createRootLogger, createServiceTransport, openDatabase, startServer, type RunningServer, type Signals } from "@seraph/kit";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -19,7 +18,7 @@ import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import { expect } from "vitest";
-import { pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+import { pinnedNodeForTests } from "@seraph/executor-linux/testing";
 import { endProcessesUnder } from "./execution-stack.js";
 
 /** Typed clients of the public API for one bearer token. */

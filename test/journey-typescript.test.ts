@@ -3,7 +3,7 @@ import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTsProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createTsProject, fixAddPatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 // The TypeScript journey end to end through the API on real PostgreSQL, with the real jobs

@@ -8,11 +8,9 @@ import { IdentityKind, Selection } from "@seraph/proto/seraph/profile/v1/profile
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { defaultContainmentSettings } from "../services/executor-linux/src/supervisor-client/node-containment.js";
-import { supervisorSourceOf } from "../services/executor-linux/src/executor-service/supervisor-source.js";
-import { DEFAULT_LIMITS as PROFILE_DEFAULT_LIMITS } from "../services/executor-linux/src/profile/index.js";
-import { defaultSupervisorEntry } from "../services/executor-linux/src/supervisor-client/index.js";
-import { createJsTestProject, fixAddPatch, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { defaultContainmentSettings, supervisorSourceOf, defaultSupervisorEntry } from "@seraph/executor-linux";
+import { DEFAULT_LIMITS as PROFILE_DEFAULT_LIMITS } from "@seraph/executor-linux/profile";
+import { createJsTestProject, fixAddPatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
 import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
 

@@ -30,7 +30,7 @@ import { RepairService, type Repair } from "@seraph/proto/seraph/api/v1/repairs_
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { startCluster, type TestCluster } from "./harness/cluster.js";
 
 // The operator requests over NATS, as an attacker and as a stock micro-protocol client sees

@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { OperatorRootRepositoriesSchema, SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch } from "@seraph/executor-linux/testing";
 import { expectRefused, startJourneyStack, type ApiClients, type JourneyStack } from "./journey-stack.js";
 
 // A repository directory belongs to the operator root that registered it: another root can

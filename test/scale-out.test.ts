@@ -10,7 +10,7 @@ import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/prot
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, pinnedNodeForTests } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, pinnedNodeForTests } from "@seraph/executor-linux/testing";
 import { startCluster, type TestCluster } from "./harness/cluster.js";
 
 // Scale-out: three jobs-service replicas behind a round-robin TCP balancer (as an operator

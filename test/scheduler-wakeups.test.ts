@@ -4,10 +4,8 @@ import { createTestDatabase } from "@seraph/kit/testing";
 import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import type { Kysely } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { JobsDatabase } from "../services/jobs/src/db/schema.js";
-import { migrateJobs } from "../services/jobs/src/db/migrate.js";
-import { Subjects } from "../services/jobs/src/events/subjects.js";
-import { startScheduler, type Scheduler } from "../services/jobs/src/scheduler/scheduler.js";
+import { type JobsDatabase, migrateJobs, Subjects } from "@seraph/jobs";
+import { startScheduler, type Scheduler } from "@seraph/jobs/testing";
 import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
 
 // Three jobs-service replicas' schedulers on one database, each on its own NATS connection as

@@ -17,7 +17,7 @@ import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch, pinnedNodeForTests, pythonForTests, type FixtureRepo } from "../services/executor-linux/src/test-fixtures/index.js";
+import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch, pinnedNodeForTests, pythonForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
 import { freeEmbeddedPortBase } from "./harness/ports.js";
 

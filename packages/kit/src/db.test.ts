@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { openDatabase } from "./db.js";
-import { createTestDatabase } from "./testing/index.js";
+import { createTestDatabase } from "../testing/index.js";
 
 const probe = sql<{ big: unknown; small: unknown }>`select 9007199254740993::int8 as big, 7::int4 as small`;
 

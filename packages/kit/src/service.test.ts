@@ -4,7 +4,7 @@ import pg from "pg";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { bootService } from "./service.js";
-import { testPostgresUrl } from "./testing/index.js";
+import { testPostgresUrl } from "../testing/index.js";
 
 // A cluster-mode service started before its database exists says so in one clear line (not a
 // warning every 5 s), keeps retrying, and starts serving once the database is created.

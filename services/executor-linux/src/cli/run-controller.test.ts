@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, test } from "vitest";
 import { createProcFs, isExited } from "../native/proc-fs.js";
 import { CONTROLLER_DEADLINE_MARGIN_MS } from "../supervisor-client/run-to-receipt.js";
-import { facilityGate, killTagged, newTag, processesTagged, waitFor } from "../supervisor-client/test-kit.js";
+import { facilityGate, killTagged, newTag, processesTagged, waitFor } from "../../testing/supervisor-test-kit.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 
 const skipReason = await facilityGate();

@@ -11,7 +11,7 @@ import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityKind } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { createJsTestProject, fixAddPatch, fixturePatch, pinnedNodeForTests, type FixtureRepo } from "../test-fixtures/index.js";
+import { createJsTestProject, fixAddPatch, fixturePatch, pinnedNodeForTests, type FixtureRepo } from "../../testing/index.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime } from "../supervisor-client/index.js";
 import { supervisorSourceSha256 } from "../supervisor/source-hash.js";
 import { createExecutorService } from "./executor-service.js";

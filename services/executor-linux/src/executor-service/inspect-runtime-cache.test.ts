@@ -12,7 +12,7 @@ import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervi
 import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import type { RuntimeDigestCache } from "../profile/index.js";
-import { createJsTestProject, createPythonProject, type FixtureRepo } from "../test-fixtures/index.js";
+import { createJsTestProject, createPythonProject, type FixtureRepo } from "../../testing/index.js";
 import { createExecutorService } from "./executor-service.js";
 
 // The spy: every open() of a file by the profile code goes through here, so a hash of the runtime

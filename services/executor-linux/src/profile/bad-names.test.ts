@@ -5,9 +5,9 @@ import { Selection, type Inspection } from "@seraph/proto/seraph/profile/v1/prof
 import { pino } from "pino";
 import { afterAll, describe, expect, it } from "vitest";
 import { createExecutorService } from "../executor-service/executor-service.js";
-import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
-import { createJsTestProject } from "../test-fixtures/projects.js";
-import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import type { FixtureRepo } from "../../testing/fixture-repo.js";
+import { createJsTestProject } from "../../testing/projects.js";
+import { pinnedNodeForTests } from "../../testing/runtime-fixture.js";
 import { inspectRepository } from "./inspect.js";
 
 const node = (await pinnedNodeForTests()) ?? "";

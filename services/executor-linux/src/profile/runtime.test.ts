@@ -2,7 +2,7 @@ import { chmod, copyFile, mkdtemp, readFile, rm, writeFile } from "node:fs/promi
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import { pinnedNodeForTests } from "../../testing/runtime-fixture.js";
 import { checkRuntime, resolvePinnedNode } from "./runtime.js";
 
 // Fails (not skips) in CI when the pinned runtime is missing.

@@ -5,10 +5,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { facilityGate } from "../supervisor-client/test-kit.js";
-import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
-import { createJsTestProject, createTsProject, fixAddPatch } from "../test-fixtures/projects.js";
-import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import { facilityGate } from "../../testing/supervisor-test-kit.js";
+import type { FixtureRepo } from "../../testing/fixture-repo.js";
+import { createJsTestProject, createTsProject, fixAddPatch } from "../../testing/projects.js";
+import { pinnedNodeForTests } from "../../testing/runtime-fixture.js";
 import { digestTree } from "./tree-digest.js";
 
 // The seraph-exec inspect / repair-run commands through the compiled bin (tests spawn dist/).

@@ -4,10 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runToReceipt } from "../supervisor-client/index.js";
-import { facilityGate } from "../supervisor-client/test-kit.js";
-import type { FixtureRepo } from "../test-fixtures/fixture-repo.js";
-import { createJsTestProject, createTsProject, fixAddPatch } from "../test-fixtures/projects.js";
-import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import { facilityGate } from "../../testing/supervisor-test-kit.js";
+import type { FixtureRepo } from "../../testing/fixture-repo.js";
+import { createJsTestProject, createTsProject, fixAddPatch } from "../../testing/projects.js";
+import { pinnedNodeForTests } from "../../testing/runtime-fixture.js";
 import { runRepair, type RepairRunOptions, type RepairRunReport } from "./repair-run.js";
 
 // End to end through the real Linux supervisor (compiled dist/). Both gates fail in CI when

@@ -6,7 +6,7 @@ import { promisify } from "node:util";
 import { TestStatus, type TestResults } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { NODE_TAP_REPORT, NODE_TEST_REPORTER_FLAGS } from "@seraph/profiles/results";
 import { afterAll, describe, expect, it } from "vitest";
-import { pinnedNodeForTests } from "../test-fixtures/runtime-fixture.js";
+import { pinnedNodeForTests } from "../../testing/runtime-fixture.js";
 import { buildJobEnv } from "./job-env.js";
 import { readStepReport } from "./test-results.js";
 

@@ -6,7 +6,7 @@ import { basename, dirname, join } from "node:path";
 import { createRootLogger } from "@seraph/kit";
 import { afterAll, describe, expect, test } from "vitest";
 import { createProcFs } from "../native/proc-fs.js";
-import { facilityGate, newTag, removeScenarioRunDirs, scenarioSpec } from "../supervisor-client/test-kit.js";
+import { facilityGate, newTag, removeScenarioRunDirs, scenarioSpec } from "../../testing/supervisor-test-kit.js";
 import { startWarmSupervisor } from "../supervisor-client/warm.js";
 import { handOverWarm } from "./job-execution.js";
 import type { Ctx } from "./attempt.js";

@@ -11,7 +11,7 @@ import { detectCgroupLayout } from "../native/cgroup.js";
 import { readFacilityReport } from "./facility.js";
 import { launchSupervisor } from "./launch.js";
 import { runToReceipt } from "./run-to-receipt.js";
-import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, waitFor } from "./test-kit.js";
+import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, waitFor } from "../../testing/supervisor-test-kit.js";
 
 const skipReason = await facilityGate();
 const isRoot = process.geteuid?.() === 0;

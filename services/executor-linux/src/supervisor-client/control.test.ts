@@ -31,7 +31,7 @@ import {
   startBystander,
   waitFor,
   type Bystander,
-} from "./test-kit.js";
+} from "../../testing/supervisor-test-kit.js";
 
 const skipReason = await facilityGate();
 

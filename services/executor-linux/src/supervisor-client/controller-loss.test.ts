@@ -9,7 +9,7 @@ import { afterAll, describe, expect, test } from "vitest";
 import { ControllerLossPolicy, Outcome, Phase, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { launchSupervisor, type SupervisorHandle } from "./launch.js";
-import { delay, facilityGate, liveTagged, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, stopScenario, waitFor } from "./test-kit.js";
+import { delay, facilityGate, liveTagged, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, stopScenario, waitFor } from "../../testing/supervisor-test-kit.js";
 
 const skipReason = await facilityGate();
 

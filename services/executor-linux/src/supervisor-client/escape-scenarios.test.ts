@@ -20,7 +20,7 @@ import {
   writeZombieLeaderHelper,
   type Bystander,
   type ScenarioSpecOptions,
-} from "./test-kit.js";
+} from "../../testing/supervisor-test-kit.js";
 
 const skipReason = await facilityGate();
 

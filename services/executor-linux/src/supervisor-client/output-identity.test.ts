@@ -16,7 +16,7 @@ import { journalFileName } from "../supervisor/run-dir.js";
 import { signalVerified } from "../supervisor/signaller.js";
 import { verifySupervisorIdentity } from "./identity.js";
 import { launchSupervisor } from "./launch.js";
-import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, waitFor, writeZombieLeaderHelper } from "./test-kit.js";
+import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec, waitFor, writeZombieLeaderHelper } from "../../testing/supervisor-test-kit.js";
 
 const skipReason = await facilityGate();
 const MiB = 1024 * 1024;

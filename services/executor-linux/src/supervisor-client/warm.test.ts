@@ -14,7 +14,7 @@ import { createProcFs } from "../native/proc-fs.js";
 import { encodeFrame, FrameDecoder } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { defaultSupervisorEntry } from "./paths.js";
-import { facilityGate, newTag, removeScenarioRunDirs, scenarioSpec, waitFor } from "./test-kit.js";
+import { facilityGate, newTag, removeScenarioRunDirs, scenarioSpec, waitFor } from "../../testing/supervisor-test-kit.js";
 import { handOverSpec, moveWarmSupervisor, retireWarmSupervisor, sendWarmRequest, startWarmSupervisor } from "./warm.js";
 
 const skipReason = await facilityGate();

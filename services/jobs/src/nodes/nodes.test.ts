@@ -1,7 +1,7 @@
 import { ConnectError, Code } from "@connectrpc/connect";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startJobsHarness, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+import { startJobsHarness, testBundle, type JobsHarness } from "../../testing/jobs-harness.js";
 import { newId } from "@seraph/kit";
 
 let h: JobsHarness;

@@ -6,7 +6,7 @@ import { IdentityKind, InspectionSchema } from "@seraph/proto/seraph/profile/v1/
 import { OwnerMarkerSchema, Outcome, ProcessIdentitySchema, ReceiptSchema, type OwnerMarker, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { inspectionWithHash, startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testApprovalDocument, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+import { inspectionWithHash, startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testApprovalDocument, testBundle, type JobsHarness } from "../../testing/jobs-harness.js";
 
 // Recovery revalidates every binding seeds/001 names before it releases a physical slot; each
 // mismatch keeps the slot held with its own refusal code. Every case below starts from an

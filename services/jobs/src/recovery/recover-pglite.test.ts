@@ -3,7 +3,7 @@ import { newId, sha256Hex } from "@seraph/kit";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { OwnerMarkerSchema, Outcome, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+import { startJobsHarness, TEST_SUPERVISOR_SOURCE_SHA256, testBundle, type JobsHarness } from "../../testing/jobs-harness.js";
 
 // Embedded mode runs the jobs service on PGlite, whose driver returns int8 columns (fences) as
 // numbers where pg returns strings. Recovery compared the marker's fence as a string with the

@@ -3,7 +3,7 @@ import { sql } from "kysely";
 import { afterEach, describe, expect, it } from "vitest";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { loadJobsConfig } from "../config.js";
-import { startJobsHarness, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+import { startJobsHarness, testBundle, type JobsHarness } from "../../testing/jobs-harness.js";
 import { candidateQuery, reserveOne } from "./reserve.js";
 
 // The scheduler's loop is slowed to an hour so each test drives reservation passes itself

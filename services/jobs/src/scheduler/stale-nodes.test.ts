@@ -2,7 +2,7 @@ import { newId } from "@seraph/kit";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startJobsHarness, testBundle, type JobsHarness } from "../testing/jobs-harness.js";
+import { startJobsHarness, testBundle, type JobsHarness } from "../../testing/jobs-harness.js";
 
 const STALE_MS = 1500;
 let h: JobsHarness;

@@ -3,7 +3,7 @@ import { existsSync } from "node:fs";
 import { readFile, realpath } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { delimiter, dirname, isAbsolute, join } from "node:path";
-import { PINNED_NODE_VERSION, resolvePinnedNode } from "../profile/runtime.js";
+import { PINNED_NODE_VERSION, resolvePinnedNode } from "../src/profile/runtime.js";
 
 /** Thrown when a test needs the pinned runtime (or TypeScript) in CI and it is not installed, or the test setting names a wrong one. */
 export class PinnedRuntimeMissingError extends Error {

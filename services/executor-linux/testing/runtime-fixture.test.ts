@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { resolvePinnedNode } from "../profile/runtime.js";
+import { resolvePinnedNode } from "../src/profile/runtime.js";
 import { pythonForTests, PythonRuntimeMissingError } from "./python-projects.js";
 import { pinnedNodeForTests, PinnedRuntimeMissingError, typescriptForTests } from "./runtime-fixture.js";
 

@@ -11,9 +11,9 @@ import type { Kysely } from "kysely";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { AuthorityReader } from "../admission/authority.js";
-import type { JobsDatabase } from "../db/schema.js";
-import { startJobs, type JobsHandle } from "../start.js";
+import type { AuthorityReader } from "../src/admission/authority.js";
+import type { JobsDatabase } from "../src/db/schema.js";
+import { startJobs, type JobsHandle } from "../src/start.js";
 
 /** A jobs service on a fresh PostgreSQL database, with a controllable authority (test only). */
 export interface JobsHarness {

@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { cp, readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { DEFAULT_PYTHON_PATH } from "../profile/python/runtime.js";
+import { DEFAULT_PYTHON_PATH } from "../src/profile/python/runtime.js";
 import { commitFixture, createFixtureRepo, gitEnv, type FixtureEntry, type FixtureRepo, type FixtureRepoOptions } from "./fixture-repo.js";
 import { fixturePatch } from "./projects.js";
 

@@ -9,8 +9,13 @@ export function testPostgresUrl(database = "test"): string {
   return u.toString();
 }
 
-/** A fresh database for one test file; `drop()` removes it. Fails (never skips) when PostgreSQL is unreachable. */
-export async function createTestDatabase(): Promise<{ url: string; name: string; drop(): Promise<void> }> {
+/**
+ * A fresh database for one test file; `drop()` removes it. Fails (never skips) when PostgreSQL is
+ * unreachable. Under `npm test` it is a copy of the migrated template (SERAPH_TEST_TEMPLATE_DATABASE,
+ * made once per run by scripts/test.mjs: copying is several times faster than migrating); pass
+ * `{ empty: true }` for a database with no tables.
+ */
+export async function createTestDatabase(options: { empty?: boolean } = {}): Promise<{ url: string; name: string; drop(): Promise<void> }> {
   const name = `seraph_t_${randomBytes(6).toString("hex")}`;
   const admin = new pg.Client({ connectionString: testPostgresUrl() });
   try {
@@ -19,7 +24,8 @@ export async function createTestDatabase(): Promise<{ url: string; name: string;
     throw new Error(`PostgreSQL is required for this test and is not reachable at ${testPostgresUrl()}`, { cause: err });
   }
   try {
-    await admin.query(`CREATE DATABASE ${name}`);
+    const template = options.empty ? undefined : process.env["SERAPH_TEST_TEMPLATE_DATABASE"];
+    await admin.query(template ? `CREATE DATABASE ${name} TEMPLATE ${template}` : `CREATE DATABASE ${name}`);
   } finally {
     await admin.end();
   }

@@ -10,10 +10,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { SupervisorSpecSchema, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { createProcFs } from "../native/proc-fs.js";
-import { isExited } from "../native/proc-fs.js";
-import { readFacilityReport } from "./facility.js";
-import { defaultSupervisorEntry } from "./paths.js";
+import { createProcFs } from "../src/native/proc-fs.js";
+import { isExited } from "../src/native/proc-fs.js";
+import { readFacilityReport } from "../src/supervisor-client/facility.js";
+import { defaultSupervisorEntry } from "../src/supervisor-client/paths.js";
 
 /** Throws a clear error when the compiled supervisor is missing (tests spawn dist/). */
 export function assertSupervisorBuilt(): void {

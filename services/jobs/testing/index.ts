@@ -1,0 +1,15 @@
+// Test-only helpers of the jobs service (`@seraph/jobs/testing`): TypeScript sources that only
+// vitest loads (benchmarks bundle them with esbuild, bench/jobs-common.mjs importTesting);
+// nothing here is compiled into dist/ or shipped in the image.
+/** Starts a jobs service on a fresh database with a controllable authority; `close()` removes it all. */
+export { startJobsHarness } from "./jobs-harness.js";
+/** A running jobs harness, as startJobsHarness returns it. */
+export type { JobsHarness } from "./jobs-harness.js";
+/** The owner and supervisor source hash the test bundles name unless told otherwise. */
+export { TEST_OWNER, TEST_SUPERVISOR_SOURCE_SHA256 } from "./jobs-harness.js";
+/** A minimal approved bundle for a node, its approval document, and an inspection with its hash set. */
+export { inspectionWithHash, testApprovalDocument, testBundle } from "./jobs-harness.js";
+/** Starts one jobs replica's scheduler loop on its own (production code, exported for tests that run several on one database). */
+export { startScheduler } from "../src/scheduler/scheduler.js";
+/** A running scheduler loop, as startScheduler returns it. */
+export type { Scheduler } from "../src/scheduler/scheduler.js";
