@@ -1,6 +1,7 @@
-import type { ConnectRouter } from "@connectrpc/connect";
+import type { Client, ConnectRouter, Transport } from "@connectrpc/connect";
 import type { Logger, Signals } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import type { JobsService, Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { OperatorService } from "@seraph/proto/seraph/api/v1/operator_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
@@ -36,12 +37,16 @@ export interface ApiDeps {
   readonly defaultRuntimePath?: string;
   /** The operator requests (shared with the NATS micro service); default: built from these deps. */
   readonly operatorOps?: OperatorOps;
+  /** The jobs service client; default: gRPC to `jobsUrl` with the internal token (unit tests pass an in-memory one). */
+  readonly jobs?: Client<typeof JobsService>;
+  /** The transport to one executor node; default: gRPC to its address with the internal token (unit tests pass an in-memory one). */
+  readonly executorTransport?: (node: Node) => Transport;
 }
 
 /** Registers the public API. */
 export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void {
-  const jobs = createJobsClient(deps.jobsUrl, deps.internalToken);
-  const nodes = createNodeDirectory({ jobs, internalToken: deps.internalToken });
+  const jobs = deps.jobs ?? createJobsClient(deps.jobsUrl, deps.internalToken);
+  const nodes = createNodeDirectory({ jobs, internalToken: deps.internalToken, transport: deps.executorTransport });
   const runtimePath = deps.defaultRuntimePath ?? resolvePinnedPython();
   const defaults = (): SandboxSettings => defaultSettings(runtimePath);
   const operatorOps = deps.operatorOps ?? createOperatorOps({ ...deps, jobs });

@@ -1,4 +1,4 @@
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createServiceTransport, NotFoundError, UnavailableError, InvalidArgumentError } from "@seraph/kit";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobsService, type Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -17,9 +17,10 @@ export interface NodeDirectory {
 
 /**
  * Finds nodes through the jobs service (the registry every executor registers with) and talks to
- * each node's ExecutorService over gRPC with the internal token.
+ * each node's ExecutorService over gRPC with the internal token (or over `transport`, when given:
+ * tests pass an in-memory one).
  */
-export function createNodeDirectory(deps: { jobs: Client<typeof JobsService>; internalToken: string }): NodeDirectory {
+export function createNodeDirectory(deps: { jobs: Client<typeof JobsService>; internalToken: string; transport?: ((node: Node) => Transport) | undefined }): NodeDirectory {
   const clients = new Map<string, Client<typeof ExecutorService>>();
   const list = async (): Promise<Node[]> => {
     try {
@@ -52,7 +53,7 @@ export function createNodeDirectory(deps: { jobs: Client<typeof JobsService>; in
     executor(node) {
       let c = clients.get(node.address);
       if (!c) {
-        c = createClient(ExecutorService, createServiceTransport(node.address, deps.internalToken));
+        c = createClient(ExecutorService, deps.transport ? deps.transport(node) : createServiceTransport(node.address, deps.internalToken));
         clients.set(node.address, c);
       }
       return c;
