@@ -5,12 +5,13 @@ import type { Kysely } from "kysely";
 import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
 import { defaultContainmentSettings, startExecutor, type ExecutorHandle, type JobUserSetting } from "@seraph/executor-linux";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
-import { createLocalSignals, openDatabase, type DatabaseLocation, type Logger } from "@seraph/kit";
+import { createLocalSignals, openDatabase, type Logger } from "@seraph/kit";
 import { startGateway, type GatewayHandle } from "@seraph/ui-gateway";
+import { openEmbeddedDatabase, type EmbeddedDatabase } from "./database.js";
 
 /** Options of the one-process composition. */
 export interface EmbeddedOptions {
-  /** Holds PGlite's files, the operator token and executor run directories. */
+  /** Holds the instance's PostgreSQL (postgres/, its password), the operator token and executor run directories. */
   readonly dataDir: string;
   /** Ports: api base+0 (gRPC) / +1 (HTTP), jobs +10/+11, executor +20/+21, gateway +30 (gRPC) / +80 (HTTP, UI). */
   readonly portBase: number;
@@ -18,7 +19,7 @@ export interface EmbeddedOptions {
   readonly repositoryRoots: readonly string[];
   readonly nodeId: string;
   readonly log: Logger;
-  /** Real PostgreSQL instead of PGlite (tests); PGlite under dataDir when absent. */
+  /** A PostgreSQL the caller runs (tests); when absent, the instance starts its own under dataDir/postgres. */
   readonly databaseUrl?: string;
   /** Who the node's commands run as when root (SERAPH_JOB_USER); default auto (a uid per slot). */
   readonly jobUser?: JobUserSetting;
@@ -30,6 +31,10 @@ export interface Embedded {
   readonly jobs: JobsHandle;
   readonly executor: ExecutorHandle;
   readonly gateway: GatewayHandle;
+  /** What serves the database, for the start-up banner. */
+  readonly database: string;
+  /** Set when this start imported an earlier instance's PGlite data: where its files now are. */
+  readonly importedFrom: string | undefined;
   /** Set when this start created the operator principal: the secret, shown once. */
   readonly operatorTokenCreated: string | undefined;
   readonly operatorTokenFile: string;
@@ -38,7 +43,7 @@ export interface Embedded {
 }
 
 /**
- * Starts all four services in this process on one database (embedded PGlite by default) with
+ * Starts all four services in this process on one database (a PostgreSQL server of its own by default) with
  * in-process signals instead of NATS. Same service code as cluster mode; services still talk
  * to each other over gRPC on loopback.
  */
@@ -46,9 +51,14 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
   const dataDir = resolve(o.dataDir);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
-  const location: DatabaseLocation = o.databaseUrl ? { url: o.databaseUrl } : { pgliteDir: join(dataDir, "pglite") };
   // One database; each service is typed to see only its own tables.
-  const db = await openDatabase<ApiDatabase & JobsDatabase>(location);
+  const database: EmbeddedDatabase = o.databaseUrl
+    ? await (async () => {
+        const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: o.databaseUrl! });
+        return { db, describe: "PostgreSQL (given)", importedFrom: undefined, close: () => db.destroy() };
+      })()
+    : await openEmbeddedDatabase(dataDir, o.log.child({ service: "database" }));
+  const db = database.db;
   const jobsDb = db as unknown as Kysely<JobsDatabase>;
   const apiDb = db as unknown as Kysely<ApiDatabase>;
   const signals = createLocalSignals();
@@ -58,64 +68,69 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
   const operatorTokenFile = join(dataDir, "operator-token");
   let operatorTokenCreated: string | undefined;
 
-  const jobs = await startJobs({
-    host: o.host,
-    grpcPort: o.portBase + 10,
-    httpPort: o.portBase + 11,
-    db: jobsDb,
-    signals,
-    log: o.log.child({ service: "jobs" }),
-    internalToken,
-  });
-  const api = await startApi({
-    host: o.host,
-    grpcPort: o.portBase,
-    httpPort: o.portBase + 1,
-    db: apiDb,
-    signals,
-    log: o.log.child({ service: "api" }),
-    jobsUrl: url(o.portBase + 10),
-    internalToken,
-    onOperatorCreated: async (secret) => {
-      await writeFile(operatorTokenFile, `${secret}\n`, { mode: 0o600 });
-      operatorTokenCreated = secret;
-    },
-  });
-  const executor = await startExecutor({
-    host: o.host,
-    grpcPort: o.portBase + 20,
-    httpPort: o.portBase + 21,
-    nodeId: o.nodeId,
-    slotCount: 1,
-    repositoryRoots: o.repositoryRoots,
-    dataDir: join(dataDir, "executor"),
-    jobsUrl: url(o.portBase + 10),
-    internalToken,
-    signals,
-    log: o.log.child({ service: "executor" }),
-    ...(o.jobUser !== undefined ? { containment: { ...defaultContainmentSettings(1), jobUser: o.jobUser } } : {}),
-  });
-  const gateway = await startGateway({
-    host: o.host,
-    grpcPort: o.portBase + 30,
-    httpPort: o.portBase + 80,
-    apiUrl: url(o.portBase),
-    log: o.log.child({ service: "ui-gateway" }),
-  });
-  return {
-    api,
-    jobs,
-    executor,
-    gateway,
-    operatorTokenCreated,
-    operatorTokenFile,
-    async stop() {
-      await gateway.stop();
-      await executor.stop();
-      await api.stop();
-      await jobs.stop();
-      await signals.close();
-      await db.destroy();
-    },
-  };
+  // Stopped in reverse order on a failed start, so no service or database server outlives it.
+  const stops: Array<() => Promise<void>> = [() => database.close(), () => signals.close()];
+  const track = <T extends { stop(): Promise<void> }>(handle: T): T => (stops.push(() => handle.stop()), handle);
+  try {
+    const jobs = track(await startJobs({
+      host: o.host,
+      grpcPort: o.portBase + 10,
+      httpPort: o.portBase + 11,
+      db: jobsDb,
+      signals,
+      log: o.log.child({ service: "jobs" }),
+      internalToken,
+    }));
+    const api = track(await startApi({
+      host: o.host,
+      grpcPort: o.portBase,
+      httpPort: o.portBase + 1,
+      db: apiDb,
+      signals,
+      log: o.log.child({ service: "api" }),
+      jobsUrl: url(o.portBase + 10),
+      internalToken,
+      onOperatorCreated: async (secret) => {
+        await writeFile(operatorTokenFile, `${secret}\n`, { mode: 0o600 });
+        operatorTokenCreated = secret;
+      },
+    }));
+    const executor = track(await startExecutor({
+      host: o.host,
+      grpcPort: o.portBase + 20,
+      httpPort: o.portBase + 21,
+      nodeId: o.nodeId,
+      slotCount: 1,
+      repositoryRoots: o.repositoryRoots,
+      dataDir: join(dataDir, "executor"),
+      jobsUrl: url(o.portBase + 10),
+      internalToken,
+      signals,
+      log: o.log.child({ service: "executor" }),
+      ...(o.jobUser !== undefined ? { containment: { ...defaultContainmentSettings(1), jobUser: o.jobUser } } : {}),
+    }));
+    const gateway = track(await startGateway({
+      host: o.host,
+      grpcPort: o.portBase + 30,
+      httpPort: o.portBase + 80,
+      apiUrl: url(o.portBase),
+      log: o.log.child({ service: "ui-gateway" }),
+    }));
+    return {
+      api,
+      jobs,
+      executor,
+      gateway,
+      database: database.describe,
+      importedFrom: database.importedFrom,
+      operatorTokenCreated,
+      operatorTokenFile,
+      async stop() {
+        for (const stop of [...stops].reverse()) await stop();
+      },
+    };
+  } catch (err) {
+    for (const stop of [...stops].reverse()) await stop().catch((e: unknown) => o.log.warn({ err: e }, "stopping after a failed start"));
+    throw err;
+  }
 }

@@ -4,7 +4,7 @@ import { ConfigError, createRootLogger, installShutdown, int, readConfig, str } 
 import { defaultNodeId, jobUserSetting } from "@seraph/executor-linux";
 import { startEmbedded } from "./compose.js";
 
-// `npm start`: all four services in this process, PGlite under ./.seraph, in-process signals.
+// `npm start`: all four services in this process, a PostgreSQL server of its own under ./.seraph/postgres, in-process signals.
 let config;
 try {
   config = readConfig(process.env, {
@@ -44,14 +44,16 @@ const embedded = await startEmbedded({
 const b = config.SERAPH_PORT_BASE;
 const lines = [
   "",
-  "Seraph is running (embedded: one process, PGlite, in-process signals).",
+  "Seraph is running (embedded: one process, its own PostgreSQL, in-process signals).",
   `  API        gRPC h2c  http://${config.SERAPH_HOST}:${b}    Connect/gRPC-Web http://${config.SERAPH_HOST}:${b + 1}`,
   `  jobs       gRPC h2c  http://${config.SERAPH_HOST}:${b + 10}  (internal)`,
   `  executor   gRPC h2c  http://${config.SERAPH_HOST}:${b + 20}  (internal, node ${config.SERAPH_NODE_ID})`,
   `  UI         http://${config.SERAPH_HOST}:${b + 80}           gateway gRPC h2c http://${config.SERAPH_HOST}:${b + 30}`,
   `  data       ${embedded.operatorTokenFile.replace(/\/operator-token$/, "")}`,
+  `  database   ${embedded.database}`,
   `  repos      ${roots.join(", ")}${defaultRoot ? "   (the default root: put repositories here, or set SERAPH_REPOSITORY_ROOTS)" : "   (SERAPH_REPOSITORY_ROOTS)"}`,
 ];
+if (embedded.importedFrom) lines.push(`  Imported the earlier PGlite database; its files are kept in ${embedded.importedFrom} (remove them once you are satisfied).`);
 if (embedded.operatorTokenCreated) {
   lines.push(`  Operator token (shown once, also saved 0600 in ${embedded.operatorTokenFile}):`, `    ${embedded.operatorTokenCreated}`);
 } else {

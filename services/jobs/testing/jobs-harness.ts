@@ -8,9 +8,6 @@ import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { approvalDocumentSha256, computeInspectionHash } from "@seraph/profiles";
 import type { Kysely } from "kysely";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type { AuthorityReader } from "../src/admission/authority.js";
 import type { JobsDatabase } from "../src/db/schema.js";
 import { startJobs, type JobsHandle } from "../src/start.js";
@@ -32,15 +29,10 @@ export interface JobsHarness {
   close(): Promise<void>;
 }
 
-/**
- * Starts the harness (real PostgreSQL via createTestDatabase, in-process signals unless given).
- * With `pglite`, the database is an embedded PGlite in a temporary directory instead: embedded
- * mode's driver, which returns int8 columns as numbers where pg returns strings.
- */
-export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; rootMaxSlots?: number; pglite?: boolean } = {}): Promise<JobsHarness> {
-  const pgliteDir = opts.pglite ? await mkdtemp(join(tmpdir(), "seraph-jobs-pglite-")) : undefined;
-  const database = pgliteDir ? { drop: () => rm(pgliteDir, { recursive: true, force: true }) } : await createTestDatabase();
-  const db = await openDatabase<JobsDatabase>(pgliteDir ? { pgliteDir } : { url: (database as { url: string }).url });
+/** Starts the harness (real PostgreSQL via createTestDatabase, in-process signals unless given). */
+export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; rootMaxSlots?: number } = {}): Promise<JobsHarness> {
+  const database = await createTestDatabase();
+  const db = await openDatabase<JobsDatabase>({ url: database.url });
   const signals = opts.signals ?? createLocalSignals();
   const token = newId();
   const h = { blockers: [] as { code: string; message: string }[], liveRoots: new Set<string>(), documents: new Map<string, Uint8Array>() };

@@ -110,6 +110,6 @@ export async function listAttemptFences(db: Db, jobId: string, attempt: number):
     .where("attempt", "=", attempt)
     .orderBy("fence")
     .execute();
-  // String(): pg returns int8 as a string, PGlite (embedded mode) as a number.
+  // String(): pg returns int8 as a string; kept for any driver that returns a number.
   return rows.map((r) => String(r.fence));
 }

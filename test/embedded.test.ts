@@ -14,24 +14,23 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { freeEmbeddedPortBase } from "./harness/ports.js";
 
-// `npm start`'s own shape: the embedded composition on PGlite (one connection), not PostgreSQL.
-// An approval there once deadlocked (a transaction held PGlite's only connection while the
-// admission inside it waited for another), and every other journey runs on PostgreSQL. Also the
+// `npm start`'s own shape: the embedded composition on the PostgreSQL server it starts and owns
+// under its data directory (every other journey runs on the suite's shared server). Also the
 // embedded opt-out of job users: SERAPH_JOB_USER=none reaches the node.
 const uidTest = ['import test from "node:test";', 'import assert from "node:assert/strict";', 'import { add } from "../src/math.js";', 'test("add adds", () => { console.log(`uid=${process.getuid()}`); assert.equal(add(2, 3), 5); });', ""].join("\n");
 
-describe("embedded on PGlite (npm start)", () => {
+describe("embedded on its own PostgreSQL (npm start)", () => {
   let embedded: Embedded;
   let dataDir: string;
   let root: string;
   let repo: FixtureRepo;
   let portBase: number;
   beforeAll(async () => {
-    dataDir = await mkdtemp(join(tmpdir(), "seraph-pglite-"));
-    root = await realpath(await mkdtemp(join(tmpdir(), "seraph-pglite-repos-")));
+    dataDir = await mkdtemp(join(tmpdir(), "seraph-embedded-"));
+    root = await realpath(await mkdtemp(join(tmpdir(), "seraph-embedded-repos-")));
     repo = await createJsTestProject({ parent: root, failing: true, extraFiles: { "test/math.test.js": uidTest } });
     portBase = await freeEmbeddedPortBase();
-    embedded = await startEmbedded({ dataDir, portBase, host: "127.0.0.1", repositoryRoots: [root], nodeId: "pglite-node", log: createRootLogger({ name: "pglite-test", level: "warn" }), jobUser: { kind: "none" } });
+    embedded = await startEmbedded({ dataDir, portBase, host: "127.0.0.1", repositoryRoots: [root], nodeId: "embedded-node", log: createRootLogger({ name: "embedded-test", level: "warn" }), jobUser: { kind: "none" } });
   }, 60_000);
   afterAll(async () => {
     await embedded?.stop();
