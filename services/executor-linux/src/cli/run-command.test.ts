@@ -1,5 +1,6 @@
 import { execFile } from "node:child_process";
-import { readdir } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import { tmpdir } from "node:os";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -8,26 +9,30 @@ import { MAX_ARGV_ENTRIES } from "../supervisor/spec.js";
 // `seraph-exec run` through the compiled bin (tests spawn dist/).
 const BIN = fileURLToPath(new URL("../../bin/seraph-exec.js", import.meta.url));
 
-function cli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function cli(args: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { timeout: 60_000 }, (err, stdout, stderr) => {
+    execFile(process.execPath, [BIN, ...args], { timeout: 60_000, env }, (err, stdout, stderr) => {
       const code = err ? ((err as { code?: number }).code ?? 1) : 0;
       resolve({ code: typeof code === "number" ? code : 1, stdout, stderr });
     });
   });
 }
 
-const runDirs = async (): Promise<string[]> => (await readdir(tmpdir())).filter((n) => n.startsWith("seraph-exec-")).sort();
-
 describe("seraph-exec run argument checks", () => {
   it("refuses an argv longer than the supervisor accepts as a usage error (exit 2), leaving no run dir", async () => {
-    const before = await runDirs();
-    const r = await cli(["run", "--json", "--", "/bin/true", ...Array.from({ length: MAX_ARGV_ENTRIES }, (_, i) => `a${i}`)]);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toContain(`at most ${MAX_ARGV_ENTRIES}`);
-    expect(r.stdout).toBe("");
-    // No supervisor started, so no run directory may be left behind.
-    expect((await runDirs()).filter((d) => !before.includes(d))).toEqual([]);
+    // A temporary directory of its own (run directories go under TMPDIR): other test files
+    // running at the same time create seraph-exec-* directories in the shared one.
+    const tmp = await mkdtemp(join(tmpdir(), "seraph-exec-argv-"));
+    try {
+      const r = await cli(["run", "--json", "--", "/bin/true", ...Array.from({ length: MAX_ARGV_ENTRIES }, (_, i) => `a${i}`)], { ...process.env, TMPDIR: tmp });
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain(`at most ${MAX_ARGV_ENTRIES}`);
+      expect(r.stdout).toBe("");
+      // No supervisor started, so no run directory may be left behind.
+      expect(await readdir(tmp)).toEqual([]);
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
   });
 });
 
