@@ -82,6 +82,9 @@ export interface NatsSignalsOptions {
 }
 
 /** Whether a failed first connect means "the server is not there (yet)" rather than a refusal. */
+/** How long close() lets a NATS drain run before it closes the connection outright. */
+export const DRAIN_MS = 2000;
+
 function isUnreachable(err: unknown): boolean {
   return err instanceof Error && err.name === "ConnectionError";
 }
@@ -145,7 +148,9 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
     async close() {
       stopped.abort();
       waiting.length = 0;
-      await connecting;
+      // An attempt under way ends by itself (it closes what it opens once aborted); it is not
+      // awaited beyond the drain bound, since connect() may take its own timeout to give up.
+      await Promise.race([connecting, sleep(DRAIN_MS, undefined, { ref: false })]);
       await deferred.close();
     },
   };
@@ -179,7 +184,15 @@ function natsSignalsOver(nc: NatsConnection, log: Logger): Signals {
       return () => sub.unsubscribe();
     },
     async close() {
-      if (!nc.isClosed()) await nc.drain();
+      if (nc.isClosed()) return;
+      // A drain needs the server: while NATS is down or reconnecting it never finishes, and the
+      // connection (unlimited reconnects) would keep the process alive past its grace period.
+      // Drain within a bound, then close hard; what was not flushed is left to polling.
+      const drained = await Promise.race([nc.drain().then(() => true, () => false), sleep(DRAIN_MS, undefined, { ref: false }).then(() => false)]);
+      if (!drained && !nc.isClosed()) {
+        log.warn({ drainMs: DRAIN_MS }, "nats drain did not finish (server unreachable?): closing the connection");
+        await nc.close().catch(() => undefined);
+      }
     },
   };
 }
