@@ -234,8 +234,22 @@ describe("baseline vs patched through the API", () => {
   it("a run whose runner died mid-report is results_unparsed with the reason, its raw output still stored, no test guessed", async () => {
     const c = stack.operator;
     const { goal } = await c.goals.createGoal({ title: "unparsable" });
-    // The test kills its runner (the node --test parent) and lingers: the TAP report stops after its header.
-    const dir = await createJsTestProject({ parent: stack.root, name: "runner-dies", extraFiles: { "test/math.test.js": 'import test from "node:test";\ntest("kills the runner", () => { process.kill(process.ppid, "SIGKILL"); return new Promise(() => {}); });\n' } });
+    // The test kills its runner (the node --test parent) and lingers: the TAP report stops after its
+    // header. It waits (at most 5 s) for the runner to have written that header: killed before it,
+    // on a loaded machine, the runner left no report at all (report_missing, another outcome).
+    const killer = [
+      'import test from "node:test";',
+      'import { statSync } from "node:fs";',
+      'test("kills the runner", async () => {',
+      '  for (const end = Date.now() + 5000; Date.now() < end; await new Promise((r) => setTimeout(r, 20))) {',
+      '    try { if (statSync("../results/node-test.tap").size > 0) break; } catch {}',
+      '  }',
+      '  process.kill(process.ppid, "SIGKILL");',
+      '  return new Promise(() => {});',
+      '});',
+      "",
+    ].join("\n");
+    const dir = await createJsTestProject({ parent: stack.root, name: "runner-dies", extraFiles: { "test/math.test.js": killer } });
     const { repository } = await c.repositories.registerRepository({ path: dir.dir });
     const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["."], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
     const { document } = await c.repairs.getBaselineApprovalDocument({ repairId: repair!.id });
