@@ -150,8 +150,16 @@ async function createTemplate(url) {
 
 function runVitest(env) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(root, "node_modules/vitest/vitest.mjs"), "run", ...args], { cwd: root, env, stdio: "inherit" });
-    const forward = (signal) => child.kill(signal);
+    // Its own process group, so that an interrupt reaches vitest's workers and what the tests
+    // started too (a signal to vitest alone left its fork workers and their services running).
+    const child = spawn(process.execPath, [join(root, "node_modules/vitest/vitest.mjs"), "run", ...args], { cwd: root, env, stdio: "inherit", detached: true });
+    const forward = (signal) => {
+      try {
+        process.kill(-child.pid, signal);
+      } catch {
+        /* the group is gone already */
+      }
+    };
     process.on("SIGINT", forward);
     process.on("SIGTERM", forward);
     child.on("exit", (code, signal) => {
