@@ -235,6 +235,24 @@ describe("operator requests over NATS", () => {
     expect([JobState[job.state], job.cancelRequested]).toEqual(["RUNNING", false]);
   });
 
+  it("a request whose reply subject is not an inbox gets no answer and does nothing: the API cannot be made to publish onto another subject", async () => {
+    // allow_responses lets a responder publish to whatever reply subject a request names, so a
+    // requester could have the API publish onto a subject other services listen on.
+    const forged = "seraph.jobs.forged-reply";
+    const before = events.filter((e) => e.subject === forged).length;
+    const h = headers();
+    h.set("authorization", `Bearer ${tokens.a}`);
+    ops.publish(SUBJECT("status"), new Uint8Array(), { reply: forged, headers: h });
+    ops.publish(SUBJECT("cancel"), cancelBody(jobId), { reply: forged, headers: h });
+    await ops.flush();
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(events.filter((e) => e.subject === forged).length).toBe(before);
+    const job = (await repairOf(tokens.a, repairId)).job!;
+    expect([JobState[job.state], job.cancelRequested]).toEqual(["RUNNING", false]);
+    // The same requests from an inbox are answered as usual.
+    expect((await ok(GetOperatorStatusResponseSchema, "status", new Uint8Array(), tokens.a)).running).toBe(1);
+  });
+
   it("bad payloads are INVALID_ARGUMENT naming the field, and change nothing", async () => {
     const before = (await repairOf(tokens.a, repairId)).job!;
     const garbage = await request("cancel", new Uint8Array([0xff, 0xff, 0xff]), tokens.a);

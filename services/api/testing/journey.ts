@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { Goal } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import type { ApprovalDocument, Proposal, Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import type { Repository } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { enableSandbox, REPOS_ROOT, type ApiHarness, type TestPrincipal } from "./api-harness.js";
+import { enableSandbox, REPOS_ROOT, startApiHarness, type ApiHarness, type TestPrincipal } from "./api-harness.js";
 
 /** The files of every fake repository: a failing add() and its test. */
 export const REPO_FILES: Readonly<Record<string, string>> = Object.freeze({
@@ -54,4 +54,11 @@ export async function approvedRepair(h: ApiHarness, owner: TestPrincipal): Promi
   const proposed = await proposedRepair(h, owner);
   const { repair } = await owner.c.repairs.approve({ repairId: proposed.repair.id, documentSha256: proposed.document.documentSha256 });
   return { ...proposed, repair: repair!, jobId: repair!.job!.id };
+}
+
+/** A harness with the sandbox enabled, `alice` (a member of the operator's root) and `mallory` (a root of its own). */
+export async function startTwoTenants(): Promise<{ h: ApiHarness; alice: TestPrincipal; mallory: TestPrincipal }> {
+  const h = await startApiHarness();
+  await ensureSandbox(h);
+  return { h, alice: await h.principal("alice"), mallory: await h.principal("mallory", { newRoot: true }) };
 }

@@ -47,6 +47,13 @@ export interface OperatorNatsDeps {
   readonly log: Logger;
   /** The API's version string for `$SRV.INFO` (semver). */
   readonly version?: string;
+  /** The inbox prefix requesters use (nats.js's default `_INBOX`); a request replying elsewhere is refused. */
+  readonly inboxPrefix?: string;
+}
+
+/** Whether `reply` is a subject under the inbox prefix (`_INBOX.…` by default), where requesters wait for answers. */
+export function isInbox(reply: string | undefined, prefix = "_INBOX"): boolean {
+  return reply !== undefined && reply.startsWith(`${prefix}.`) && reply.length > prefix.length + 1;
 }
 
 /** A running micro service. */
@@ -68,6 +75,7 @@ export interface OperatorNatsService {
  */
 export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<OperatorNatsService> {
   const { nc, ops, authenticate, log } = deps;
+  const inboxPrefix = deps.inboxPrefix ?? "_INBOX";
   const svc = await new Svcm(nc).add({
     name: OPERATOR_SERVICE_NAME,
     version: deps.version ?? "0.1.0",
@@ -92,6 +100,13 @@ export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<
     const handle = async (msg: ServiceMsg) => {
       const requestId = msg.headers?.get("x-request-id") || randomUUID();
       const child = log.child({ nats: `${OPERATOR_SUBJECT_PREFIX}.${name}`, requestId });
+      // allow_responses lets this user publish to any reply subject a request names: answering
+      // "seraph.jobs.x" would publish onto a subject other services act on. Only an inbox gets an
+      // answer; anything else is dropped before the request is read, so it also changes nothing.
+      if (!isInbox(msg.reply, inboxPrefix)) {
+        child.warn({ reply: msg.reply ?? "" }, `operator request refused: its reply subject is not an inbox (${inboxPrefix}.*); nothing done, no answer`);
+        return;
+      }
       try {
         if (msg.data.length > MAX_OPERATOR_REQUEST_BYTES) {
           throw new InvalidArgumentError("", "request_too_large", `the request body has ${msg.data.length} bytes; at most ${MAX_OPERATOR_REQUEST_BYTES} are accepted`);

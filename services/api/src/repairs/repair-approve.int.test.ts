@@ -4,8 +4,8 @@ import { RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { NodeContainmentSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SUPERVISOR_SHA256 } from "../../testing/fake-executor.js";
-import { expectRefused, startApiHarness, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
-import { createPendingRepair, ensureSandbox, proposedRepair } from "../../testing/journey.js";
+import { expectRefused, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
+import { createPendingRepair, proposedRepair, startTwoTenants } from "../../testing/journey.js";
 
 const TABLES = ["repairs", "approvals", "approval_documents"] as const;
 const UNKNOWN = "00000000-0000-4000-8000-000000000000";
@@ -15,10 +15,7 @@ describe("RepairService: approval documents and Approve (in-memory transport, re
   let alice: TestPrincipal;
   let mallory: TestPrincipal;
   beforeAll(async () => {
-    h = await startApiHarness();
-    await ensureSandbox(h);
-    alice = await h.principal("alice");
-    mallory = await h.principal("mallory", { newRoot: true });
+    ({ h, alice, mallory } = await startTwoTenants());
   });
   afterAll(async () => {
     await h?.stop();

@@ -4,8 +4,8 @@ import { sha256Hex } from "@seraph/kit";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { TestResultsSchema, TestStatus } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectRefused, startApiHarness, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
-import { approvedRepair, createPendingRepair, ensureSandbox, registeredRepository, repairRequest } from "../../testing/journey.js";
+import { expectRefused, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
+import { approvedRepair, createPendingRepair, registeredRepository, repairRequest, startTwoTenants } from "../../testing/journey.js";
 
 const TABLES = ["repairs", "baseline_documents", "baseline_approvals"] as const;
 
@@ -20,10 +20,7 @@ describe("RepairService: baseline runs and results (in-memory transport, real Po
   let alice: TestPrincipal;
   let mallory: TestPrincipal;
   beforeAll(async () => {
-    h = await startApiHarness();
-    await ensureSandbox(h);
-    alice = await h.principal("alice");
-    mallory = await h.principal("mallory", { newRoot: true });
+    ({ h, alice, mallory } = await startTwoTenants());
   });
   afterAll(async () => {
     await h?.stop();

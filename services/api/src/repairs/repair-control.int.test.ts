@@ -3,8 +3,8 @@ import { Code } from "@connectrpc/connect";
 import { RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState, RecoverProcessCleanupResponseSchema, StepResultSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectRefused, startApiHarness, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
-import { approvedRepair, createPendingRepair, ensureSandbox } from "../../testing/journey.js";
+import { expectRefused, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
+import { approvedRepair, createPendingRepair, startTwoTenants } from "../../testing/journey.js";
 
 const UNKNOWN = "00000000-0000-4000-8000-000000000000";
 
@@ -19,10 +19,7 @@ describe("RepairService: cancel, recover, artifacts, output (in-memory transport
   let alice: TestPrincipal;
   let mallory: TestPrincipal;
   beforeAll(async () => {
-    h = await startApiHarness();
-    await ensureSandbox(h);
-    alice = await h.principal("alice");
-    mallory = await h.principal("mallory", { newRoot: true });
+    ({ h, alice, mallory } = await startTwoTenants());
   });
   afterAll(async () => {
     await h?.stop();
