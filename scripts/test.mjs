@@ -10,9 +10,9 @@
 //   5. vitest, with the arguments given to this script (`npm test -- test/ui.test.ts`);
 //   6. what it started is stopped and removed, whatever vitest's outcome.
 // NATS servers are started by the tests themselves (test/harness/nats-server.ts), one per file.
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -65,27 +65,19 @@ function alive(pid) {
   }
 }
 
-/** Stops and removes throwaway clusters whose test run died without cleaning up (by pid, checked against the cluster's own directory). */
-function sweepStaleClusters() {
+/** Stops and removes throwaway clusters whose test run died without cleaning up (the server by the pid in its own postmaster.pid). */
+async function sweepStaleClusters(stopLeftoverServer) {
   for (const name of readdirSync(tmpdir())) {
     if (!name.startsWith(PG_PREFIX)) continue;
     const dir = join(tmpdir(), name);
-    const owner = Number(readFileSync(join(dir, "owner.pid"), "utf8").trim() || "0");
-    if (owner > 0 && alive(owner)) continue;
-    const pidFile = join(dir, "data", "postmaster.pid");
-    if (existsSync(pidFile)) {
-      const pid = Number(readFileSync(pidFile, "utf8").split("\n")[0]);
-      let cmdline = "";
-      try {
-        cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-      } catch {
-        /* gone already */
-      }
-      if (pid > 0 && cmdline.includes(join(dir, "data"))) {
-        process.kill(pid, "SIGQUIT");
-        for (let i = 0; i < 50 && alive(pid); i++) spawnSync("sleep", ["0.1"]);
-      }
+    let owner = 0;
+    try {
+      owner = Number(readFileSync(join(dir, "owner.pid"), "utf8").trim());
+    } catch {
+      /* a run killed before it wrote its pid */
     }
+    if (owner > 0 && alive(owner)) continue;
+    await stopLeftoverServer(join(dir, "server"));
     rmSync(dir, { recursive: true, force: true });
     say(`removed a stale throwaway cluster ${dir}`);
   }
@@ -94,8 +86,8 @@ function sweepStaleClusters() {
 async function startPostgres() {
   const given = process.env.SERAPH_TEST_POSTGRES_URL;
   if (given) return { url: given, stop: async () => undefined, describe: `SERAPH_TEST_POSTGRES_URL (${new URL(given).host})` };
-  sweepStaleClusters();
-  const { startPostgresServer } = await import(pathToFileURL(join(root, "packages/postgres-server/dist/index.js")).href);
+  const { startPostgresServer, stopLeftoverServer } = await import(pathToFileURL(join(root, "packages/postgres-server/dist/index.js")).href);
+  await sweepStaleClusters(stopLeftoverServer);
   const dir = mkdtempSync(join(tmpdir(), PG_PREFIX));
   chmodSync(dir, 0o711); // as root the server runs as seraph-postgres, which must reach server/ below it
   writeFileSync(join(dir, "owner.pid"), `${process.pid}\n`);

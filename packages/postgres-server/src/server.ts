@@ -113,11 +113,13 @@ function alive(pid: number): boolean {
 }
 
 /**
- * A server this directory's previous owner left running (its process was killed without a
- * stop): identified by the pid in postmaster.pid and by its command line naming this very data
- * directory, then stopped (fast shutdown, then immediate) so this start can own the cluster.
+ * Stops a server that the previous owner of `dir` (a {@link PostgresServerOptions.dir}) left
+ * running when it was killed without a stop: identified by the pid in its postmaster.pid and by
+ * that process's command line naming this very data directory, then stopped (fast shutdown,
+ * then immediate). Does nothing when no such server runs.
  */
-async function stopOrphan(dataDir: string): Promise<void> {
+export async function stopLeftoverServer(dir: string): Promise<void> {
+  const dataDir = join(dir, "data");
   const text = await readFile(join(dataDir, "postmaster.pid"), "utf8").catch(() => "");
   const pid = Number(text.split("\n")[0]);
   if (!(pid > 0) || !alive(pid)) return;
@@ -167,7 +169,7 @@ export async function startPostgresServer(options: PostgresServerOptions): Promi
   }
   if (!(await exists(join(dataDir, "PG_VERSION")))) await initCluster(binaries, dataDir, user, options.password);
 
-  await stopOrphan(dataDir);
+  await stopLeftoverServer(options.dir);
   // A socket-only server's port only names its socket file, in a directory of its own.
   const port = options.port && options.port > 0 ? options.port : options.listen === "socket" ? 5432 : await freePort();
   const durable = options.durable !== false;
