@@ -6,6 +6,7 @@ import { natsPermissions, renderNatsAuthorization, type NatsRole } from "@seraph
 import { DaemonSet, Deployment, StatefulSet } from "kubernetes-models/apps/v1";
 import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
+import { PriorityClass } from "kubernetes-models/scheduling.k8s.io/v1";
 import { ConfigMap, Secret, Service } from "kubernetes-models/v1";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadApiConfig } from "@seraph/api";
@@ -36,6 +37,7 @@ const MODELS: Record<string, new (data: any) => { validate(): void }> = {
   "v1/Secret": Secret,
   "networking.k8s.io/v1/NetworkPolicy": NetworkPolicy,
   "policy/v1/PodDisruptionBudget": PodDisruptionBudget,
+  "scheduling.k8s.io/v1/PriorityClass": PriorityClass,
 };
 
 const containersOf = (w: Obj): any[] => podSpec(w).containers;
@@ -102,7 +104,9 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
       const Model = MODELS[`${o.apiVersion}/${o.kind}`];
       expect(Model, `no schema model for ${o.apiVersion} ${o.kind}`).toBeDefined();
       expect(() => new Model!(o).validate(), `${o.kind}/${o.metadata.name}`).not.toThrow();
-      expect(o.metadata.namespace ?? "", `${o.kind}/${o.metadata.name} namespace`).toBe(overlay === "dev" ? "seraph-dev" : "seraph");
+      // PriorityClass is cluster-scoped: kustomize leaves it without a namespace, as it must.
+      const namespace = o.kind === "PriorityClass" ? "" : overlay === "dev" ? "seraph-dev" : "seraph";
+      expect(o.metadata.namespace ?? "", `${o.kind}/${o.metadata.name} namespace`).toBe(namespace);
     }
   });
 
@@ -356,7 +360,14 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
           expect(volumes.has(m.name), `${where} mounts ${m.name}`).toBe(true);
           mounted.add(m.name);
         }
-        if (isSeraph(c) && !initContainersOf(w).includes(c)) expect((c.volumeMounts ?? []).some((m: any) => m.mountPath === "/tmp" && !m.readOnly), `${where} writable /tmp (os.tmpdir())`).toBe(true);
+        if (!isSeraph(c) || initContainersOf(w).includes(c)) continue;
+        const writableTmp = (c.volumeMounts ?? []).some((m: any) => m.mountPath === "/tmp" && !m.readOnly);
+        // The supervisor host's processes include every job: a writable /tmp there is storage a
+        // job could fill until the kubelet evicts the pod (and every running supervisor).
+        if (c.name === "supervisor-host") {
+          expect(writableTmp, `${where}: no writable /tmp for jobs to fill`).toBe(false);
+          expect(c.securityContext.readOnlyRootFilesystem, `${where}: read-only root, so /tmp is not writable either`).toBe(true);
+        } else expect(writableTmp, `${where} writable /tmp (os.tmpdir())`).toBe(true);
       }
       for (const v of volumes) expect(mounted.has(v), `${w.metadata.name}: volume ${v} is mounted`).toBe(true);
     }
@@ -385,6 +396,45 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
     }
     // Every workload is covered by a policy of its own besides the default deny.
     for (const w of workloads(objs())) expect(policies.some((p) => p["spec"].podSelector.matchLabels?.app === w.metadata.name), w.metadata.name).toBe(true);
+  });
+
+  it("the executor pod is scheduled and sized as a node agent: its own PriorityClass, ephemeral storage bounded, the supervisor host's memory derived from slots x per-job ceiling, staging off the pod's /tmp", () => {
+    const objs = withPlatform(overlay);
+    const ds = byName(objs, "DaemonSet", "seraph-executor")!;
+    const pod = podSpec(ds);
+    const priority = byName(objs, "PriorityClass", pod.priorityClassName);
+    expect(priority, `PriorityClass ${pod.priorityClassName} is in the rendering`).toBeDefined();
+    expect(priority!["value"]).toBeGreaterThan(0);
+    // Above ordinary workloads, below the cluster's own critical classes (2,000,000,000).
+    expect(priority!["value"]).toBeLessThan(1_000_000_000);
+    expect(priority!["globalDefault"]).toBe(false);
+    const mib = (q: string): number => {
+      const m = /^(\d+)(Mi|Gi)?$/.exec(q);
+      if (!m) throw new Error(`quantity ${q}: only Mi/Gi are used in the executor manifests`);
+      return Number(m[1]) * (m[2] === "Gi" ? 1024 : m[2] === "Mi" ? 1 : 1 / (1024 * 1024));
+    };
+    for (const c of containersOf(ds)) {
+      expect(c.resources.requests["ephemeral-storage"], `${c.name} ephemeral-storage request`).toBeDefined();
+      expect(c.resources.limits["ephemeral-storage"], `${c.name} ephemeral-storage limit`).toBeDefined();
+      // Every emptyDir a container mounts fits in its own ephemeral-storage limit.
+      const emptyDirs = (c.volumeMounts ?? []).map((m: any) => pod.volumes.find((v: any) => v.name === m.name)).filter((v: any) => v?.emptyDir);
+      const dirs = emptyDirs.reduce((sum: number, v: any) => sum + mib(v.emptyDir.sizeLimit), 0);
+      expect(mib(c.resources.limits["ephemeral-storage"]), `${c.name}: limit covers its emptyDirs (${dirs} MiB) and its log`).toBeGreaterThan(dirs);
+    }
+    const agent = containersOf(ds).find((c) => c.name === "executor");
+    const host = containersOf(ds).find((c) => c.name === "supervisor-host");
+    const config = loadExecutorConfig(containerEnv(objs, agent, POD));
+    const slots = config.SERAPH_SLOT_COUNT;
+    const jobMemory = config.SERAPH_JOB_MEMORY_BYTES / (1024 * 1024);
+    const jobRoot = config.SERAPH_JOB_ROOT;
+    expect(slots).toBeGreaterThanOrEqual(1);
+    expect(jobMemory).toBeGreaterThan(0);
+    const needed = slots * (jobMemory + 64) + 256;
+    expect(mib(host.resources.limits.memory), `supervisor host memory limit >= ${slots} x (${jobMemory} + 64) + 256 MiB`).toBeGreaterThanOrEqual(needed);
+    // Requested at its limit: a pod within its requests is the last the kubelet evicts for memory.
+    expect(host.resources.requests.memory).toBe(host.resources.limits.memory);
+    const dataDir = containerEnv(objs, agent, POD)["SERAPH_EXECUTOR_DATA_DIR"]!;
+    expect(jobRoot.startsWith(`${dataDir}/`), `job root ${jobRoot} is on the run directory, not the pod's /tmp`).toBe(true);
   });
 
   it("the executor pod: shared PID namespace, the agent delegating to a supervisor host that is tini as PID 1 of its own namespace, one run directory, 0700 and owned by uid 10001", () => {
