@@ -1,5 +1,13 @@
 import { create, fromBinary, toBinary, type DescMessage, type DescMethodServerStreaming, type DescMethodUnary, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import { createFileRegistry } from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import * as grpc from "@grpc/grpc-js";
+import {
+  ServerReflectionRequestSchema,
+  ServerReflectionResponseSchema,
+  type ServerReflectionRequest,
+  type ServerReflectionResponse,
+} from "@seraph/proto/grpc/reflection/v1/reflection_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
@@ -70,9 +78,14 @@ describe("the journey with a stock @grpc/grpc-js client", () => {
 
     const seen: Repair[] = [];
     const call = stream(RepairService.method.watchRepair, { repairId: repair!.id });
+    // The stream's first message is the repair as it is when the server starts watching: wait
+    // for it before changing the repair, or under load it may already be PROPOSED.
+    let firstSeen!: () => void;
+    const first = new Promise<void>((resolve) => (firstSeen = resolve));
     const watched = new Promise<void>((resolve, reject) => {
       call.on("data", (m: { repair?: Repair }) => {
         seen.push(m.repair!);
+        firstSeen();
         if (m.repair?.job) {
           call.cancel();
           resolve();
@@ -81,6 +94,7 @@ describe("the journey with a stock @grpc/grpc-js client", () => {
       call.on("error", (err: grpc.ServiceError) => (err.code === grpc.status.CANCELLED ? resolve() : reject(err)));
     });
 
+    await first;
     const refused = await unary(RepairService.method.proposePatch, { repairId: repair!.id, route: { case: "model", value: true } }).catch((e: grpc.ServiceError) => e);
     expect((refused as grpc.ServiceError).code).toBe(grpc.status.FAILED_PRECONDITION);
     expect(decodeURIComponent((refused as grpc.ServiceError).details)).toContain("(consent_required)");
@@ -100,5 +114,58 @@ describe("the journey with a stock @grpc/grpc-js client", () => {
 
     const notFound = await unary(RepairService.method.getRepair, { repairId: "00000000-0000-4000-8000-000000000000" }).catch((e: grpc.ServiceError) => e);
     expect((notFound as grpc.ServiceError).code).toBe(grpc.status.NOT_FOUND);
+  });
+
+  it("discovers the API through gRPC server reflection (v1 and v1alpha), without a token or the .proto files, then calls what it found", async () => {
+    // What grpcurl does: list services, fetch the file that defines one (with its imports),
+    // build the types from those descriptors alone, and call a method with them.
+    const ask = (version: "v1" | "v1alpha", requests: MessageInitShape<typeof ServerReflectionRequestSchema>[]) =>
+      new Promise<ServerReflectionResponse[]>((resolve, reject) => {
+        const call = client.makeBidiStreamRequest(
+          `/grpc.reflection.${version}.ServerReflection/ServerReflectionInfo`,
+          (m: ServerReflectionRequest) => Buffer.from(toBinary(ServerReflectionRequestSchema, m)),
+          (b: Buffer) => fromBinary(ServerReflectionResponseSchema, b),
+          new grpc.Metadata(),
+          { deadline: Date.now() + 30_000 },
+        );
+        const out: ServerReflectionResponse[] = [];
+        call.on("data", (r: ServerReflectionResponse) => out.push(r));
+        call.on("error", reject);
+        call.on("end", () => resolve(out));
+        for (const r of requests) call.write(create(ServerReflectionRequestSchema, r));
+        call.end();
+      });
+    for (const version of ["v1", "v1alpha"] as const) {
+      const [list, byName, missing] = await ask(version, [
+        { messageRequest: { case: "listServices", value: "" } },
+        { messageRequest: { case: "fileContainingSymbol", value: "seraph.api.v1.GoalService" } },
+        { messageRequest: { case: "fileContainingSymbol", value: "seraph.api.v1.NoSuchService" } },
+      ]);
+      const names = list!.messageResponse.case === "listServicesResponse" ? list!.messageResponse.value.service.map((x) => x.name) : [];
+      expect(names).toEqual(expect.arrayContaining(["seraph.api.v1.GoalService", "seraph.api.v1.RepairService", "seraph.api.v1.OperatorService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"]));
+      expect(missing!.messageResponse.case).toBe("errorResponse");
+      expect(missing!.messageResponse.value).toMatchObject({ errorCode: grpc.status.NOT_FOUND });
+      expect(byName!.messageResponse.case).toBe("fileDescriptorResponse");
+      if (byName!.messageResponse.case !== "fileDescriptorResponse") continue;
+      const files = byName!.messageResponse.value.fileDescriptorProto.map((b) => fromBinary(FileDescriptorProtoSchema, b));
+      // The requested file first, then every file it imports: the registry builds from them alone.
+      expect(files[0]!.name).toBe("seraph/api/v1/goals.proto");
+      const registry = createFileRegistry(files[0]!, (name) => files.find((f) => f.name === name));
+      const service = registry.getService("seraph.api.v1.GoalService");
+      expect(service?.methods.map((m) => m.name)).toContain("CreateGoal");
+      const createGoal = service!.methods.find((m) => m.name === "CreateGoal")!;
+      const created = await new Promise<any>((resolve, reject) => {
+        client.makeUnaryRequest(
+          `/${service!.typeName}/${createGoal.name}`,
+          (m: any) => Buffer.from(toBinary(createGoal.input, m)),
+          (b: Buffer) => fromBinary(createGoal.output, b),
+          create(createGoal.input, { title: `found by reflection ${version}` } as never),
+          metadata,
+          { deadline: Date.now() + 30_000 },
+          (err, res) => (err ? reject(err) : resolve(res)),
+        );
+      });
+      expect(created.goal.title).toBe(`found by reflection ${version}`);
+    }
   });
 });

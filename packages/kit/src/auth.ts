@@ -18,8 +18,16 @@ export const principalKey = createContextKey<AuthenticatedPrincipal | undefined>
   description: "authenticated principal",
 });
 
-/** Services reachable without a token (health checks, for probes and load balancers). */
-export const PUBLIC_SERVICES: ReadonlySet<string> = new Set(["grpc.health.v1.Health"]);
+/**
+ * Services reachable without a token: health checks (for probes and load balancers) and gRPC
+ * server reflection, which describes only the schema (the same .proto files the repository
+ * publishes), never data; every RPC it describes keeps its own authentication.
+ */
+export const PUBLIC_SERVICES: ReadonlySet<string> = new Set([
+  "grpc.health.v1.Health",
+  "grpc.reflection.v1.ServerReflection",
+  "grpc.reflection.v1alpha.ServerReflection",
+]);
 
 /**
  * Requires `authorization: Bearer <token>` on every RPC except those of `publicServices`,

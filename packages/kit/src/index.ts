@@ -59,3 +59,5 @@ export { natsAuth, natsAuthOptions, natsPermissions, renderNatsAuthorization } f
 export type { NatsAuth, NatsPermissions, NatsRole, NatsUserEntry } from "./nats-auth.js";
 export { createLocalSignals, createNatsSignals, createDeferredSignals, subjectMatches, DRAIN_MS } from "./signals.js";
 export type { Signals, SignalMessage, SubscribeOptions } from "./signals.js";
+export { registerReflection, createReflectionIndex, answerReflection, REFLECTION_SERVICES } from "./reflection.js";
+export type { ReflectionIndex } from "./reflection.js";

@@ -1,5 +1,6 @@
 import type { Client, ConnectRouter, Transport } from "@connectrpc/connect";
-import type { Logger, Signals } from "@seraph/kit";
+import { registerReflection, type Logger, type Signals } from "@seraph/kit";
+import { Health } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import type { JobsService, Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
@@ -58,5 +59,7 @@ export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void 
     router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults, limiters }));
     router.service(RepairService, createRepairService({ ...deps, nodes, jobs, defaults, limiters, watchPollMs: deps.watchPollMs }));
     router.service(OperatorService, createOperatorService(operatorOps));
+    // Public, like health: grpcurl and buf curl discover the API without a checkout.
+    registerReflection(router, [PrincipalService, GoalService, SettingsService, RepositoryService, RepairService, OperatorService, Health]);
   };
 }
