@@ -1,11 +1,11 @@
-import { accessSync, constants as fsConstants, mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { delimiter, isAbsolute, join, resolve } from "node:path";
+import { join } from "node:path";
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { CgroupRequestSchema, ControllerLossPolicy, JobUserSchema, SupervisorSpecSchema, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { CgroupRequestSchema, ControllerLossPolicy, JobUserSchema, SupervisorSpecSchema, type JobUser, type Receipt, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { checkJobUserAccess, jobUserAccessTools, jobUserLabel, type JobUserAccess } from "../native/setpriv.js";
-import { defaultContainmentSettings, parseJobUserSetting, resolveHandRunJobUser, seraphExecJobUid, type JobUserSetting } from "../supervisor-client/node-containment.js";
+import { defaultContainmentSettings, resolveHandRunJobUser, seraphExecJobUid } from "../supervisor-client/node-containment.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
   CONTROLLER_LOSS_GRACE_DEFAULT_MS,
@@ -18,12 +18,11 @@ import {
   STREAM_LIMIT_MAX_BYTES,
   SupervisorLaunchError,
   readVerifiedJournal,
-  receiptToJson,
   runToReceipt,
-  type OutcomeName,
   type SupervisorHandle,
-  type VerifiedJournal,
 } from "../supervisor-client/index.js";
+import { parseArgs, resolveExecutable, UsageError, type RunArgs } from "./run-args.js";
+import { EXIT_STATUS, notStarted, printReceipt, printUnknown } from "./run-output.js";
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
 export const RUN_USAGE = `usage: seraph-exec run [--json] [--deadline-ms N] [--grace-ms N] [--cleanup-reserve-ms N]
@@ -51,154 +50,8 @@ As another user the command runs as that user. --cgroup gives the run its own
 cgroup v2 (cgroup.kill, populated 0 required beside ECHILD); --memory-bytes, --pids and
 --cpu-millicores (each implies --cgroup) are enforced ceilings. Both need root.`;
 
-/** SHA-256 of no bytes. */
-const EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-
-const EXIT_STATUS: Readonly<Record<OutcomeName, number>> = {
-  succeeded: 0,
-  failed: 1,
-  rejected_leftover_descendants: 3,
-  unknown: 4,
-  timed_out: 124,
-  cancelled: 130,
-};
-
 /** Environment variables never passed to the command (they would change how node runs). */
 const DROPPED_ENV = new Set(["NODE_OPTIONS"]);
-
-interface RunArgs {
-  json: boolean;
-  deadlineMs: number;
-  graceMs: number;
-  reserveMs: number | undefined;
-  cwd: string;
-  keepRunDir: boolean;
-  /** auto: the default (a job user when root, resolved in resolveJobUser). */
-  jobUser: JobUserSetting;
-  cgroup: boolean;
-  memoryBytes: number;
-  pids: number;
-  cpuMillicores: number;
-  argv: string[];
-}
-
-class UsageError extends Error {}
-
-function parseArgs(args: readonly string[]): RunArgs {
-  const out: RunArgs = {
-    json: false,
-    deadlineMs: 180_000,
-    graceMs: 2000,
-    reserveMs: undefined,
-    cwd: process.cwd(),
-    keepRunDir: false,
-    jobUser: { kind: "auto" },
-    cgroup: false,
-    memoryBytes: 0,
-    pids: 0,
-    cpuMillicores: 0,
-    argv: [],
-  };
-  const int = (name: string, v: string | undefined): number => {
-    if (v === undefined || !/^\d+$/.test(v)) throw new UsageError(`${name} needs a non-negative integer`);
-    return Number(v);
-  };
-  let i = 0;
-  for (; i < args.length; i++) {
-    const a = args[i];
-    if (a === "--") {
-      i++;
-      break;
-    }
-    if (a === undefined || !a.startsWith("--")) break;
-    switch (a) {
-      case "--json":
-        out.json = true;
-        break;
-      case "--keep-run-dir":
-        out.keepRunDir = true;
-        break;
-      case "--deadline-ms":
-        out.deadlineMs = int(a, args[++i]);
-        break;
-      case "--grace-ms":
-        out.graceMs = int(a, args[++i]);
-        break;
-      case "--cleanup-reserve-ms":
-        out.reserveMs = int(a, args[++i]);
-        break;
-      case "--job-user": {
-        const v = args[++i];
-        if (v === undefined || v === "") throw new UsageError("--job-user needs auto, none, <uid>:<gid> or a user name");
-        const parsed = parseJobUserSetting(v);
-        if (typeof parsed === "string") throw new UsageError(`--job-user: ${parsed}`);
-        out.jobUser = parsed;
-        break;
-      }
-      case "--cgroup":
-        out.cgroup = true;
-        break;
-      case "--memory-bytes":
-        out.memoryBytes = int(a, args[++i]);
-        out.cgroup = true;
-        break;
-      case "--pids":
-        out.pids = int(a, args[++i]);
-        out.cgroup = true;
-        break;
-      case "--cpu-millicores":
-        out.cpuMillicores = int(a, args[++i]);
-        out.cgroup = true;
-        break;
-      case "--cwd": {
-        const v = args[++i];
-        if (v === undefined) throw new UsageError("--cwd needs a directory");
-        out.cwd = resolve(v);
-        break;
-      }
-      default:
-        throw new UsageError(`unknown option ${a}`);
-    }
-  }
-  out.argv = args.slice(i);
-  if (out.argv.length === 0) throw new UsageError("no command given");
-  // The supervisor refuses more (its spec bound): say so as a usage error, before a run dir exists.
-  if (out.argv.length > MAX_ARGV_ENTRIES) {
-    throw new UsageError(`the command has ${out.argv.length} argv entries; at most ${MAX_ARGV_ENTRIES} (the command name included) are allowed`);
-  }
-  return out;
-}
-
-function isExecutableFile(path: string): boolean {
-  try {
-    if (!statSync(path).isFile()) return false;
-    accessSync(path, fsConstants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * Resolves argv[0] explicitly: a name with a slash is taken relative to the command's cwd; a
- * bare name is searched in PATH (relative PATH entries relative to the cwd). The supervisor
- * itself only ever executes absolute paths.
- */
-function resolveExecutable(name: string, cwd: string, path: string | undefined): string | undefined {
-  if (name.includes("/")) {
-    const abs = isAbsolute(name) ? name : resolve(cwd, name);
-    return isExecutableFile(abs) ? abs : undefined;
-  }
-  for (const dir of (path ?? "").split(delimiter)) {
-    const candidate = resolve(cwd, dir === "" ? "." : dir, name);
-    if (isExecutableFile(candidate)) return candidate;
-  }
-  return undefined;
-}
-
-function humanBytes(n: number): string {
-  return n < 1024 ? `${n} B` : n < 1024 * 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${(n / 1024 / 1024).toFixed(1)} MiB`;
-}
 
 /**
  * `seraph-exec run`: one command under a fresh supervisor; prints the receipt (see RUN_USAGE).
@@ -239,17 +92,22 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     const refused = checkJobUser(parsed, jobUser, executable);
     if (refused !== undefined) return refused;
   }
+  const runDir = mkdtempSync(join(tmpdir(), "seraph-exec-"));
+  const spec = specOf(parsed, [executable, ...rest], reserveMs, runDir, jobUser);
+  return superviseRun(parsed, spec, executable, runDir);
+}
+
+/** The supervisor spec of a hand run: this process's environment minus DROPPED_ENV, the deadline from now, policy cancel. */
+function specOf(parsed: RunArgs, argv: string[], reserveMs: number, runDir: string, jobUser: Pick<JobUser, "uid" | "gid" | "name"> | undefined): SupervisorSpec {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (v !== undefined && !DROPPED_ENV.has(k)) env[k] = v;
   }
-
-  const runDir = mkdtempSync(join(tmpdir(), "seraph-exec-"));
-  const spec = create(SupervisorSpecSchema, {
+  return create(SupervisorSpecSchema, {
     jobId: `seraph-exec-${randomUUID()}`,
     attempt: 1,
     fence: 1n,
-    commands: [{ name: "command", argv: [executable, ...rest], cwd: parsed.cwd }],
+    commands: [{ name: "command", argv, cwd: parsed.cwd }],
     env,
     deadlineUnixMs: BigInt(Date.now() + parsed.deadlineMs),
     cleanupReserveMs: reserveMs,
@@ -270,7 +128,15 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     // seraph-exec cannot re-adopt a supervisor: when it is gone, its job is cancelled.
     controllerLossPolicy: ControllerLossPolicy.CANCEL,
   });
+}
 
+const CANCEL_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
+/**
+ * Runs `spec` to its receipt and prints it (or one unknown object when there is none to trust);
+ * SIGINT, SIGTERM and SIGHUP cancel. Resolves to the exit status.
+ */
+async function superviseRun(parsed: RunArgs, spec: SupervisorSpec, executable: string, runDir: string): Promise<number> {
   // After SIGHUP the terminal may be gone: a failed write must not end the run without its cleanup.
   for (const out of [process.stdout, process.stderr]) out.on("error", () => undefined);
   const abort = new AbortController();
@@ -356,120 +222,3 @@ function checkJobUser(parsed: RunArgs, user: { uid: number; gid: number; name: s
   }
 }
 
-/**
- * A run refused before anything started: the message on stderr and, with --json, one object of
- * the receipt's top-level shape saying so (there is no supervisor receipt).
- */
-function notStarted(parsed: RunArgs, reason: string, message: string, resolvedExecutable: string | null): void {
-  process.stderr.write(`seraph-exec run: ${message}\n`);
-  if (!parsed.json) return;
-  process.stdout.write(`${JSON.stringify({ outcome: "failed", reason, message, ...receiptlessFields(parsed.argv, false, 0), resolvedExecutable })}\n`);
-}
-
-/** The stats of a stream nothing was read from. */
-const EMPTY_STREAM = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256, producedSha256: EMPTY_SHA256, headBytes: 0, tailBytes: 0, elidedBytes: 0 };
-
-/** The receipt's command fields for a run with no receipt: `started` false (nothing started) or null (unknown). */
-function receiptlessFields(argv: readonly string[], started: false | null, durationMs: number) {
-  return {
-    exitCode: null,
-    signal: null,
-    leftoverDescendants: 0,
-    echildObserved: false,
-    stdout: EMPTY_STREAM,
-    stderr: EMPTY_STREAM,
-    durationMs,
-    commands: [{ name: "command", argv: [...argv], started }],
-  };
-}
-
-const CANCEL_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
-
-/** Writes a journal: the head, one line naming the elided byte count, the tail. */
-function writeJournal(out: NodeJS.WriteStream, name: string, j: VerifiedJournal): void {
-  if (j.elidedBytes === 0) {
-    out.write(j.data);
-    return;
-  }
-  out.write(j.data.subarray(0, j.headBytes));
-  out.write(`\n[seraph-exec: ${j.elidedBytes} bytes of ${name} elided]\n`);
-  out.write(j.data.subarray(j.headBytes));
-}
-
-async function printReceipt(
-  parsed: RunArgs,
-  receipt: Receipt,
-  journals: { stdout: VerifiedJournal; stderr: VerifiedJournal } | undefined,
-  handle: SupervisorHandle | undefined,
-  executable: string,
-  runDir: string,
-): Promise<number> {
-  const json = receiptToJson(receipt);
-  const gone = handle === undefined || (await handle.verify()) !== "alive";
-  const keep = parsed.keepRunDir || !gone;
-  if (!keep) rmSync(runDir, { recursive: true, force: true });
-  if (parsed.json) {
-    const extra = { resolvedExecutable: executable, runDir: keep ? runDir : null };
-    process.stdout.write(`${JSON.stringify({ ...json, ...extra })}\n`);
-  } else {
-    if (journals !== undefined) {
-      writeJournal(process.stdout, "stdout", journals.stdout);
-      writeJournal(process.stderr, "stderr", journals.stderr);
-    }
-    const how = json.exitCode !== null ? `exit code ${json.exitCode}` : json.signal !== null ? `signal ${json.signal}` : "not started";
-    const elided = (s: typeof json.stdout): string => (s.elidedBytes > 0 ? ` (${humanBytes(s.elidedBytes)} elided)` : s.truncated ? " (truncated)" : "");
-    process.stderr.write(
-      `seraph-exec: ${json.outcome} (${json.reason}): ${how}, ${json.durationMs} ms; ` +
-        `leftover descendants ${json.leftoverDescendants}; ECHILD ${json.echildObserved ? "observed" : "NOT observed"}; ` +
-        `cleanup ${json.cleanup.cleanupMs} ms (found ${json.cleanup.descendantsFound}, reaped ${json.cleanup.reaped}); ` +
-        `stdout ${humanBytes(json.stdout.bytes)}${elided(json.stdout)}, ` +
-        `stderr ${humanBytes(json.stderr.bytes)}${elided(json.stderr)}` +
-        `${json.containment?.jobUser ? `; as job user ${json.containment.jobUser.uid}:${json.containment.jobUser.gid}` : ""}` +
-        `${keep ? `; run dir ${runDir}` : ""}\n` +
-        `seraph-exec: ${json.message}\n`,
-    );
-  }
-  return EXIT_STATUS[json.outcome];
-}
-
-/**
- * The one object printed when there is no receipt to trust (or its journals do not match it):
- * the receipt's top-level shape with outcome unknown and the controller's reason. The run dir
- * is kept; `supervisor` names the process (it may still be running).
- */
-function printUnknown(parsed: RunArgs, err: ControllerUnknownError, executable: string, runDir: string, durationMs: number): void {
-  const marker = err.handle?.marker;
-  const supervisor = {
-    pid: marker?.supervisor?.pid ?? 0,
-    startTimeTicks: String(marker?.supervisor?.startTimeTicks ?? 0n),
-    bootId: marker?.supervisor?.bootId ?? "",
-    sourceSha256: marker?.supervisorSourceSha256 ?? "",
-    specSha256: marker?.specSha256 ?? "",
-  };
-  const fromReceipt = err.receipt !== undefined ? receiptToJson(err.receipt) : undefined;
-  const object = {
-    ...(fromReceipt ?? {
-      ...receiptlessFields(parsed.argv, null, durationMs),
-      supervisor,
-      containment: null,
-      controllerLossPolicy: "cancel",
-      controllerLost: false,
-    }),
-    outcome: "unknown" as const,
-    reason: err.reason,
-    message: err.message,
-    // What the supervisor's own receipt said, when there is one (journal_mismatch).
-    supervisorOutcome: fromReceipt?.outcome ?? null,
-    supervisorReason: fromReceipt?.reason ?? null,
-    resolvedExecutable: executable,
-    runDir,
-  };
-  if (parsed.json) {
-    process.stdout.write(`${JSON.stringify(object)}\n`);
-  } else {
-    process.stderr.write(
-      `seraph-exec: unknown (${err.reason}): ${err.message}\n` +
-        `seraph-exec: supervisor pid ${supervisor.pid}; run dir ${runDir} (kept)\n`,
-    );
-  }
-}

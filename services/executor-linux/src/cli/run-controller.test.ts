@@ -124,6 +124,37 @@ describe.skipIf(skipReason !== undefined)("seraph-exec run: the controller alway
     }
   });
 
+  // Issue 29 item 6: the controller's own deadline holds whatever the supervisor does. Stopped
+  // once (a descendant continues it only after the controller's deadline) or for good (a loop
+  // stops it again, even after the CLI's SIGCONT), the CLI prints its one unknown object at the
+  // approved deadline plus the documented margin and exits right after.
+  const stopPatterns = {
+    "once, continued late": "p=$PPID; (sleep 20; kill -CONT $p) & kill -STOP $p; sleep 120",
+    "for good": "p=$PPID; (while kill -STOP $p 2>/dev/null; do sleep 0.05; done) & sleep 120",
+  } as const;
+  for (const [pattern, script] of Object.entries(stopPatterns)) {
+    test.concurrent(`the supervisor SIGSTOPped ${pattern}: one unknown supervisor_unresponsive object at the deadline + ${CONTROLLER_DEADLINE_MARGIN_MS} ms, then the CLI exits`, async () => {
+      const deadlineMs = 9000;
+      const run = startCli([...SAME_UID, "--json", "--deadline-ms", String(deadlineMs), "--grace-ms", "200", "--", "/bin/sh", "-c", script]);
+      let printedAt = 0;
+      run.child.stdout?.on("data", () => (printedAt ||= Date.now()));
+      try {
+        const r = await run.done;
+        const exitedAt = Date.now();
+        expect(r.code).toBe(4);
+        const json = onlyJson(r.stdout);
+        expect(json).toMatchObject({ outcome: "unknown", reason: "supervisor_unresponsive", echildObserved: false });
+        // durationMs counts from just after the deadline was fixed: the object is printed at
+        // the deadline + the margin (timer slack only), not a second or more later.
+        expect(json["durationMs"] as number).toBeGreaterThanOrEqual(deadlineMs + CONTROLLER_DEADLINE_MARGIN_MS - 100);
+        expect(json["durationMs"] as number).toBeLessThan(deadlineMs + CONTROLLER_DEADLINE_MARGIN_MS + 500);
+        expect(exitedAt - printedAt).toBeLessThan(1000);
+      } finally {
+        await cleanUp(run);
+      }
+    });
+  }
+
   test.concurrent("a descendant SIGKILLs the supervisor (same uid): unknown supervisor_lost (exit 4), one JSON object, no stack trace, and its tree survives", async () => {
     const run = startCli([...SAME_UID, "--json", "--deadline-ms", "30000", "--", "/bin/sh", "-c", "kill -KILL $PPID; sleep 120"]);
     try {

@@ -67,8 +67,12 @@ export interface SupervisorConnection {
   readOutput(stream: Stream, command: number, offset: number | bigint, maxBytes: number): Promise<ReadOutputResponse>;
   /** The receipt; with `wait` the promise resolves only once it exists. Without, undefined if not yet. */
   receipt(wait: boolean): Promise<Receipt | undefined>;
-  /** Closes the connection (the supervisor keeps running). */
-  close(): Promise<void>;
+  /**
+   * Closes the connection (the supervisor keeps running): ends it, and destroys it once
+   * `graceMs` (default 1000) passed without the supervisor closing its side (0: at once, for a
+   * supervisor that is stopped and would never answer).
+   */
+  close(graceMs?: number): Promise<void>;
   /** Resolves when the connection has closed, for whatever reason. */
   readonly closed: Promise<void>;
 }
@@ -128,10 +132,14 @@ class Connection {
     });
   }
 
-  close(): Promise<void> {
+  close(graceMs = 1000): Promise<void> {
     this.#failure ??= new SupervisorConnectionClosedError("by the controller");
+    if (graceMs <= 0) {
+      this.#socket.destroy();
+      return this.closed;
+    }
     this.#socket.end();
-    const t = setTimeout(() => this.#socket.destroy(), 1000);
+    const t = setTimeout(() => this.#socket.destroy(), graceMs);
     return this.closed.then(() => clearTimeout(t));
   }
 
@@ -214,7 +222,7 @@ export async function connectSupervisor(
         ),
       receipt: async (wait) =>
         (await conn.request(create(ClientFrameSchema, { body: { case: "receipt", value: { wait } } }), "receipt")).receipt,
-      close: () => conn.close(),
+      close: (graceMs) => conn.close(graceMs),
     };
   } catch (err) {
     socket.destroy();

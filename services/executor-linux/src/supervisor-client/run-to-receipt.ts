@@ -184,13 +184,16 @@ export async function runToReceipt(spec: SupervisorSpec, options: RunToReceiptOp
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener("abort", onAbort);
-    await conn?.close().catch(() => undefined);
+    // Nothing past the controller's own deadline: a stopped supervisor never closes its side,
+    // so its connection is destroyed at once, and every other wait is cut at the deadline.
+    const left = (capMs: number): number => Math.max(0, Math.min(capMs, deadlineAt - Date.now()));
+    await conn?.close(failed?.reason === "supervisor_unresponsive" ? 0 : left(1000)).catch(() => undefined);
     if (failed?.reason === "supervisor_unresponsive") {
       // A stopped supervisor can finish its own cleanup once resumed (its deadline has passed,
       // and under policy cancel it has no controller any more). Nothing is waited for.
       handle.signal("SIGCONT");
     } else if (failed === undefined) {
-      await handle.waitGone(5000);
+      await handle.waitGone(left(5000));
     }
   }
 }

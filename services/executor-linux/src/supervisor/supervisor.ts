@@ -1,26 +1,24 @@
+// One job's supervisor as one state machine: the control handlers (go, cancel, status, output,
+// receipt) and the run loop share its phase and flags, so they stay in one class (over 400 lines).
+// Its steps live beside it: commands.ts (spawn and watch), cleanup.ts, outcome.ts (the receipt's
+// outcome), command-state.ts (per-command state and results), journal.ts, control-server.ts.
 import { createHash, randomBytes } from "node:crypto";
-import { constants as osConstants } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
 import {
   CancelAckSchema,
   CleanupStatsSchema,
-  CommandResultSchema,
   ControllerLossPolicy,
   GoAckSchema,
   HelloAckSchema,
-  Outcome,
   OwnerMarkerSchema,
   Phase,
   ReadOutputResponseSchema,
   ReceiptSchema,
   StatusResponseSchema,
   Stream,
-  StreamStatsSchema,
   type CancelAck,
-  type CommandResult,
-  type CommandSpec,
   type GoAck,
   type HelloAck,
   type OwnerMarker,
@@ -31,18 +29,21 @@ import {
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Logger } from "./log.js";
-import type { ExitStatus, NativeSystem } from "../native/native-system.js";
-import { signalDisposition, type ProcFs, type ProcStat } from "../native/proc-fs.js";
+import type { NativeSystem } from "../native/native-system.js";
+import type { ProcFs } from "../native/proc-fs.js";
 import { writeFilesAtomicAsync } from "./atomic-file.js";
 import { runCleanup, type CleanupResult } from "./cleanup.js";
+import { commandResult, newCommandState, recordCleanupExits, type CommandState } from "./command-state.js";
+import { CommandRunner } from "./commands.js";
 import type { Containment } from "./containment.js";
 import { ControlServer, HELLO_TIMEOUT_MS } from "./control-server.js";
-import { DescendantLedger, findDescendants, liveOnly } from "./process-tree.js";
+import { OutputBudget } from "./journal.js";
+import { decideOutcome } from "./outcome.js";
+import { DescendantLedger } from "./process-tree.js";
 import { Reaper } from "./reaper.js";
 import { outcomeName, receiptToJson } from "./receipt-json.js";
-import { RunDirFiles, journalFileName } from "./run-dir.js";
+import { RunDirFiles } from "./run-dir.js";
 import { MIN_KILL_MARGIN_MS, controllerLossGraceMs, effectiveLimits } from "./spec.js";
-import { OutputBudget, StreamJournal } from "./journal.js";
 import { Wake } from "./wake.js";
 
 /** Everything a supervisor needs; the real values are wired in main.ts, fakes in tests. */
@@ -78,37 +79,12 @@ export interface SupervisorOptions {
   readonly unflushed?: readonly string[] | undefined;
 }
 
-interface CommandState {
-  readonly index: number;
-  readonly spec: CommandSpec;
-  stdout: StreamJournal | undefined;
-  stderr: StreamJournal | undefined;
-  pid: number | undefined;
-  startedUnixMs: number;
-  endedUnixMs: number;
-  exit: ExitStatus | undefined;
-  spawnErrno: number | undefined;
-  leftovers: number;
-  finished: boolean;
-  /** Pipe write ends made by #prepare and not yet handed to a spawn. */
-  writeFds: readonly [number, number] | undefined;
-  /** OOM kills and pid-limit hits in the job's cgroup while this command ran. */
-  oomKills: number;
-  pidLimitHits: number;
-}
-
-const SIGCHLD = 17;
-
 /**
  * Cleanup time a supervisor takes when it finds itself already past its deadline (it was
  * stopped, e.g. SIGSTOP from the command, or starved): the deadline is lost either way — the
  * receipt says unknown, `deadline_overrun` — but the tree is still killed and reaped.
  */
 export const LATE_CLEANUP_MS = 2000;
-
-const SIGNAL_NAMES: ReadonlyMap<number, string> = new Map(
-  Object.entries(osConstants.signals).map(([name, num]) => [num, name] as const),
-);
 
 /**
  * One job's supervisor: the only process that spawns the job's commands and the only one
@@ -123,13 +99,11 @@ export class Supervisor {
   readonly #reaper: Reaper;
   readonly #ledger = new DescendantLedger();
   readonly #commands: CommandState[];
-  readonly #budget: OutputBudget;
-  readonly #streamLimit: number;
+  readonly #runner: CommandRunner;
   readonly #deadline: number;
   readonly #commandsEnd: number;
   readonly #selfPid: number;
   readonly #startedUnixMs = Date.now();
-  readonly #envp: readonly string[];
   #phase: Phase;
   #marker: OwnerMarker | undefined;
   #server: ControlServer | undefined;
@@ -141,7 +115,6 @@ export class Supervisor {
   #spawnClosed = false;
   #current = -1;
   #fatal: unknown;
-  #leftoverScan: ProcStat[] | undefined;
   #receipt: Receipt | undefined;
   #receiptDelivered = false;
   readonly #receiptWaiters: Array<(r: Receipt) => void> = [];
@@ -158,29 +131,26 @@ export class Supervisor {
     this.#reaper = new Reaper(options.native);
     this.#selfPid = options.native.getpid();
     const limits = effectiveLimits(options.spec);
-    this.#budget = new OutputBudget(limits.outputLimitBytes);
-    this.#streamLimit = limits.streamLimitBytes;
     // Wall deadline turned monotonic once, so a clock step cannot stretch or cut the budget.
     this.#deadline = this.#now() + (Number(options.spec.deadlineUnixMs) - Date.now());
     this.#commandsEnd = this.#deadline - options.spec.cleanupReserveMs;
     this.#phase = options.spec.startBarrier ? Phase.WAITING_FOR_GO : Phase.RUNNING;
-    this.#commands = options.spec.commands.map((spec, index) => ({
-      index,
-      spec,
-      stdout: undefined,
-      stderr: undefined,
-      pid: undefined,
-      startedUnixMs: 0,
-      endedUnixMs: 0,
-      exit: undefined,
-      spawnErrno: undefined,
-      leftovers: 0,
-      finished: false,
-      writeFds: undefined,
-      oomKills: 0,
-      pidLimitHits: 0,
-    }));
-    this.#envp = Object.entries(options.spec.env).map(([k, v]) => `${k}=${v}`);
+    this.#commands = options.spec.commands.map((spec, index) => newCommandState(spec, index));
+    this.#runner = new CommandRunner({
+      native: options.native,
+      proc: options.proc,
+      log: options.log,
+      spec: options.spec,
+      reaper: this.#reaper,
+      ledger: this.#ledger,
+      wake: this.#wake,
+      now: this.#now,
+      selfPid: this.#selfPid,
+      budget: new OutputBudget(limits.outputLimitBytes),
+      streamLimit: limits.streamLimitBytes,
+      containment: options.containment,
+      reapIntervalMs: options.reapIntervalMs ?? 20,
+    });
   }
 
   /** The current phase. */
@@ -196,11 +166,34 @@ export class Supervisor {
 
   /** Runs the job to its receipt (written atomically before this resolves). */
   async run(): Promise<Receipt> {
-    const { spec, log } = this.#o;
-    const runDir = spec.runDir;
     const token = randomBytes(32).toString("hex");
-    this.#server = new ControlServer({
-      socketPath: join(runDir, RunDirFiles.socket),
+    const server = await this.#listen(token);
+    await this.#publishMarker(token);
+    const cleanup = await this.#runToCleanup();
+    await this.#drainStreams(cleanup?.echild === true);
+    this.#disarmLossTimer();
+    const receipt = this.#buildReceipt(cleanup);
+    this.#o.log.info({ event: "receipt_built" }, "receipt built; serving it");
+    // Served first: the fsyncs below can take tens of ms on a busy disk, and a controller acts
+    // on the socket copy. The supervisor never exits before the file is durable, and the phase
+    // turns FINISHED only once it is (so FINISHED means receipt.binpb exists).
+    this.#receipt = receipt;
+    for (const w of this.#receiptWaiters.splice(0)) w(receipt);
+    await this.#writeReceipt(receipt, server);
+    await this.#linger();
+    await server.close();
+    for (const c of this.#commands) {
+      c.stdout?.closeFile();
+      c.stderr?.closeFile();
+    }
+    return receipt;
+  }
+
+  /** Opens the control socket; the first controller must attach within the HELLO timeout. */
+  async #listen(token: string): Promise<ControlServer> {
+    const { spec, log } = this.#o;
+    const server = new ControlServer({
+      socketPath: join(spec.runDir, RunDirFiles.socket),
       token,
       native: this.#o.native,
       log,
@@ -219,9 +212,17 @@ export class Supervisor {
         controllersChanged: (attached) => this.#controllersChanged(attached),
       },
     });
-    await this.#server.listen();
+    this.#server = server;
+    await server.listen();
     // The first controller must attach within the HELLO timeout (it connects right after launch).
     this.#armLossTimer(Math.max(HELLO_TIMEOUT_MS, controllerLossGraceMs(spec)));
+    return server;
+  }
+
+  /** Writes the capability token and the owner marker (binary and JSON), durable together. */
+  async #publishMarker(token: string): Promise<void> {
+    const { spec, log } = this.#o;
+    const runDir = spec.runDir;
     this.#marker = create(OwnerMarkerSchema, {
       supervisor: { pid: this.#selfPid, startTimeTicks: this.#o.selfStartTimeTicks, bootId: this.#o.bootId },
       jobId: spec.jobId,
@@ -250,11 +251,14 @@ export class Supervisor {
       { name: RunDirFiles.marker, data: toBinary(OwnerMarkerSchema, this.#marker) },
     ], { flushAlso: this.#o.unflushed });
     log.info({ event: "marker_written", startBarrier: spec.startBarrier }, "owner marker durable");
+  }
 
-    let cleanup: CleanupResult | undefined;
+  /** The start barrier, the command sequence, then cleanup; an internal error is recorded and cleanup still runs. */
+  async #runToCleanup(): Promise<CleanupResult | undefined> {
+    const { log } = this.#o;
     try {
       const first = this.#commands[0];
-      if (first !== undefined) this.#prepare(first);
+      if (first !== undefined) this.#runner.prepare(first);
       // Run the receipt path once on the current (empty) state and throw the result away:
       // V8 compiles it now rather than between the last exit and the receipt.
       toBinary(ReceiptSchema, this.#buildReceipt(undefined));
@@ -269,30 +273,27 @@ export class Supervisor {
       log.error({ event: "supervisor_error", err }, "internal error; cleaning up, outcome unknown");
     }
     try {
-      cleanup = await this.#cleanup();
+      return await this.#cleanup();
     } catch (err) {
       this.fail(err);
       log.error({ event: "cleanup_error", err }, "cleanup failed; outcome unknown");
+      return undefined;
     }
-    await this.#drainStreams(cleanup?.echild === true);
-    this.#disarmLossTimer();
-    const receipt = this.#buildReceipt(cleanup);
-    log.info({ event: "receipt_built" }, "receipt built; serving it");
-    // Served first: the fsyncs below can take tens of ms on a busy disk, and a controller acts
-    // on the socket copy. The supervisor never exits before the file is durable, and the phase
-    // turns FINISHED only once it is (so FINISHED means receipt.binpb exists).
-    this.#receipt = receipt;
-    for (const w of this.#receiptWaiters.splice(0)) w(receipt);
+  }
+
+  /** Writes receipt.binpb then receipt.json atomically; the phase turns FINISHED once they are durable. */
+  async #writeReceipt(receipt: Receipt, server: ControlServer): Promise<void> {
+    const { spec, log } = this.#o;
     try {
       // The binary receipt first, as before: receipt.json is its human copy.
-      await writeFilesAtomicAsync(runDir, [
+      await writeFilesAtomicAsync(spec.runDir, [
         { name: RunDirFiles.receipt, data: toBinary(ReceiptSchema, receipt) },
         { name: RunDirFiles.receiptJson, data: `${JSON.stringify(receiptToJson(receipt), null, 2)}\n` },
       ]);
     } catch (err) {
       // Served but not durable: the process exits non-zero (main.ts) and the log says why.
       log.error({ event: "receipt_write_failed", err }, "the receipt could not be written");
-      await this.#server.close();
+      await server.close();
       throw err;
     }
     this.#phase = Phase.FINISHED;
@@ -300,13 +301,6 @@ export class Supervisor {
       { event: "receipt_written", outcome: outcomeName(receipt.outcome), reason: receipt.reason, echild: receipt.echildObserved },
       receipt.message,
     );
-    await this.#linger();
-    await this.#server.close();
-    for (const c of this.#commands) {
-      c.stdout?.closeFile();
-      c.stderr?.closeFile();
-    }
-    return receipt;
   }
 
   /** Releases the start barrier (idempotent). */
@@ -345,7 +339,7 @@ export class Supervisor {
       cancelRequested: this.#cancelReason !== undefined,
       stdoutBytes: BigInt(current?.stdout?.bytes ?? 0),
       stderrBytes: BigInt(current?.stderr?.bytes ?? 0),
-      finished: this.#commands.filter((c) => c.finished).map((c) => this.#result(c)),
+      finished: this.#commands.filter((c) => c.finished).map((c) => commandResult(c)),
     });
   }
 
@@ -437,126 +431,9 @@ export class Supervisor {
   }
 
   async #runCommand(c: CommandState): Promise<"next" | "stop"> {
-    const { native, log } = this.#o;
     if (this.#spawnClosed) throw new Error("invariant: spawn requested after cleanup began");
     this.#current = c.index;
-    const [outW, errW] = this.#prepare(c);
-    const request = { path: c.spec.argv[0] ?? "", argv: c.spec.argv, envp: this.#envp, cwd: c.spec.cwd, stdoutFd: outW, stderrFd: errW };
-    const containment = this.#o.containment;
-    const countersBefore = containment?.counters();
-    let spawned;
-    try {
-      spawned = containment !== undefined ? containment.spawn(request, (r) => native.spawn(r)) : native.spawn(request);
-    } finally {
-      // Our copies of the write ends must go, or EOF would never come.
-      this.#closeWriteEnds(c);
-    }
-    if (!spawned.ok) {
-      c.spawnErrno = spawned.errno;
-      c.finished = true;
-      log.warn({ event: "spawn_failed", command: c.index, errno: spawned.errno }, "command could not start");
-      return "stop";
-    }
-    const pid = spawned.pid;
-    c.pid = pid;
-    c.startedUnixMs = Date.now();
-    this.#reaper.track(pid);
-    log.info({ event: "spawned", command: c.index, name: c.spec.name, childPid: pid }, "command started");
-
-    // An unreaped child cannot be reused, so this pidfd needs no identity check. Its
-    // readability (process exit) wakes the loop at once; the timer is only a backup.
-    const pidfd = native.pidfdOpen(pid);
-    const watch = pidfd.ok ? native.watchReadable(pidfd.fd, () => this.#wake.notify()) : undefined;
-    try {
-      for (;;) {
-        this.#reaper.reapAll();
-        if (this.#reaper.exitOf(pid) !== undefined) break;
-        if (this.#stopRequested()) return "stop";
-        const interval = this.#o.reapIntervalMs ?? 20;
-        await this.#wake.wait(Math.min(interval, this.#commandsEnd - this.#now()));
-      }
-    } finally {
-      watch?.close();
-      if (pidfd.ok) native.close(pidfd.fd);
-    }
-    const exit = this.#reaper.exitOf(pid);
-    c.exit = exit?.status;
-    c.endedUnixMs = exit?.reapedUnixMs ?? Date.now();
-    c.finished = true;
-    this.#noteCounters(c, countersBefore);
-    c.leftovers = await this.#countLeftovers();
-    log.info(
-      { event: "exited", command: c.index, childPid: pid, status: c.exit, leftovers: c.leftovers },
-      "command exited",
-    );
-    if (c.leftovers > 0) return "stop";
-    return c.exit?.kind === "exited" && c.exit.code === 0 ? "next" : "stop";
-  }
-
-  #noteCounters(c: CommandState, before: { oomKills: number; pidLimitHits: number } | undefined): void {
-    const containment = this.#o.containment;
-    if (containment === undefined || before === undefined) return;
-    const after = containment.counters();
-    c.oomKills = after.oomKills - before.oomKills;
-    c.pidLimitHits = after.pidLimitHits - before.pidLimitHits;
-  }
-
-  /**
-   * Journals and pipes of a command, made ahead of its spawn (command 0 while waiting for GO)
-   * so that GO → spawn is only the spawn. The read ends are already being drained; returns
-   * the write ends (closed by #closeWriteEnds right after the spawn, or at cleanup).
-   */
-  #prepare(c: CommandState): readonly [number, number] {
-    if (c.writeFds !== undefined) return c.writeFds;
-    const { native, proc, spec } = this.#o;
-    // Re-checked before every command (cheap, and off the GO → spawn path for the first): if
-    // anything in this process had installed a SIGCHLD handler (e.g. node's child_process),
-    // something else could reap our children.
-    if (signalDisposition(proc.readSelfStatus(), SIGCHLD) !== "default") {
-      throw new Error("SIGCHLD is no longer at its default disposition in the supervisor");
-    }
-    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#streamLimit, this.#budget);
-    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#streamLimit, this.#budget);
-    const [outR, outW] = native.pipe();
-    const [errR, errW] = native.pipe();
-    c.stdout.attach(outR);
-    c.stderr.attach(errR);
-    c.writeFds = [outW, errW];
-    return c.writeFds;
-  }
-
-  #closeWriteEnds(c: CommandState): void {
-    if (c.writeFds === undefined) return;
-    this.#o.native.close(c.writeFds[0]);
-    this.#o.native.close(c.writeFds[1]);
-    c.writeFds = undefined;
-  }
-
-  /**
-   * Live descendants right after a direct command exited: they outlived it. ECHILD at once
-   * proves there are none without a /proc scan. A scan is not atomic — a chain member can
-   * fork and exit between readdir and its stat read, leaving only a zombie in view — so
-   * while children exist but the scan shows nobody alive, reap and rescan (bounded).
-   */
-  async #countLeftovers(): Promise<number> {
-    const until = this.#now() + 200;
-    for (;;) {
-      if (this.#reaper.reapAll().echild) return 0;
-      const all = findDescendants(this.#o.proc, this.#selfPid);
-      this.#ledger.note(all);
-      const live = liveOnly(all).length;
-      if (live > 0) {
-        // Cleanup starts right after this: its first round can use this scan.
-        this.#leftoverScan = all;
-        return live;
-      }
-      if (this.#now() >= until) {
-        // Children exist that no scan showed alive: report one rather than none.
-        this.#o.log.warn({ event: "leftover_scan_inconclusive" }, "children exist but no scan showed them alive");
-        return 1;
-      }
-      await new Promise((r) => setTimeout(r, 1));
-    }
+    return this.#runner.run(c, () => this.#stopRequested(), this.#commandsEnd);
   }
 
   async #cleanup(): Promise<CleanupResult> {
@@ -564,7 +441,7 @@ export class Supervisor {
     this.#spawnClosed = true;
     this.#phase = Phase.CLEANING_UP;
     // A prepared command that never started: its journals see EOF once our write ends go.
-    for (const c of this.#commands) this.#closeWriteEnds(c);
+    for (const c of this.#commands) this.#runner.closeWriteEnds(c);
     // Past the deadline with something started: the deadline was not kept. Nothing started
     // (e.g. before GO on a slow host) leaves nothing to answer for.
     this.#overran = this.#now() >= this.#deadline && this.#commands.some((c) => c.pid !== undefined);
@@ -586,27 +463,12 @@ export class Supervisor {
         budgetEnd: this.#overran ? this.#now() + LATE_CLEANUP_MS : this.#deadline,
         graceMs: this.#overran ? 0 : spec.graceMs,
         killMarginMs: MIN_KILL_MARGIN_MS,
-        ...(this.#leftoverScan !== undefined ? { initialScan: this.#leftoverScan } : {}),
+        ...(this.#runner.leftoverScan !== undefined ? { initialScan: this.#runner.leftoverScan } : {}),
       },
     );
     // A direct command stopped by the cleanup was reaped there: record how it ended.
     const containment = this.#o.containment;
-    for (const c of this.#commands) {
-      if (c.pid === undefined || c.finished) continue;
-      const exit = this.#reaper.exitOf(c.pid);
-      if (exit !== undefined) {
-        c.exit = exit.status;
-        c.endedUnixMs = exit.reapedUnixMs;
-        c.finished = true;
-        if (containment !== undefined) {
-          // Counted since the job began: only this command was running.
-          const total = containment.counters();
-          const earlier = this.#commands.filter((o) => o !== c);
-          c.oomKills = total.oomKills - earlier.reduce((n, o) => n + o.oomKills, 0);
-          c.pidLimitHits = total.pidLimitHits - earlier.reduce((n, o) => n + o.pidLimitHits, 0);
-        }
-      }
-    }
+    recordCleanupExits(this.#commands, this.#reaper, containment);
     if (containment !== undefined) {
       // The second oracle beside ECHILD: the job's cgroup must be empty as well.
       if (result.echild) await containment.verifyEmpty(this.#now, this.#deadline);
@@ -624,96 +486,23 @@ export class Supervisor {
     for (const j of journals) if (!j.ended) j.abandon();
   }
 
-  #result(c: CommandState): CommandResult {
-    const empty = create(StreamStatsSchema, {});
-    const exit = c.exit;
-    return create(CommandResultSchema, {
-      name: c.spec.name,
-      argv: c.spec.argv,
-      started: c.pid !== undefined,
-      exitCode: exit?.kind === "exited" ? exit.code : undefined,
-      signal: exit?.kind === "signaled" ? (SIGNAL_NAMES.get(exit.signal) ?? `SIG${exit.signal}`) : undefined,
-      startedUnixMs: BigInt(c.startedUnixMs),
-      endedUnixMs: BigInt(c.endedUnixMs),
-      stdout: c.stdout?.stats() ?? empty,
-      stderr: c.stderr?.stats() ?? empty,
-      leftoverDescendants: c.leftovers,
-      oomKills: c.oomKills,
-      pidLimitHits: c.pidLimitHits,
-    });
-  }
-
   #buildReceipt(cleanup: CleanupResult | undefined): Receipt {
-    const results = this.#commands.map((c) => this.#result(c));
+    const results = this.#commands.map((c) => commandResult(c));
     const leftovers = this.#commands.reduce((n, c) => n + c.leftovers, 0);
     const echild = cleanup?.echild === true;
-    const spawnFailed = this.#commands.find((c) => c.spawnErrno !== undefined);
-    const failed = this.#commands.find((c) => c.exit !== undefined && !(c.exit.kind === "exited" && c.exit.code === 0));
-    let outcome: Outcome;
-    let reason: string;
-    let message: string;
-    if (this.#fatal !== undefined) {
-      outcome = Outcome.UNKNOWN;
-      reason = "supervisor_error";
-      message = `The supervisor hit an internal error (${String((this.#fatal as Error)?.message ?? this.#fatal)}); ${echild ? "cleanup reached ECHILD but the task outcome cannot be proved" : "cleanup could not be proved"}.`;
-    } else if (this.#overran) {
-      outcome = Outcome.UNKNOWN;
-      reason = "deadline_overrun";
-      message = `The supervisor could not act before its deadline (it was stopped or starved); cleanup started late and ${echild ? "reached ECHILD after the deadline" : "did not reach ECHILD"}.`;
-    } else if (!echild) {
-      outcome = Outcome.UNKNOWN;
-      reason = "cleanup_unproved";
-      message = "The cleanup budget ran out before waitpid returned ECHILD; processes may remain.";
-    } else if (this.#o.containment?.cgroup !== undefined && this.#o.containment.problem !== "") {
-      // ECHILD alone is not enough with a job cgroup: "populated 0" is the second required oracle.
-      const problem = this.#o.containment.problem;
-      outcome = Outcome.UNKNOWN;
-      reason = problem.slice(0, problem.indexOf(":"));
-      message = `ECHILD was observed, but the job's cgroup did not prove empty (${problem}).`;
-    } else if (this.#controllerLost && this.#cancelEffective) {
-      outcome = Outcome.CANCELLED;
-      reason = "controller_lost";
-      message = this.#cancelledBeforeGo
-        ? "The controller was gone before GO and the policy is cancel; no command started."
-        : "The controller's connection was gone for the grace and the policy is cancel; the tree was terminated and reaped to ECHILD.";
-    } else if (this.#cancelledBeforeGo) {
-      outcome = Outcome.CANCELLED;
-      reason = "cancelled_before_go";
-      message = `Cancelled before GO (${this.#cancelReason ?? ""}); no command started.`;
-    } else if (this.#cancelEffective) {
-      outcome = Outcome.CANCELLED;
-      reason = "cancelled";
-      message = `Cancelled while running (${this.#cancelReason ?? ""}); the tree was terminated and reaped to ECHILD.`;
-    } else if (this.#deadlineReached) {
-      outcome = Outcome.TIMED_OUT;
-      reason = this.#goUnixMs === 0 ? "deadline_before_go" : "deadline";
-      message = "The wall deadline (minus the cleanup reserve) was reached; the tree was terminated and reaped to ECHILD.";
-    } else if (leftovers > 0) {
-      outcome = Outcome.REJECTED_LEFTOVER_DESCENDANTS;
-      reason = "leftover_descendants";
-      message = `${leftovers} descendant(s) outlived the direct command; they were terminated and reaped, and the execution is rejected.`;
-    } else if (spawnFailed !== undefined) {
-      outcome = Outcome.FAILED;
-      reason = "spawn_failed";
-      message = `Command ${spawnFailed.spec.name} could not start (errno ${spawnFailed.spawnErrno}).`;
-    } else if (failed !== undefined) {
-      outcome = Outcome.FAILED;
-      const how = failed.exit?.kind === "exited" ? `exit code ${failed.exit.code}` : `signal ${failed.exit?.signal}`;
-      if (failed.oomKills > 0) {
-        reason = "memory_limit_exceeded";
-        message = `Command ${failed.spec.name} ended with ${how} after the kernel OOM-killed ${failed.oomKills} process(es) at the job's memory ceiling; later commands did not run.`;
-      } else if (failed.pidLimitHits > 0) {
-        reason = "pid_limit_reached";
-        message = `Command ${failed.spec.name} ended with ${how} after ${failed.pidLimitHits} fork(s) were refused at the job's pids ceiling; later commands did not run.`;
-      } else {
-        reason = "command_failed";
-        message = `Command ${failed.spec.name} ended with ${how}; later commands did not run.`;
-      }
-    } else {
-      outcome = Outcome.SUCCEEDED;
-      reason = "succeeded";
-      message = "Every command exited 0, nothing outlived them, and ECHILD was observed.";
-    }
+    const { outcome, reason, message } = decideOutcome({
+      fatal: this.#fatal,
+      overran: this.#overran,
+      echild,
+      cgroupProblem: this.#o.containment?.cgroup !== undefined ? this.#o.containment.problem : undefined,
+      controllerLost: this.#controllerLost,
+      cancelEffective: this.#cancelEffective,
+      cancelledBeforeGo: this.#cancelledBeforeGo,
+      cancelReason: this.#cancelReason,
+      deadlineReached: this.#deadlineReached,
+      goUnixMs: this.#goUnixMs,
+      commands: this.#commands,
+    });
     const finishedUnixMs = Date.now();
     const from = this.#goUnixMs > 0 ? this.#goUnixMs : this.#startedUnixMs;
     const kept = results.reduce((n, r) => n + (r.stdout?.keptBytes ?? 0n) + (r.stderr?.keptBytes ?? 0n), 0n);

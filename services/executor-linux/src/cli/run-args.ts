@@ -1,0 +1,137 @@
+import { accessSync, constants as fsConstants, statSync } from "node:fs";
+import { delimiter, isAbsolute, resolve } from "node:path";
+import { parseJobUserSetting, type JobUserSetting } from "../supervisor-client/node-containment.js";
+import { MAX_ARGV_ENTRIES } from "../supervisor-client/index.js";
+
+/** The parsed options and argv of `seraph-exec run`. */
+export interface RunArgs {
+  json: boolean;
+  deadlineMs: number;
+  graceMs: number;
+  reserveMs: number | undefined;
+  cwd: string;
+  keepRunDir: boolean;
+  /** auto: the default (a job user when root, resolved in resolveJobUser). */
+  jobUser: JobUserSetting;
+  cgroup: boolean;
+  memoryBytes: number;
+  pids: number;
+  cpuMillicores: number;
+  argv: string[];
+}
+
+/** A malformed command line (exit 2, with the usage). */
+export class UsageError extends Error {}
+
+/** Parses `seraph-exec run` arguments; throws UsageError on anything malformed. */
+export function parseArgs(args: readonly string[]): RunArgs {
+  const out: RunArgs = {
+    json: false,
+    deadlineMs: 180_000,
+    graceMs: 2000,
+    reserveMs: undefined,
+    cwd: process.cwd(),
+    keepRunDir: false,
+    jobUser: { kind: "auto" },
+    cgroup: false,
+    memoryBytes: 0,
+    pids: 0,
+    cpuMillicores: 0,
+    argv: [],
+  };
+  const int = (name: string, v: string | undefined): number => {
+    if (v === undefined || !/^\d+$/.test(v)) throw new UsageError(`${name} needs a non-negative integer`);
+    return Number(v);
+  };
+  let i = 0;
+  for (; i < args.length; i++) {
+    const a = args[i];
+    if (a === "--") {
+      i++;
+      break;
+    }
+    if (a === undefined || !a.startsWith("--")) break;
+    switch (a) {
+      case "--json":
+        out.json = true;
+        break;
+      case "--keep-run-dir":
+        out.keepRunDir = true;
+        break;
+      case "--deadline-ms":
+        out.deadlineMs = int(a, args[++i]);
+        break;
+      case "--grace-ms":
+        out.graceMs = int(a, args[++i]);
+        break;
+      case "--cleanup-reserve-ms":
+        out.reserveMs = int(a, args[++i]);
+        break;
+      case "--job-user": {
+        const v = args[++i];
+        if (v === undefined || v === "") throw new UsageError("--job-user needs auto, none, <uid>:<gid> or a user name");
+        const parsed = parseJobUserSetting(v);
+        if (typeof parsed === "string") throw new UsageError(`--job-user: ${parsed}`);
+        out.jobUser = parsed;
+        break;
+      }
+      case "--cgroup":
+        out.cgroup = true;
+        break;
+      case "--memory-bytes":
+        out.memoryBytes = int(a, args[++i]);
+        out.cgroup = true;
+        break;
+      case "--pids":
+        out.pids = int(a, args[++i]);
+        out.cgroup = true;
+        break;
+      case "--cpu-millicores":
+        out.cpuMillicores = int(a, args[++i]);
+        out.cgroup = true;
+        break;
+      case "--cwd": {
+        const v = args[++i];
+        if (v === undefined) throw new UsageError("--cwd needs a directory");
+        out.cwd = resolve(v);
+        break;
+      }
+      default:
+        throw new UsageError(`unknown option ${a}`);
+    }
+  }
+  out.argv = args.slice(i);
+  if (out.argv.length === 0) throw new UsageError("no command given");
+  // The supervisor refuses more (its spec bound): say so as a usage error, before a run dir exists.
+  if (out.argv.length > MAX_ARGV_ENTRIES) {
+    throw new UsageError(`the command has ${out.argv.length} argv entries; at most ${MAX_ARGV_ENTRIES} (the command name included) are allowed`);
+  }
+  return out;
+}
+
+function isExecutableFile(path: string): boolean {
+  try {
+    if (!statSync(path).isFile()) return false;
+    accessSync(path, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Resolves argv[0] explicitly: a name with a slash is taken relative to the command's cwd; a
+ * bare name is searched in PATH (relative PATH entries relative to the cwd). The supervisor
+ * itself only ever executes absolute paths.
+ */
+export function resolveExecutable(name: string, cwd: string, path: string | undefined): string | undefined {
+  if (name.includes("/")) {
+    const abs = isAbsolute(name) ? name : resolve(cwd, name);
+    return isExecutableFile(abs) ? abs : undefined;
+  }
+  for (const dir of (path ?? "").split(delimiter)) {
+    const candidate = resolve(cwd, dir === "" ? "." : dir, name);
+    if (isExecutableFile(candidate)) return candidate;
+  }
+  return undefined;
+}

@@ -1,0 +1,63 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { createRootLogger } from "@seraph/kit";
+import { ExecutionBundleSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { describe, expect, it } from "vitest";
+import { admissionRefusal, stepReserveMs, wallMsOf } from "./admission.js";
+import type { Ctx } from "./attempt.js";
+
+const ROOT = "/srv/seraph-admission-test";
+
+function ctxOf(bundle: Omit<MessageInitShape<typeof ExecutionBundleSchema>, "$typeName"> = {}, facilitiesOk = true): Pick<Ctx, "deps" | "bundle"> {
+  return {
+    deps: {
+      identity: { nodeId: "node-a", bootId: "b", incarnationId: "i" },
+      log: createRootLogger({ name: "admission-test", level: "silent" }),
+      facilities: () => create(FacilityReportSchema, { ok: facilitiesOk }),
+      repositoryRoots: [ROOT],
+    } as unknown as Ctx["deps"],
+    bundle: create(ExecutionBundleSchema, {
+      approvalExpiresUnixMs: BigInt(Date.now() + 60_000),
+      repositoryPath: `${ROOT}/repo`,
+      inspection: create(InspectionSchema, { admitted: true, nodePath: "/opt/node/bin/node" }),
+      runtimePath: "/opt/node/bin/node",
+      ...bundle,
+    }),
+  };
+}
+
+describe("admissionRefusal: the executor's fresh admission, in order", () => {
+  it("admits an unexpired, admitted bundle under a node root with the inspected runtime", async () => {
+    expect(await admissionRefusal(ctxOf())).toBeUndefined();
+  });
+
+  it("refuses an expired approval first, even when everything else is wrong too", async () => {
+    const r = await admissionRefusal(ctxOf({ approvalExpiresUnixMs: BigInt(Date.now() - 1), repositoryPath: "/elsewhere" }, false));
+    expect(r).toMatchObject({ outcome: "rejected_approval_expired", reasons: [{ code: "rejected_approval_expired", subject: "approval" }] });
+  });
+
+  it("refuses missing facilities naming the node, then a repository outside the roots naming the path", async () => {
+    expect(await admissionRefusal(ctxOf({}, false))).toMatchObject({ outcome: "rejected_facilities", reasons: [{ code: "facilities_blocked", subject: "node-a" }] });
+    expect(await admissionRefusal(ctxOf({ repositoryPath: "/elsewhere/repo" }))).toMatchObject({ outcome: "rejected_repository_root", reasons: [{ subject: "/elsewhere/repo" }] });
+  });
+
+  it("refuses an inspection that was not admitted, and a runtime path other than the inspected one", async () => {
+    expect(await admissionRefusal(ctxOf({ inspection: create(InspectionSchema, { admitted: false }) }))).toMatchObject({ outcome: "rejected_not_admitted", reasons: [] });
+    expect(await admissionRefusal(ctxOf({ runtimePath: "/other/node" }))).toMatchObject({ outcome: "rejected_runtime_changed", reasons: [{ code: "runtime_changed", subject: "/other/node" }] });
+  });
+
+  it("refuses a bundle that approved containment on a node that has none", async () => {
+    const r = await admissionRefusal(ctxOf({ containment: { isolationClaim: "separate_job_uid" } as never }));
+    expect(r?.outcome).toBe("rejected_containment_changed");
+    expect(r?.message).toContain("this node has no containment settings");
+  });
+});
+
+describe("wall budget", () => {
+  it("a bundle without limits has the 180 s default, and a step needs more than its cleanup and readback reserves", () => {
+    const bundle = create(ExecutionBundleSchema, {});
+    expect(wallMsOf(bundle)).toBe(180_000);
+    expect(stepReserveMs({ bundle })).toBeGreaterThan(500);
+  });
+});
