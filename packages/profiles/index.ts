@@ -1,4 +1,7 @@
 // @seraph/profiles: the pure domain rules of Seraph's execution profiles, one folder per profile
-// (node24-npm/) beside the rules they share (shared/). The package root exports the shared rules;
-// each profile is imported by its own subpath ("@seraph/profiles/node24-npm").
+// (python3/, node24-npm/) beside the rules they share (shared/) and the registry that lists them
+// (registry/). The package root exports the shared rules and the registry-aware inspection hash;
+// each profile is imported by its own subpath ("@seraph/profiles/node24-npm"), the registry by
+// "@seraph/profiles/registry".
 export * from "./shared/index.js";
+export { computeInspectionHash, inspectionHashInput } from "./registry/index.js";

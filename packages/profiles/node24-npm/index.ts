@@ -9,3 +9,4 @@ export type { NpmLock } from "./lockfile.js";
 export { inspectTsconfigChain, parseTsconfigText } from "./tsconfig-chain.js";
 export type { TsconfigChain, TsconfigReader } from "./tsconfig-chain.js";
 export { NODE_CLEANUP_CLAIM } from "./approval.js";
+export { NODE24_NPM_PROFILE, NODE_PROFILE } from "./profile.js";

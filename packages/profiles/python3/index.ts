@@ -25,3 +25,4 @@ export { BOOTSTRAP, INTERPRETER_FLAGS, pythonArgv, pythonDisplayArgv } from "./a
 export type { PythonStepInput } from "./argv.js";
 export { PYTHON_CLEANUP_CLAIM } from "./approval.js";
 export { PINNED_PYTHON_VERSION, PYTHON_SHADOWED_NAMES, sitePackagesDir, VENV_DIR_NAMES } from "./runtime-rules.js";
+export { DEFAULT_PYTHON_RUNTIME, PYTHON3_PROFILE } from "./profile.js";

@@ -19,7 +19,7 @@ export type { RelativePathResult, FileNameProblem } from "./path-rules.js";
 export { canonicalJson } from "./canonical-json.js";
 export type { CanonicalValue } from "./canonical-json.js";
 export { isSha256Hex, sha256Hex } from "./digest.js";
-export { computeInspectionHash, inspectionHashInput, sortIdentities, INSPECTION_HASH_DOMAIN } from "./inspection-hash.js";
+export { sortIdentities, INSPECTION_HASH_DOMAIN } from "./inspection-hash.js";
 export { checkDrift, describeDrift } from "./drift.js";
 export { sameMarkerIdentity } from "./marker-identity.js";
 export { approvalDocumentSha256 } from "./approval-digest.js";

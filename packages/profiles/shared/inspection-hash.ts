@@ -1,10 +1,6 @@
 import { IdentityKind, Selection, type Identity, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { canonicalJson, type CanonicalValue } from "./canonical-json.js";
-import { sha256Hex } from "./digest.js";
 import { LIMIT_NAMES, limitValues } from "./limits.js";
-
-/** The Python profile's name (its inspections hash their own inputs too). */
-const PYTHON_PROFILE_NAME = "repo-python3-v1";
 
 /** The domain tag that starts the hashed bytes; bump the trailing number if the encoding changes. */
 export const INSPECTION_HASH_DOMAIN = "seraph.profile.v1.inspection/1\n";
@@ -22,27 +18,17 @@ export function sortIdentities(identities: readonly Identity[]): Identity[] {
  * identities[{kind, name, sha256, size}]}`.
  * Host-specific values are left out so the same inputs hash the same on every executor: the
  * repository path, the time, the absolute argv and the node executable's path (its identity
- * enters by SHA-256, size and version, under the name "node"). A repo-python3-v1 inspection also
- * covers test_paths, python_version, site_packages, framework and framework_version, and its
- * interpreter enters under the name "python".
+ * enters by SHA-256, size and version, under the name "node"; a CPython interpreter's under
+ * "python"). `profileInputs` are the inspection's profile's own inputs (ExecutionProfile.hashInputs:
+ * repo-python3-v1 adds test_paths, python_version, site_packages, framework and
+ * framework_version); callers use the registry's inspectionHashInput, which supplies them.
  */
-export function inspectionHashInput(inspection: Inspection): string {
+export function inspectionHashInput(inspection: Inspection, profileInputs: Readonly<Record<string, CanonicalValue>>): string {
   const limits = limitValues(inspection.limits ?? ({} as never));
   const limitsJson: Record<string, CanonicalValue> = {};
   for (const n of LIMIT_NAMES) limitsJson[n] = String(limits[n]);
-  // repo-python3-v1 adds its own inputs; Node inspections hash exactly as before.
-  const python: Record<string, CanonicalValue> =
-    inspection.profile === PYTHON_PROFILE_NAME
-      ? {
-          test_paths: [...inspection.testPaths],
-          python_version: inspection.pythonVersion,
-          site_packages: inspection.sitePackages,
-          framework: inspection.framework,
-          framework_version: inspection.frameworkVersion,
-        }
-      : {};
   const value: CanonicalValue = {
-    ...python,
+    ...profileInputs,
     profile: inspection.profile,
     selection: Selection[inspection.selection] ?? String(inspection.selection),
     source_paths: [...inspection.sourcePaths],
@@ -60,9 +46,4 @@ export function inspectionHashInput(inspection: Inspection): string {
     })),
   };
   return INSPECTION_HASH_DOMAIN + canonicalJson(value);
-}
-
-/** SHA-256 of inspectionHashInput(inspection). */
-export function computeInspectionHash(inspection: Inspection): string {
-  return sha256Hex(inspectionHashInput(inspection));
 }

@@ -25,7 +25,6 @@ import type { CommandGroup } from "../command-spec.js";
 import { intFlag, need, str, strs, type CommandContext } from "../context.js";
 import { badge, documentText, enumName, jobLine, OUTCOME_EXIT, repairLine, repairText, resultsText, statusOf, TIMEOUT_EXIT } from "../format.js";
 import { JOB_OUTCOMES } from "@seraph/profiles/outcome";
-import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { CliFailure, UsageError } from "../io.js";
 import { goalId as resolveGoal, proposalId as resolveProposal, repairId as resolveRepair, repositoryId } from "../resolve.js";
 
@@ -107,9 +106,9 @@ export const repair: CommandGroup = {
         const criteriaFile = str(values, "criteria-file");
         const criteria = criteriaFile !== undefined ? await readFile(criteriaFile, "utf8") : need(values, "criteria");
         const goalRevision = intFlag(values, "goal-revision") ?? (await api.goals.getGoal({ goalId })).goal?.revision ?? 0;
-        // Without --selection, the test selection of the profile the settings select (Python, the
-        // default, names its declared command "test"; "npm test" would be refused by its grammar).
-        const selection = str(values, "selection") ?? ((await api.settings.getSandboxSettings({})).settings?.profile === PYTHON_PROFILE ? "test" : "npm test");
+        // Without --selection, the default selection of the profile the settings select, as the
+        // server's profile registry (ListProfiles) names it: "test" for Python, "npm test" for Node.
+        const selection = str(values, "selection") ?? (await defaultSelection(api));
         const res = await api.repairs.createRepair({
           goalId,
           goalRevision,
@@ -501,4 +500,12 @@ function describeChange(prev: Repair | undefined, r: Repair): string {
 function serverTime(r: Repair): string {
   const ms = Number(r.job && r.job.updatedUnixMs > r.updatedUnixMs ? r.job.updatedUnixMs : r.updatedUnixMs);
   return ms > 0 ? new Date(ms).toISOString().slice(11, 19) : "--:--:--";
+}
+
+/** The default selection text of the settings' profile, from the server's ListProfiles. */
+async function defaultSelection(api: Awaited<ReturnType<CommandContext["api"]>>): Promise<string> {
+  const [{ settings }, { profiles }] = await Promise.all([api.settings.getSandboxSettings({}), api.settings.listProfiles({})]);
+  const profile = profiles.find((p) => p.name === settings?.profile) ?? profiles.find((p) => p.isDefault);
+  if (profile === undefined) throw new CliFailure(`the server lists no execution profile "${settings?.profile ?? ""}"; pass --selection`);
+  return profile.defaultSelection;
 }

@@ -4,8 +4,7 @@ import { ExecutionBundleSchema, type ExecutionBundle } from "@seraph/proto/serap
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { approvalDocumentSha256, sha256Hex } from "@seraph/profiles";
-import { NODE_CLEANUP_CLAIM } from "@seraph/profiles/node24-npm";
-import { PYTHON_CLEANUP_CLAIM, PYTHON_PROFILE } from "@seraph/profiles/python3";
+import { profileOf } from "@seraph/profiles/registry";
 import { patchChangedTests, UNTRUSTED_TEST_NOTE } from "./untrusted-tests.js";
 
 /** The approval kind: execution on the executor host with no OS isolation. */
@@ -17,9 +16,9 @@ export const RESOURCE_ENFORCEMENT = "admission_and_wall_timeout_only";
 /** Ceilings that local execution does not enforce. */
 export const UNENFORCED: readonly string[] = ["cpu", "memory", "pids"];
 
-/** The cleanup statement of each profile's approval documents, in the profile's own words. */
+/** The cleanup statement of each profile's approval documents, in the profile's own words (ExecutionProfile.cleanupClaim). */
 export function cleanupClaim(profile: string): string {
-  return profile === PYTHON_PROFILE ? PYTHON_CLEANUP_CLAIM : NODE_CLEANUP_CLAIM;
+  return profileOf(profile).cleanupClaim;
 }
 
 /** Everything an approval document is built from. */

@@ -1,26 +1,20 @@
 import { InvalidArgumentError } from "@seraph/kit";
 import { SelectionError } from "@seraph/profiles";
-import { parseSelection, selectionText } from "@seraph/profiles/node24-npm";
-import { parsePythonSelection, pythonSelectionText, PYTHON_PROFILE } from "@seraph/profiles/python3";
+import { LEGACY_PROFILE, profileOf, type ParsedSelection } from "@seraph/profiles/registry";
 import type { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 
-/** A parsed selection: one of the profile's finite selections and, for Python's two forms, the exact test files. */
-export interface ParsedSelection {
-  readonly selection: Selection;
-  readonly testPaths: readonly string[];
-}
+export type { ParsedSelection } from "@seraph/profiles/registry";
 
 /**
  * Parses selection text (one token a line; spaces also separate) with the server-selected
- * profile's own grammar: for repo-node24-npm-v1 the three npm selections, for repo-python3-v1
- * `test` (the declared command) or `python -m unittest|pytest FILE…`. The words only name a
- * server-owned form; no caller text is ever run. Anything else is INVALID_ARGUMENT on field
- * `selection` with the profile's reason code. Never falls back to the other profile's grammar.
+ * profile's own grammar (ExecutionProfile.parseSelection: for repo-node24-npm-v1 the three npm
+ * selections, for repo-python3-v1 `test` or `python -m unittest|pytest FILE…`). The words only
+ * name a server-owned form; no caller text is ever run. Anything else is INVALID_ARGUMENT on
+ * field `selection` with the profile's reason code. Never falls back to another profile's grammar.
  */
-export function parseSelectionText(text: string, profile = "repo-node24-npm-v1"): ParsedSelection {
+export function parseSelectionText(text: string, profile = LEGACY_PROFILE.name): ParsedSelection {
   try {
-    if (profile === PYTHON_PROFILE) return parsePythonSelection(text);
-    return { selection: parseSelection(text), testPaths: [] };
+    return profileOf(profile).parseSelection(text);
   } catch (err) {
     if (!(err instanceof SelectionError)) throw err;
     const reason = err.reasons[0];
@@ -29,14 +23,12 @@ export function parseSelectionText(text: string, profile = "repo-node24-npm-v1")
 }
 
 /** The display words of a selection ("npm run build test", "python -m pytest tests/test_a.py"). */
-export function selectionWords(s: Selection, profile = "repo-node24-npm-v1", testPaths: readonly string[] = []): string {
-  return profile === PYTHON_PROFILE ? pythonSelectionText(s, testPaths) : selectionText(s);
+export function selectionWords(s: Selection, profile = LEGACY_PROFILE.name, testPaths: readonly string[] = []): string {
+  return profileOf(profile).selectionText(s, testPaths);
 }
 
 const SEGMENT = /^[A-Za-z0-9._@+-]+$/;
 const IMMUTABLE = /(^|\/)(package\.json|package-lock\.json|npm-shrinkwrap\.json|yarn\.lock|pnpm-lock\.yaml|bun\.lockb?|\.npmrc|\.yarnrc(\.yml)?|\.pnpmfile\.cjs|(tsconfig|jsconfig)[^/]*\.json)$/;
-/** repo-python3-v1: configuration, packaging and environment inputs a patch may never change. */
-const PYTHON_IMMUTABLE = /(^|\/)(pyproject\.toml|setup\.cfg|setup\.py|pytest\.ini|\.pytest\.ini|tox\.ini|conftest\.py|noxfile\.py|pyvenv\.cfg|[^/]*\.pth)$|^(\.venv|venv|env|\.env)(\/|$)/;
 
 /**
  * Checks one repository-relative path from a request and returns it normalized ("./" removed,
@@ -72,13 +64,15 @@ export interface RepairPaths {
 /**
  * Validates source and allowed patch paths: each a safe relative path; every allowed patch path
  * inside the source set (a model sees only the source, and only source can be patched) and never
- * a package, lock or TypeScript configuration file.
+ * a package, lock or TypeScript configuration file, nor an input the profile keeps immutable
+ * (ExecutionProfile.immutableRequestPath: Python's configuration and virtual environment).
  */
-export function checkRepairPaths(sourcePaths: readonly string[], allowedPatchPaths: readonly string[], profile = "repo-node24-npm-v1"): RepairPaths {
+export function checkRepairPaths(sourcePaths: readonly string[], allowedPatchPaths: readonly string[], profile = LEGACY_PROFILE.name): RepairPaths {
+  const rules = profileOf(profile);
   const sources = sourcePaths.map((p, i) => checkRequestPath(p, `source_paths[${i}]`));
   const allowed = allowedPatchPaths.map((p, i) => checkRequestPath(p, `allowed_patch_paths[${i}]`));
   for (const [i, a] of allowed.entries()) {
-    if (IMMUTABLE.test(a) || (profile === PYTHON_PROFILE && PYTHON_IMMUTABLE.test(a))) {
+    if (IMMUTABLE.test(a) || rules.immutableRequestPath(a)) {
       throw new InvalidArgumentError(`allowed_patch_paths[${i}]`, "allowed_patch_path_immutable", `"${a}" is a package, lock or configuration input, which a patch may never change.`);
     }
     if (!sources.some((s) => within(a, s))) {

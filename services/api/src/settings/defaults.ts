@@ -6,17 +6,12 @@ import { ProfileOptionSchema, SandboxBackend, type ProfileOption } from "@seraph
 import { LimitsSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { DEFAULT_LIMITS as PROFILE_LIMITS } from "@seraph/profiles";
+import { DEFAULT_PROFILE as DEFAULT_EXECUTION_PROFILE, EXECUTION_PROFILES, profileNames, profileOf } from "@seraph/profiles/registry";
 
-/** The Python execution profile: the default for a new instance, listed first. */
-export const PYTHON_PROFILE = "repo-python3-v1";
-/** The optional Node execution profile, chosen explicitly. */
-export const NODE_PROFILE = "repo-node24-npm-v1";
-/** Every server-selectable profile, in the order settings list them. Choosing one never falls back to another. */
-export const PROFILES: readonly string[] = [PYTHON_PROFILE, NODE_PROFILE];
-/** The profile of a new instance (settings never saved). */
-export const DEFAULT_PROFILE = PYTHON_PROFILE;
-/** Debian's CPython by absolute path: the Python profile's default runtime when installed (never PATH). */
-export const DEFAULT_PYTHON_RUNTIME = "/usr/bin/python3";
+/** Every server-selectable profile, in the order settings list them (the registry's). Choosing one never falls back to another. */
+export const PROFILES: readonly string[] = profileNames();
+/** The profile of a new instance (settings never saved): the registry's default. */
+export const DEFAULT_PROFILE = DEFAULT_EXECUTION_PROFILE.name;
 
 /** Approval validity when the operator sets none: 15 minutes. */
 export const DEFAULT_APPROVAL_TTL_SECONDS = 900;
@@ -75,14 +70,18 @@ export function limitsChanged(limits: Limits): string[] {
   return LIMIT_FIELDS.filter((f) => v[f] !== DEFAULT_LIMITS[f]).map(limitName);
 }
 
-/** The Python profile's default interpreter when it exists on this host; undefined otherwise. */
+/**
+ * The default profile's runtime when it has one by absolute path and it exists on this host
+ * (Debian's /usr/bin/python3 for repo-python3-v1, never PATH); undefined otherwise.
+ */
 export function resolvePinnedPython(): string | undefined {
-  return existsSync(DEFAULT_PYTHON_RUNTIME) ? DEFAULT_PYTHON_RUNTIME : undefined;
+  const path = DEFAULT_EXECUTION_PROFILE.defaultRuntimePath;
+  return path !== "" && existsSync(path) ? path : undefined;
 }
 
-/** The runtime a profile's settings need, in words ("a CPython 3 interpreter"). */
+/** The runtime a profile's settings need, in words ("a CPython 3.11 interpreter"). */
 export function runtimeWords(profile: string): string {
-  return profile === PYTHON_PROFILE ? "a CPython 3.11 interpreter" : "a Node 24 runtime";
+  return profileOf(profile).runtimeWords;
 }
 
 /**
@@ -125,20 +124,17 @@ export function profileOptions(nodes: readonly Node[], fallback: { platform: str
     }
     return option;
   };
+  const all = EXECUTION_PROFILES.map((p) => p.name).join(" / ");
   return [
-    local(PYTHON_PROFILE, "Local · Python 3 (CPython 3.11) / bounded unittest and pytest runs over exact test files — the default"),
-    local(NODE_PROFILE, "Local · Node 24 / bounded test and build scripts"),
-    create(ProfileOptionSchema, {
-      backend: SandboxBackend.DOCKER,
-      profile: NODE_PROFILE,
-      title: "Docker · Node 24 / bounded test and build scripts",
-      available: false,
-      blockedCode: "node_docker_unverified",
-      blockedMessage: "The Docker backend for Node stays blocked until profile-specific image, toolchain and enforcement proof exists; it is never used as a fallback.",
-    }),
+    ...EXECUTION_PROFILES.map((p) => local(p.name, p.optionTitle)),
+    ...EXECUTION_PROFILES.flatMap((p) =>
+      p.blockedBackends.map((b) =>
+        create(ProfileOptionSchema, { backend: SandboxBackend.DOCKER, profile: p.name, title: b.title, available: false, blockedCode: b.blockedCode, blockedMessage: b.blockedMessage }),
+      ),
+    ),
     create(ProfileOptionSchema, {
       backend: SandboxBackend.LOCAL,
-      profile: `${PYTHON_PROFILE} / ${NODE_PROFILE} (macOS)`,
+      profile: `${all} (macOS)`,
       title: "Local on macOS",
       available: false,
       blockedCode: "platform_unsupported",
@@ -146,7 +142,7 @@ export function profileOptions(nodes: readonly Node[], fallback: { platform: str
     }),
     create(ProfileOptionSchema, {
       backend: SandboxBackend.LOCAL,
-      profile: `${PYTHON_PROFILE} / ${NODE_PROFILE} (non-x86_64)`,
+      profile: `${all} (non-x86_64)`,
       title: "Local on Linux other than x86_64",
       available: false,
       blockedCode: "arch_unsupported",

@@ -25,6 +25,7 @@ describe("SettingsService (in-memory transport, real PostgreSQL, fake jobs and n
       await expectRefused(c.settings.updateSandboxSettings({ expectedRevision: 0n, settings: {} }), Code.Unauthenticated);
       await expectRefused(c.settings.checkPrerequisites({}), Code.Unauthenticated);
       await expectRefused(c.settings.listSlots({}), Code.Unauthenticated);
+      await expectRefused(c.settings.listProfiles({}), Code.Unauthenticated);
     }
     expect(await h.rows("sandbox_settings")).toEqual(before);
   });
@@ -34,6 +35,18 @@ describe("SettingsService (in-memory transport, real PostgreSQL, fake jobs and n
     expect(settings).toMatchObject({ revision: 0n, enabled: false, profile: "repo-python3-v1", backend: SandboxBackend.LOCAL, approvalTtlSeconds: 900 });
     expect(profiles.map((p) => p.profile)).toEqual(expect.arrayContaining(["repo-python3-v1", "repo-node24-npm-v1"]));
     expect(await h.rows("sandbox_settings")).toEqual({ sandbox_settings: [] });
+  });
+
+  it("ListProfiles serves the profile registry to every principal: the default first, with its runtime words, default selection and selections", async () => {
+    const { profiles } = await member.c.settings.listProfiles({});
+    expect(profiles.map((p) => p.name)).toEqual(["repo-python3-v1", "repo-node24-npm-v1"]);
+    expect(profiles.map((p) => p.isDefault)).toEqual([true, false]);
+    expect(profiles[0]).toMatchObject({ defaultSelection: "test", defaultRuntimePath: "/usr/bin/python3", runtimeDescription: "a CPython 3.11 interpreter" });
+    expect(profiles[1]).toMatchObject({ defaultSelection: "npm test", defaultRuntimePath: "", runtimeDescription: "a Node 24 runtime" });
+    expect(profiles[1]?.selections.map((s) => s.tokens.join(" "))).toEqual(["npm test", "npm run build", "npm run build test"]);
+    expect(profiles[0]?.selections.filter((s) => s.takesTestFiles).map((s) => s.title)).toEqual(["Python unittest", "Python pytest"]);
+    // The settings' own default is the catalogue's default.
+    expect((await member.c.settings.getSandboxSettings({})).settings?.profile).toBe(profiles.find((p) => p.isDefault)?.name);
   });
 
   it("UpdateSandboxSettings: only the instance operator (PERMISSION_DENIED operator_required for a member or another root), nothing written", async () => {

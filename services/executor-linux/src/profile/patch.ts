@@ -4,8 +4,8 @@ import { applyPatch, parsePatch, type StructuredPatch } from "diff";
 import { IdentityKind, type BlockReason, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason, checkRelativePath, formatCount, isWithin, limitValues, sha256Hex } from "@seraph/profiles";
 import { FOREIGN_LOCKFILES, NPM_LOCKFILES } from "@seraph/profiles/node24-npm";
-import { PYTHON_CONFIG_NAMES, PYTHON_PROFILE } from "@seraph/profiles/python3";
-import { TSCONFIG_NAME } from "./inspect.js";
+import { profileOf } from "@seraph/profiles/registry";
+import { TSCONFIG_NAME } from "./node/node-constants.js";
 import { readFileBounded } from "./safe-fs.js";
 import { isSourceLinkIdentity } from "./source-set.js";
 
@@ -115,13 +115,9 @@ export function immutableInputReason(path: string, inspection: Inspection): stri
   if (segments.includes(".git")) return "it is Git metadata";
   if (IMMUTABLE_NAMES.has(base)) return base === "package.json" ? "package.json holds the scripts and dependencies" : "it is package, lock or npm configuration";
   if (TSCONFIG_NAME.test(path)) return "it is TypeScript configuration";
-  if (inspection.profile === PYTHON_PROFILE) {
-    // The virtual environment (everything under the directory holding pyvenv.cfg) and Python
-    // configuration are inputs, never patch targets — wherever they appear.
-    const venv = inspection.sitePackages.split("/")[0] ?? "";
-    if (venv !== "" && isWithin(path, venv)) return "it is part of the virtual environment";
-    if (PYTHON_CONFIG_NAMES.has(base) || base.endsWith(".pth")) return "it is Python, pytest or packaging configuration";
-  }
+  // The profile's own immutable inputs (Python: its virtual environment and configuration).
+  const own = profileOf(inspection.profile).immutableInputReason(path, inspection);
+  if (own !== undefined) return own;
   const ident = inspection.identities.find((i) => i.name === path && i.kind !== IdentityKind.SOURCE_FILE && i.kind !== IdentityKind.SCRIPT_BODY);
   if (ident) return `it is an inspected ${IdentityKind[ident.kind]?.toLowerCase().replace(/_/g, " ") ?? "execution input"}`;
   return undefined;

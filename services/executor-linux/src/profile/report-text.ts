@@ -1,20 +1,15 @@
 import { IdentityKind, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { selectionText } from "@seraph/profiles/node24-npm";
-import { PYTHON_PROFILE, pythonSelectionText } from "@seraph/profiles/python3";
+import { hostProfileOf } from "./registry.js";
 import type { RepairRunReport } from "./repair-run.js";
 
 /** Human-readable lines describing an inspection (the CLI's output without --json). */
 export function formatInspectionText(inspection: Inspection): string {
   const lines: string[] = [];
-  const python = inspection.profile === PYTHON_PROFILE;
-  const words = python ? pythonSelectionText(inspection.selection, inspection.testPaths) : selectionText(inspection.selection);
+  const profile = hostProfileOf(inspection.profile);
+  const words = profile.rules.selectionText(inspection.selection, inspection.testPaths);
   lines.push(`${inspection.admitted ? "ADMITTED" : "BLOCKED"}  ${inspection.profile}  ${words || "(no selection)"}  ${inspection.repositoryPath}`);
   for (const r of inspection.reasons) lines.push(`  blocked: ${r.code}: ${r.message}`);
-  if (inspection.nodePath) lines.push(`  runtime: ${inspection.nodePath} ${inspection.nodeVersion || "(version unknown)"}`);
-  if (inspection.pythonPath) lines.push(`  runtime: ${inspection.pythonPath} ${inspection.pythonVersion || "(version unknown)"}`);
-  if (inspection.framework) lines.push(`  framework: ${inspection.framework} ${inspection.frameworkVersion}${inspection.sitePackages ? ` from ${inspection.sitePackages}` : ""}`);
-  if (inspection.typescriptVersion) lines.push(`  typescript: ${inspection.typescriptVersion}`);
-  if (inspection.buildOutputDir) lines.push(`  build output: ${inspection.buildOutputDir}/`);
+  lines.push(...profile.describe(inspection));
   for (const s of inspection.steps) {
     lines.push(`  step ${s.name}: script "${s.scriptBody}"`);
     lines.push(`    argv: ${s.argv.map((a) => (a.includes("\n") ? JSON.stringify(a) : a)).join(" ")}`);

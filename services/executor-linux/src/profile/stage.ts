@@ -5,14 +5,16 @@ import { create } from "@bufbuild/protobuf";
 import { StepSchema, type BlockReason, type Drift, type Inspection, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason, checkDrift, describeDrift, sha256Hex } from "@seraph/profiles";
 import { inspectSnapshot } from "./inspect.js";
-import { PYTHON_PROFILE, pythonArgv } from "@seraph/profiles/python3";
-import { buildJobEnv, buildPythonJobEnv, jobDirs } from "./job-env.js";
+import { jobDirs } from "./job-env.js";
 import { checkPatchApplies, checkPatchPaths } from "./patch.js";
 import type { RuntimeExpectation } from "./runtime.js";
 import { lstatEach, readFileBounded, sortedEntries } from "./safe-fs.js";
 import type { DependencyStore } from "./dependency-store.js";
 import type { FileDigestCache } from "./file-digests.js";
+import { hostProfileOf } from "./registry.js";
 import type { KnownFile, SnapshotFile, SnapshotSink } from "./snapshot.js";
+
+export { stagedArgv } from "./staged-argv.js";
 
 /** A verified private copy of an inspected repository, ready for the patch and the steps. */
 export interface StagedRepository {
@@ -42,20 +44,17 @@ export interface StagedRepository {
 export type StagePlan = Pick<StagedRepository, "jobDir" | "packageDir" | "env" | "inspection" | "steps" | "outputDir">;
 
 /**
- * The stage an inspection gives in `jobDir`: its package directory, environment, steps with
- * absolute (Node) or staged-root-relative (Python) argv, and build output directory. A
+ * The stage an inspection gives in `jobDir`: its package directory, its profile's environment
+ * and staged argv (HostProfile.jobEnv, stagedArgv), and build output directory. A
  * successful stageRepository returns exactly this for its re-inspection, which staging proves
  * equal to the approved one (so a supervisor can be prepared from the approved inspection's
  * plan while the copy runs, and is checked against the real stage before its start).
  */
 export function planStage(inspection: Inspection, jobDir: string): StagePlan {
   const packageDir = join(jobDir, "pkg");
-  const python = inspection.profile === PYTHON_PROFILE;
-  // Python argv is relative to the staged root (the cwd); Node's names package files absolutely.
-  const steps = inspection.steps.map((s) =>
-    create(StepSchema, { ...s, argv: python ? pythonArgv(s.displayArgv, inspection.pythonPath) : stagedArgv(s, inspection.nodePath, packageDir) }),
-  );
-  return { jobDir, packageDir, env: python ? buildPythonJobEnv(jobDir) : buildJobEnv(jobDir), inspection, steps, outputDir: inspection.buildOutputDir };
+  const profile = hostProfileOf(inspection.profile);
+  const steps = inspection.steps.map((s) => create(StepSchema, { ...s, argv: profile.stagedArgv(s, inspection, packageDir) }));
+  return { jobDir, packageDir, env: profile.jobEnv(jobDir), inspection, steps, outputDir: inspection.buildOutputDir };
 }
 
 /** What staging produced: a verified stage, or the reasons and drift that stopped it. */
@@ -142,11 +141,6 @@ function stagedSink(packageDir: string, store: DependencyStore | undefined, shar
   };
 }
 
-/** Rewrites a step's package-relative display argv into absolute argv for the staged package. */
-export function stagedArgv(step: Step, nodePath: string, packageDir: string): string[] {
-  return [nodePath, ...step.displayArgv.slice(1).map((t) => (t.startsWith("--") ? t : join(packageDir, t)))];
-}
-
 /** One difference between a staged tree and what it should hold. */
 export interface TreeDifference {
   readonly path: string;
@@ -231,31 +225,11 @@ export async function stageRepository(options: StageOptions): Promise<StageResul
   for (const d of [packageDir, dirs.home, dirs.tmp, dirs.npmCache, dirs.cache, dirs.config, dirs.results]) await mkdir(d, { recursive: true, mode: 0o700 });
   options.onJobDir?.();
 
-  const python = inspection.profile === PYTHON_PROFILE;
+  const profile = hostProfileOf(inspection.profile);
   const shared = new Set<string>();
   const staged = await inspectSnapshot(
-    python
-      ? {
-          profile: PYTHON_PROFILE,
-          repositoryPath: inspection.repositoryPath,
-          selection: inspection.selection,
-          testPaths: inspection.testPaths,
-          pythonPath: inspection.pythonPath,
-          sourcePaths: inspection.sourcePaths,
-          limits: inspection.limits,
-          runtime: { ...options.runtime, expectedVersion: inspection.pythonVersion || undefined },
-        }
-      : {
-          repositoryPath: inspection.repositoryPath,
-          selection: inspection.selection,
-          nodePath: inspection.nodePath,
-          sourcePaths: inspection.sourcePaths,
-          limits: inspection.limits,
-          buildOutputDir: inspection.buildOutputDir || undefined,
-          runtime: options.runtime ?? { expectedVersion: inspection.nodeVersion || undefined },
-          digests: options.digests,
-        },
-    stagedSink(packageDir, python ? undefined : options.dependencyStore, shared),
+    profile.restageOptions(inspection, options.runtime, options.digests),
+    stagedSink(packageDir, profile.sharesDependencies ? options.dependencyStore : undefined, shared),
   );
   const re = staged.inspection;
   const drift = checkDrift(inspection, re);

@@ -12,7 +12,7 @@ import type { PrerequisiteReport } from "../../executor/v1/executor_pb.js";
 import { file_seraph_executor_v1_executor } from "../../executor/v1/executor_pb.js";
 import type { JobState } from "../../jobs/v1/jobs_pb.js";
 import { file_seraph_jobs_v1_jobs } from "../../jobs/v1/jobs_pb.js";
-import type { Limits } from "../../profile/v1/profile_pb.js";
+import type { Limits, Selection } from "../../profile/v1/profile_pb.js";
 import { file_seraph_profile_v1_profile } from "../../profile/v1/profile_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/api/v1/settings.proto.
  */
 export const file_seraph_api_v1_settings: GenFile = /*@__PURE__*/
-  fileDesc("ChxzZXJhcGgvYXBpL3YxL3NldHRpbmdzLnByb3RvEg1zZXJhcGguYXBpLnYxItYBCgpNb2RlbFJvdXRlEi0KAmlkGAEgASgJQiG6SB5yHDIaXlthLXowLTldW2EtejAtOV8tXXswLDYyfSQSGgoIYmFzZV91cmwYAiABKAlCCLpIBXIDiAEBEhkKBW1vZGVsGAMgASgJQgq6SAdyBRABGMgBEg8KB2FwaV9rZXkYBCABKAkSEwoLYXBpX2tleV9zZXQYBSABKAgSHQoKdGltZW91dF9tcxgGIAEoDUIJukgGKgQYwM8kEh0KDG1heF9hdHRlbXB0cxgHIAEoDUIHukgEKgIYBSLrAwoPU2FuZGJveFNldHRpbmdzEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSFAoMcnVudGltZV9wYXRoGAMgASgJEg8KB2VuYWJsZWQYBCABKAgSGAoQcmVwb3NpdG9yeV9yb290cxgFIAMoCRIpCgZsaW1pdHMYBiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSLwoMbW9kZWxfcm91dGVzGAcgAygLMhkuc2VyYXBoLmFwaS52MS5Nb2RlbFJvdXRlEhwKFGFwcHJvdmFsX3R0bF9zZWNvbmRzGAggASgNEhAKCHJldmlzaW9uGAkgASgEEhcKD3VwZGF0ZWRfdW5peF9tcxgKIAEoAxIwCg5ydW50aW1lX3NoYTI1NhgLIAEoCUIYukgVchMyEV4oWzAtOWEtZl17NjR9KT8kElEKFXJvb3RfcmVwb3NpdG9yeV9yb290cxgMIAMoCzInLnNlcmFwaC5hcGkudjEuT3BlcmF0b3JSb290UmVwb3NpdG9yaWVzQgm6SAaSAQMQ6AcSLAoRbW9kZWxfcm91dGVfaG9zdHMYDSADKAlCEbpIDpIBCxBkIgdyBRABGP0BIlsKGE9wZXJhdG9yUm9vdFJlcG9zaXRvcmllcxIZCgdyb290X2lkGAEgASgJQgi6SAVyA7ABARIkChByZXBvc2l0b3J5X3Jvb3RzGAIgAygJQgq6SAeSAQQIARBkIqEBCg1Qcm9maWxlT3B0aW9uEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSDQoFdGl0bGUYAyABKAkSEQoJYXZhaWxhYmxlGAQgASgIEhQKDGJsb2NrZWRfY29kZRgFIAEoCRIXCg9ibG9ja2VkX21lc3NhZ2UYBiABKAkiGwoZR2V0U2FuZGJveFNldHRpbmdzUmVxdWVzdCJ+ChpHZXRTYW5kYm94U2V0dGluZ3NSZXNwb25zZRIwCghzZXR0aW5ncxgBIAEoCzIeLnNlcmFwaC5hcGkudjEuU2FuZGJveFNldHRpbmdzEi4KCHByb2ZpbGVzGAIgAygLMhwuc2VyYXBoLmFwaS52MS5Qcm9maWxlT3B0aW9uInMKHFVwZGF0ZVNhbmRib3hTZXR0aW5nc1JlcXVlc3QSOAoIc2V0dGluZ3MYASABKAsyHi5zZXJhcGguYXBpLnYxLlNhbmRib3hTZXR0aW5nc0IGukgDyAEBEhkKEWV4cGVjdGVkX3JldmlzaW9uGAIgASgEIlEKHVVwZGF0ZVNhbmRib3hTZXR0aW5nc1Jlc3BvbnNlEjAKCHNldHRpbmdzGAEgASgLMh4uc2VyYXBoLmFwaS52MS5TYW5kYm94U2V0dGluZ3MiLAoZQ2hlY2tQcmVyZXF1aXNpdGVzUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJIlUKGkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlEjcKB3JlcG9ydHMYASADKAsyJi5zZXJhcGguZXhlY3V0b3IudjEuUHJlcmVxdWlzaXRlUmVwb3J0IhIKEExpc3RTbG90c1JlcXVlc3QipQEKClNsb3RTdGF0dXMSDwoHbm9kZV9pZBgBIAEoCRISCgpzbG90X2luZGV4GAIgASgFEg0KBXN0YXRlGAMgASgJEg4KBmpvYl9pZBgEIAEoCRIRCglyZXBhaXJfaWQYBSABKAkSKwoJam9iX3N0YXRlGAYgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGUSEwoLam9iX291dGNvbWUYByABKAkiPQoRTGlzdFNsb3RzUmVzcG9uc2USKAoFc2xvdHMYASADKAsyGS5zZXJhcGguYXBpLnYxLlNsb3RTdGF0dXMicAoKUmVwb3NpdG9yeRIKCgJpZBgBIAEoCRIQCghvd25lcl9pZBgCIAEoCRIPCgdub2RlX2lkGAMgASgJEgwKBHBhdGgYBCABKAkSDAoEbmFtZRgFIAEoCRIXCg9jcmVhdGVkX3VuaXhfbXMYBiABKAMiYQoZUmVnaXN0ZXJSZXBvc2l0b3J5UmVxdWVzdBIbCgRwYXRoGAEgASgJQg26SApyCBACGIAgOgEvEhYKBG5hbWUYAiABKAlCCLpIBXIDGMgBEg8KB25vZGVfaWQYAyABKAkiSwoaUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USLQoKcmVwb3NpdG9yeRgBIAEoCzIZLnNlcmFwaC5hcGkudjEuUmVwb3NpdG9yeSIZChdMaXN0UmVwb3NpdG9yaWVzUmVxdWVzdCJLChhMaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2USLwoMcmVwb3NpdG9yaWVzGAEgAygLMhkuc2VyYXBoLmFwaS52MS5SZXBvc2l0b3J5KmgKDlNhbmRib3hCYWNrZW5kEh8KG1NBTkRCT1hfQkFDS0VORF9VTlNQRUNJRklFRBAAEhkKFVNBTkRCT1hfQkFDS0VORF9MT0NBTBABEhoKFlNBTkRCT1hfQkFDS0VORF9ET0NLRVIQAjKrAwoPU2V0dGluZ3NTZXJ2aWNlEmkKEkdldFNhbmRib3hTZXR0aW5ncxIoLnNlcmFwaC5hcGkudjEuR2V0U2FuZGJveFNldHRpbmdzUmVxdWVzdBopLnNlcmFwaC5hcGkudjEuR2V0U2FuZGJveFNldHRpbmdzUmVzcG9uc2UScgoVVXBkYXRlU2FuZGJveFNldHRpbmdzEisuc2VyYXBoLmFwaS52MS5VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXF1ZXN0Giwuc2VyYXBoLmFwaS52MS5VcGRhdGVTYW5kYm94U2V0dGluZ3NSZXNwb25zZRJpChJDaGVja1ByZXJlcXVpc2l0ZXMSKC5zZXJhcGguYXBpLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1JlcXVlc3QaKS5zZXJhcGguYXBpLnYxLkNoZWNrUHJlcmVxdWlzaXRlc1Jlc3BvbnNlEk4KCUxpc3RTbG90cxIfLnNlcmFwaC5hcGkudjEuTGlzdFNsb3RzUmVxdWVzdBogLnNlcmFwaC5hcGkudjEuTGlzdFNsb3RzUmVzcG9uc2Uy4wEKEVJlcG9zaXRvcnlTZXJ2aWNlEmkKElJlZ2lzdGVyUmVwb3NpdG9yeRIoLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVxdWVzdBopLnNlcmFwaC5hcGkudjEuUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USYwoQTGlzdFJlcG9zaXRvcmllcxImLnNlcmFwaC5hcGkudjEuTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QaJy5zZXJhcGguYXBpLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_executor_v1_executor, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile]);
+  fileDesc("ChxzZXJhcGgvYXBpL3YxL3NldHRpbmdzLnByb3RvEg1zZXJhcGguYXBpLnYxItYBCgpNb2RlbFJvdXRlEi0KAmlkGAEgASgJQiG6SB5yHDIaXlthLXowLTldW2EtejAtOV8tXXswLDYyfSQSGgoIYmFzZV91cmwYAiABKAlCCLpIBXIDiAEBEhkKBW1vZGVsGAMgASgJQgq6SAdyBRABGMgBEg8KB2FwaV9rZXkYBCABKAkSEwoLYXBpX2tleV9zZXQYBSABKAgSHQoKdGltZW91dF9tcxgGIAEoDUIJukgGKgQYwM8kEh0KDG1heF9hdHRlbXB0cxgHIAEoDUIHukgEKgIYBSLrAwoPU2FuZGJveFNldHRpbmdzEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSFAoMcnVudGltZV9wYXRoGAMgASgJEg8KB2VuYWJsZWQYBCABKAgSGAoQcmVwb3NpdG9yeV9yb290cxgFIAMoCRIpCgZsaW1pdHMYBiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSLwoMbW9kZWxfcm91dGVzGAcgAygLMhkuc2VyYXBoLmFwaS52MS5Nb2RlbFJvdXRlEhwKFGFwcHJvdmFsX3R0bF9zZWNvbmRzGAggASgNEhAKCHJldmlzaW9uGAkgASgEEhcKD3VwZGF0ZWRfdW5peF9tcxgKIAEoAxIwCg5ydW50aW1lX3NoYTI1NhgLIAEoCUIYukgVchMyEV4oWzAtOWEtZl17NjR9KT8kElEKFXJvb3RfcmVwb3NpdG9yeV9yb290cxgMIAMoCzInLnNlcmFwaC5hcGkudjEuT3BlcmF0b3JSb290UmVwb3NpdG9yaWVzQgm6SAaSAQMQ6AcSLAoRbW9kZWxfcm91dGVfaG9zdHMYDSADKAlCEbpIDpIBCxBkIgdyBRABGP0BIlsKGE9wZXJhdG9yUm9vdFJlcG9zaXRvcmllcxIZCgdyb290X2lkGAEgASgJQgi6SAVyA7ABARIkChByZXBvc2l0b3J5X3Jvb3RzGAIgAygJQgq6SAeSAQQIARBkIqEBCg1Qcm9maWxlT3B0aW9uEi4KB2JhY2tlbmQYASABKA4yHS5zZXJhcGguYXBpLnYxLlNhbmRib3hCYWNrZW5kEg8KB3Byb2ZpbGUYAiABKAkSDQoFdGl0bGUYAyABKAkSEQoJYXZhaWxhYmxlGAQgASgIEhQKDGJsb2NrZWRfY29kZRgFIAEoCRIXCg9ibG9ja2VkX21lc3NhZ2UYBiABKAkijwEKEFByb2ZpbGVTZWxlY3Rpb24SLwoJc2VsZWN0aW9uGAEgASgOMhwuc2VyYXBoLnByb2ZpbGUudjEuU2VsZWN0aW9uEg0KBXRpdGxlGAIgASgJEg4KBnRva2VucxgDIAMoCRIYChB0YWtlc190ZXN0X2ZpbGVzGAQgASgIEhEKCWV4ZWN1dGlvbhgFIAEoCSLSAQoURXhlY3V0aW9uUHJvZmlsZUluZm8SDAoEbmFtZRgBIAEoCRINCgV0aXRsZRgCIAEoCRISCgppc19kZWZhdWx0GAMgASgIEhsKE3J1bnRpbWVfZGVzY3JpcHRpb24YBCABKAkSHAoUZGVmYXVsdF9ydW50aW1lX3BhdGgYBSABKAkSGQoRZGVmYXVsdF9zZWxlY3Rpb24YBiABKAkSMwoKc2VsZWN0aW9ucxgHIAMoCzIfLnNlcmFwaC5hcGkudjEuUHJvZmlsZVNlbGVjdGlvbiIVChNMaXN0UHJvZmlsZXNSZXF1ZXN0Ik0KFExpc3RQcm9maWxlc1Jlc3BvbnNlEjUKCHByb2ZpbGVzGAEgAygLMiMuc2VyYXBoLmFwaS52MS5FeGVjdXRpb25Qcm9maWxlSW5mbyIbChlHZXRTYW5kYm94U2V0dGluZ3NSZXF1ZXN0In4KGkdldFNhbmRib3hTZXR0aW5nc1Jlc3BvbnNlEjAKCHNldHRpbmdzGAEgASgLMh4uc2VyYXBoLmFwaS52MS5TYW5kYm94U2V0dGluZ3MSLgoIcHJvZmlsZXMYAiADKAsyHC5zZXJhcGguYXBpLnYxLlByb2ZpbGVPcHRpb24icwocVXBkYXRlU2FuZGJveFNldHRpbmdzUmVxdWVzdBI4CghzZXR0aW5ncxgBIAEoCzIeLnNlcmFwaC5hcGkudjEuU2FuZGJveFNldHRpbmdzQga6SAPIAQESGQoRZXhwZWN0ZWRfcmV2aXNpb24YAiABKAQiUQodVXBkYXRlU2FuZGJveFNldHRpbmdzUmVzcG9uc2USMAoIc2V0dGluZ3MYASABKAsyHi5zZXJhcGguYXBpLnYxLlNhbmRib3hTZXR0aW5ncyIsChlDaGVja1ByZXJlcXVpc2l0ZXNSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkiVQoaQ2hlY2tQcmVyZXF1aXNpdGVzUmVzcG9uc2USNwoHcmVwb3J0cxgBIAMoCzImLnNlcmFwaC5leGVjdXRvci52MS5QcmVyZXF1aXNpdGVSZXBvcnQiEgoQTGlzdFNsb3RzUmVxdWVzdCKlAQoKU2xvdFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnNsb3RfaW5kZXgYAiABKAUSDQoFc3RhdGUYAyABKAkSDgoGam9iX2lkGAQgASgJEhEKCXJlcGFpcl9pZBgFIAEoCRIrCglqb2Jfc3RhdGUYBiABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZRITCgtqb2Jfb3V0Y29tZRgHIAEoCSI9ChFMaXN0U2xvdHNSZXNwb25zZRIoCgVzbG90cxgBIAMoCzIZLnNlcmFwaC5hcGkudjEuU2xvdFN0YXR1cyJwCgpSZXBvc2l0b3J5EgoKAmlkGAEgASgJEhAKCG93bmVyX2lkGAIgASgJEg8KB25vZGVfaWQYAyABKAkSDAoEcGF0aBgEIAEoCRIMCgRuYW1lGAUgASgJEhcKD2NyZWF0ZWRfdW5peF9tcxgGIAEoAyJhChlSZWdpc3RlclJlcG9zaXRvcnlSZXF1ZXN0EhsKBHBhdGgYASABKAlCDbpICnIIEAIYgCA6AS8SFgoEbmFtZRgCIAEoCUIIukgFcgMYyAESDwoHbm9kZV9pZBgDIAEoCSJLChpSZWdpc3RlclJlcG9zaXRvcnlSZXNwb25zZRItCgpyZXBvc2l0b3J5GAEgASgLMhkuc2VyYXBoLmFwaS52MS5SZXBvc2l0b3J5IhkKF0xpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0IksKGExpc3RSZXBvc2l0b3JpZXNSZXNwb25zZRIvCgxyZXBvc2l0b3JpZXMYASADKAsyGS5zZXJhcGguYXBpLnYxLlJlcG9zaXRvcnkqaAoOU2FuZGJveEJhY2tlbmQSHwobU0FOREJPWF9CQUNLRU5EX1VOU1BFQ0lGSUVEEAASGQoVU0FOREJPWF9CQUNLRU5EX0xPQ0FMEAESGgoWU0FOREJPWF9CQUNLRU5EX0RPQ0tFUhACMoQECg9TZXR0aW5nc1NlcnZpY2USaQoSR2V0U2FuZGJveFNldHRpbmdzEiguc2VyYXBoLmFwaS52MS5HZXRTYW5kYm94U2V0dGluZ3NSZXF1ZXN0Gikuc2VyYXBoLmFwaS52MS5HZXRTYW5kYm94U2V0dGluZ3NSZXNwb25zZRJyChVVcGRhdGVTYW5kYm94U2V0dGluZ3MSKy5zZXJhcGguYXBpLnYxLlVwZGF0ZVNhbmRib3hTZXR0aW5nc1JlcXVlc3QaLC5zZXJhcGguYXBpLnYxLlVwZGF0ZVNhbmRib3hTZXR0aW5nc1Jlc3BvbnNlEmkKEkNoZWNrUHJlcmVxdWlzaXRlcxIoLnNlcmFwaC5hcGkudjEuQ2hlY2tQcmVyZXF1aXNpdGVzUmVxdWVzdBopLnNlcmFwaC5hcGkudjEuQ2hlY2tQcmVyZXF1aXNpdGVzUmVzcG9uc2USTgoJTGlzdFNsb3RzEh8uc2VyYXBoLmFwaS52MS5MaXN0U2xvdHNSZXF1ZXN0GiAuc2VyYXBoLmFwaS52MS5MaXN0U2xvdHNSZXNwb25zZRJXCgxMaXN0UHJvZmlsZXMSIi5zZXJhcGguYXBpLnYxLkxpc3RQcm9maWxlc1JlcXVlc3QaIy5zZXJhcGguYXBpLnYxLkxpc3RQcm9maWxlc1Jlc3BvbnNlMuMBChFSZXBvc2l0b3J5U2VydmljZRJpChJSZWdpc3RlclJlcG9zaXRvcnkSKC5zZXJhcGguYXBpLnYxLlJlZ2lzdGVyUmVwb3NpdG9yeVJlcXVlc3QaKS5zZXJhcGguYXBpLnYxLlJlZ2lzdGVyUmVwb3NpdG9yeVJlc3BvbnNlEmMKEExpc3RSZXBvc2l0b3JpZXMSJi5zZXJhcGguYXBpLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXF1ZXN0Gicuc2VyYXBoLmFwaS52MS5MaXN0UmVwb3NpdG9yaWVzUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_seraph_executor_v1_executor, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile]);
 
 /**
  * @generated from message seraph.api.v1.ModelRoute
@@ -243,6 +243,143 @@ export const ProfileOptionSchema: GenMessage<ProfileOption> = /*@__PURE__*/
   messageDesc(file_seraph_api_v1_settings, 3);
 
 /**
+ * One selection a profile offers, as a client shows and offers it.
+ *
+ * @generated from message seraph.api.v1.ProfileSelection
+ */
+export type ProfileSelection = Message<"seraph.api.v1.ProfileSelection"> & {
+  /**
+   * @generated from field: seraph.profile.v1.Selection selection = 1;
+   */
+  selection: Selection;
+
+  /**
+   * @generated from field: string title = 2;
+   */
+  title: string;
+
+  /**
+   * The words that name it ("npm", "run", "build"); test files follow when takes_test_files.
+   *
+   * @generated from field: repeated string tokens = 3;
+   */
+  tokens: string[];
+
+  /**
+   * True when the selection names one to eight exact test files after its tokens.
+   *
+   * @generated from field: bool takes_test_files = 4;
+   */
+  takesTestFiles: boolean;
+
+  /**
+   * What runs, in one sentence.
+   *
+   * @generated from field: string execution = 5;
+   */
+  execution: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.ProfileSelection.
+ * Use `create(ProfileSelectionSchema)` to create a new message.
+ */
+export const ProfileSelectionSchema: GenMessage<ProfileSelection> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 4);
+
+/**
+ * An execution profile's metadata, from the server's profile registry, so no client hard-codes a
+ * profile name or its words.
+ *
+ * @generated from message seraph.api.v1.ExecutionProfileInfo
+ */
+export type ExecutionProfileInfo = Message<"seraph.api.v1.ExecutionProfileInfo"> & {
+  /**
+   * The stable name settings, inspections and approvals carry ("repo-python3-v1").
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string title = 2;
+   */
+  title: string;
+
+  /**
+   * True for the profile of a new instance (settings never saved).
+   *
+   * @generated from field: bool is_default = 3;
+   */
+  isDefault: boolean;
+
+  /**
+   * The runtime its settings need, in words ("a CPython 3.11 interpreter").
+   *
+   * @generated from field: string runtime_description = 4;
+   */
+  runtimeDescription: string;
+
+  /**
+   * The default runtime path where the profile has one by absolute path ("" otherwise).
+   *
+   * @generated from field: string default_runtime_path = 5;
+   */
+  defaultRuntimePath: string;
+
+  /**
+   * The selection text used when a caller names none ("test", "npm test").
+   *
+   * @generated from field: string default_selection = 6;
+   */
+  defaultSelection: string;
+
+  /**
+   * @generated from field: repeated seraph.api.v1.ProfileSelection selections = 7;
+   */
+  selections: ProfileSelection[];
+};
+
+/**
+ * Describes the message seraph.api.v1.ExecutionProfileInfo.
+ * Use `create(ExecutionProfileInfoSchema)` to create a new message.
+ */
+export const ExecutionProfileInfoSchema: GenMessage<ExecutionProfileInfo> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 5);
+
+/**
+ * @generated from message seraph.api.v1.ListProfilesRequest
+ */
+export type ListProfilesRequest = Message<"seraph.api.v1.ListProfilesRequest"> & {
+};
+
+/**
+ * Describes the message seraph.api.v1.ListProfilesRequest.
+ * Use `create(ListProfilesRequestSchema)` to create a new message.
+ */
+export const ListProfilesRequestSchema: GenMessage<ListProfilesRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 6);
+
+/**
+ * @generated from message seraph.api.v1.ListProfilesResponse
+ */
+export type ListProfilesResponse = Message<"seraph.api.v1.ListProfilesResponse"> & {
+  /**
+   * Every server-selectable profile, the default first.
+   *
+   * @generated from field: repeated seraph.api.v1.ExecutionProfileInfo profiles = 1;
+   */
+  profiles: ExecutionProfileInfo[];
+};
+
+/**
+ * Describes the message seraph.api.v1.ListProfilesResponse.
+ * Use `create(ListProfilesResponseSchema)` to create a new message.
+ */
+export const ListProfilesResponseSchema: GenMessage<ListProfilesResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_settings, 7);
+
+/**
  * @generated from message seraph.api.v1.GetSandboxSettingsRequest
  */
 export type GetSandboxSettingsRequest = Message<"seraph.api.v1.GetSandboxSettingsRequest"> & {
@@ -253,7 +390,7 @@ export type GetSandboxSettingsRequest = Message<"seraph.api.v1.GetSandboxSetting
  * Use `create(GetSandboxSettingsRequestSchema)` to create a new message.
  */
 export const GetSandboxSettingsRequestSchema: GenMessage<GetSandboxSettingsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 4);
+  messageDesc(file_seraph_api_v1_settings, 8);
 
 /**
  * @generated from message seraph.api.v1.GetSandboxSettingsResponse
@@ -275,7 +412,7 @@ export type GetSandboxSettingsResponse = Message<"seraph.api.v1.GetSandboxSettin
  * Use `create(GetSandboxSettingsResponseSchema)` to create a new message.
  */
 export const GetSandboxSettingsResponseSchema: GenMessage<GetSandboxSettingsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 5);
+  messageDesc(file_seraph_api_v1_settings, 9);
 
 /**
  * @generated from message seraph.api.v1.UpdateSandboxSettingsRequest
@@ -299,7 +436,7 @@ export type UpdateSandboxSettingsRequest = Message<"seraph.api.v1.UpdateSandboxS
  * Use `create(UpdateSandboxSettingsRequestSchema)` to create a new message.
  */
 export const UpdateSandboxSettingsRequestSchema: GenMessage<UpdateSandboxSettingsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 6);
+  messageDesc(file_seraph_api_v1_settings, 10);
 
 /**
  * @generated from message seraph.api.v1.UpdateSandboxSettingsResponse
@@ -316,7 +453,7 @@ export type UpdateSandboxSettingsResponse = Message<"seraph.api.v1.UpdateSandbox
  * Use `create(UpdateSandboxSettingsResponseSchema)` to create a new message.
  */
 export const UpdateSandboxSettingsResponseSchema: GenMessage<UpdateSandboxSettingsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 7);
+  messageDesc(file_seraph_api_v1_settings, 11);
 
 /**
  * @generated from message seraph.api.v1.CheckPrerequisitesRequest
@@ -335,7 +472,7 @@ export type CheckPrerequisitesRequest = Message<"seraph.api.v1.CheckPrerequisite
  * Use `create(CheckPrerequisitesRequestSchema)` to create a new message.
  */
 export const CheckPrerequisitesRequestSchema: GenMessage<CheckPrerequisitesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 8);
+  messageDesc(file_seraph_api_v1_settings, 12);
 
 /**
  * @generated from message seraph.api.v1.CheckPrerequisitesResponse
@@ -352,7 +489,7 @@ export type CheckPrerequisitesResponse = Message<"seraph.api.v1.CheckPrerequisit
  * Use `create(CheckPrerequisitesResponseSchema)` to create a new message.
  */
 export const CheckPrerequisitesResponseSchema: GenMessage<CheckPrerequisitesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 9);
+  messageDesc(file_seraph_api_v1_settings, 13);
 
 /**
  * @generated from message seraph.api.v1.ListSlotsRequest
@@ -365,7 +502,7 @@ export type ListSlotsRequest = Message<"seraph.api.v1.ListSlotsRequest"> & {
  * Use `create(ListSlotsRequestSchema)` to create a new message.
  */
 export const ListSlotsRequestSchema: GenMessage<ListSlotsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 10);
+  messageDesc(file_seraph_api_v1_settings, 14);
 
 /**
  * @generated from message seraph.api.v1.SlotStatus
@@ -416,7 +553,7 @@ export type SlotStatus = Message<"seraph.api.v1.SlotStatus"> & {
  * Use `create(SlotStatusSchema)` to create a new message.
  */
 export const SlotStatusSchema: GenMessage<SlotStatus> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 11);
+  messageDesc(file_seraph_api_v1_settings, 15);
 
 /**
  * @generated from message seraph.api.v1.ListSlotsResponse
@@ -433,7 +570,7 @@ export type ListSlotsResponse = Message<"seraph.api.v1.ListSlotsResponse"> & {
  * Use `create(ListSlotsResponseSchema)` to create a new message.
  */
 export const ListSlotsResponseSchema: GenMessage<ListSlotsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 12);
+  messageDesc(file_seraph_api_v1_settings, 16);
 
 /**
  * @generated from message seraph.api.v1.Repository
@@ -477,7 +614,7 @@ export type Repository = Message<"seraph.api.v1.Repository"> & {
  * Use `create(RepositorySchema)` to create a new message.
  */
 export const RepositorySchema: GenMessage<Repository> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 13);
+  messageDesc(file_seraph_api_v1_settings, 17);
 
 /**
  * @generated from message seraph.api.v1.RegisterRepositoryRequest
@@ -506,7 +643,7 @@ export type RegisterRepositoryRequest = Message<"seraph.api.v1.RegisterRepositor
  * Use `create(RegisterRepositoryRequestSchema)` to create a new message.
  */
 export const RegisterRepositoryRequestSchema: GenMessage<RegisterRepositoryRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 14);
+  messageDesc(file_seraph_api_v1_settings, 18);
 
 /**
  * @generated from message seraph.api.v1.RegisterRepositoryResponse
@@ -523,7 +660,7 @@ export type RegisterRepositoryResponse = Message<"seraph.api.v1.RegisterReposito
  * Use `create(RegisterRepositoryResponseSchema)` to create a new message.
  */
 export const RegisterRepositoryResponseSchema: GenMessage<RegisterRepositoryResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 15);
+  messageDesc(file_seraph_api_v1_settings, 19);
 
 /**
  * @generated from message seraph.api.v1.ListRepositoriesRequest
@@ -536,7 +673,7 @@ export type ListRepositoriesRequest = Message<"seraph.api.v1.ListRepositoriesReq
  * Use `create(ListRepositoriesRequestSchema)` to create a new message.
  */
 export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 16);
+  messageDesc(file_seraph_api_v1_settings, 20);
 
 /**
  * @generated from message seraph.api.v1.ListRepositoriesResponse
@@ -553,7 +690,7 @@ export type ListRepositoriesResponse = Message<"seraph.api.v1.ListRepositoriesRe
  * Use `create(ListRepositoriesResponseSchema)` to create a new message.
  */
 export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_settings, 17);
+  messageDesc(file_seraph_api_v1_settings, 21);
 
 /**
  * @generated from enum seraph.api.v1.SandboxBackend
@@ -620,6 +757,16 @@ export const SettingsService: GenService<{
     methodKind: "unary";
     input: typeof ListSlotsRequestSchema;
     output: typeof ListSlotsResponseSchema;
+  },
+  /**
+   * The execution profiles this server runs, with what a client needs to offer them (any principal).
+   *
+   * @generated from rpc seraph.api.v1.SettingsService.ListProfiles
+   */
+  listProfiles: {
+    methodKind: "unary";
+    input: typeof ListProfilesRequestSchema;
+    output: typeof ListProfilesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_seraph_api_v1_settings, 0);

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/profile/v1/profile.proto.
  */
 export const file_seraph_profile_v1_profile: GenFile = /*@__PURE__*/
-  fileDesc("Ch9zZXJhcGgvcHJvZmlsZS92MS9wcm9maWxlLnByb3RvEhFzZXJhcGgucHJvZmlsZS52MSLcAQoGTGltaXRzEhYKDnNuYXBzaG90X2J5dGVzGAEgASgEEhQKDHNvdXJjZV9maWxlcxgCIAEoDRIZChFzb3VyY2VfZmlsZV9ieXRlcxgDIAEoBBIYChBkZXBlbmRlbmN5X2ZpbGVzGAQgASgNEh0KFWRlcGVuZGVuY3lfZmlsZV9ieXRlcxgFIAEoBBITCgtwYXRjaF9ieXRlcxgGIAEoBBIUCgxvdXRwdXRfYnl0ZXMYByABKAQSFAoMc3RyZWFtX2J5dGVzGAggASgEEg8KB3dhbGxfbXMYCSABKA0iZQoISWRlbnRpdHkSLQoEa2luZBgBIAEoDjIfLnNlcmFwaC5wcm9maWxlLnYxLklkZW50aXR5S2luZBIMCgRuYW1lGAIgASgJEg4KBnNoYTI1NhgDIAEoCRIMCgRzaXplGAQgASgEImIKBFN0ZXASDAoEbmFtZRgBIAEoCRITCgtzY3JpcHRfbmFtZRgCIAEoCRITCgtzY3JpcHRfYm9keRgDIAEoCRIMCgRhcmd2GAQgAygJEhQKDGRpc3BsYXlfYXJndhgFIAMoCSI9CgtCbG9ja1JlYXNvbhIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSDwoHc3ViamVjdBgDIAEoCSIzCg5TdXBwcmVzc2VkSG9vaxITCgtzY3JpcHRfbmFtZRgBIAEoCRIMCgRib2R5GAIgASgJIvwFCgpJbnNwZWN0aW9uEg8KB3Byb2ZpbGUYASABKAkSEAoIYWRtaXR0ZWQYAiABKAgSLwoHcmVhc29ucxgDIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEi8KCXNlbGVjdGlvbhgEIAEoDjIcLnNlcmFwaC5wcm9maWxlLnYxLlNlbGVjdGlvbhImCgVzdGVwcxgFIAMoCzIXLnNlcmFwaC5wcm9maWxlLnYxLlN0ZXASOwoQc3VwcHJlc3NlZF9ob29rcxgGIAMoCzIhLnNlcmFwaC5wcm9maWxlLnYxLlN1cHByZXNzZWRIb29rEi8KCmlkZW50aXRpZXMYByADKAsyGy5zZXJhcGgucHJvZmlsZS52MS5JZGVudGl0eRIZChFpbnNwZWN0aW9uX3NoYTI1NhgIIAEoCRIpCgZsaW1pdHMYCSABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSFgoObGltaXRzX2NoYW5nZWQYCiADKAkSEQoJbm9kZV9wYXRoGAsgASgJEhQKDG5vZGVfdmVyc2lvbhgMIAEoCRIaChJ0eXBlc2NyaXB0X3ZlcnNpb24YDSABKAkSFAoMc291cmNlX2ZpbGVzGA4gASgNEhgKEGRlcGVuZGVuY3lfZmlsZXMYDyABKA0SFgoOc25hcHNob3RfYnl0ZXMYECABKAQSFAoMc291cmNlX3BhdGhzGBEgAygJEhcKD3JlcG9zaXRvcnlfcGF0aBgSIAEoCRIYChBidWlsZF9vdXRwdXRfZGlyGBMgASgJEhkKEWluc3BlY3RlZF91bml4X21zGBQgASgDEhIKCnRlc3RfcGF0aHMYFSADKAkSEwoLcHl0aG9uX3BhdGgYFiABKAkSFgoOcHl0aG9uX3ZlcnNpb24YFyABKAkSFQoNc2l0ZV9wYWNrYWdlcxgYIAEoCRIRCglmcmFtZXdvcmsYGSABKAkSGQoRZnJhbWV3b3JrX3ZlcnNpb24YGiABKAkihAEKBURyaWZ0Ei0KBGtpbmQYASABKA4yHy5zZXJhcGgucHJvZmlsZS52MS5JZGVudGl0eUtpbmQSDAoEbmFtZRgCIAEoCRIXCg9leHBlY3RlZF9zaGEyNTYYAyABKAkSFQoNYWN0dWFsX3NoYTI1NhgEIAEoCRIOCgZjaGFuZ2UYBSABKAkqqgEKCVNlbGVjdGlvbhIZChVTRUxFQ1RJT05fVU5TUEVDSUZJRUQQABISCg5TRUxFQ1RJT05fVEVTVBABEhMKD1NFTEVDVElPTl9CVUlMRBACEh0KGVNFTEVDVElPTl9CVUlMRF9USEVOX1RFU1QQAxIdChlTRUxFQ1RJT05fUFlUSE9OX1VOSVRURVNUEAQSGwoXU0VMRUNUSU9OX1BZVEhPTl9QWVRFU1QQBSqbAwoMSWRlbnRpdHlLaW5kEh0KGUlERU5USVRZX0tJTkRfVU5TUEVDSUZJRUQQABIdChlJREVOVElUWV9LSU5EX1NPVVJDRV9GSUxFEAESHgoaSURFTlRJVFlfS0lORF9QQUNLQUdFX0pTT04QAhIaChZJREVOVElUWV9LSU5EX0xPQ0tGSUxFEAMSGgoWSURFTlRJVFlfS0lORF9UU0NPTkZJRxAEEh0KGUlERU5USVRZX0tJTkRfU0NSSVBUX0JPRFkQBRIhCh1JREVOVElUWV9LSU5EX05PREVfRVhFQ1VUQUJMRRAGEiUKIUlERU5USVRZX0tJTkRfVFlQRVNDUklQVF9DT01QSUxFUhAHEh8KG0lERU5USVRZX0tJTkRfQklOX0FMSUFTX01BUBAIEiUKIUlERU5USVRZX0tJTkRfREVQRU5ERU5DWV9NQU5JRkVTVBAJEiMKH0lERU5USVRZX0tJTkRfUFlUSE9OX0VYRUNVVEFCTEUQChIfChtJREVOVElUWV9LSU5EX1BZVEhPTl9DT05GSUcQC2IGcHJvdG8z");
+  fileDesc("Ch9zZXJhcGgvcHJvZmlsZS92MS9wcm9maWxlLnByb3RvEhFzZXJhcGgucHJvZmlsZS52MSLcAQoGTGltaXRzEhYKDnNuYXBzaG90X2J5dGVzGAEgASgEEhQKDHNvdXJjZV9maWxlcxgCIAEoDRIZChFzb3VyY2VfZmlsZV9ieXRlcxgDIAEoBBIYChBkZXBlbmRlbmN5X2ZpbGVzGAQgASgNEh0KFWRlcGVuZGVuY3lfZmlsZV9ieXRlcxgFIAEoBBITCgtwYXRjaF9ieXRlcxgGIAEoBBIUCgxvdXRwdXRfYnl0ZXMYByABKAQSFAoMc3RyZWFtX2J5dGVzGAggASgEEg8KB3dhbGxfbXMYCSABKA0iZQoISWRlbnRpdHkSLQoEa2luZBgBIAEoDjIfLnNlcmFwaC5wcm9maWxlLnYxLklkZW50aXR5S2luZBIMCgRuYW1lGAIgASgJEg4KBnNoYTI1NhgDIAEoCRIMCgRzaXplGAQgASgEImIKBFN0ZXASDAoEbmFtZRgBIAEoCRITCgtzY3JpcHRfbmFtZRgCIAEoCRITCgtzY3JpcHRfYm9keRgDIAEoCRIMCgRhcmd2GAQgAygJEhQKDGRpc3BsYXlfYXJndhgFIAMoCSI9CgtCbG9ja1JlYXNvbhIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSDwoHc3ViamVjdBgDIAEoCSIzCg5TdXBwcmVzc2VkSG9vaxITCgtzY3JpcHRfbmFtZRgBIAEoCRIMCgRib2R5GAIgASgJIm8KDk5vZGVJbnNwZWN0aW9uEhEKCW5vZGVfcGF0aBgBIAEoCRIUCgxub2RlX3ZlcnNpb24YAiABKAkSGgoSdHlwZXNjcmlwdF92ZXJzaW9uGAMgASgJEhgKEGJ1aWxkX291dHB1dF9kaXIYBCABKAkimAEKEFB5dGhvbkluc3BlY3Rpb24SEgoKdGVzdF9wYXRocxgBIAMoCRITCgtweXRob25fcGF0aBgCIAEoCRIWCg5weXRob25fdmVyc2lvbhgDIAEoCRIVCg1zaXRlX3BhY2thZ2VzGAQgASgJEhEKCWZyYW1ld29yaxgFIAEoCRIZChFmcmFtZXdvcmtfdmVyc2lvbhgGIAEoCSKZBwoKSW5zcGVjdGlvbhIPCgdwcm9maWxlGAEgASgJEhAKCGFkbWl0dGVkGAIgASgIEi8KB3JlYXNvbnMYAyADKAsyHi5zZXJhcGgucHJvZmlsZS52MS5CbG9ja1JlYXNvbhIvCglzZWxlY3Rpb24YBCABKA4yHC5zZXJhcGgucHJvZmlsZS52MS5TZWxlY3Rpb24SJgoFc3RlcHMYBSADKAsyFy5zZXJhcGgucHJvZmlsZS52MS5TdGVwEjsKEHN1cHByZXNzZWRfaG9va3MYBiADKAsyIS5zZXJhcGgucHJvZmlsZS52MS5TdXBwcmVzc2VkSG9vaxIvCgppZGVudGl0aWVzGAcgAygLMhsuc2VyYXBoLnByb2ZpbGUudjEuSWRlbnRpdHkSGQoRaW5zcGVjdGlvbl9zaGEyNTYYCCABKAkSKQoGbGltaXRzGAkgASgLMhkuc2VyYXBoLnByb2ZpbGUudjEuTGltaXRzEhYKDmxpbWl0c19jaGFuZ2VkGAogAygJEhUKCW5vZGVfcGF0aBgLIAEoCUICGAESGAoMbm9kZV92ZXJzaW9uGAwgASgJQgIYARIeChJ0eXBlc2NyaXB0X3ZlcnNpb24YDSABKAlCAhgBEhQKDHNvdXJjZV9maWxlcxgOIAEoDRIYChBkZXBlbmRlbmN5X2ZpbGVzGA8gASgNEhYKDnNuYXBzaG90X2J5dGVzGBAgASgEEhQKDHNvdXJjZV9wYXRocxgRIAMoCRIXCg9yZXBvc2l0b3J5X3BhdGgYEiABKAkSHAoQYnVpbGRfb3V0cHV0X2RpchgTIAEoCUICGAESGQoRaW5zcGVjdGVkX3VuaXhfbXMYFCABKAMSFgoKdGVzdF9wYXRocxgVIAMoCUICGAESFwoLcHl0aG9uX3BhdGgYFiABKAlCAhgBEhoKDnB5dGhvbl92ZXJzaW9uGBcgASgJQgIYARIZCg1zaXRlX3BhY2thZ2VzGBggASgJQgIYARIVCglmcmFtZXdvcmsYGSABKAlCAhgBEh0KEWZyYW1ld29ya192ZXJzaW9uGBogASgJQgIYARIxCgRub2RlGBsgASgLMiEuc2VyYXBoLnByb2ZpbGUudjEuTm9kZUluc3BlY3Rpb25IABI1CgZweXRob24YHCABKAsyIy5zZXJhcGgucHJvZmlsZS52MS5QeXRob25JbnNwZWN0aW9uSABCCQoHZGV0YWlscyKEAQoFRHJpZnQSLQoEa2luZBgBIAEoDjIfLnNlcmFwaC5wcm9maWxlLnYxLklkZW50aXR5S2luZBIMCgRuYW1lGAIgASgJEhcKD2V4cGVjdGVkX3NoYTI1NhgDIAEoCRIVCg1hY3R1YWxfc2hhMjU2GAQgASgJEg4KBmNoYW5nZRgFIAEoCSqqAQoJU2VsZWN0aW9uEhkKFVNFTEVDVElPTl9VTlNQRUNJRklFRBAAEhIKDlNFTEVDVElPTl9URVNUEAESEwoPU0VMRUNUSU9OX0JVSUxEEAISHQoZU0VMRUNUSU9OX0JVSUxEX1RIRU5fVEVTVBADEh0KGVNFTEVDVElPTl9QWVRIT05fVU5JVFRFU1QQBBIbChdTRUxFQ1RJT05fUFlUSE9OX1BZVEVTVBAFKpsDCgxJZGVudGl0eUtpbmQSHQoZSURFTlRJVFlfS0lORF9VTlNQRUNJRklFRBAAEh0KGUlERU5USVRZX0tJTkRfU09VUkNFX0ZJTEUQARIeChpJREVOVElUWV9LSU5EX1BBQ0tBR0VfSlNPThACEhoKFklERU5USVRZX0tJTkRfTE9DS0ZJTEUQAxIaChZJREVOVElUWV9LSU5EX1RTQ09ORklHEAQSHQoZSURFTlRJVFlfS0lORF9TQ1JJUFRfQk9EWRAFEiEKHUlERU5USVRZX0tJTkRfTk9ERV9FWEVDVVRBQkxFEAYSJQohSURFTlRJVFlfS0lORF9UWVBFU0NSSVBUX0NPTVBJTEVSEAcSHwobSURFTlRJVFlfS0lORF9CSU5fQUxJQVNfTUFQEAgSJQohSURFTlRJVFlfS0lORF9ERVBFTkRFTkNZX01BTklGRVNUEAkSIwofSURFTlRJVFlfS0lORF9QWVRIT05fRVhFQ1VUQUJMRRAKEh8KG0lERU5USVRZX0tJTkRfUFlUSE9OX0NPTkZJRxALYgZwcm90bzM");
 
 /**
  * Profile limits. Defaults come from the design (ADR-007); an operator may set others,
@@ -208,6 +208,107 @@ export const SuppressedHookSchema: GenMessage<SuppressedHook> = /*@__PURE__*/
   messageDesc(file_seraph_profile_v1_profile, 4);
 
 /**
+ * What only a repo-node24-npm-v1 inspection has (Inspection.node).
+ *
+ * @generated from message seraph.profile.v1.NodeInspection
+ */
+export type NodeInspection = Message<"seraph.profile.v1.NodeInspection"> & {
+  /**
+   * The Node executable's absolute real path and its version ("v24.15.0").
+   *
+   * @generated from field: string node_path = 1;
+   */
+  nodePath: string;
+
+  /**
+   * @generated from field: string node_version = 2;
+   */
+  nodeVersion: string;
+
+  /**
+   * The installed TypeScript's version when the build runs tsc ("" otherwise).
+   *
+   * @generated from field: string typescript_version = 3;
+   */
+  typescriptVersion: string;
+
+  /**
+   * The declared job-local output directory of a build (e.g. "dist"), if any.
+   *
+   * @generated from field: string build_output_dir = 4;
+   */
+  buildOutputDir: string;
+};
+
+/**
+ * Describes the message seraph.profile.v1.NodeInspection.
+ * Use `create(NodeInspectionSchema)` to create a new message.
+ */
+export const NodeInspectionSchema: GenMessage<NodeInspection> = /*@__PURE__*/
+  messageDesc(file_seraph_profile_v1_profile, 5);
+
+/**
+ * What only a repo-python3-v1 inspection has (Inspection.python).
+ *
+ * @generated from message seraph.profile.v1.PythonInspection
+ */
+export type PythonInspection = Message<"seraph.profile.v1.PythonInspection"> & {
+  /**
+   * The test files the selection named (empty for the declared command).
+   *
+   * @generated from field: repeated string test_paths = 1;
+   */
+  testPaths: string[];
+
+  /**
+   * The interpreter's absolute real path and its version ("3.11.2").
+   *
+   * @generated from field: string python_path = 2;
+   */
+  pythonPath: string;
+
+  /**
+   * @generated from field: string python_version = 3;
+   */
+  pythonVersion: string;
+
+  /**
+   * The inspected virtual environment's site-packages, repository-relative
+   * (e.g. ".venv/lib/python3.11/site-packages"); empty when the repository has none.
+   *
+   * @generated from field: string site_packages = 4;
+   */
+  sitePackages: string;
+
+  /**
+   * The test framework the step imports ("unittest" or "pytest") and its version as inspected
+   * (pytest's from its dist-info; unittest is the interpreter's own).
+   *
+   * @generated from field: string framework = 5;
+   */
+  framework: string;
+
+  /**
+   * @generated from field: string framework_version = 6;
+   */
+  frameworkVersion: string;
+};
+
+/**
+ * Describes the message seraph.profile.v1.PythonInspection.
+ * Use `create(PythonInspectionSchema)` to create a new message.
+ */
+export const PythonInspectionSchema: GenMessage<PythonInspection> = /*@__PURE__*/
+  messageDesc(file_seraph_profile_v1_profile, 6);
+
+/**
+ * Transition (issue 23): the profile-specific fields 11-13, 19 and 21-26 are deprecated in favour
+ * of the `details` oneof, one message per profile. Every executor fills BOTH — the deprecated flat
+ * fields and the oneof, with the same values — so clients and stored records that read the flat
+ * fields keep working. The inspection hash stays defined over the flat fields (records stored
+ * before the oneof existed must re-hash to the same value); new readers should read `details`.
+ * The flat fields may be removed only in a new message version, never reused.
+ *
  * @generated from message seraph.profile.v1.Inspection
  */
 export type Inspection = Message<"seraph.profile.v1.Inspection"> & {
@@ -264,17 +365,26 @@ export type Inspection = Message<"seraph.profile.v1.Inspection"> & {
   limitsChanged: string[];
 
   /**
-   * @generated from field: string node_path = 11;
+   * Deprecated: node.node_path.
+   *
+   * @generated from field: string node_path = 11 [deprecated = true];
+   * @deprecated
    */
   nodePath: string;
 
   /**
-   * @generated from field: string node_version = 12;
+   * Deprecated: node.node_version.
+   *
+   * @generated from field: string node_version = 12 [deprecated = true];
+   * @deprecated
    */
   nodeVersion: string;
 
   /**
-   * @generated from field: string typescript_version = 13;
+   * Deprecated: node.typescript_version.
+   *
+   * @generated from field: string typescript_version = 13 [deprecated = true];
+   * @deprecated
    */
   typescriptVersion: string;
 
@@ -304,9 +414,10 @@ export type Inspection = Message<"seraph.profile.v1.Inspection"> & {
   repositoryPath: string;
 
   /**
-   * The declared job-local output directory of a build (e.g. "dist"), if any.
+   * Deprecated: node.build_output_dir. The declared job-local output directory of a build.
    *
-   * @generated from field: string build_output_dir = 19;
+   * @generated from field: string build_output_dir = 19 [deprecated = true];
+   * @deprecated
    */
   buildOutputDir: string;
 
@@ -316,44 +427,67 @@ export type Inspection = Message<"seraph.profile.v1.Inspection"> & {
   inspectedUnixMs: bigint;
 
   /**
-   * repo-python3-v1: the test files the selection named (empty for the declared command).
+   * Deprecated: python.test_paths.
    *
-   * @generated from field: repeated string test_paths = 21;
+   * @generated from field: repeated string test_paths = 21 [deprecated = true];
+   * @deprecated
    */
   testPaths: string[];
 
   /**
-   * repo-python3-v1: the interpreter's absolute real path and its version ("3.11.2").
+   * Deprecated: python.python_path and python.python_version.
    *
-   * @generated from field: string python_path = 22;
+   * @generated from field: string python_path = 22 [deprecated = true];
+   * @deprecated
    */
   pythonPath: string;
 
   /**
-   * @generated from field: string python_version = 23;
+   * @generated from field: string python_version = 23 [deprecated = true];
+   * @deprecated
    */
   pythonVersion: string;
 
   /**
-   * repo-python3-v1: the inspected virtual environment's site-packages, repository-relative
-   * (e.g. ".venv/lib/python3.11/site-packages"); empty when the repository has none.
+   * Deprecated: python.site_packages.
    *
-   * @generated from field: string site_packages = 24;
+   * @generated from field: string site_packages = 24 [deprecated = true];
+   * @deprecated
    */
   sitePackages: string;
 
   /**
-   * repo-python3-v1: the test framework the step imports ("unittest" or "pytest") and its version
-   * as inspected (pytest's from its dist-info; unittest is the interpreter's own).
+   * Deprecated: python.framework and python.framework_version.
    *
-   * @generated from field: string framework = 25;
+   * @generated from field: string framework = 25 [deprecated = true];
+   * @deprecated
    */
   framework: string;
 
   /**
-   * @generated from field: string framework_version = 26;
+   * @generated from field: string framework_version = 26 [deprecated = true];
+   * @deprecated
    */
   frameworkVersion: string;
+
+  /**
+   * The profile's own fields: set by every executor beside the deprecated flat fields above.
+   *
+   * @generated from oneof seraph.profile.v1.Inspection.details
+   */
+  details: {
+    /**
+     * @generated from field: seraph.profile.v1.NodeInspection node = 27;
+     */
+    value: NodeInspection;
+    case: "node";
+  } | {
+    /**
+     * @generated from field: seraph.profile.v1.PythonInspection python = 28;
+     */
+    value: PythonInspection;
+    case: "python";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
@@ -361,7 +495,7 @@ export type Inspection = Message<"seraph.profile.v1.Inspection"> & {
  * Use `create(InspectionSchema)` to create a new message.
  */
 export const InspectionSchema: GenMessage<Inspection> = /*@__PURE__*/
-  messageDesc(file_seraph_profile_v1_profile, 5);
+  messageDesc(file_seraph_profile_v1_profile, 7);
 
 /**
  * One input that changed between inspection and execution.
@@ -402,7 +536,7 @@ export type Drift = Message<"seraph.profile.v1.Drift"> & {
  * Use `create(DriftSchema)` to create a new message.
  */
 export const DriftSchema: GenMessage<Drift> = /*@__PURE__*/
-  messageDesc(file_seraph_profile_v1_profile, 6);
+  messageDesc(file_seraph_profile_v1_profile, 8);
 
 /**
  * A finite, server-owned selection. The words name it; npm is never executed.
