@@ -5,7 +5,8 @@ import { field, h, replace } from "../dom.js";
 import { act, button, enumName, lines, section, status, table, time } from "../ui-kit.js";
 import { badge, statusOf } from "../outcome.js";
 import type { ViewContext } from "../view.js";
-import { matchSelection, selectionName, SELECTIONS } from "./profile-render.js";
+import { matchSelection, SELECTIONS } from "../profiles.js";
+import { selectionName } from "./profile-render.js";
 
 /**
  * Work → Repository repair: the caller's repairs, the "New repair" request form, and the Goals
