@@ -7,7 +7,7 @@ import { configDefaults, defineConfig } from "vitest/config";
 //   e2e          test/: the services as separate processes, stock gRPC clients, Chromium
 // Tests run against TypeScript sources; processes they spawn (supervisors, services) run the
 // compiled dist/, which `npm test` (scripts/test.mjs) builds first.
-const nextToCode = ["packages/*/src/**/", "packages/profiles/{shared,node24-npm,python3,results,registry}/**/", "services/*/{src,testing}/**/"];
+const nextToCode = ["packages/*/src/**/", "packages/profiles/{shared,node24-npm,python3,results,registry}/**/", "services/*/{src,src-ui,testing}/**/"];
 
 export default defineConfig({
   test: {

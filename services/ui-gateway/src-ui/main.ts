@@ -7,7 +7,7 @@ import { createApi, errorCode, errorText, Code, type Api } from "./rpc.js";
 import { clearToken, loadToken, saveToken } from "./session.js";
 import { button, status } from "./ui-kit.js";
 import type { ViewContext } from "./view.js";
-import { renderInspector } from "./views/inspector.js";
+import { renderInspector } from "./views/inspector/inspector.js";
 import { renderSettings } from "./views/settings.js";
 import { renderSignIn } from "./views/sign-in.js";
 import { renderWork } from "./views/work.js";

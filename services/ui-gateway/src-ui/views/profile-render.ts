@@ -1,41 +1,12 @@
 import { IdentityKind, Selection, type BlockReason, type Drift, type Identity, type Limits, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { h } from "../dom.js";
+import { DEFAULT_SELECTION_PROFILE, selectionForm } from "../profiles.js";
 import { argvList, bytes, enumName, hash, pre, table } from "../ui-kit.js";
 
-/** One selection as the form shows it: the profile it belongs to, the words, and what runs. */
-export interface SelectionForm {
-  readonly profile: string;
-  readonly selection: Selection;
-  readonly title: string;
-  readonly tokens: readonly string[];
-  /** The words are followed by one to eight exact test files (the Python forms). */
-  readonly files?: boolean;
-  readonly execution: string;
-}
-
-/** The selections of both profiles, the default (Python) first: the words in the form, one token a line. */
-export const SELECTIONS: readonly SelectionForm[] = [
-  { profile: "repo-python3-v1", selection: Selection.PYTHON_UNITTEST, title: "Python unittest", tokens: ["python", "-m", "unittest"], files: true, execution: "unittest over one to eight exact test files" },
-  { profile: "repo-python3-v1", selection: Selection.PYTHON_PYTEST, title: "Python pytest", tokens: ["python", "-m", "pytest"], files: true, execution: "pytest from the repository's virtual environment over one to eight exact test files" },
-  { profile: "repo-python3-v1", selection: Selection.TEST, title: "Python declared test command", tokens: ["test"], execution: "pyproject.toml's test task, only when it reduces to one of the forms above" },
-  { profile: "repo-node24-npm-v1", selection: Selection.TEST, title: "Test", tokens: ["npm", "test"], execution: "Inspected test script" },
-  { profile: "repo-node24-npm-v1", selection: Selection.BUILD, title: "Build", tokens: ["npm", "run", "build"], execution: "Inspected build script" },
-  { profile: "repo-node24-npm-v1", selection: Selection.BUILD_THEN_TEST, title: "Build then test", tokens: ["npm", "run", "build", "test"], execution: "Build result, then test result" },
-];
-
 /** "Build then test (npm run build test)"; `profile` tells the two meanings of TEST apart. */
-export function selectionName(s: Selection, profile = "repo-node24-npm-v1"): string {
-  const known = SELECTIONS.find((x) => x.selection === s && x.profile === profile) ?? SELECTIONS.find((x) => x.selection === s);
+export function selectionName(s: Selection, profile = DEFAULT_SELECTION_PROFILE): string {
+  const known = selectionForm(s, profile);
   return known ? `${known.title} (${known.tokens.join(" ")}${known.files ? " FILE…" : ""})` : enumName(Selection, s);
-}
-
-/** Which selection `tokens` spell, if any (a preview only: the server decides, with the settings' profile). */
-export function matchSelection(tokens: readonly string[]): SelectionForm | undefined {
-  return SELECTIONS.find((x) =>
-    x.files
-      ? tokens.length > x.tokens.length && tokens.length <= x.tokens.length + 8 && x.tokens.every((t, i) => t === tokens[i])
-      : x.tokens.length === tokens.length && x.tokens.every((t, i) => t === tokens[i]),
-  );
 }
 
 /** Block reasons (code, message, subject). */

@@ -1,6 +1,7 @@
-import { SandboxBackend, type GetSandboxSettingsResponse, type ModelRoute, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { SandboxBackend, type GetSandboxSettingsResponse, type ModelRoute, type ProfileOption, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { field, h, replace, uid } from "../dom.js";
+import { PROFILE_RUNTIMES } from "../profiles.js";
 import { act, button, enumName, hash, kv, lines, section, status, table, time } from "../ui-kit.js";
 import type { ViewContext } from "../view.js";
 import { limitsTable } from "./profile-render.js";
@@ -82,6 +83,69 @@ export function prerequisiteReport(r: PrerequisiteReport): HTMLElement {
   );
 }
 
+/** The backend and profile choice: every option the server offers, blocked ones disabled with their reason. */
+function profileChoice(res: GetSandboxSettingsResponse): { readonly el: HTMLElement; chosen(): ProfileOption | undefined } {
+  const s = res.settings;
+  const groupName = uid("profile");
+  const options = res.profiles.map((p) => {
+    const checked = s !== undefined && s.backend === p.backend && s.profile === p.profile;
+    const input = h("input", { type: "radio", name: groupName, value: `${p.backend}|${p.profile}`, checked, disabled: !p.available, id: uid("opt") });
+    const label = h(
+      "label",
+      { for: input.id },
+      h("strong", null, p.title || p.profile),
+      ` — backend ${enumName(SandboxBackend, p.backend)}, profile `,
+      h("code", null, p.profile),
+      p.available ? " (available)" : [" — ", h("span", { class: "blocked" }, "blocked: "), h("code", null, p.blockedCode), " ", p.blockedMessage],
+    );
+    return { p, input, el: h("div", { class: `option ${p.available ? "" : "is-blocked"}`, "data-testid": "profile-option" }, input, " ", label) };
+  });
+  const currentBlocked = s && res.profiles.find((p) => p.backend === s.backend && p.profile === s.profile && !p.available);
+  const el = h(
+    "fieldset",
+    null,
+    h("legend", null, "Backend and execution profile"),
+    options.length === 0 ? h("p", { class: "empty" }, "The server offered no profile options.") : options.map((o) => o.el),
+    currentBlocked ? h("p", { class: "error", role: "alert" }, `The saved selection ${currentBlocked.profile} is blocked: ${currentBlocked.blockedCode} — ${currentBlocked.blockedMessage}`) : null,
+    h("p", { class: "hint" }, "Blocked options stay blocked; Seraph never silently substitutes another profile or backend."),
+  );
+  return { el, chosen: () => options.find((o) => o.input.checked)?.p };
+}
+
+/** The model routes editor: one fieldset per route, added and removed in place. */
+function routesEditor(routes: readonly ModelRoute[]): { readonly el: HTMLElement; read(): RouteFields[] } {
+  const routesBox = h("div", { class: "routes" });
+  const rows: RouteRow[] = [];
+  const remove = (row: RouteRow) => {
+    rows.splice(rows.indexOf(row), 1);
+    row.el.remove();
+  };
+  const addRow = (r: Partial<ModelRoute>) => {
+    const row = routeRow(r, remove);
+    rows.push(row);
+    routesBox.append(row.el);
+  };
+  for (const r of routes) addRow(r);
+  return { el: h("fieldset", null, h("legend", null, "Model routes"), routesBox, button("Add model route", () => addRow({}))), read: () => rows.map((r) => r.read()) };
+}
+
+/** The Prerequisite check section: each node's report now (not a grant). */
+function prerequisitesPart(ctx: ViewContext): { readonly el: HTMLElement; check(btn: HTMLButtonElement | null): Promise<void> } {
+  const prereqStatus = status();
+  const prereqBody = h("div", { "data-testid": "prerequisites" });
+  const nodeInput = h("input", { type: "text", name: "node_id", spellcheck: "false", placeholder: "every node" });
+  const check = async (btn: HTMLButtonElement | null) => {
+    const res = await act(btn, prereqStatus, "Checking prerequisites…", () => ctx.api.settings.checkPrerequisites({ nodeId: nodeInput.value.trim() }, { signal: ctx.signal }));
+    if (!res) return;
+    replace(prereqBody, res.reports.length === 0 ? h("p", { class: "empty" }, "No executor node reported.") : res.reports.map(prerequisiteReport), h("p", { class: "hint" }, `Checked at ${time(Date.now())}. This is a check of the node now, not a grant: every job still needs its own approval and fresh admission.`));
+  };
+  const checkButton: HTMLButtonElement = button("Check prerequisites", () => void check(checkButton));
+  return {
+    el: section("Prerequisite check", 2, field("Executor node id", nodeInput, "Empty checks every registered node."), h("div", { class: "actions" }, checkButton), prereqStatus.el, prereqBody),
+    check,
+  };
+}
+
 /**
  * Settings → Repository sandbox: backend and profile (blocked options shown with their reason),
  * runtime path, enabled, repository roots, model routes, approval TTL; saved with the revision
@@ -90,16 +154,6 @@ export function prerequisiteReport(r: PrerequisiteReport): HTMLElement {
 export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
   const loadStatus = status();
   const formArea = h("div", { "data-testid": "sandbox-settings" });
-  const prereqStatus = status();
-  const prereqBody = h("div", { "data-testid": "prerequisites" });
-  const nodeInput = h("input", { type: "text", name: "node_id", spellcheck: "false", placeholder: "every node" });
-
-  const check = async (btn: HTMLButtonElement | null) => {
-    const res = await act(btn, prereqStatus, "Checking prerequisites…", () => ctx.api.settings.checkPrerequisites({ nodeId: nodeInput.value.trim() }, { signal: ctx.signal }));
-    if (!res) return;
-    replace(prereqBody, res.reports.length === 0 ? h("p", { class: "empty" }, "No executor node reported.") : res.reports.map(prerequisiteReport), h("p", { class: "hint" }, `Checked at ${time(Date.now())}. This is a check of the node now, not a grant: every job still needs its own approval and fresh admission.`));
-  };
-  const checkButton: HTMLButtonElement = button("Check prerequisites", () => void check(checkButton));
 
   const load = async (btn: HTMLButtonElement | null) => {
     const res = await act(btn, loadStatus, "Loading sandbox settings…", () => ctx.api.settings.getSandboxSettings({}, { signal: ctx.signal }));
@@ -112,37 +166,12 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
 
   const renderForm = (res: GetSandboxSettingsResponse, savedNote?: string) => {
     const s: SandboxSettings | undefined = res.settings;
-    const groupName = uid("profile");
-    const options = res.profiles.map((p) => {
-      const checked = s !== undefined && s.backend === p.backend && s.profile === p.profile;
-      const input = h("input", { type: "radio", name: groupName, value: `${p.backend}|${p.profile}`, checked, disabled: !p.available, id: uid("opt") });
-      const label = h(
-        "label",
-        { for: input.id },
-        h("strong", null, p.title || p.profile),
-        ` — backend ${enumName(SandboxBackend, p.backend)}, profile `,
-        h("code", null, p.profile),
-        p.available ? " (available)" : [" — ", h("span", { class: "blocked" }, "blocked: "), h("code", null, p.blockedCode), " ", p.blockedMessage],
-      );
-      return { p, input, el: h("div", { class: `option ${p.available ? "" : "is-blocked"}`, "data-testid": "profile-option" }, input, " ", label) };
-    });
-    const currentBlocked = s && res.profiles.find((p) => p.backend === s.backend && p.profile === s.profile && !p.available);
+    const choice = profileChoice(res);
     const runtime = h("input", { type: "text", name: "runtime_path", value: s?.runtimePath ?? "", spellcheck: "false", size: 60 });
     const enabled = h("input", { type: "checkbox", name: "enabled", checked: s?.enabled ?? false });
     const roots = h("textarea", { name: "repository_roots", rows: 3, spellcheck: "false" }, (s?.repositoryRoots ?? []).join("\n"));
     const ttl = h("input", { type: "number", name: "approval_ttl_seconds", min: 0, step: 1, value: String(s?.approvalTtlSeconds ?? 0) });
-    const routesBox = h("div", { class: "routes" });
-    const rows: RouteRow[] = [];
-    const remove = (row: RouteRow) => {
-      rows.splice(rows.indexOf(row), 1);
-      row.el.remove();
-    };
-    const addRow = (r: Partial<ModelRoute>) => {
-      const row = routeRow(r, remove);
-      rows.push(row);
-      routesBox.append(row.el);
-    };
-    for (const r of s?.modelRoutes ?? []) addRow(r);
+    const routes = routesEditor(s?.modelRoutes ?? []);
     const saveStatus = status();
     const save = h("button", { type: "submit" }, "Save settings");
     const enabledId = uid("enabled");
@@ -150,23 +179,16 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
     const form = h(
       "form",
       { class: "stack", "aria-label": "Repository sandbox settings" },
-      h(
-        "fieldset",
-        null,
-        h("legend", null, "Backend and execution profile"),
-        options.length === 0 ? h("p", { class: "empty" }, "The server offered no profile options.") : options.map((o) => o.el),
-        currentBlocked ? h("p", { class: "error", role: "alert" }, `The saved selection ${currentBlocked.profile} is blocked: ${currentBlocked.blockedCode} — ${currentBlocked.blockedMessage}`) : null,
-        h("p", { class: "hint" }, "Blocked options stay blocked; Seraph never silently substitutes another profile or backend."),
-      ),
+      choice.el,
       field(
-        "Runtime path (absolute path of the profile's installed runtime: CPython 3.11 for repo-python3-v1, Node 24 for repo-node24-npm-v1)",
+        `Runtime path (absolute path of the profile's installed runtime: ${PROFILE_RUNTIMES.map((r) => `${r.runtime} for ${r.profile}`).join(", ")})`,
         runtime,
         "Seraph downloads no interpreter, runtime or dependency and never searches PATH; the server checks this runtime's version and hash.",
       ),
       h("div", { class: "field checkbox" }, enabled, " ", h("label", { for: enabledId }, "Enabled")),
       field("Repository roots (absolute directories, one per line)", roots),
       field("Approval validity (seconds, 0 = default)", ttl),
-      h("fieldset", null, h("legend", null, "Model routes"), routesBox, button("Add model route", () => addRow({}))),
+      routes.el,
       h("div", { class: "readonly" }, limitsTable("Profile limits (read-only here; saved unchanged)", s?.limits)),
       h("p", { class: "hint" }, `Saving starts nothing and grants nothing: every execution still needs its own exact approval. Saved against settings revision ${s?.revision ?? 0n}${s?.updatedUnixMs ? `, last updated ${time(s.updatedUnixMs)}` : ""}.`),
       h("div", { class: "actions" }, save),
@@ -175,15 +197,15 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
     if (savedNote) saveStatus.ok(savedNote);
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
-      const chosen = options.find((o) => o.input.checked);
+      const chosen = choice.chosen();
       const settings = {
-        backend: chosen?.p.backend ?? s?.backend ?? SandboxBackend.UNSPECIFIED,
-        profile: chosen?.p.profile ?? s?.profile ?? "",
+        backend: chosen?.backend ?? s?.backend ?? SandboxBackend.UNSPECIFIED,
+        profile: chosen?.profile ?? s?.profile ?? "",
         runtimePath: runtime.value.trim(),
         enabled: enabled.checked,
         repositoryRoots: lines(roots.value),
         limits: s?.limits,
-        modelRoutes: rows.map((r) => r.read()),
+        modelRoutes: routes.read(),
         approvalTtlSeconds: Number(ttl.value) || 0,
       };
       void act(save, saveStatus, "Saving…", () =>
@@ -191,18 +213,14 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
       ).then((saved) => {
         if (!saved) return;
         renderForm({ ...res, settings: saved.settings }, `Saved: settings revision ${saved.settings?.revision ?? "?"}.`);
-        void check(null);
+        void prerequisites.check(null);
       });
     });
     replace(formArea, form);
   };
 
-  replace(
-    root,
-    h("h1", { tabindex: -1 }, "Settings → Repository sandbox"),
-    section("Repository sandbox", 2, loadStatus.el, formArea),
-    section("Prerequisite check", 2, field("Executor node id", nodeInput, "Empty checks every registered node."), h("div", { class: "actions" }, checkButton), prereqStatus.el, prereqBody),
-  );
+  const prerequisites = prerequisitesPart(ctx);
+  replace(root, h("h1", { tabindex: -1 }, "Settings → Repository sandbox"), section("Repository sandbox", 2, loadStatus.el, formArea), prerequisites.el);
   void load(null);
-  void check(null);
+  void prerequisites.check(null);
 }

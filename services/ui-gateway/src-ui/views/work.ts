@@ -5,27 +5,23 @@ import { field, h, replace } from "../dom.js";
 import { act, button, enumName, lines, section, status, table, time } from "../ui-kit.js";
 import { badge, statusOf } from "../outcome.js";
 import type { ViewContext } from "../view.js";
-import { matchSelection, selectionName, SELECTIONS } from "./profile-render.js";
+import { matchSelection, SELECTIONS } from "../profiles.js";
+import { selectionName } from "./profile-render.js";
 
-/**
- * Work → Repository repair: the caller's repairs, the "New repair" request form, and the Goals
- * and repositories it binds (with forms to create a goal and register a repository).
- */
-export function renderWork(root: HTMLElement, ctx: ViewContext): void {
-  let goals: Goal[] = [];
-  let repos: Repository[] = [];
+/** The goals and repositories the page has read: the repair list names them, the request form offers them. */
+interface Known {
+  goals: Goal[];
+  repos: Repository[];
+}
 
-  // Repairs
+/** The Repairs section: the caller's repairs, each with its outcome badge and a link to its inspector. */
+function repairsPart(ctx: ViewContext, known: Known): { readonly el: HTMLElement; load(btn?: HTMLButtonElement | null): Promise<void> } {
   const repairsStatus = status();
   const repairsBody = h("div", { "data-testid": "repairs" });
-  const loadRepairs = async (btn: HTMLButtonElement | null = null) => {
-    const res = await act(btn, repairsStatus, "Loading repairs…", () => ctx.api.repairs.listRepairs({ goalId: "" }, { signal: ctx.signal }));
-    if (res) renderRepairs(res.repairs);
-  };
   const renderRepairs = (list: readonly Repair[]) => {
-    const goalTitle = (id: string) => goals.find((g) => g.id === id)?.title ?? id;
+    const goalTitle = (id: string) => known.goals.find((g) => g.id === id)?.title ?? id;
     const repoName = (id: string) => {
-      const r = repos.find((x) => x.id === id);
+      const r = known.repos.find((x) => x.id === id);
       return r ? `${r.name || r.path} (${r.path})` : id;
     };
     replace(
@@ -45,17 +41,16 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
       ),
     );
   };
-  const refreshRepairs: HTMLButtonElement = button("Refresh repairs", () => void loadRepairs(refreshRepairs));
+  const load = async (btn: HTMLButtonElement | null = null) => {
+    const res = await act(btn, repairsStatus, "Loading repairs…", () => ctx.api.repairs.listRepairs({ goalId: "" }, { signal: ctx.signal }));
+    if (res) renderRepairs(res.repairs);
+  };
+  const refreshRepairs: HTMLButtonElement = button("Refresh repairs", () => void load(refreshRepairs));
+  return { el: section("Repairs", 2, h("div", { class: "actions" }, refreshRepairs), repairsStatus.el, repairsBody), load };
+}
 
-  // New repair
-  const goalSelect = h("select", { name: "goal", required: true });
-  // The revision is the chosen goal's current one, shown, never typed.
-  const revisionOut = h("output", { name: "goal_revision", "data-testid": "goal-revision" }, "—");
-  const repoSelect = h("select", { name: "repository", required: true });
-  const sourcePaths = h("textarea", { name: "source_paths", rows: 4, spellcheck: "false", required: true });
-  const patchPaths = h("textarea", { name: "allowed_patch_paths", rows: 3, spellcheck: "false", required: true });
-  const criteria = h("textarea", { name: "acceptance_criteria", rows: 3, required: true });
-  const selection = h("textarea", { name: "selection", rows: 4, spellcheck: "false", required: true });
+/** The selection's words with a preview of which selection they spell, and the table of every selection. */
+function selectionPart(selection: HTMLTextAreaElement): HTMLElement[] {
   const selectionPreview = h("p", { class: "hint", "aria-live": "polite" });
   const updateSelectionPreview = () => {
     const tokens = lines(selection.value);
@@ -65,42 +60,7 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   };
   selection.addEventListener("input", updateSelectionPreview);
   updateSelectionPreview();
-  const fillGoalOptions = () => {
-    const active = goals.filter((g) => g.state === GoalState.ACTIVE);
-    const previous = goalSelect.value;
-    replace(
-      goalSelect,
-      active.length === 0 ? h("option", { value: "", disabled: true, selected: true }, "No active goal: create one under Goals") : null,
-      active.map((g) => h("option", { value: g.id }, `${g.title} — revision ${g.revision}`)),
-    );
-    if (active.some((g) => g.id === previous)) goalSelect.value = previous;
-    syncRevision();
-  };
-  const syncRevision = () => {
-    const g = goals.find((x) => x.id === goalSelect.value);
-    revisionOut.textContent = g ? `${g.revision} (the goal's current one)` : "—";
-  };
-  goalSelect.addEventListener("change", syncRevision);
-  const fillRepoOptions = () => {
-    const previous = repoSelect.value;
-    replace(
-      repoSelect,
-      repos.length === 0 ? h("option", { value: "", disabled: true, selected: true }, "No repository: register one under Repositories") : null,
-      repos.map((r) => h("option", { value: r.id }, `${r.name || r.path} — ${r.path} on ${r.nodeId}`)),
-    );
-    if (repos.some((r) => r.id === previous)) repoSelect.value = previous;
-  };
-  const createStatus = status();
-  const createButton = h("button", { type: "submit" }, "Create repair");
-  const newRepairForm = h(
-    "form",
-    { class: "stack", "aria-label": "New repair" },
-    field("Goal (owned, active)", goalSelect),
-    h("div", { class: "field" }, h("span", { class: "label" }, "Goal revision"), " ", revisionOut, h("p", { class: "hint" }, "The repair binds the goal's current revision; revising the goal later makes it stale.")),
-    field("Repository", repoSelect),
-    field("Source paths", sourcePaths, "Repository-relative, one per line. Package, lock, config and dependency inputs are immutable: repairs change approved source files."),
-    field("Allowed patch paths", patchPaths, "Repository-relative, one per line: the only files a proposal may touch."),
-    field("Acceptance criteria", criteria),
+  return [
     field(
       "Selection (one token per line)",
       selection,
@@ -112,16 +72,70 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
       ["Profile", "Selection", "Tokens in the form", "Execution"],
       SELECTIONS.map((s) => [h("code", null, s.profile), s.title, h("code", null, `${s.tokens.join(", ")}${s.files ? ", FILE…" : ""}`), s.execution]),
     ),
+  ];
+}
+
+/** Offers `options` ([value, label]) in `select`, keeping the chosen one when it is still offered; `none` when there are none. */
+function offer(select: HTMLSelectElement, none: string, options: ReadonlyArray<readonly [string, string]>): void {
+  const previous = select.value;
+  replace(
+    select,
+    options.length === 0 ? h("option", { value: "", disabled: true, selected: true }, none) : null,
+    options.map(([value, label]) => h("option", { value }, label)),
+  );
+  if (options.some(([value]) => value === previous)) select.value = previous;
+}
+
+/** The New repair form and the choices it offers from what is known. */
+interface NewRepair {
+  readonly el: HTMLElement;
+  /** Offers the active goals again (keeping the chosen one), and shows its current revision. */
+  fillGoals(): void;
+  /** Offers the repositories again (keeping the chosen one). */
+  fillRepos(): void;
+  /** Chooses goal `id`, when it is offered. */
+  chooseGoal(id: string): void;
+  /** Chooses repository `id`. */
+  chooseRepo(id: string): void;
+}
+
+/** The "New repair" section: the request form, which opens the new repair's inspector. */
+function newRepairPart(ctx: ViewContext, known: Known): NewRepair {
+  const goalSelect = h("select", { name: "goal", required: true });
+  // The revision is the chosen goal's current one, shown, never typed.
+  const revisionOut = h("output", { name: "goal_revision", "data-testid": "goal-revision" }, "—");
+  const repoSelect = h("select", { name: "repository", required: true });
+  const sourcePaths = h("textarea", { name: "source_paths", rows: 4, spellcheck: "false", required: true });
+  const patchPaths = h("textarea", { name: "allowed_patch_paths", rows: 3, spellcheck: "false", required: true });
+  const criteria = h("textarea", { name: "acceptance_criteria", rows: 3, required: true });
+  const selection = h("textarea", { name: "selection", rows: 4, spellcheck: "false", required: true });
+  const syncRevision = () => {
+    const g = known.goals.find((x) => x.id === goalSelect.value);
+    revisionOut.textContent = g ? `${g.revision} (the goal's current one)` : "—";
+  };
+  goalSelect.addEventListener("change", syncRevision);
+  const createStatus = status();
+  const createButton = h("button", { type: "submit" }, "Create repair");
+  const form = h(
+    "form",
+    { class: "stack", "aria-label": "New repair" },
+    field("Goal (owned, active)", goalSelect),
+    h("div", { class: "field" }, h("span", { class: "label" }, "Goal revision"), " ", revisionOut, h("p", { class: "hint" }, "The repair binds the goal's current revision; revising the goal later makes it stale.")),
+    field("Repository", repoSelect),
+    field("Source paths", sourcePaths, "Repository-relative, one per line. Package, lock, config and dependency inputs are immutable: repairs change approved source files."),
+    field("Allowed patch paths", patchPaths, "Repository-relative, one per line: the only files a proposal may touch."),
+    field("Acceptance criteria", criteria),
+    selectionPart(selection),
     h("div", { class: "actions" }, createButton),
     createStatus.el,
   );
-  newRepairForm.addEventListener("submit", (ev) => {
+  form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     void act(createButton, createStatus, "Creating the repair and requesting inspection…", () =>
       ctx.api.repairs.createRepair(
         {
           goalId: goalSelect.value,
-          goalRevision: goals.find((g) => g.id === goalSelect.value)?.revision ?? 0,
+          goalRevision: known.goals.find((g) => g.id === goalSelect.value)?.revision ?? 0,
           repositoryId: repoSelect.value,
           sourcePaths: lines(sourcePaths.value),
           allowedPatchPaths: lines(patchPaths.value),
@@ -136,25 +150,46 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
       ctx.navigate(`#/repair/${res.repair.id}`);
     });
   });
+  return {
+    el: section("New repair", 2, form),
+    fillGoals() {
+      const active = known.goals.filter((g) => g.state === GoalState.ACTIVE);
+      offer(goalSelect, "No active goal: create one under Goals", active.map((g) => [g.id, `${g.title} — revision ${g.revision}`]));
+      syncRevision();
+    },
+    fillRepos() {
+      offer(repoSelect, "No repository: register one under Repositories", known.repos.map((r) => [r.id, `${r.name || r.path} — ${r.path} on ${r.nodeId}`]));
+    },
+    chooseGoal(id) {
+      if (!known.goals.some((g) => g.id === id)) return;
+      goalSelect.value = id;
+      syncRevision();
+    },
+    chooseRepo(id) {
+      repoSelect.value = id;
+    },
+  };
+}
 
-  // Goals
+/** The Goals section: the caller's goals and the form that creates one (then chosen for a new repair). */
+function goalsPart(ctx: ViewContext, known: Known, request: NewRepair): { readonly el: HTMLElement; load(): Promise<void> } {
   const goalsStatus = status();
   const goalsBody = h("div", { "data-testid": "goals" });
-  const loadGoals = async (btn: HTMLButtonElement | null = null) => {
+  const load = async (btn: HTMLButtonElement | null = null) => {
     const res = await act(btn, goalsStatus, "Loading goals…", () => ctx.api.goals.listGoals({ includeArchived: false }, { signal: ctx.signal }));
     if (!res) return;
-    goals = res.goals;
+    known.goals = res.goals;
     replace(
       goalsBody,
       table(
         "Goals",
         ["Title", "State", "Revision", "Objective", "Updated", "Id"],
-        goals.map((g) => [g.title, enumName(GoalState, g.state), String(g.revision), g.objective || "—", time(g.updatedUnixMs), h("code", null, g.id)]),
+        known.goals.map((g) => [g.title, enumName(GoalState, g.state), String(g.revision), g.objective || "—", time(g.updatedUnixMs), h("code", null, g.id)]),
       ),
     );
-    fillGoalOptions();
+    request.fillGoals();
   };
-  const refreshGoals: HTMLButtonElement = button("Refresh goals", () => void loadGoals(refreshGoals));
+  const refreshGoals: HTMLButtonElement = button("Refresh goals", () => void load(refreshGoals));
   const goalTitle = h("input", { type: "text", name: "title", maxlength: 200, required: true });
   const goalObjective = h("textarea", { name: "objective", rows: 3 });
   const goalCreateStatus = status();
@@ -167,25 +202,25 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
       goalCreateStatus.ok(`Created goal “${res.goal?.title ?? ""}” (revision ${res.goal?.revision ?? "?"}).`);
       goalTitle.value = "";
       goalObjective.value = "";
-      await loadGoals();
-      if (res.goal && goals.some((g) => g.id === res.goal?.id)) {
-        goalSelect.value = res.goal.id;
-        syncRevision();
-      }
+      await load();
+      if (res.goal) request.chooseGoal(res.goal.id);
     });
   });
+  return { el: section("Goals", 2, h("div", { class: "actions" }, refreshGoals), goalsStatus.el, goalsBody, h("h3", null, "Create goal"), goalForm), load: () => load() };
+}
 
-  // Repositories
+/** The Repositories section: the registered repositories and the form that registers one (then chosen for a new repair). */
+function reposPart(ctx: ViewContext, known: Known, request: NewRepair): { readonly el: HTMLElement; load(): Promise<void> } {
   const reposStatus = status();
   const reposBody = h("div", { "data-testid": "repositories" });
-  const loadRepos = async (btn: HTMLButtonElement | null = null) => {
+  const load = async (btn: HTMLButtonElement | null = null) => {
     const res = await act(btn, reposStatus, "Loading repositories…", () => ctx.api.repositories.listRepositories({}, { signal: ctx.signal }));
     if (!res) return;
-    repos = res.repositories;
-    replace(reposBody, table("Repositories", ["Name", "Path", "Node", "Registered", "Id"], repos.map((r) => [r.name || "—", h("code", null, r.path), r.nodeId, time(r.createdUnixMs), h("code", null, r.id)])));
-    fillRepoOptions();
+    known.repos = res.repositories;
+    replace(reposBody, table("Repositories", ["Name", "Path", "Node", "Registered", "Id"], known.repos.map((r) => [r.name || "—", h("code", null, r.path), r.nodeId, time(r.createdUnixMs), h("code", null, r.id)])));
+    request.fillRepos();
   };
-  const refreshRepos: HTMLButtonElement = button("Refresh repositories", () => void loadRepos(refreshRepos));
+  const refreshRepos: HTMLButtonElement = button("Refresh repositories", () => void load(refreshRepos));
   const repoPath = h("input", { type: "text", name: "path", spellcheck: "false", required: true, size: 60 });
   const repoName = h("input", { type: "text", name: "name", maxlength: 200 });
   const repoNode = h("input", { type: "text", name: "node_id", spellcheck: "false" });
@@ -209,21 +244,27 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
       repoStatus.ok(`Registered ${res.repository?.path ?? ""}.`);
       repoPath.value = "";
       repoName.value = "";
-      await loadRepos();
-      if (res.repository) repoSelect.value = res.repository.id;
+      await load();
+      if (res.repository) request.chooseRepo(res.repository.id);
     });
   });
+  return { el: section("Repositories", 2, h("div", { class: "actions" }, refreshRepos), reposStatus.el, reposBody, h("h3", null, "Register repository"), repoForm), load: () => load() };
+}
 
-  replace(
-    root,
-    h("h1", { tabindex: -1 }, "Work → Repository repair"),
-    section("Repairs", 2, h("div", { class: "actions" }, refreshRepairs), repairsStatus.el, repairsBody),
-    section("New repair", 2, newRepairForm),
-    section("Goals", 2, h("div", { class: "actions" }, refreshGoals), goalsStatus.el, goalsBody, h("h3", null, "Create goal"), goalForm),
-    section("Repositories", 2, h("div", { class: "actions" }, refreshRepos), reposStatus.el, reposBody, h("h3", null, "Register repository"), repoForm),
-  );
-  fillGoalOptions();
-  fillRepoOptions();
+/**
+ * Work → Repository repair: the caller's repairs, the "New repair" request form, and the Goals
+ * and repositories it binds (with forms to create a goal and register a repository).
+ */
+export function renderWork(root: HTMLElement, ctx: ViewContext): void {
+  const known: Known = { goals: [], repos: [] };
+  // Built in page order: the form fields' ids are numbered as they are created.
+  const repairs = repairsPart(ctx, known);
+  const request = newRepairPart(ctx, known);
+  const goals = goalsPart(ctx, known, request);
+  const repos = reposPart(ctx, known, request);
+  replace(root, h("h1", { tabindex: -1 }, "Work → Repository repair"), repairs.el, request.el, goals.el, repos.el);
+  request.fillGoals();
+  request.fillRepos();
   // Goals and repositories first, so the repair list can name them.
-  void Promise.all([loadGoals(), loadRepos()]).then(() => loadRepairs());
+  void Promise.all([goals.load(), repos.load()]).then(() => repairs.load());
 }

@@ -1,0 +1,124 @@
+// The repair Inspector: the status header, the recovery banner, and one tab per section, each
+// section a module of its own (./request.js … ./recovery.js) over the shared page (./page.js).
+// This module only composes them: it builds the tabs, renders every section when a fresh Repair
+// is applied, keeps the running clocks ticking, and starts the read-only loads.
+import type { Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { h, replace } from "../../dom.js";
+import { isSettled, statusOf } from "../../outcome.js";
+import { tabs as makeTabs, type Tabs } from "../../tabs.js";
+import type { ViewContext } from "../../view.js";
+import { approvalSection } from "./approval.js";
+import { artifactsSection } from "./artifacts.js";
+import { consentSection } from "./consent.js";
+import { statusHeader } from "./header.js";
+import { inspectionSection } from "./inspection.js";
+import { jobSection } from "./job.js";
+import { liveLog } from "./live-log.js";
+import { createInspectorPage } from "./page.js";
+import { recovery as createRecovery } from "./recovery.js";
+import { requestSection } from "./request.js";
+import { resultsSection } from "./results.js";
+import { stepOutput } from "./step-output.js";
+
+/** The inspector's tabs, in order; the key is the last part of the URL (#/repair/ID/KEY). */
+export const INSPECTOR_TABS = [
+  ["request", "Request"],
+  ["inspection", "Inspection"],
+  ["proposal", "Consent & proposal"],
+  ["approval", "Approval"],
+  ["job", "Job & logs"],
+  ["results", "Test results"],
+  ["artifacts", "Artifacts"],
+  ["recovery", "Recovery"],
+] as const;
+
+/** The tab a repair opens on when the URL names none: the furthest step it has reached. */
+function furthestTab(r: Repair): string {
+  return r.job ? "job" : r.approval ? "approval" : r.proposals.length || r.consent ? "proposal" : "inspection";
+}
+
+/**
+ * The Inspector of one repair: request, inspection (script bodies, direct argv, identities,
+ * limits), source files, consent, proposals, the exact approval document, the live job
+ *, results with artifacts, and the explicit "Recover process cleanup" action.
+ * Opening or reloading it only reads: nothing is submitted without a button press.
+ */
+export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: string, initialTab = ""): void {
+  // Assigned once the panels exist (below); renderAll only runs after the first load.
+  let tabsApi: Tabs = { el: h("div"), selected: "", select: () => undefined, mark: () => undefined };
+  let autoTabDone = initialTab !== "";
+  const page = createInspectorPage(root, ctx, repairId, {
+    applied: (r) => {
+      live.record(r);
+      renderAll();
+    },
+    cleared: () => approval.forget(),
+    selectTab: (key, focus) => tabsApi.select(key, focus),
+  });
+  const live = liveLog(page);
+  const output = stepOutput(page, () => header.render());
+  const header = statusHeader(page, output.steps, live.announcer);
+  // Built in tab order: the form fields' ids are numbered as they are created.
+  const request = requestSection();
+  const inspection = inspectionSection(page);
+  const consent = consentSection(page, (p, btn) => void approval.showDocument(p, btn));
+  const approval = approvalSection(page);
+  const job = jobSection(page, () => recovery.banner.focus());
+  const testResults = resultsSection(page);
+  const artifacts = artifactsSection(page);
+  const recovery = createRecovery(page);
+
+  const renderAll = () => {
+    const r = page.repair;
+    if (!r) return;
+    if (!autoTabDone) {
+      autoTabDone = true;
+      tabsApi.select(furthestTab(r));
+    }
+    header.render();
+    recovery.render(r);
+    output.render(r);
+    tabsApi.mark("recovery", r.job?.state === JobState.UNKNOWN && r.job.slotHeld ? "needed" : "");
+    tabsApi.mark("job", statusOf(r) === "running" ? "running" : "");
+    request.render(r);
+    inspection.render(r);
+    consent.render(r);
+    approval.render(r);
+    job.render(r);
+    artifacts.render(r);
+    testResults.update(r);
+  };
+  const headerTimer = setInterval(() => {
+    const r = page.repair;
+    if (r && !isSettled(r)) {
+      header.render();
+      output.render(r);
+    }
+  }, 1000);
+  ctx.signal.addEventListener("abort", () => clearInterval(headerTimer));
+
+  const panels: Record<string, HTMLElement> = {
+    request: request.el,
+    inspection: inspection.el,
+    proposal: consent.el,
+    approval: approval.el,
+    job: h("div", null, output.el, live.el, job.el, job.preflight),
+    results: testResults.el,
+    artifacts: artifacts.el,
+    recovery: recovery.el,
+  };
+  tabsApi = makeTabs(
+    "Repair sections",
+    INSPECTOR_TABS.map(([key, label]) => ({ key, label, panel: panels[key] as HTMLElement })),
+    initialTab,
+    (key) => history.replaceState(null, "", `#/repair/${repairId}/${key}`),
+  );
+  replace(root, h("p", null, h("a", { href: "#/work" }, "← Work → Repository repair")), header.el, page.loadStatus.el, recovery.banner, tabsApi.el, job.dialog);
+
+  // Read-only loads: the repair, then the live stream; the model routes for consent.
+  void page.refresh(null, "Loading the repair").then((ok) => {
+    if (ok) void live.watch();
+  });
+  consent.loadRoutes();
+}
