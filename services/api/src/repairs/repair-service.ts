@@ -1,6 +1,6 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { NodeContainmentSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { Code, ConnectError, type Client, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   ConflictError,
   FailedPreconditionError,
@@ -13,8 +13,6 @@ import {
   toConnectError,
   UnavailableError,
   type AuthenticatedPrincipal,
-  type Logger,
-  type Signals,
 } from "@seraph/kit";
 import {
   ApprovalDocumentSchema,
@@ -30,15 +28,12 @@ import {
   type Repair,
 } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { SandboxBackend, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { JobState, SlotState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, InspectionSchema, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { Stream } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import type { Kysely } from "kysely";
 import { isUnder } from "../common.js";
-import type { ApiDatabase } from "../db/schema.js";
-import type { ApiLimiters } from "../limits.js";
 import { findOwnedGoal } from "../goals/goal.repository.js";
-import { requestPatch, type ModelClientDeps } from "../model-route/model-client.js";
+import { requestPatch } from "../model-route/model-client.js";
 import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../model-route/prompt.js";
 import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle, type ApprovalInputs } from "../approval/approval-document.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
@@ -62,14 +57,15 @@ import {
   insertProposal,
   insertRepair,
   listOwnedRepairs,
-  listProposals,
-  markRepairsStale,
   setApprovalJob,
   updateRepairCas,
   type ApprovalRow,
   type RepairRow,
 } from "./repair.repository.js";
-import { approvalMessage, repairInspection, repairMessage } from "./repair-view.js";
+import { repairInspection } from "./repair-view.js";
+import { createRepairDeps, type RepairServiceDeps } from "./repair-deps.js";
+import { fetchJob as fetchRepairJob, FINAL_JOB_STATES, ownedRepair, viewRepair } from "./repair-read.js";
+import { checkBindings as checkRepairBindings, markStale as markRepairStale, onNode as onRepairNode, requireBaselineable, requireForward, staleError } from "./repair-checks.js";
 import { compareRepairRuns, runResultsOf } from "./repair-results.js";
 import {
   findBaselineApproval,
@@ -80,25 +76,6 @@ import {
   setBaselineJob,
   type BaselineApprovalRow,
 } from "./baseline.repository.js";
-
-/** What the repair service depends on. */
-export interface RepairServiceDeps {
-  readonly db: Kysely<ApiDatabase>;
-  readonly signals: Signals;
-  readonly log: Logger;
-  readonly nodes: NodeDirectory;
-  readonly jobs: Client<typeof JobsService>;
-  /** Settings before any save. */
-  readonly defaults: () => SandboxSettings;
-  /** Clock (ms); tests move it to expire documents. */
-  readonly now?: () => number;
-  /** Slow poll of WatchRepair, so a lost signal only delays (default 2 s). */
-  readonly watchPollMs?: number;
-  /** Per-principal creation rates (repairs, proposals). */
-  readonly limiters: ApiLimiters;
-  /** Model route transport overrides (tests). */
-  readonly model?: Pick<ModelClientDeps, "fetch" | "sleep">;
-}
 
 /**
  * The files consent covers: the inspected source files under the repair's own source paths.
@@ -129,57 +106,7 @@ function checkRouteUrl(baseUrl: string, allowedHosts: readonly string[]): void {
   }
 }
 
-/** Why a repair can no longer be approved, in words. */
-const STALE_MESSAGES: Record<string, string> = {
-  goal_revised: "its Goal was revised after the repair was created",
-  goal_archived: "its Goal was archived",
-  settings_changed: "the repository sandbox settings changed after the repair was inspected",
-  settings_disabled: "the repository sandbox is disabled",
-  inspection_drift: "the repository changed since it was inspected",
-  supervisor_source_drift: "the node's per-job supervisor code changed since the repository was inspected",
-  containment_changed: "the node's job user, cgroup or enforced ceilings changed since the repository was inspected",
-};
-
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-const FINAL_JOB_STATES: ReadonlySet<JobState> = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED]);
-
-function staleError(id: string, reason: string): FailedPreconditionError {
-  return new FailedPreconditionError(reason, `Repair ${id} is stale: ${STALE_MESSAGES[reason] ?? reason}. Create a new repair for the current inputs.`);
-}
-
-/** Refuses to move a repair forward unless it is waiting for a person and still current. */
-function requireForward(row: RepairRow): void {
-  if (row.stale_reason) throw staleError(row.id, row.stale_reason);
-  switch (row.state) {
-    case "blocked":
-      throw new FailedPreconditionError("inspection_blocked", `Repair ${row.id} is blocked: the inspection did not admit the repository (see inspection.reasons).`);
-    case "approved":
-    case "finished":
-      throw new FailedPreconditionError("already_approved", `Repair ${row.id} is already approved.`);
-    case "cancelled":
-      throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
-    default:
-  }
-}
-
-/** Refuses a baseline unless the repair has an admitted, current inspection (any later state). */
-function requireBaselineable(row: RepairRow): void {
-  if (row.stale_reason) throw staleError(row.id, row.stale_reason);
-  switch (row.state) {
-    case "inspecting":
-      throw new FailedPreconditionError("not_inspected", `Repair ${row.id} is still being inspected.`);
-    case "blocked":
-      throw new FailedPreconditionError("inspection_blocked", `Repair ${row.id} is blocked: the inspection did not admit the repository (see inspection.reasons).`);
-    case "cancelled":
-      throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
-    default:
-  }
-}
-
-function isDrift(err: unknown): boolean {
-  return err instanceof ConnectError && err.code === Code.FailedPrecondition && /\((drift|inspection_drift)\)$/.test(err.rawMessage);
-}
 
 /**
  * The repair journey up to an approved, queued job: create (validated, inspected by the node that
@@ -194,108 +121,16 @@ function isDrift(err: unknown): boolean {
  * longer change: finished, cancelled, blocked, or stale before approval.
  */
 export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof RepairService> {
-  const { db, signals, log, nodes, jobs } = deps;
-  const now = deps.now ?? Date.now;
-  const pollMs = deps.watchPollMs ?? 2000;
-
-  async function owned(p: AuthenticatedPrincipal, id: string): Promise<RepairRow> {
-    const row = await findOwnedRepair(db, p.id, id);
-    if (!row) throw new NotFoundError("repair", id);
-    return row;
-  }
-
-  async function fetchJob(jobId: string | null): Promise<Job | undefined> {
-    if (!jobId) return undefined;
-    try {
-      return (await jobs.getJob({ jobId }, { timeoutMs: 10_000 })).job;
-    } catch (err) {
-      log.warn({ err, jobId }, "could not read the job from the jobs service");
-      return undefined;
-    }
-  }
-
-  /** The full Repair; moves an approved repair whose job ended to finished. */
-  async function view(row: RepairRow): Promise<Repair> {
-    let current = row;
-    const job = await fetchJob(current.job_id);
-    if (current.state === "approved" && job && FINAL_JOB_STATES.has(job.state)) {
-      const done = await updateRepairCas(db, current.id, current.revision, { state: "finished" });
-      if (done) {
-        publishRepairEvents(signals, [done]);
-        current = done;
-      } else {
-        current = (await findOwnedRepair(db, current.owner_id, current.id)) ?? current;
-      }
-    }
-    const [proposals, approval, waitReason, baseline] = await Promise.all([
-      listProposals(db, current.id),
-      findApproval(db, current.id),
-      job?.state === JobState.QUEUED ? whyQueued(job, current.node_id) : "",
-      findBaselineApproval(db, current.id),
-    ]);
-    const repair = repairMessage(current, proposals, approval, job);
-    repair.waitReason = waitReason;
-    if (baseline) {
-      repair.baselineApproval = approvalMessage(baseline);
-      repair.baselineJob = await fetchJob(baseline.job_id);
-    }
-    return repair;
-  }
-
-  /** Why a queued job waits: which slots of its node are taken, by which job, in which state. */
-  async function whyQueued(job: Job, nodeId: string): Promise<string> {
-    try {
-      const slots = (await jobs.listSlots({}, { timeoutMs: 10_000 })).slots.filter((s) => s.nodeId === nodeId);
-      if (slots.length === 0) return `no slot of node ${nodeId} is registered (is its executor running?)`;
-      const taken = slots.filter((s) => s.jobId !== "" && s.jobId !== job.id);
-      if (taken.length < slots.length) return `waiting for node ${nodeId} to claim a free slot`;
-      const parts = await Promise.all(
-        taken.map(async (s) => {
-          const holder = await fetchJob(s.jobId);
-          const what = holder ? (holder.outcome || JobState[holder.state]?.toLowerCase() || "?") : "?";
-          const recovery = holder?.state === JobState.UNKNOWN ? "; it stays held until recovery" : "";
-          return `slot ${s.slotIndex} on node ${nodeId} is ${SlotState[s.state]?.toLowerCase() ?? "taken"} by job ${s.jobId.slice(0, 8)} (${what}${recovery})`;
-        }),
-      );
-      return parts.join("; ");
-    } catch (err) {
-      log.warn({ err, jobId: job.id }, "could not read the slots to explain a queued job");
-      return "";
-    }
-  }
-
-  /** Marks one repair stale (if it still waits for a person) and publishes the change. */
-  async function markStale(row: RepairRow, reason: string): Promise<void> {
-    const changed = await markRepairsStale(db, { repairId: row.id }, reason);
-    publishRepairEvents(signals, changed);
-  }
-
-  /** Refuses (and marks the repair stale) when its Goal or the settings moved since it was inspected. */
-  async function checkBindings(row: RepairRow): Promise<SandboxSettings> {
-    const goal = await findOwnedGoal(db, row.owner_id, row.goal_id);
-    const { settings, revision } = await loadSettings(db, deps.defaults);
-    let reason: string | undefined;
-    if (!goal || goal.state !== "active") reason = "goal_archived";
-    else if (goal.revision !== row.goal_revision) reason = "goal_revised";
-    else if (revision !== BigInt(row.settings_revision)) reason = "settings_changed";
-    else if (!settings.enabled) reason = "settings_disabled";
-    if (reason) {
-      await markStale(row, reason);
-      throw staleError(row.id, reason);
-    }
-    return settings;
-  }
-
-  /** Calls the node; on drift marks the repair stale before passing the refusal on. */
-  async function onNode<T>(row: RepairRow, what: string, fn: (node: Awaited<ReturnType<NodeDirectory["get"]>>) => Promise<T>): Promise<T> {
-    const node = await nodes.get(row.node_id);
-    try {
-      return await callNode(node, what, () => fn(node));
-    } catch (err) {
-      if (isDrift(err)) await markStale(row, "inspection_drift");
-      throw err;
-    }
-  }
+  const d = createRepairDeps(deps);
+  const { db, signals, log, nodes, jobs } = d;
+  const now = d.now;
+  const pollMs = d.watchPollMs;
+  const owned = (p: AuthenticatedPrincipal, id: string) => ownedRepair(d, p, id);
+  const fetchJob = (jobId: string | null) => fetchRepairJob(d, jobId);
+  const view = (row: RepairRow) => viewRepair(d, row);
+  const markStale = (row: RepairRow, reason: string) => markRepairStale(d, row, reason);
+  const checkBindings = (row: RepairRow) => checkRepairBindings(d, row);
+  const onNode = <T>(row: RepairRow, what: string, fn: (node: Awaited<ReturnType<NodeDirectory["get"]>>) => Promise<T>) => onRepairNode(d, row, what, fn);
 
   /**
    * The checks every approval (patched or baseline) passes right before it is recorded: the
