@@ -1,6 +1,6 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { NodeContainmentSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   ConflictError,
   FailedPreconditionError,
@@ -24,20 +24,17 @@ import {
   ProposalSchema,
   RepairService,
   RepairState,
-  type ApprovalDocument,
   type Repair,
 } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
-import { SandboxBackend, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, InspectionSchema, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { Stream } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { isUnder } from "../common.js";
 import { findOwnedGoal } from "../goals/goal.repository.js";
 import { requestPatch } from "../model-route/model-client.js";
 import { buildRepairPrompt, MAX_PROMPT_SOURCE_BYTES, type PromptFile } from "../model-route/prompt.js";
-import { approvalDocumentSha256, buildApprovalDocument, buildExecutionBundle, type ApprovalInputs } from "../approval/approval-document.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
-import { withTransportRetry } from "../nodes/transport-retry.js";
 import { isInstanceOperator } from "../principals/principal.repository.js";
 import { findOwnedRepository } from "../repositories/repository.repository.js";
 import { placeOf, repositoryRootsFor } from "../repositories/tenancy.js";
@@ -48,34 +45,20 @@ import { jobSubject, publishRepairEvents, repairSubject } from "./repair-events.
 import { checkRepairPaths, checkRequestPath, parseSelectionText } from "./repair-input.js";
 import {
   findApproval,
-  findDocumentByHash,
-  findLiveDocument,
-  findOwnedRepair,
-  findProposal,
-  insertApproval,
-  insertDocument,
   insertProposal,
   insertRepair,
   listOwnedRepairs,
-  setApprovalJob,
   updateRepairCas,
-  type ApprovalRow,
   type RepairRow,
 } from "./repair.repository.js";
 import { repairInspection } from "./repair-view.js";
 import { createRepairDeps, type RepairServiceDeps } from "./repair-deps.js";
+import { approve, getApprovalDocument } from "./repair-approve.js";
+import { approveBaseline, getBaselineApprovalDocument } from "./repair-baseline.js";
 import { fetchJob as fetchRepairJob, FINAL_JOB_STATES, ownedRepair, viewRepair } from "./repair-read.js";
-import { checkBindings as checkRepairBindings, markStale as markRepairStale, onNode as onRepairNode, requireBaselineable, requireForward, staleError } from "./repair-checks.js";
+import { onNode as onRepairNode, requireForward } from "./repair-checks.js";
 import { compareRepairRuns, runResultsOf } from "./repair-results.js";
-import {
-  findBaselineApproval,
-  findBaselineDocumentByHash,
-  findLiveBaselineDocument,
-  insertBaselineApproval,
-  insertBaselineDocument,
-  setBaselineJob,
-  type BaselineApprovalRow,
-} from "./baseline.repository.js";
+import { findBaselineApproval } from "./baseline.repository.js";
 
 /**
  * The files consent covers: the inspected source files under the repair's own source paths.
@@ -128,165 +111,13 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
   const owned = (p: AuthenticatedPrincipal, id: string) => ownedRepair(d, p, id);
   const fetchJob = (jobId: string | null) => fetchRepairJob(d, jobId);
   const view = (row: RepairRow) => viewRepair(d, row);
-  const markStale = (row: RepairRow, reason: string) => markRepairStale(d, row, reason);
-  const checkBindings = (row: RepairRow) => checkRepairBindings(d, row);
   const onNode = <T>(row: RepairRow, what: string, fn: (node: Awaited<ReturnType<NodeDirectory["get"]>>) => Promise<T>) => onRepairNode(d, row, what, fn);
-
-  /**
-   * The checks every approval (patched or baseline) passes right before it is recorded: the
-   * repair's bindings (Goal, settings) still hold and equal the document's, and a fresh read-only
-   * inspection on the node reproduces the inspection hash, the supervisor code and the containment
-   * the document shows. Any drift marks the repair stale and refuses.
-   */
-  async function freshlyAdmitted(row: RepairRow, doc: ApprovalDocument, signal: AbortSignal): Promise<void> {
-    const settings = await checkBindings(row);
-    if (doc.goalRevision !== row.goal_revision || doc.settingsRevision !== BigInt(row.settings_revision)) {
-      await markStale(row, "settings_changed");
-      throw staleError(row.id, "settings_changed");
-    }
-    // Fresh read-only inspection: any drift in source, scripts, lockfile, config, compiler or
-    // runtime since the document was issued refuses the approval.
-    const inspection = repairInspection(row);
-    const fresh = await onNode(row, "re-inspect the repository", (node) =>
-      nodes.executor(node).inspect(
-        {
-          repositoryPath: row.repository_path,
-          sourcePaths: inspection?.sourcePaths ?? [],
-          selection: row.selection,
-          runtimePath: settings.runtimePath,
-          limits: settings.limits,
-          profile: inspection?.profile ?? "",
-          testPaths: [...(inspection?.testPaths ?? [])],
-          runtimeSha256: settings.runtimeSha256,
-        },
-        { timeoutMs: 120_000, signal },
-      ),
-    );
-    if (!fresh.inspection?.admitted || fresh.inspection.inspectionSha256 !== row.inspection_sha256) {
-      await markStale(row, "inspection_drift");
-      throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
-    }
-    // The per-job supervisor code the document shows must still be the node's: another
-    // supervisor could never be started for this approval (the runner refuses it GO).
-    if (doc.supervisorSourceSha256 === "" || fresh.supervisorSourceSha256 !== doc.supervisorSourceSha256) {
-      await markStale(row, "supervisor_source_drift");
-      throw new FailedPreconditionError(
-        "supervisor_source_drift",
-        `The node's per-job supervisor code is ${fresh.supervisorSourceSha256 || "unknown"}, not ${doc.supervisorSourceSha256 || "unknown"} shown in the approval document; create a new repair.`,
-        { field: "document_sha256" },
-      );
-    }
-    // The containment the document states (job user, cgroup, enforced ceilings) must still be
-    // what the node would hold: a weaker or different one needs a new document.
-    const freshContainment = fresh.containment !== undefined ? toBinary(NodeContainmentSchema, fresh.containment) : new Uint8Array();
-    const shownContainment = doc.containment !== undefined ? toBinary(NodeContainmentSchema, doc.containment) : new Uint8Array();
-    if (Buffer.compare(Buffer.from(freshContainment), Buffer.from(shownContainment)) !== 0) {
-      await markStale(row, "containment_changed");
-      throw new FailedPreconditionError(
-        "containment_changed",
-        `The node now claims isolation_claim=${fresh.containment?.isolationClaim || "none"} and resource_enforcement=${fresh.containment?.resourceEnforcement || "admission_and_wall_timeout_only"}, not what the approval document shows; create a new repair.`,
-        { field: "document_sha256" },
-      );
-    }
-  }
-
-  /** The approval document of the repair's current inspection and bindings, issued at `at` (a proposal's, or the baseline's). */
-  function documentFor(row: RepairRow, settings: SandboxSettings, at: Date, what: Pick<ApprovalInputs, "proposalId" | "proposalSha256" | "changedPaths" | "baseline">): ApprovalDocument {
-    const inspection = repairInspection(row);
-    if (!inspection) throw new FailedPreconditionError("inspection_blocked", "The repair has no inspection.");
-    return buildApprovalDocument({
-      repairId: row.id,
-      ...what,
-      inspection,
-      goalId: row.goal_id,
-      goalRevision: row.goal_revision,
-      settingsRevision: BigInt(row.settings_revision),
-      repositoryPath: row.repository_path,
-      nodeId: row.node_id,
-      runtimePath: settings.runtimePath,
-      ownerId: row.owner_id,
-      allowedPatchPaths: row.allowed_patch_paths,
-      issuedUnixMs: at.getTime(),
-      expiresUnixMs: at.getTime() + settings.approvalTtlSeconds * 1000,
-      supervisorSourceSha256: row.supervisor_source_sha256 ?? "",
-      containment: row.containment !== null ? fromBinary(NodeContainmentSchema, row.containment) : undefined,
-    });
-  }
 
   /** The repair's baseline job id, or FAILED_PRECONDITION no_baseline_job. */
   async function baselineJobOf(row: RepairRow): Promise<string> {
     const b = await findBaselineApproval(db, row.id);
     if (!b?.job_id) throw new FailedPreconditionError("no_baseline_job", `Repair ${row.id} has no baseline job.`, { field: "baseline" });
     return b.job_id;
-  }
-
-  /**
-   * EnqueueJob for an approval already recorded (idempotent per approval id in the jobs service);
-   * a failure says the approval stands and which RPC to retry with the same document.
-   */
-  async function enqueue(p: AuthenticatedPrincipal, row: RepairRow, bundle: ReturnType<typeof buildExecutionBundle>, recorded: string, retry: string): Promise<Job> {
-    let job: Job | undefined;
-    try {
-      // EnqueueJob is idempotent per approval id: a call a dying jobs replica cut (CANCELED,
-      // UNAVAILABLE) is repeated against whichever replica answers, within the same 15 s.
-      job = (await withTransportRetry(15_000, (timeoutMs) => jobs.enqueueJob({ ownerId: row.owner_id, rootId: p.rootId, bundle }, { timeoutMs }))).job;
-    } catch (err) {
-      const detail = err instanceof ConnectError ? `${Code[err.code]} ${err.rawMessage}` : (err as Error).message;
-      throw new UnavailableError("job_not_queued", `${recorded} is recorded, but its job could not be queued yet (${detail}); retry ${retry} with the same document.`, err);
-    }
-    if (!job) throw new UnavailableError("job_not_queued", `The jobs service returned no job; retry ${retry} with the same document.`);
-    return job;
-  }
-
-  /**
-   * The checks an issued document passes before it may be approved: its stored bytes hash to the
-   * approved SHA-256 (and are of the expected kind), and it has not expired.
-   */
-  function requireIssued(doc: ApprovalDocument, expiresAt: Date, documentSha256: string, kind: "approval " | "baseline "): void {
-    if (approvalDocumentSha256(doc) !== documentSha256 || doc.baseline !== (kind === "baseline ")) {
-      throw new FailedPreconditionError("document_mismatch", `The stored ${kind}document does not hash to the approved SHA-256.`, { field: "document_sha256" });
-    }
-    if (expiresAt.getTime() <= now()) {
-      throw new FailedPreconditionError("approval_expired", `The ${kind}document expired at ${expiresAt.toISOString()}; fetch a fresh one.`, { field: "document_sha256" });
-    }
-  }
-
-  /** Queues the baseline job of a baseline approval once (idempotent per approval id) and records it. */
-  async function ensureBaselineJob(p: AuthenticatedPrincipal, row: RepairRow, approval: BaselineApprovalRow): Promise<void> {
-    if (approval.job_id) return;
-    const doc = fromBinary(ApprovalDocumentSchema, approval.document);
-    const inspection = repairInspection(row);
-    if (!inspection) throw new FailedPreconditionError("approval_incomplete", "The repair's inspection is missing.");
-    // No patch: the unpatched snapshot runs; the bundle says baseline and carries an empty diff.
-    const job = await enqueue(p, row, buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff: "" }), `The baseline approval ${approval.id}`, "ApproveBaseline");
-    await setBaselineJob(db, approval.id, job.id);
-    publishRepairEvents(signals, [row]);
-    log.info({ repairId: row.id, approvalId: approval.id, jobId: job.id }, "baseline job queued");
-  }
-
-  /** Queues the job of an approval once (EnqueueJob is idempotent per approval id) and records it. */
-  async function ensureJob(p: AuthenticatedPrincipal, row: RepairRow, approval: ApprovalRow): Promise<{ row: RepairRow; job: Job | undefined }> {
-    if (approval.job_id) return { row, job: await fetchJob(approval.job_id) };
-    const doc = fromBinary(ApprovalDocumentSchema, approval.document);
-    const proposal = await findProposal(db, row.id, approval.proposal_id);
-    const inspection = repairInspection(row);
-    if (!proposal || !inspection) throw new FailedPreconditionError("approval_incomplete", "The approved proposal or inspection is missing.");
-    const diff = fromBinary(ProposalSchema, proposal.proposal).diff;
-    const job = await enqueue(p, row, buildExecutionBundle({ doc, approvalId: approval.id, inspection, diff }), `The approval ${approval.id}`, "Approve");
-    const jobId = job.id;
-    const updated = await db.transaction().execute(async (trx) => {
-      await setApprovalJob(trx, approval.id, jobId);
-      return trx
-        .updateTable("repairs")
-        .set((eb) => ({ job_id: jobId, revision: eb("revision", "+", 1 as never) as never, updated_at: new Date() }))
-        .where("id", "=", row.id)
-        .where("job_id", "is", null)
-        .returningAll()
-        .executeTakeFirst();
-    });
-    if (updated) publishRepairEvents(signals, [updated]);
-    log.info({ repairId: row.id, approvalId: approval.id, jobId }, "job queued");
-    return { row: updated ?? (await findOwnedRepair(db, row.owner_id, row.id)) ?? row, job };
   }
 
   async function readConsentedSources(row: RepairRow, inspection: Inspection, consent: Consent, signal: AbortSignal): Promise<PromptFile[]> {
@@ -588,102 +419,8 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       return { repair: await view(updated), proposal };
     },
 
-    async getApprovalDocument(req, ctx) {
-      const p = requirePrincipal(ctx);
-      const row = await owned(p, req.repairId);
-      const approval = await findApproval(db, row.id);
-      if (approval && approval.proposal_id === req.proposalId) return { document: fromBinary(ApprovalDocumentSchema, approval.document) };
-      requireForward(row);
-      const proposalRow = await findProposal(db, row.id, req.proposalId);
-      if (!proposalRow) throw new NotFoundError("proposal", req.proposalId);
-      const proposal = fromBinary(ProposalSchema, proposalRow.proposal);
-      if (!proposal.valid) throw new FailedPreconditionError("proposal_invalid", `Proposal ${proposal.id} is invalid (${proposal.reasons.map((r) => r.code).join(", ")}); nothing can be approved for it.`, { field: "proposal_id" });
-      const settings = await checkBindings(row);
-      const at = new Date(now());
-      const live = await findLiveDocument(db, row.id, proposal.id, at);
-      if (live) return { document: fromBinary(ApprovalDocumentSchema, live.document) };
-      const doc = documentFor(row, settings, at, { proposalId: proposal.id, proposalSha256: proposal.diffSha256, changedPaths: proposal.changedPaths });
-      await insertDocument(db, {
-        id: newId(),
-        repair_id: row.id,
-        proposal_id: proposal.id,
-        document: toBinary(ApprovalDocumentSchema, doc),
-        document_sha256: doc.documentSha256,
-        issued_at: at,
-        expires_at: new Date(Number(doc.expiresUnixMs)),
-      });
-      return { document: doc };
-    },
-
-    async approve(req, ctx) {
-      const t0 = performance.now();
-      const p = requirePrincipal(ctx);
-      let row = await owned(p, req.repairId);
-      const existing = await findApproval(db, row.id);
-      if (existing) {
-        if (existing.document_sha256 !== req.documentSha256) {
-          throw new FailedPreconditionError("already_approved", `Repair ${row.id} is already approved with document ${existing.document_sha256}.`, { field: "document_sha256" });
-        }
-        if (row.state === "cancelled") throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
-        const done = await ensureJob(p, row, existing);
-        const repair = await view(done.row);
-        return { repair, approval: repair.approval };
-      }
-      const docRow = await findDocumentByHash(db, row.id, req.documentSha256);
-      if (!docRow) {
-        throw new FailedPreconditionError("document_mismatch", `No approval document with SHA-256 ${req.documentSha256} was issued for repair ${row.id}; fetch the document again and approve the hash it shows.`, { field: "document_sha256" });
-      }
-      const doc: ApprovalDocument = fromBinary(ApprovalDocumentSchema, docRow.document);
-      requireIssued(doc, docRow.expires_at, req.documentSha256, "approval ");
-      requireForward(row);
-      if (row.state !== "proposed") throw new FailedPreconditionError("not_proposed", `Repair ${row.id} has no valid proposal to approve.`);
-      const proposalRow = await findProposal(db, row.id, doc.proposalId);
-      if (!proposalRow || !proposalRow.valid || proposalRow.diff_sha256 !== doc.proposalSha256) {
-        throw new FailedPreconditionError("proposal_invalid", "The document's proposal is not a valid proposal of this repair.", { field: "document_sha256" });
-      }
-      const tChecked = performance.now();
-      await freshlyAdmitted(row, doc, ctx.signal);
-      const tAdmitted = performance.now();
-      const approvalId = newId();
-      let approval: ApprovalRow;
-      try {
-        ({ row, approval } = await db.transaction().execute(async (trx) => {
-          const u = await updateRepairCas(trx, row.id, row.revision, { state: "approved", approval_id: approvalId });
-          if (!u) throw new ConflictError("revision_conflict", "The repair changed while it was being approved; read it again and retry.");
-          const a = await insertApproval(trx, {
-            id: approvalId,
-            repair_id: row.id,
-            proposal_id: doc.proposalId,
-            document: docRow.document,
-            document_sha256: doc.documentSha256,
-            approved_by: p.id,
-            expires_at: docRow.expires_at,
-          });
-          return { row: u, approval: a };
-        }));
-      } catch (err) {
-        if (err instanceof SeraphError) throw err;
-        // A concurrent Approve of the same repair won the unique constraint: answer as it did.
-        const raced = await findApproval(db, row.id);
-        if (raced && raced.document_sha256 === req.documentSha256) {
-          const done = await ensureJob(p, (await owned(p, row.id)), raced);
-          const repair = await view(done.row);
-          return { repair, approval: repair.approval };
-        }
-        throw err;
-      }
-      const tApproved = performance.now();
-      publishRepairEvents(signals, [row]);
-      log.info({ repairId: row.id, approvalId, documentSha256: doc.documentSha256 }, "approved");
-      const done = await ensureJob(p, row, approval);
-      // Where an approval's time goes (benchmarks read this; nothing depends on it).
-      log.debug(
-        { repairId: row.id, checksMs: tChecked - t0, admissionMs: tAdmitted - tChecked, approvalTxnMs: tApproved - tAdmitted, enqueueMs: performance.now() - tApproved },
-        "approve timings",
-      );
-      const repair = await view(done.row);
-      return { repair, approval: repair.approval };
-    },
+    getApprovalDocument: (req, ctx) => getApprovalDocument(d, req, ctx),
+    approve: (req, ctx) => approve(d, req, ctx),
 
     async cancelRepair(req, ctx) {
       const p = requirePrincipal(ctx);
@@ -708,63 +445,8 @@ export function createRepairService(deps: RepairServiceDeps): ServiceImpl<typeof
       return { artifact: res.artifact, content: res.content };
     },
 
-    async getBaselineApprovalDocument(req, ctx) {
-      const p = requirePrincipal(ctx);
-      const row = await owned(p, req.repairId);
-      const approved = await findBaselineApproval(db, row.id);
-      if (approved) return { document: fromBinary(ApprovalDocumentSchema, approved.document) };
-      requireBaselineable(row);
-      const settings = await checkBindings(row);
-      const at = new Date(now());
-      const live = await findLiveBaselineDocument(db, row.id, at);
-      if (live) return { document: fromBinary(ApprovalDocumentSchema, live.document) };
-      const doc = documentFor(row, settings, at, { proposalId: "", proposalSha256: sha256Hex(""), baseline: true });
-      await insertBaselineDocument(db, {
-        id: newId(),
-        repair_id: row.id,
-        document: toBinary(ApprovalDocumentSchema, doc),
-        document_sha256: doc.documentSha256,
-        issued_at: at,
-        expires_at: new Date(Number(doc.expiresUnixMs)),
-      });
-      return { document: doc };
-    },
-
-    async approveBaseline(req, ctx) {
-      const p = requirePrincipal(ctx);
-      const row = await owned(p, req.repairId);
-      const answer = async (a: BaselineApprovalRow) => {
-        await ensureBaselineJob(p, row, a);
-        const repair = await view(await owned(p, row.id));
-        return { repair, approval: repair.baselineApproval };
-      };
-      const existing = await findBaselineApproval(db, row.id);
-      if (existing) {
-        if (existing.document_sha256 !== req.documentSha256) {
-          throw new FailedPreconditionError("already_approved", `Repair ${row.id} already has a baseline approved with document ${existing.document_sha256}.`, { field: "document_sha256" });
-        }
-        return answer(existing);
-      }
-      const docRow = await findBaselineDocumentByHash(db, row.id, req.documentSha256);
-      if (!docRow) {
-        throw new FailedPreconditionError("document_mismatch", `No baseline document with SHA-256 ${req.documentSha256} was issued for repair ${row.id}; fetch the baseline document again and approve the hash it shows.`, { field: "document_sha256" });
-      }
-      const doc = fromBinary(ApprovalDocumentSchema, docRow.document);
-      requireIssued(doc, docRow.expires_at, req.documentSha256, "baseline ");
-      requireBaselineable(row);
-      await freshlyAdmitted(row, doc, ctx.signal);
-      let approval: BaselineApprovalRow;
-      try {
-        approval = await insertBaselineApproval(db, { id: newId(), repair_id: row.id, document: docRow.document, document_sha256: doc.documentSha256, approved_by: p.id, expires_at: docRow.expires_at });
-      } catch (err) {
-        // A concurrent ApproveBaseline won the unique constraint: answer as it did.
-        const raced = await findBaselineApproval(db, row.id);
-        if (raced && raced.document_sha256 === req.documentSha256) return answer(raced);
-        throw err;
-      }
-      log.info({ repairId: row.id, approvalId: approval.id, documentSha256: doc.documentSha256 }, "baseline approved");
-      return answer(approval);
-    },
+    getBaselineApprovalDocument: (req, ctx) => getBaselineApprovalDocument(d, req, ctx),
+    approveBaseline: (req, ctx) => approveBaseline(d, req, ctx),
 
     async getRepairResults(req, ctx) {
       const p = requirePrincipal(ctx);
