@@ -74,7 +74,7 @@ export interface OperatorNatsService {
  * "<CODE> <reason>: <message>"). A refused request changes nothing.
  */
 export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<OperatorNatsService> {
-  const { nc, ops, authenticate, log } = deps;
+  const { nc, ops, log } = deps;
   const inboxPrefix = deps.inboxPrefix ?? "_INBOX";
   const svc = await new Svcm(nc).add({
     name: OPERATOR_SERVICE_NAME,
@@ -91,49 +91,12 @@ export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<
   });
   const group = svc.addGroup(OPERATOR_SUBJECT_PREFIX);
 
-  const endpoint = <I extends DescMessage, O extends DescMessage>(
-    name: string,
-    input: I,
-    output: O,
-    run: (p: AuthenticatedPrincipal, req: MessageShape<I>) => Promise<MessageShape<O>>,
-  ) => {
-    const handle = async (msg: ServiceMsg) => {
-      const requestId = msg.headers?.get("x-request-id") || randomUUID();
-      const child = log.child({ nats: `${OPERATOR_SUBJECT_PREFIX}.${name}`, requestId });
-      // allow_responses lets this user publish to any reply subject a request names: answering
-      // "seraph.jobs.x" would publish onto a subject other services act on. Only an inbox gets an
-      // answer; anything else is dropped before the request is read, so it also changes nothing.
-      if (!isInbox(msg.reply, inboxPrefix)) {
-        child.warn({ reply: msg.reply ?? "" }, `operator request refused: its reply subject is not an inbox (${inboxPrefix}.*); nothing done, no answer`);
-        return;
-      }
-      try {
-        if (msg.data.length > MAX_OPERATOR_REQUEST_BYTES) {
-          throw new InvalidArgumentError("", "request_too_large", `the request body has ${msg.data.length} bytes; at most ${MAX_OPERATOR_REQUEST_BYTES} are accepted`);
-        }
-        const token = bearerToken(msg.headers?.get(OPERATOR_TOKEN_HEADER) || null);
-        if (token === undefined) throw new UnauthenticatedError("a principal's token is required in the NATS header 'authorization: Bearer <token>'");
-        const principal = await authenticate(token);
-        if (principal === undefined) throw new UnauthenticatedError("the bearer token is unknown or revoked");
-        const req = decodeValidated(input, msg.data);
-        const res = await run(principal, req);
-        msg.respond(toBinary(output, res));
-        child.debug({ principal: principal.id }, "operator request ok");
-      } catch (err) {
-        const d = describeError(err, requestId);
-        if (d.unexpected) child.error({ err }, "operator request failed unexpectedly");
-        else child.info({ code: d.codeName, reason: d.reason, field: d.field }, d.message);
-        const body = toBinary(OperatorErrorSchema, create(OperatorErrorSchema, { code: d.codeName, reason: d.reason, field: d.field, message: d.message }));
-        const field = d.field ? `${d.field}: ` : "";
-        // A header value is one line.
-        const description = `${d.codeName} ${d.reason}: ${field}${d.message}`.replace(/[\r\n]+/g, " ").slice(0, 1000);
-        msg.respondError(d.code, description, body);
-      }
-    };
+  const endpoint = <I extends DescMessage, O extends DescMessage>(name: string, input: I, output: O, run: OperatorRun<I, O>) => {
+    const spec: EndpointSpec<I, O> = { name, input, output, run };
     group.addEndpoint(name, {
       handler: (err, msg) => {
         if (err) return;
-        void handle(msg);
+        void answerRequest(deps, inboxPrefix, spec, msg);
       },
       metadata: { request: input.typeName, response: output.typeName, error: OperatorErrorSchema.typeName },
     });
@@ -152,4 +115,58 @@ export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<
       if (!svc.isStopped) await svc.stop();
     },
   };
+}
+
+/** What one endpoint runs for an authenticated principal's validated request. */
+type OperatorRun<I extends DescMessage, O extends DescMessage> = (p: AuthenticatedPrincipal, req: MessageShape<I>) => Promise<MessageShape<O>>;
+
+/** One endpoint: its name under OPERATOR_SUBJECT_PREFIX, its request and response messages, and what it runs. */
+interface EndpointSpec<I extends DescMessage, O extends DescMessage> {
+  readonly name: string;
+  readonly input: I;
+  readonly output: O;
+  readonly run: OperatorRun<I, O>;
+}
+
+/**
+ * Answers one request of `spec`'s endpoint: dropped unless its reply subject is an inbox; then
+ * bounded, authenticated, validated and run, answered with the response or an OperatorError.
+ */
+async function answerRequest<I extends DescMessage, O extends DescMessage>(deps: OperatorNatsDeps, inboxPrefix: string, spec: EndpointSpec<I, O>, msg: ServiceMsg): Promise<void> {
+  const requestId = msg.headers?.get("x-request-id") || randomUUID();
+  const child = deps.log.child({ nats: `${OPERATOR_SUBJECT_PREFIX}.${spec.name}`, requestId });
+  // allow_responses lets this user publish to any reply subject a request names: answering
+  // "seraph.jobs.x" would publish onto a subject other services act on. Only an inbox gets an
+  // answer; anything else is dropped before the request is read, so it also changes nothing.
+  if (!isInbox(msg.reply, inboxPrefix)) {
+    child.warn({ reply: msg.reply ?? "" }, `operator request refused: its reply subject is not an inbox (${inboxPrefix}.*); nothing done, no answer`);
+    return;
+  }
+  try {
+    if (msg.data.length > MAX_OPERATOR_REQUEST_BYTES) {
+      throw new InvalidArgumentError("", "request_too_large", `the request body has ${msg.data.length} bytes; at most ${MAX_OPERATOR_REQUEST_BYTES} are accepted`);
+    }
+    const token = bearerToken(msg.headers?.get(OPERATOR_TOKEN_HEADER) || null);
+    if (token === undefined) throw new UnauthenticatedError("a principal's token is required in the NATS header 'authorization: Bearer <token>'");
+    const principal = await deps.authenticate(token);
+    if (principal === undefined) throw new UnauthenticatedError("the bearer token is unknown or revoked");
+    const req = decodeValidated(spec.input, msg.data);
+    const res = await spec.run(principal, req);
+    msg.respond(toBinary(spec.output, res));
+    child.debug({ principal: principal.id }, "operator request ok");
+  } catch (err) {
+    respondError(msg, err, requestId, child);
+  }
+}
+
+/** Answers a refused or failed request: an OperatorError body and the micro protocol's error headers (logged once). */
+function respondError(msg: ServiceMsg, err: unknown, requestId: string, child: Logger): void {
+  const d = describeError(err, requestId);
+  if (d.unexpected) child.error({ err }, "operator request failed unexpectedly");
+  else child.info({ code: d.codeName, reason: d.reason, field: d.field }, d.message);
+  const body = toBinary(OperatorErrorSchema, create(OperatorErrorSchema, { code: d.codeName, reason: d.reason, field: d.field, message: d.message }));
+  const field = d.field ? `${d.field}: ` : "";
+  // A header value is one line.
+  const description = `${d.codeName} ${d.reason}: ${field}${d.message}`.replace(/[\r\n]+/g, " ").slice(0, 1000);
+  msg.respondError(d.code, description, body);
 }

@@ -1,10 +1,20 @@
-import { create, fromJsonString } from "@bufbuild/protobuf";
-import type { Client } from "@connectrpc/connect";
-import { sha256Hex, UnavailableError } from "@seraph/kit";
-import { RunResultsSchema, type RunResults } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { create, fromBinary, fromJsonString, type MessageInitShape } from "@bufbuild/protobuf";
+import type { Client, HandlerContext } from "@connectrpc/connect";
+import { requirePrincipal, sha256Hex, UnavailableError } from "@seraph/kit";
+import {
+  ApprovalDocumentSchema,
+  RunResultsSchema,
+  type GetRepairResultsRequest,
+  type GetRepairResultsResponseSchema,
+  type RunResults,
+} from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState, type Job, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { TestResultsSchema, type TestComparison } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { compareRuns, invalidComparison, RESULTS_ARTIFACT_KIND } from "@seraph/profiles/results";
+import { findBaselineApproval } from "./baseline.repository.js";
+import type { RepairDeps } from "./repair-deps.js";
+import { fetchJob, ownedRepair } from "./repair-read.js";
+import { findApproval } from "./repair.repository.js";
 
 const ENDED: ReadonlySet<JobState> = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.UNKNOWN]);
 
@@ -50,4 +60,30 @@ export function compareRepairRuns(baseline: RunResults, patched: RunResults, pat
     }
   }
   return compareRuns({ results: baseline.results, inspectionSha256: baseline.inspectionSha256 }, { results: patched.results, inspectionSha256: patched.inspectionSha256 }, patchChangedTests);
+}
+
+/**
+ * GetRepairResults: the patched run's and the baseline run's test results (each read back by
+ * sha256, or why not yet), their comparison when both exist, and what the approved document
+ * said about tests the patch changes.
+ */
+export async function getRepairResults(deps: RepairDeps, req: GetRepairResultsRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof GetRepairResultsResponseSchema>> {
+  const { db, jobs } = deps;
+  const p = requirePrincipal(ctx);
+  const row = await ownedRepair(deps, p, req.repairId);
+  const [approval, baselineApproval] = await Promise.all([findApproval(db, row.id), findBaselineApproval(db, row.id)]);
+  const patchedDoc = approval ? fromBinary(ApprovalDocumentSchema, approval.document) : undefined;
+  const patched = await runResultsOf(jobs, await fetchJob(deps, approval?.job_id ?? null), patchedDoc?.inspectionSha256 ?? "", ctx.signal);
+  const baseline = baselineApproval
+    ? await runResultsOf(jobs, await fetchJob(deps, baselineApproval.job_id), fromBinary(ApprovalDocumentSchema, baselineApproval.document).inspectionSha256, ctx.signal)
+    : undefined;
+  const changed = patchedDoc?.patchChangedTests ?? [];
+  return {
+    repairId: row.id,
+    patched,
+    baseline,
+    comparison: baseline && approval ? compareRepairRuns(baseline, patched, changed) : undefined,
+    patchChangedTests: [...changed],
+    testEvidenceNote: patchedDoc?.testEvidenceNote ?? "",
+  };
 }

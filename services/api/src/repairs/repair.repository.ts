@@ -157,7 +157,18 @@ export async function insertApproval(
   return db.insertInto("approvals").values({ ...row, job_id: null }).returningAll().executeTakeFirstOrThrow();
 }
 
-/** Records the job of an approval on the approval and its repair (one transaction by the caller). */
+/** Records the job of an approval on the approval (its repair gets it from setRepairJob in the same transaction). */
 export async function setApprovalJob(db: Db, approvalId: string, jobId: string): Promise<void> {
   await db.updateTable("approvals").set({ job_id: jobId }).where("id", "=", approvalId).execute();
+}
+
+/** Records the job on a repair that has none yet, bumping its revision; undefined when it already has one. */
+export async function setRepairJob(db: Db, repairId: string, jobId: string): Promise<RepairRow | undefined> {
+  return db
+    .updateTable("repairs")
+    .set((eb) => ({ job_id: jobId, revision: eb("revision", "+", 1 as never) as never, updated_at: new Date() }))
+    .where("id", "=", repairId)
+    .where("job_id", "is", null)
+    .returningAll()
+    .executeTakeFirst();
 }

@@ -1,0 +1,80 @@
+import { NotFoundError, type AuthenticatedPrincipal } from "@seraph/kit";
+import type { Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { JobState, SlotState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { findBaselineApproval } from "./baseline.repository.js";
+import type { RepairDeps } from "./repair-deps.js";
+import { publishRepairEvents } from "./repair-events.js";
+import { findApproval, findOwnedRepair, listProposals, updateRepairCas, type RepairRow } from "./repair.repository.js";
+import { approvalMessage, repairMessage } from "./repair-view.js";
+
+/** Job states that move an approved repair to finished (not UNKNOWN: that outcome is unproved and waits for recovery). */
+export const FINAL_JOB_STATES: ReadonlySet<JobState> = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED]);
+
+/** The caller's repair `id`; NOT_FOUND when it does not exist or another principal owns it. */
+export async function ownedRepair(deps: RepairDeps, p: AuthenticatedPrincipal, id: string): Promise<RepairRow> {
+  const row = await findOwnedRepair(deps.db, p.id, id);
+  if (!row) throw new NotFoundError("repair", id);
+  return row;
+}
+
+/** The job `jobId` as the jobs service answers; undefined without a job id or when it cannot be read (logged). */
+export async function fetchJob(deps: RepairDeps, jobId: string | null): Promise<Job | undefined> {
+  if (!jobId) return undefined;
+  try {
+    return (await deps.jobs.getJob({ jobId }, { timeoutMs: 10_000 })).job;
+  } catch (err) {
+    deps.log.warn({ err, jobId }, "could not read the job from the jobs service");
+    return undefined;
+  }
+}
+
+/** The full Repair; moves an approved repair whose job ended to finished. */
+export async function viewRepair(deps: RepairDeps, row: RepairRow): Promise<Repair> {
+  const { db, signals } = deps;
+  let current = row;
+  const job = await fetchJob(deps, current.job_id);
+  if (current.state === "approved" && job && FINAL_JOB_STATES.has(job.state)) {
+    const done = await updateRepairCas(db, current.id, current.revision, { state: "finished" });
+    if (done) {
+      publishRepairEvents(signals, [done]);
+      current = done;
+    } else {
+      current = (await findOwnedRepair(db, current.owner_id, current.id)) ?? current;
+    }
+  }
+  const [proposals, approval, waitReason, baseline] = await Promise.all([
+    listProposals(db, current.id),
+    findApproval(db, current.id),
+    job?.state === JobState.QUEUED ? whyQueued(deps, job, current.node_id) : "",
+    findBaselineApproval(db, current.id),
+  ]);
+  const repair = repairMessage(current, proposals, approval, job);
+  repair.waitReason = waitReason;
+  if (baseline) {
+    repair.baselineApproval = approvalMessage(baseline);
+    repair.baselineJob = await fetchJob(deps, baseline.job_id);
+  }
+  return repair;
+}
+
+/** Why a queued job waits: which slots of its node are taken, by which job, in which state. */
+async function whyQueued(deps: RepairDeps, job: Job, nodeId: string): Promise<string> {
+  try {
+    const slots = (await deps.jobs.listSlots({}, { timeoutMs: 10_000 })).slots.filter((s) => s.nodeId === nodeId);
+    if (slots.length === 0) return `no slot of node ${nodeId} is registered (is its executor running?)`;
+    const taken = slots.filter((s) => s.jobId !== "" && s.jobId !== job.id);
+    if (taken.length < slots.length) return `waiting for node ${nodeId} to claim a free slot`;
+    const parts = await Promise.all(
+      taken.map(async (s) => {
+        const holder = await fetchJob(deps, s.jobId);
+        const what = holder ? (holder.outcome || JobState[holder.state]?.toLowerCase() || "?") : "?";
+        const recovery = holder?.state === JobState.UNKNOWN ? "; it stays held until recovery" : "";
+        return `slot ${s.slotIndex} on node ${nodeId} is ${SlotState[s.state]?.toLowerCase() ?? "taken"} by job ${s.jobId.slice(0, 8)} (${what}${recovery})`;
+      }),
+    );
+    return parts.join("; ");
+  } catch (err) {
+    deps.log.warn({ err, jobId: job.id }, "could not read the slots to explain a queued job");
+    return "";
+  }
+}
