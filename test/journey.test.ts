@@ -100,12 +100,18 @@ describe("repair journey up to an approved, queued job", () => {
     // Watch from here on: every state change arrives, in order.
     const seen: Repair[] = [];
     const abort = new AbortController();
+    // The first message is the repair as the server finds it when the watch starts: wait for it
+    // before changing the repair (under load the stream can start after GiveConsent otherwise).
+    let firstSeen!: () => void;
+    const first = new Promise<void>((resolve) => (firstSeen = resolve));
     const watching = (async () => {
       for await (const m of c.repairs.watchRepair({ repairId }, { signal: abort.signal })) {
         seen.push(m.repair!);
+        firstSeen();
         if (m.repair?.job) break;
       }
     })();
+    await first;
 
     const source = await c.repairs.readRepairSource({ repairId, path: "src/math.js" });
     expect(Buffer.from(source.content).toString()).toContain("return a - b;");

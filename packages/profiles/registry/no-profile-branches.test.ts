@@ -14,18 +14,10 @@ const PROFILE_HOMES = [
   "services/executor-linux/src/profile/registry.ts",
   "services/executor-linux/src/profile/node/",
   "services/executor-linux/src/profile/python/",
-  // The UI's profile metadata, until the UI reads ListProfiles (issue 23: the UI wiring comes later).
-  "services/ui-gateway/src-ui/profiles.ts",
 ];
 
-/**
- * Known places still to move, each with why. The UI is being split by another change that moves
- * its hard-coded names into src-ui/profiles.ts; these entries go with it (a missing file is fine).
- */
-const PENDING: Readonly<Record<string, string>> = {
-  "services/ui-gateway/src-ui/views/inspector.ts": "moves to src-ui/profiles.ts with the inspector split",
-  "services/ui-gateway/src-ui/views/profile-render.ts": "moves to src-ui/profiles.ts with the inspector split",
-};
+/** Known places still to move, each with why (none: the UI reads ListProfiles). */
+const PENDING: Readonly<Record<string, string>> = {};
 
 /** A string literal that is exactly a profile-shaped name ("repo-…-v1"). */
 const NAME_LITERAL = /(["'`])repo-[a-z0-9]+(?:-[a-z0-9]+)*-v\d+\1/;

@@ -4,6 +4,7 @@
 import type { Principal } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { h, replace } from "./dom.js";
 import { createApi, errorCode, errorText, Code, type Api } from "./rpc.js";
+import { createProfileCatalog, useProfiles, type ProfileCatalog } from "./profiles.js";
 import { clearToken, loadToken, saveToken } from "./session.js";
 import { button, status } from "./ui-kit.js";
 import type { ViewContext } from "./view.js";
@@ -36,8 +37,9 @@ function showSignIn(message?: HTMLElement): void {
   document.title = "Sign in — Seraph";
   renderSignIn(app, {
     message,
-    onSignedIn: (api, principal, token) => {
+    onSignedIn: (api, principal, token, catalog) => {
       saveToken(token);
+      useProfiles(catalog);
       session = { api, principal };
       if (!window.location.hash || window.location.hash === "#/" || window.location.hash === "#/sign-in") window.location.hash = "#/work";
       else route();
@@ -84,6 +86,11 @@ function route(): void {
   document.querySelector<HTMLElement>("main h1")?.focus();
 }
 
+/** Reads the server's execution profiles (names, runtimes, selections) for every view. */
+async function loadProfiles(api: Api): Promise<ProfileCatalog> {
+  return createProfileCatalog((await api.settings.listProfiles({})).profiles);
+}
+
 async function boot(): Promise<void> {
   const token = loadToken();
   if (!token) return showSignIn();
@@ -94,6 +101,7 @@ async function boot(): Promise<void> {
   try {
     const res = await api.principals.whoAmI({});
     if (!res.principal) throw new Error("the server returned no principal");
+    useProfiles(await loadProfiles(api));
     session = { api, principal: res.principal };
     route();
   } catch (err) {

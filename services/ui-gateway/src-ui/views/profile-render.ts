@@ -1,11 +1,14 @@
 import { IdentityKind, Selection, type BlockReason, type Drift, type Identity, type Limits, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { h } from "../dom.js";
-import { DEFAULT_SELECTION_PROFILE, selectionForm } from "../profiles.js";
+import { selectionForm } from "../profiles.js";
 import { argvList, bytes, enumName, hash, pre, table } from "../ui-kit.js";
 
-/** "Build then test (npm run build test)"; `profile` tells the two meanings of TEST apart. */
-export function selectionName(s: Selection, profile = DEFAULT_SELECTION_PROFILE): string {
-  const known = selectionForm(s, profile);
+/**
+ * "Build then test (npm run build test)"; `profile` tells the two meanings of TEST apart (without
+ * one, as before the first inspection, the server's default profile's meaning is shown).
+ */
+export function selectionName(s: Selection, profile?: string): string {
+  const known = selectionForm(s, profile ?? "");
   return known ? `${known.title} (${known.tokens.join(" ")}${known.files ? " FILE…" : ""})` : enumName(Selection, s);
 }
 

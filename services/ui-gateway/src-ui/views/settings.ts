@@ -1,7 +1,7 @@
 import { SandboxBackend, type GetSandboxSettingsResponse, type ModelRoute, type ProfileOption, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { field, h, replace, uid } from "../dom.js";
-import { PROFILE_RUNTIMES } from "../profiles.js";
+import { profiles } from "../profiles.js";
 import { act, button, enumName, hash, kv, lines, section, status, table, time } from "../ui-kit.js";
 import type { ViewContext } from "../view.js";
 import { limitsTable } from "./profile-render.js";
@@ -181,7 +181,7 @@ export function renderSettings(root: HTMLElement, ctx: ViewContext): void {
       { class: "stack", "aria-label": "Repository sandbox settings" },
       choice.el,
       field(
-        `Runtime path (absolute path of the profile's installed runtime: ${PROFILE_RUNTIMES.map((r) => `${r.runtime} for ${r.profile}`).join(", ")})`,
+        `Runtime path (absolute path of the profile's installed runtime: ${profiles().runtimes.map((r) => `${r.runtime} for ${r.profile}`).join(", ")})`,
         runtime,
         "Seraph downloads no interpreter, runtime or dependency and never searches PATH; the server checks this runtime's version and hash.",
       ),

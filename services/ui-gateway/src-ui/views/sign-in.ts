@@ -1,14 +1,15 @@
 import type { Principal } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { field, h, replace } from "../dom.js";
 import { createApi, type Api } from "../rpc.js";
+import { createProfileCatalog, type ProfileCatalog } from "../profiles.js";
 import { act, status } from "../ui-kit.js";
 
 /** What the sign-in screen needs. */
 export interface SignInOptions {
   /** Shown above the form (e.g. why the stored session was dropped). */
   readonly message: HTMLElement | undefined;
-  /** Called once WhoAmI accepted the token. */
-  onSignedIn(api: Api, principal: Principal, token: string): void;
+  /** Called once WhoAmI accepted the token, with the server's execution profiles read with it. */
+  onSignedIn(api: Api, principal: Principal, token: string, profiles: ProfileCatalog): void;
 }
 
 /** The Sign in screen: one token field, checked with WhoAmI before anything is stored. */
@@ -31,14 +32,18 @@ export function renderSignIn(root: HTMLElement, o: SignInOptions): void {
       return;
     }
     const api = createApi(token);
-    void act(submit, st, "Checking the token…", () => api.principals.whoAmI({})).then((res) => {
+    const check = async () => {
+      const who = await api.principals.whoAmI({});
+      return { principal: who.principal, profiles: createProfileCatalog((await api.settings.listProfiles({})).profiles) };
+    };
+    void act(submit, st, "Checking the token…", check).then((res) => {
       if (!res) return;
       if (!res.principal) {
         st.ok("The server answered without a principal; not signed in.");
         return;
       }
       input.value = "";
-      o.onSignedIn(api, res.principal, token);
+      o.onSignedIn(api, res.principal, token, res.profiles);
     });
   });
   replace(

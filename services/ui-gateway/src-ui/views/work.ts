@@ -5,7 +5,7 @@ import { field, h, replace } from "../dom.js";
 import { act, button, enumName, lines, section, status, table, time } from "../ui-kit.js";
 import { badge, statusOf } from "../outcome.js";
 import type { ViewContext } from "../view.js";
-import { matchSelection, SELECTIONS } from "../profiles.js";
+import { matchSelection, profiles } from "../profiles.js";
 import { selectionName } from "./profile-render.js";
 
 /** The goals and repositories the page has read: the repair list names them, the request form offers them. */
@@ -70,7 +70,7 @@ function selectionPart(selection: HTMLTextAreaElement): HTMLElement[] {
     table(
       "Selections",
       ["Profile", "Selection", "Tokens in the form", "Execution"],
-      SELECTIONS.map((s) => [h("code", null, s.profile), s.title, h("code", null, `${s.tokens.join(", ")}${s.files ? ", FILE…" : ""}`), s.execution]),
+      profiles().selections.map((s) => [h("code", null, s.profile), s.title, h("code", null, `${s.tokens.join(", ")}${s.files ? ", FILE…" : ""}`), s.execution]),
     ),
   ];
 }

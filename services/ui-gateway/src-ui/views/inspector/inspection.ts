@@ -12,7 +12,7 @@ import type { InspectorPage } from "./page.js";
 
 /** The pinned interpreter, test files and framework, for a profile whose inspections record them. */
 function pythonFacts(i: Inspection): [string, Child][] {
-  if (!recordsPythonFacts(i.profile)) return [];
+  if (!recordsPythonFacts(i)) return [];
   return [
     ["Pinned Python", [h("code", null, i.pythonPath || "—"), i.pythonVersion ? ` (${i.pythonVersion})` : ""]],
     ["Test files", i.testPaths.length > 0 ? i.testPaths.map((p) => h("code", null, p)) : "the declared command's"],
