@@ -1,4 +1,5 @@
 import type { ColumnType } from "kysely";
+import type { JobStateName } from "../jobs/job-state.js";
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 type BigIntColumn = ColumnType<string, string | number | bigint, string | number | bigint>;
@@ -32,7 +33,8 @@ export interface JobsDatabase {
     approval_id: string;
     owner_id: string;
     root_id: string;
-    state: string;
+    /** Written only by jobs/job-state-machine.ts; the CHECK constraint `jobs_state_valid` lists the states. */
+    state: JobStateName;
     outcome: string;
     outcome_message: string;
     attempt: number;
