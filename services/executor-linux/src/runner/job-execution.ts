@@ -29,6 +29,7 @@ import {
 } from "./attempt.js";
 import { beginPreflight, finishedPreflight, recordPreflight, rootOf, withStagedIdentities } from "./preflight.js";
 import { decodeStageManifest, encodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
+import { approvedExecution } from "./approved-document.js";
 import { sameMarkerIdentity } from "@seraph/profiles";
 import {
   driveStep,
@@ -103,7 +104,10 @@ async function stageDirFor(ctx: Ctx, create = true): Promise<string> {
  * approved `supervisor_source_sha256` never gets GO: it is cancelled, and after its cleanup
  * receipt the job is REJECTED `supervisor_source_drift`.
  */
-export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bundle: ExecutionBundle, job: Job | undefined, deadlineUnixMs: number): Promise<void> {
+export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, received: ExecutionBundle, job: Job | undefined, deadlineUnixMs: number): Promise<void> {
+  // The execution inputs come from the approval document the bundle carries (refused first, below, when it does not verify).
+  const approved = approvedExecution(received);
+  const bundle = approved.bundle;
   const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt });
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
   const ctx: Ctx = { deps, log, active, bundle, base: attemptDir(deps.dataDir, active.jobId, active.fence), deadlineMs, slotIndex: job?.slotIndex ?? -1, markerRecorded: false };
@@ -126,6 +130,10 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, bun
       await complete(ctx, { state: JobState.REJECTED, outcome, message, reasons, drift, receipt: stopped });
     };
 
+    if (approved.refusal) {
+      await reject(approved.refusal.outcome, approved.refusal.message, approved.refusal.reasons);
+      return;
+    }
     if (Number(bundle.approvalExpiresUnixMs) <= Date.now()) {
       await reject("rejected_approval_expired", "the execution approval expired before the job could start", [reason("rejected_approval_expired", "The approval expired.", "approval")]);
       return;
@@ -582,7 +590,7 @@ export async function adoptClaimed(
   deps: ExecutionDeps,
   active: ActiveJob,
   job: Job,
-  bundle: ExecutionBundle,
+  received: ExecutionBundle,
   claimFence: bigint,
   deadlineUnixMs: number,
   unstarted: { readonly outcome: string; readonly message: string } = {
@@ -591,6 +599,10 @@ export async function adoptClaimed(
   },
 ): Promise<void> {
   const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt, fence: active.fence, adopted: true });
+  // As at claim: the inputs come from the carried approval document, and a bundle that does not
+  // verify gets no start token for any step (its supervisor is cancelled before GO).
+  const approved = approvedExecution(received);
+  const bundle = approved.bundle;
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
   // The attempt's private directory is named by the fence it was claimed with; every write
   // from here on carries the new fence the adoption took (active.fence).
@@ -632,7 +644,7 @@ export async function adoptClaimed(
         // written (it is awaited only before GO): nothing has run yet, so it is taken now.
         ctx.repositoryBefore = writeRepositoryBefore(ctx, repositoryDigest(ctx));
       }
-      if (conn) run = await driveStep(ctx, conn, marker, marker.runDir, conn.phase === Phase.WAITING_FOR_GO);
+      if (conn) run = await driveStep(ctx, conn, marker, marker.runDir, conn.phase === Phase.WAITING_FOR_GO, approved.refusal?.message);
     }
     if (!run?.receipt && verdict !== "reused" && verdict !== "other_boot") {
       const file = await readReceiptFile(marker.runDir, marker);
@@ -660,6 +672,11 @@ export async function adoptClaimed(
     const v = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, index === 0, index === names.length - 1);
     if (!v.next) {
       await finish(ctx, v, run.receipt, steps);
+      return;
+    }
+    if (approved.refusal) {
+      // The next step would need a start token, which a bundle that does not verify never gets.
+      await finish(ctx, { state: JobState.REJECTED, outcome: approved.refusal.outcome, message: approved.refusal.message, next: false }, run.receipt, steps, [...approved.refusal.reasons]);
       return;
     }
     // The step passed and a later one remains (build, then test): continue from the stage as
