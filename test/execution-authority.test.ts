@@ -1,6 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { migrateApi } from "@seraph/api";
-import { createSharedTableAuthority, migrateJobs, type JobsDatabase } from "@seraph/jobs";
+import { AUTHORITY_VIEW_COLUMNS, createSharedTableAuthority, migrateJobs, type JobsDatabase } from "@seraph/jobs";
 import { createRootLogger, newId, openDatabase } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { SandboxSettingsSchema } from "@seraph/proto/seraph/api/v1/settings_pb.js";
@@ -10,9 +10,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 /**
  * The jobs service's one cross-service read: at claim time it checks, in the claim's own
- * transaction, the API's approvals, goals and sandbox_settings rows (read-only), and for
- * recovery whether the operator root still has live credentials. This runs it against the
- * API's real migrations so a schema change on either side breaks here, not in production.
+ * transaction, the API's approvals, goals and sandbox settings, and for recovery whether the
+ * operator root still has live credentials, all through the read-only views the API's migration
+ * owns (jobs_authority_*). This runs it against the API's real migrations so a schema change on
+ * either side breaks here, not in production.
  */
 let db: Kysely<JobsDatabase>;
 let drop: () => Promise<void>;
@@ -87,7 +88,7 @@ describe("fresh admission from the API's tables", () => {
     expect(await codes(bundle())).toEqual(["rejected_goal_inactive", "rejected_settings_disabled"]);
   });
 
-  it("admits a baseline run on its own approval (baseline_approvals), and without that table finds none instead of failing", async () => {
+  it("admits a baseline run on its own approval (baseline_approvals), read through the same view", async () => {
     await sql`UPDATE goals SET state = 'active' WHERE id = ${goalId}`.execute(db);
     const enabled = toBinary(SandboxSettingsSchema, create(SandboxSettingsSchema, { enabled: true, runtimePath: "/opt/node", revision: 3n }));
     await sql`UPDATE sandbox_settings SET settings = ${enabled} WHERE id = 1`.execute(db);
@@ -98,12 +99,43 @@ describe("fresh admission from the API's tables", () => {
     expect(await codes(bundle({ approvalId: baselineId, approvalDocumentSha256: "b".repeat(64) }))).toEqual([]);
     expect(await codes(bundle({ approvalId: baselineId }))).toEqual(["rejected_approval_mismatch"]);
     expect(await authority.approvedDocument(db, baselineId)).toEqual({ document: Buffer.from(doc), documentSha256: "b".repeat(64) });
-    // A jobs service newer than the API's schema (mid rolling upgrade): no table, no baseline, no error.
-    await sql`ALTER TABLE baseline_approvals RENAME TO baseline_approvals_gone`.execute(db);
-    expect(await codes(bundle({ approvalId: baselineId, approvalDocumentSha256: "b".repeat(64) }))).toEqual(["rejected_approval_missing"]);
-    expect(await authority.approvedDocument(db, baselineId)).toBeUndefined();
+    expect(await authority.approvedDocument(db, approvalId)).toEqual({ document: Buffer.from(new Uint8Array()), documentSha256: docSha });
+    expect(await authority.approvedDocument(db, newId())).toBeUndefined();
     expect(await codes(bundle())).toEqual([]);
-    await sql`ALTER TABLE baseline_approvals_gone RENAME TO baseline_approvals`.execute(db);
+  });
+
+  it("the views are the contract: exactly the columns the jobs service reads, and the API cannot drop one under it", async () => {
+    const rows = await sql<{ view: string; column: string }>`
+      SELECT table_name AS view, column_name AS column FROM information_schema.columns
+      WHERE table_schema = 'public' AND table_name LIKE 'jobs_authority_%' ORDER BY table_name, ordinal_position`.execute(db);
+    const found: Record<string, string[]> = {};
+    for (const r of rows.rows) (found[r.view] ??= []).push(r.column);
+    expect(found).toEqual(Object.fromEntries(Object.entries(AUTHORITY_VIEW_COLUMNS).map(([v, cols]) => [v, [...cols]])));
+    const views = await sql<{ name: string }>`SELECT table_name AS name FROM information_schema.views WHERE table_schema = 'public' AND table_name LIKE 'jobs_authority_%'`.execute(db);
+    expect(views.rows.map((v) => v.name).sort()).toEqual(Object.keys(AUTHORITY_VIEW_COLUMNS).sort());
+    // A later API migration that dropped a column the contract uses fails (2BP01) instead of breaking claims.
+    const dropped = await sql`ALTER TABLE approvals DROP COLUMN document_sha256`.execute(db).catch((e: unknown) => e);
+    expect((dropped as { code?: string }).code).toBe("2BP01");
+  });
+
+  it("a jobs service whose database lacks the API's views (the API not yet migrated) answers UNAVAILABLE authority_views_missing", async () => {
+    const bare = await createTestDatabase({ empty: true });
+    const jobsOnly = await openDatabase<JobsDatabase>({ url: bare.url });
+    try {
+      await migrateJobs(jobsOnly, createRootLogger({ name: "authority-test", level: "silent" }));
+      const fresh = createSharedTableAuthority();
+      for (const call of [() => fresh.admissionBlockers(jobsOnly, bundle(), Date.now()), () => fresh.rootIsLive(jobsOnly, root), () => fresh.approvedDocument(jobsOnly, approvalId)]) {
+        const err = await call().catch((e: unknown) => e);
+        expect(err).toMatchObject({ reason: "authority_views_missing" });
+        expect(String((err as Error).message)).toContain("2026-12-02-0101-jobs-authority-views");
+      }
+      // Once the API has migrated (same database), the same reader answers.
+      await migrateApi(jobsOnly as never, createRootLogger({ name: "authority-test", level: "silent" }));
+      expect(await fresh.rootIsLive(jobsOnly, root)).toBe(false);
+    } finally {
+      await jobsOnly.destroy();
+      await bare.drop();
+    }
   });
 
   it("knows whether an operator root is still live", async () => {

@@ -13,7 +13,7 @@ import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/pr
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Kysely, PostgresDialect } from "kysely";
 import pg from "pg";
-import { testApprovalDocument } from "@seraph/jobs/testing";
+import { testApprovalDocument, withApprovalDocument } from "@seraph/jobs/testing";
 import { supervisorSourceOf, defaultSupervisorEntry, readFacilityReport, defaultContainmentSettings, nodeContainment } from "@seraph/executor-linux";
 import { inspectRepository, parseLimitOverrides } from "@seraph/executor-linux/profile";
 import { pinnedNodeForTests } from "@seraph/executor-linux/testing";
@@ -96,11 +96,13 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
     async rootIsLive(_db, rootId) {
       return state.liveRoots.has(rootId);
     },
-    // The approval the API would have stored, derived from the job's bundle and owner.
+    // The approval the API would have stored: the document the bundle carries, else one derived from the bundle and owner.
     async approvedDocument(trx, approvalId) {
       const row = await trx.selectFrom("jobs").select(["bundle", "owner_id"]).where("approval_id", "=", approvalId).executeTakeFirst();
       if (!row) return undefined;
-      const doc = testApprovalDocument(fromBinary(ExecutionBundleSchema, row.bundle), row.owner_id);
+      const bundle = fromBinary(ExecutionBundleSchema, row.bundle);
+      if (bundle.approvalDocument.length > 0) return { document: bundle.approvalDocument, documentSha256: bundle.approvalDocumentSha256 };
+      const doc = testApprovalDocument(bundle, row.owner_id);
       return { document: toBinary(ApprovalDocumentSchema, doc), documentSha256: doc.documentSha256 };
     },
   };
@@ -247,9 +249,8 @@ export async function bundleFor(
     isolationClaim: containment.isolationClaim || "none",
     resourceEnforcement: containment.resourceEnforcement || "admission_and_wall_timeout_only",
   });
-  // The hash of the document the API would have stored for this approval by this owner.
-  bundle.approvalDocumentSha256 = testApprovalDocument(bundle, opts.owner ?? EXECUTION_TEST_OWNER).documentSha256;
-  return bundle;
+  // The document the API would have stored for this approval by this owner, carried as the API's bundle carries it.
+  return withApprovalDocument(bundle, opts.owner ?? EXECUTION_TEST_OWNER);
 }
 
 let containmentOfNodes: Promise<NodeContainment> | undefined;

@@ -1,6 +1,7 @@
-import { fromBinary } from "@bufbuild/protobuf";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createNatsSignals, createRootLogger, newId, sha256Hex, type Signals } from "@seraph/kit";
+import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobEventSchema, SlotEventSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -203,6 +204,31 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     expect([JobState[done.state], done.outcome]).toEqual(["REJECTED", "rejected_approval_expired"]);
     expect(done.reasons.map((x) => x.code)).toContain("rejected_approval_expired");
     expect(done.slotHeld).toBe(false);
+  });
+
+  it("a tampered bundle is refused before anything runs: document bytes changed, or a field that disagrees with the document", async () => {
+    const r = await repo();
+    // The document's bytes changed after approval (another runtime): they no longer hash to the approved digest.
+    const bytes = await bundleFor(stack, r.dir, { diff: fixAddPatch() });
+    const doc = fromBinary(ApprovalDocumentSchema, bytes.approvalDocument);
+    doc.runtimePath = "/tmp/not-the-approved-node";
+    bytes.approvalDocument = toBinary(ApprovalDocumentSchema, doc);
+    // A copied field the executor would act on disagrees with the (intact) document.
+    const field = await bundleFor(stack, r.dir, { diff: fixAddPatch() });
+    field.allowedPatchPaths.push("package.json");
+    for (const [bundle, code] of [[bytes, "approval_document_digest_mismatch"], [field, "approval_document_fields_mismatch"]] as const) {
+      const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle });
+      const done = await waitForState(stack, job!.id, [JobState.REJECTED, JobState.SUCCEEDED, JobState.FAILED, JobState.UNKNOWN]);
+      expect([JobState[done.state], done.outcome]).toEqual(["REJECTED", "rejected_approval_document"]);
+      expect(done.reasons.map((x) => x.code)).toEqual([code]);
+      // Nothing ran: no supervisor recorded, no start token, no step, no output; the slot is free.
+      expect(done.marker).toBeUndefined();
+      expect(done.steps).toHaveLength(0);
+      expect(done.artifacts.filter((a) => a.kind.endsWith("_output"))).toEqual([]);
+      const row = await stack.db.selectFrom("jobs").select("start_token_at").where("id", "=", done.id).executeTakeFirstOrThrow();
+      expect(row.start_token_at).toBeNull();
+      expect(done.slotHeld).toBe(false);
+    }
   });
 
   it("cancel before start never starts the command; cancel during the run reaps everything, stays UNKNOWN with the slot held until same-root recovery verifies the receipt", async () => {

@@ -100,6 +100,25 @@ export function testApprovalDocument(bundle: ExecutionBundle, ownerId: string): 
   return doc;
 }
 
+/**
+ * Makes `bundle` carry its approval document as the API's buildExecutionBundle does (test only):
+ * testApprovalDocument completed with every field the bundle copies (steps, limits, containment,
+ * patch-changed tests, baseline), its bytes in `approval_document` and its hash as the bundle's
+ * approval digest. Returns the same bundle.
+ */
+export function withApprovalDocument(bundle: ExecutionBundle, ownerId: string = TEST_OWNER): ExecutionBundle {
+  const doc = testApprovalDocument(bundle, ownerId);
+  doc.steps = bundle.inspection?.steps ?? [];
+  doc.limits = bundle.limits;
+  doc.containment = bundle.containment;
+  doc.patchChangedTests = [...bundle.patchChangedTests];
+  doc.baseline = bundle.baseline;
+  doc.documentSha256 = approvalDocumentSha256(doc);
+  bundle.approvalDocument = toBinary(ApprovalDocumentSchema, doc);
+  bundle.approvalDocumentSha256 = doc.documentSha256;
+  return bundle;
+}
+
 /** `inspection` with its inspection_sha256 set as the profile computes it (what recovery recomputes). */
 export function inspectionWithHash<T extends ExecutionBundle["inspection"]>(inspection: T): T {
   if (inspection) inspection.inspectionSha256 = computeInspectionHash(inspection);

@@ -1,4 +1,4 @@
-import { clone, create, toBinary } from "@bufbuild/protobuf";
+import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
 import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { IdentityKind, InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -54,6 +54,10 @@ describe("approval document", () => {
     const doc = buildApprovalDocument(inputs);
     const bundle = buildExecutionBundle({ doc, approvalId: "ap", inspection, diff: "d" });
     expect(bundle).toMatchObject({ approvalId: "ap", approvalDocumentSha256: doc.documentSha256, runtimePath: "/configured/node", goalRevision: 2, settingsRevision: 3n, approvalExpiresUnixMs: 2000n, diff: "d", nodeId: "n", supervisorSourceSha256: "e".repeat(64) });
+    // The document itself travels with the bundle: its exact bytes, hashing to the approved digest.
+    const carried = fromBinary(ApprovalDocumentSchema, bundle.approvalDocument);
+    expect(carried).toEqual(doc);
+    expect(approvalDocumentSha256(carried)).toBe(bundle.approvalDocumentSha256);
   });
   it("states the node's containment exactly: its claims, ceilings and what they do not protect, all bound by the hash", () => {
     const containment = create(NodeContainmentSchema, {

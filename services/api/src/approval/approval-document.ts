@@ -1,4 +1,4 @@
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { ExecutionBundleSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
@@ -112,10 +112,15 @@ export function buildApprovalDocument(i: ApprovalInputs): ApprovalDocument {
   return doc;
 }
 
-/** The execution bundle of an approved document: what the executor needs and nothing else. */
+/**
+ * The execution bundle of an approved document: the document's exact bytes (what the executor
+ * re-hashes and takes its inputs from), the inspection and diff it binds by hash, and the copies
+ * of its fields that executors and jobs services of the previous release read (jobs.proto).
+ */
 export function buildExecutionBundle(input: { doc: ApprovalDocument; approvalId: string; inspection: Inspection; diff: string }): ExecutionBundle {
   const { doc } = input;
   return create(ExecutionBundleSchema, {
+    approvalDocument: toBinary(ApprovalDocumentSchema, doc),
     repairId: doc.repairId,
     approvalId: input.approvalId,
     approvalDocumentSha256: doc.documentSha256,

@@ -7,6 +7,7 @@ import { instanceOperator } from "./migrations/2026-11-30-0004-instance-operator
 import { nodeContainment } from "./migrations/2026-12-01-0101-node-containment.js";
 import { repositoryTenancy } from "./migrations/2026-12-01-0201-repository-tenancy.js";
 import { baselineRuns } from "./migrations/2026-12-01-0301-baseline-runs.js";
+import { jobsAuthorityViews } from "./migrations/2026-12-02-0101-jobs-authority-views.js";
 import type { ApiDatabase } from "./schema.js";
 
 /** Every API migration, by dated name. Append only; never edit one that has shipped. */
@@ -18,6 +19,7 @@ export const API_MIGRATIONS: Record<string, Migration> = {
   "2026-12-01-0101-node-containment": nodeContainment,
   "2026-12-01-0201-repository-tenancy": repositoryTenancy,
   "2026-12-01-0301-baseline-runs": baselineRuns,
+  "2026-12-02-0101-jobs-authority-views": jobsAuthorityViews,
 };
 
 /** Brings the API tables to the latest schema under Kysely's migration lock. */

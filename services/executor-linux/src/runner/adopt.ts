@@ -1,4 +1,5 @@
 import { readFile, readdir } from "node:fs/promises";
+import { approvedExecution } from "./approved-document.js";
 import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
@@ -34,7 +35,7 @@ export async function adoptClaimed(
   deps: ExecutionDeps,
   active: ActiveJob,
   job: Job,
-  bundle: ExecutionBundle,
+  received: ExecutionBundle,
   claimFence: bigint,
   deadlineUnixMs: number,
   unstarted: { readonly outcome: string; readonly message: string } = {
@@ -43,10 +44,14 @@ export async function adoptClaimed(
   },
 ): Promise<void> {
   const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt, fence: active.fence, adopted: true });
+  // As at claim: the inputs come from the carried approval document, and a bundle that does not
+  // verify gets no start token for any step (its supervisor is cancelled before GO).
+  const approved = approvedExecution(received);
+  const bundle = approved.bundle;
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
   // The attempt's private directory is named by the fence it was claimed with; every write
   // from here on carries the new fence the adoption took (active.fence).
-  const ctx: Ctx = { deps, log, active, bundle, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined, adopted: true };
+  const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined, adopted: true };
   // A job user's staged tree of this attempt (if one was made) goes with the attempt at the end.
   if (deps.containment !== undefined && (bundle.containment?.isolationClaim ?? "none") !== "none") {
     ctx.jobStageDir = jobUserStageDir(deps.containment.settings.jobRoot, ctx.base);
@@ -105,7 +110,7 @@ async function resumeRecordedStep(ctx: Ctx, marker: OwnerMarker): Promise<Resume
       // written (it is awaited only before GO): nothing has run yet, so it is taken now.
       ctx.repositoryBefore = writeRepositoryBefore(ctx, repositoryDigest(ctx));
     }
-    if (conn) run = await driveStep(ctx, conn, marker, marker.runDir, conn.phase === Phase.WAITING_FOR_GO);
+    if (conn) run = await driveStep(ctx, conn, marker, marker.runDir, conn.phase === Phase.WAITING_FOR_GO, ctx.documentRefusal?.message);
   }
   if (!run?.receipt && verdict !== "reused" && verdict !== "other_boot") {
     const file = await readReceiptFile(marker.runDir, marker);
@@ -144,6 +149,12 @@ async function continueAfterAdoptedStep(ctx: Ctx, resumed: ResumedStep, onReceip
   const v = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, index === 0, index === names.length - 1);
   if (!v.next) {
     await finish(ctx, v, run.receipt, steps);
+    return;
+  }
+  if (ctx.documentRefusal) {
+    // The next step would need a start token, which a bundle that does not verify never gets.
+    const r = ctx.documentRefusal;
+    await finish(ctx, { state: JobState.REJECTED, outcome: r.outcome, message: r.message, next: false }, run.receipt, steps, [...r.reasons]);
     return;
   }
   // The step passed and a later one remains (build, then test): continue from the stage as

@@ -1,4 +1,5 @@
 import { rm } from "node:fs/promises";
+import type { DocumentRefusal } from "./approved-document.js";
 import type { DependencyStore } from "../profile/dependency-store.js";
 import type { FileDigestCache } from "../profile/file-digests.js";
 import { join } from "node:path";
@@ -100,7 +101,10 @@ export interface Ctx {
   readonly deps: ExecutionDeps;
   readonly log: Logger;
   readonly active: ActiveJob;
+  /** The execution inputs: the carried approval document's (approved-document.ts), or, with `documentRefusal`, the received bundle, only to report the rejection. */
   readonly bundle: ExecutionBundle;
+  /** Set when the bundle's approval document does not verify: no step gets a start token. */
+  readonly documentRefusal?: DocumentRefusal | undefined;
   /** Private per-attempt directory: `<dataDir>/j/<job8>-<claim fence>`. */
   readonly base: string;
   /**

@@ -49,7 +49,7 @@ async function reject(ctx: Ctx, p: Preparation, outcome: string, message: string
 export async function prepareAttempt(ctx: Ctx): Promise<Prepared | undefined> {
   const { bundle, log } = ctx;
   const p: Preparation = { preflight: beginPreflight(ctx), early: undefined };
-  const refused = await admissionRefusal(ctx);
+  const refused = ctx.documentRefusal ?? (await admissionRefusal(ctx));
   const inspection = bundle.inspection;
   if (refused !== undefined || !inspection) {
     await reject(ctx, p, refused?.outcome ?? "rejected_not_admitted", refused?.message ?? "the approved inspection was not admitted", refused?.reasons);

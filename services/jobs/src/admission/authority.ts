@@ -1,9 +1,22 @@
 import { create, fromBinary } from "@bufbuild/protobuf";
-import { sql, type RawBuilder } from "kysely";
+import { sql } from "kysely";
+import { UnavailableError } from "@seraph/kit";
 import { SandboxSettingsSchema } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { BlockReasonSchema, type BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import type { AuthorityViews } from "../db/schema.js";
 import type { Db } from "../store/db.js";
+
+/** The API migration that creates the views (named in the refusal when they are missing). */
+export const AUTHORITY_VIEWS_MIGRATION = "2026-12-02-0101-jobs-authority-views";
+
+/** The views of the contract and exactly the columns this reader depends on. */
+export const AUTHORITY_VIEW_COLUMNS: { readonly [V in keyof AuthorityViews]: readonly (keyof AuthorityViews[V] & string)[] } = {
+  jobs_authority_approvals: ["approval_id", "repair_id", "document", "document_sha256", "expires_at"],
+  jobs_authority_goals: ["goal_id", "state", "revision"],
+  jobs_authority_settings: ["settings", "revision"],
+  jobs_authority_live_roots: ["root_id"],
+};
 
 /**
  * What the jobs service checks at claim time about the authority behind a job (fresh admission),
@@ -22,43 +35,48 @@ export interface AuthorityReader {
   approvedDocument(db: Db, approvalId: string): Promise<{ readonly document: Uint8Array; readonly documentSha256: string } | undefined>;
 }
 
-/**
- * The baseline approval with this id (issue 16), read only when `approvals` has none: a jobs
- * service newer than the API's schema (no `baseline_approvals` yet, mid rolling upgrade) finds
- * none instead of failing the claim's transaction on a missing table.
- */
-async function baselineRow<T>(db: Db, approvalId: string, columns: RawBuilder<unknown>): Promise<T | undefined> {
-  const exists = (await sql<{ t: string | null }>`SELECT to_regclass('baseline_approvals')::text AS t`.execute(db)).rows[0]?.t;
-  if (!exists) return undefined;
-  return (await sql<T>`SELECT ${columns} FROM baseline_approvals WHERE id = ${approvalId}`.execute(db)).rows[0];
-}
-
 function reason(code: string, message: string, subject = ""): BlockReason {
   return create(BlockReasonSchema, { code, message, subject });
 }
 
 /**
- * Reads the API's tables in the shared database, read-only: `approvals` and `baseline_approvals`
- * (a repair's baseline run: its own approval, issue 16; also the approved document bytes, for
- * recovery), `goals`,
- * `sandbox_settings`, `principals` and `api_tokens`. This is the one cross-service read in
- * Seraph, chosen so that fresh admission and the fenced claim are a single PostgreSQL
- * transaction (no window between "the approval is valid" and "the job is claimed", and no new
- * API endpoint whose answer could be stale by the time the claim commits). The jobs service
- * never writes these tables; the API remains their only writer and owner of their meaning,
- * and this reader depends only on the columns listed here.
+ * Reads the API's authority through the read-only views the API's migration
+ * `2026-12-02-0101-jobs-authority-views` owns (`jobs_authority_approvals`, `_goals`, `_settings`,
+ * `_live_roots`; typed in db/schema.ts as {@link AuthorityViews}), never the API's tables. This is
+ * the one cross-service read in Seraph, chosen so that fresh admission and the fenced claim are a
+ * single PostgreSQL transaction (no window between "the approval is valid" and "the job is
+ * claimed", and no new API endpoint whose answer could be stale by the time the claim commits).
+ * The API remains the only writer and the owner of the views' meaning.
+ *
+ * In cluster mode the services migrate independently: a jobs service that finds the views
+ * missing (the API has not yet migrated to them, e.g. mid rolling upgrade) answers UNAVAILABLE
+ * `authority_views_missing`, writing nothing, so the executor's claim is retried and the job
+ * stays reserved until the API has migrated. Once seen, the views are not looked up again.
  */
 export function createSharedTableAuthority(): AuthorityReader {
+  let viewsSeen = false;
+  async function requireViews(db: Db): Promise<void> {
+    if (viewsSeen) return;
+    const names = Object.keys(AUTHORITY_VIEW_COLUMNS);
+    const found = (await sql<{ n: number }>`SELECT count(*)::int AS n FROM unnest(${names}::text[]) v WHERE to_regclass(v) IS NOT NULL`.execute(db)).rows[0]?.n ?? 0;
+    if (found !== names.length) {
+      throw new UnavailableError(
+        "authority_views_missing",
+        `the API's authority views (${names.join(", ")}) are not in the database yet: the API's migration ${AUTHORITY_VIEWS_MIGRATION} has not run; start or upgrade the API, then retry`,
+      );
+    }
+    viewsSeen = true;
+  }
+  const approvalRow = (db: Db, approvalId: string) =>
+    db.selectFrom("jobs_authority_approvals").select(["document_sha256", "expires_at", "repair_id"]).where("approval_id", "=", approvalId).executeTakeFirst();
   return {
     async admissionBlockers(db, bundle, nowMs) {
+      await requireViews(db);
       const out: BlockReason[] = [];
       if (Number(bundle.approvalExpiresUnixMs) <= nowMs) {
         out.push(reason("rejected_approval_expired", "the execution approval expired before the job could start", "approval"));
       }
-      const approval =
-        (await sql<{ document_sha256: string; expires_at: Date; repair_id: string }>`
-          SELECT document_sha256, expires_at, repair_id FROM approvals WHERE id = ${bundle.approvalId}`.execute(db)).rows[0] ??
-        (await baselineRow<{ document_sha256: string; expires_at: Date; repair_id: string }>(db, bundle.approvalId, sql`document_sha256, expires_at, repair_id`));
+      const approval = await approvalRow(db, bundle.approvalId);
       if (!approval) {
         out.push(reason("rejected_approval_missing", "the approval this job was queued for no longer exists", "approval"));
       } else {
@@ -69,14 +87,13 @@ export function createSharedTableAuthority(): AuthorityReader {
           out.push(reason("rejected_approval_expired", "the execution approval expired before the job could start", "approval"));
         }
       }
-      const goal = (await sql<{ state: string; revision: number }>`SELECT state, revision FROM goals WHERE id = ${bundle.goalId}`.execute(db)).rows[0];
+      const goal = await db.selectFrom("jobs_authority_goals").select(["state", "revision"]).where("goal_id", "=", bundle.goalId).executeTakeFirst();
       if (!goal) out.push(reason("rejected_goal_missing", "the Goal this repair binds no longer exists", "goal"));
       else if (goal.state !== "active") out.push(reason("rejected_goal_inactive", `the Goal is ${goal.state}, not active`, "goal"));
       else if (Number(goal.revision) !== bundle.goalRevision) {
         out.push(reason("rejected_goal_changed", `the Goal is at revision ${goal.revision}; the approval bound revision ${bundle.goalRevision}`, "goal"));
       }
-      const settingsRow = (await sql<{ settings: Uint8Array; revision: string }>`
-        SELECT settings, revision::text AS revision FROM sandbox_settings WHERE id = 1`.execute(db)).rows[0];
+      const settingsRow = await db.selectFrom("jobs_authority_settings").select(["settings", sql<string>`revision::text`.as("revision")]).executeTakeFirst();
       if (!settingsRow) {
         out.push(reason("rejected_settings_missing", "no repository sandbox settings are saved", "settings"));
       } else {
@@ -98,18 +115,12 @@ export function createSharedTableAuthority(): AuthorityReader {
       return out;
     },
     async rootIsLive(db, rootId) {
-      const r = await sql<{ live: boolean }>`
-        SELECT EXISTS (
-          SELECT 1 FROM api_tokens t JOIN principals p ON p.id = t.principal_id
-          WHERE p.root_id = ${rootId} AND t.revoked_at IS NULL
-        ) AS live`.execute(db);
-      return r.rows[0]?.live === true;
+      await requireViews(db);
+      return (await db.selectFrom("jobs_authority_live_roots").select("root_id").where("root_id", "=", rootId).executeTakeFirst()) !== undefined;
     },
     async approvedDocument(db, approvalId) {
-      const row =
-        (await sql<{ document: Uint8Array; document_sha256: string }>`
-        SELECT document, document_sha256 FROM approvals WHERE id = ${approvalId}`.execute(db)).rows[0] ??
-        (await baselineRow<{ document: Uint8Array; document_sha256: string }>(db, approvalId, sql`document, document_sha256`));
+      await requireViews(db);
+      const row = await db.selectFrom("jobs_authority_approvals").select(["document", "document_sha256"]).where("approval_id", "=", approvalId).executeTakeFirst();
       return row ? { document: row.document, documentSha256: row.document_sha256 } : undefined;
     },
   };

@@ -3,7 +3,9 @@ import { NotFoundError } from "@seraph/kit";
 import { CancelJobResponseSchema, type CancelJobRequest, type CancelJobResponse } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
-import { endAttempt, lockJob, updateJobCas } from "../jobs/job.repository.js";
+import { endAttempt, lockJob } from "../jobs/job.repository.js";
+import { cancelBeforeClaim, requestCancel } from "../jobs/job-state-machine.js";
+import { TERMINAL_STATES } from "../jobs/job-state.js";
 import { jobView } from "../jobs/job-queries.js";
 import { moveSlot } from "../slots/slot.repository.js";
 import { inTransaction } from "../store/db.js";
@@ -22,17 +24,12 @@ export async function cancelJob(core: JobsCore, req: CancelJobRequest): Promise<
   const row = await inTransaction(core.db, async (trx) => {
     const job = await lockJob(trx, req.jobId);
     if (req.requestedBy !== job.owner_id && req.requestedBy !== job.root_id) throw new NotFoundError("job", req.jobId);
-    if (["succeeded", "failed", "rejected", "cancelled", "unknown"].includes(job.state)) return job;
+    if (TERMINAL_STATES.includes(job.state)) return job;
     const flag = job.cancel_requested
       ? {}
       : { cancel_requested: true, cancel_requested_at: new Date(core.now()), cancel_requested_by: req.requestedBy, cancel_reason: req.reason };
     if (job.state === "queued" || job.state === "reserved") {
-      const updated = await updateJobCas(trx, job.id, job.revision, {
-        ...flag,
-        state: "cancelled",
-        outcome: "cancelled_before_start",
-        outcome_message: req.reason || "cancelled before the job started",
-      });
+      const updated = await cancelBeforeClaim(trx, job, flag, req.reason || "cancelled before the job started");
       if (job.state === "reserved" && job.slot_index !== null) {
         const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "free");
         if (slot) changes.slots.push(slot);
@@ -42,7 +39,7 @@ export async function cancelJob(core: JobsCore, req: CancelJobRequest): Promise<
       return updated;
     }
     if (job.cancel_requested) return job;
-    const updated = await updateJobCas(trx, job.id, job.revision, flag);
+    const updated = await requestCancel(trx, job, flag);
     changes.jobs.push(updated);
     changes.cancels.push({ nodeId: job.node_id, jobId: job.id });
     return updated;

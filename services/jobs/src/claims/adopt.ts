@@ -5,7 +5,8 @@ import { AdoptJobResponseSchema, type AdoptJobRequest, type AdoptJobResponse } f
 import { OwnerMarkerSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
-import { endAttempt, insertAttemptWithNewFence, listAttemptFences, lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { endAttempt, insertAttemptWithNewFence, listAttemptFences, lockJob, type JobRow } from "../jobs/job.repository.js";
+import { adopt } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle } from "../jobs/job-view.js";
@@ -64,7 +65,7 @@ export async function adoptJob(core: JobsCore, req: AdoptJobRequest): Promise<Ad
     }
     const fence = await insertAttemptWithNewFence(trx, { job_id: job.id, attempt: job.attempt, node_id: req.nodeId, incarnation_id: req.incarnationId, adopted_from_fence: job.fence });
     await endAttempt(trx, job.id, job.attempt, job.fence);
-    const adopted = await updateJobCas(trx, job.id, job.revision, { fence, incarnation_id: req.incarnationId });
+    const adopted = await adopt(trx, job, fence, req.incarnationId);
     changes.jobs.push(adopted);
     return answer(adopted, job.fence);
   });

@@ -3,7 +3,8 @@ import { ConflictError, FailedPreconditionError } from "@seraph/kit";
 import { ClaimJobResponseSchema, type ClaimJobRequest, type ClaimJobResponse, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
-import { endAttempt, insertAttemptWithNewFence, lockJob, updateJobCas } from "../jobs/job.repository.js";
+import { endAttempt, insertAttemptWithNewFence, lockJob } from "../jobs/job.repository.js";
+import { claim, rejectAtClaim } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
@@ -59,12 +60,9 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
     if (blockers.length > 0) {
       const report = readReport(job);
       report.reasons = blockers;
-      const rejected = await updateJobCas(trx, job.id, job.revision, {
-        state: "rejected",
-        fence,
-        incarnation_id: req.incarnationId,
+      const rejected = await rejectAtClaim(trx, job, fence, req.incarnationId, {
         outcome: blockers[0]?.code ?? "rejected_admission",
-        outcome_message: blockers.map((b) => b.message).join("; "),
+        message: blockers.map((b) => b.message).join("; "),
         report: writeReport(report),
       });
       await endAttempt(trx, job.id, job.attempt, fence);
@@ -76,7 +74,7 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
     }
     // The attempt's one absolute deadline, fixed now and never moved (re-adoption keeps it).
     const deadline = new Date(core.now() + wallMsOf(bundle));
-    const claimed = await updateJobCas(trx, job.id, job.revision, { state: "preparing", fence, incarnation_id: req.incarnationId, deadline_at: deadline });
+    const claimed = await claim(trx, job, { fence, incarnationId: req.incarnationId, deadline });
     const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "held");
     if (!slot) throw new Error(`slot of job ${job.id} lost its binding`);
     changes.jobs.push(claimed);

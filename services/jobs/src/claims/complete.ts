@@ -12,7 +12,8 @@ import { checkUpload, insertUploads } from "../artifacts/artifact-operations.js"
 import { findArtifacts, listArtifacts, markReadbackVerified } from "../artifacts/artifact.repository.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
-import { endAttempt, lockJob, updateJobCas } from "../jobs/job.repository.js";
+import { endAttempt, lockJob } from "../jobs/job.repository.js";
+import { complete } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, jobStateFromProto, type JobStateName } from "../jobs/job-state.js";
 import { readReport, writeReport } from "../jobs/job-view.js";
@@ -108,10 +109,9 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
     if (req.reasons.length > 0) report.reasons = req.reasons;
     report.drift = req.drift;
     report.noLearning = true;
-    const updated = await updateJobCas(trx, job.id, job.revision, {
-      state: target,
+    const updated = await complete(trx, job, target, {
       outcome: req.outcome,
-      outcome_message: req.outcomeMessage,
+      message: req.outcomeMessage,
       receipt: receipt ? toBinary(ReceiptSchema, receipt) : job.receipt,
       report: writeReport(report),
     });

@@ -3,7 +3,8 @@ import type { ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { JobRow } from "../jobs/job.repository.js";
 import { CLAIMED_STATES } from "../jobs/job-state.js";
 import type { JobsDatabase } from "../db/schema.js";
-import { endAttempt, lockJob, updateJobCas } from "../jobs/job.repository.js";
+import { endAttempt, lockJob } from "../jobs/job.repository.js";
+import { markUnknown } from "../jobs/job-state-machine.js";
 import { inTransaction } from "../store/db.js";
 
 /** The profile's total wall deadline when a bundle names none (seeds: 180 s). */
@@ -51,11 +52,12 @@ export async function expireDeadlines(db: Kysely<JobsDatabase>, nowMs: number): 
     const row = await inTransaction(db, async (trx) => {
       const job = await lockJob(trx, id);
       if (!CLAIMED_STATES.includes(job.state as never) || !deadlinePassed(job, nowMs)) return undefined;
-      const updated = await updateJobCas(trx, job.id, job.revision, {
-        state: "unknown",
-        outcome: DEADLINE_OUTCOME,
-        outcome_message: `the attempt's absolute deadline ${new Date(deadlineMsOf(job)).toISOString()} passed before the executor completed its proof (cleanup, evidence, readback and completion); the slot stays held`,
-      });
+      const updated = await markUnknown(
+        trx,
+        job,
+        DEADLINE_OUTCOME,
+        `the attempt's absolute deadline ${new Date(deadlineMsOf(job)).toISOString()} passed before the executor completed its proof (cleanup, evidence, readback and completion); the slot stays held`,
+      );
       await endAttempt(trx, job.id, job.attempt, job.fence);
       return updated;
     });

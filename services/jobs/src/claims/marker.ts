@@ -11,7 +11,8 @@ import { listArtifactsWithContent } from "../artifacts/artifact.repository.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
-import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { lockJob, type JobRow } from "../jobs/job.repository.js";
+import { markRunning, markStarting, recordEvidence } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { bundleSummary } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
@@ -67,13 +68,12 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
     // The preparation evidence, when it comes with the marker: checked by RecordPreflight's rules
     // and written by the same UPDATE as the marker (a refused marker records no evidence either).
     const evidence = req.preflight ? preflightToRecord(job, req.preflight, "preflight") : undefined;
-    const withEvidence = evidence === undefined ? {} : { preflight: evidence };
     const current = job.marker ? fromBinary(OwnerMarkerSchema, job.marker) : undefined;
     // The identical marker again (a retry, or the executor that re-adopted the attempt with a
     // new fence resuming the barrier of the supervisor launched under the claim fence).
     if ((job.state === "starting" || job.state === "running") && current && equals(OwnerMarkerSchema, current, marker)) {
       if (evidence === undefined) return job;
-      const updated = await updateJobCas(trx, job.id, job.revision, withEvidence);
+      const updated = await recordEvidence(trx, job, evidence);
       changes.jobs.push(updated);
       return updated;
     }
@@ -97,16 +97,15 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
       if (!current || job.start_token_at === null || !(await previousStepProved(trx, job.id, current))) {
         throw new FailedPreconditionError("marker_already_recorded", `job ${job.id} has a different owner marker whose cleanup is not proved`);
       }
-      const updated = await updateJobCas(trx, job.id, job.revision, { state: "running", marker: toBinary(OwnerMarkerSchema, marker), ...withEvidence });
+      const updated = await markRunning(trx, job, { marker: toBinary(OwnerMarkerSchema, marker), ...(evidence ? { preflight: evidence } : {}) });
       changes.jobs.push(updated);
       return updated;
     }
     if (job.state !== "preparing") throw new FailedPreconditionError("job_not_preparing", `job ${job.id} is ${job.state}`);
-    const updated = await updateJobCas(trx, job.id, job.revision, {
-      state: "starting",
+    const updated = await markStarting(trx, job, {
       marker: toBinary(OwnerMarkerSchema, marker),
-      start_token_at: job.cancel_requested ? null : new Date(core.now()),
-      ...withEvidence,
+      startTokenAt: job.cancel_requested ? null : new Date(core.now()),
+      ...(evidence ? { preflight: evidence } : {}),
     });
     changes.jobs.push(updated);
     return updated;

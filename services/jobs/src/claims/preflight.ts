@@ -10,7 +10,8 @@ import {
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
-import { lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { lockJob, type JobRow } from "../jobs/job.repository.js";
+import { recordEvidence } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { inTransaction, type Db } from "../store/db.js";
@@ -48,7 +49,7 @@ export async function recordPreflight(core: JobsCore, req: RecordPreflightReques
  */
 export async function writePreflight(trx: Db, job: JobRow, preflight: JobPreflight, field: string): Promise<JobRow> {
   const bytes = preflightToRecord(job, preflight, field);
-  return bytes === undefined ? job : updateJobCas(trx, job.id, job.revision, { preflight: bytes });
+  return bytes === undefined ? job : recordEvidence(trx, job, bytes);
 }
 
 /**

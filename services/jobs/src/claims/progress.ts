@@ -9,7 +9,8 @@ import {
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
 import { requireFence } from "../jobs/fence.js";
-import { getJob, updateJobCas } from "../jobs/job.repository.js";
+import { getJob, type JobRow } from "../jobs/job.repository.js";
+import { markRunning } from "../jobs/job-state-machine.js";
 
 /**
  * Fenced progress from the executor; answers whether a cancellation is requested (the polling
@@ -23,15 +24,15 @@ export async function reportProgress(core: JobsCore, req: ReportProgressRequest)
   const stepStarts = req.step !== "" && req.step !== job.running_step ? { running_step: req.step, running_step_started_at: new Date(core.now()) } : {};
   if (req.state === JobState.RUNNING && job.state === "starting") {
     if (job.start_token_at === null) throw new FailedPreconditionError("no_start_token", `job ${job.id} has no start token; it may not run`);
-    return publishUpdate(core, await updateJobCas(core.db, job.id, job.revision, { state: "running", outcome_message: req.message, ...stepStarts }));
+    return publishUpdate(core, await markRunning(core.db, job, { outcome_message: req.message, ...stepStarts }));
   }
   if (req.state === JobState.RUNNING && job.state === "running" && "running_step" in stepStarts) {
-    return publishUpdate(core, await updateJobCas(core.db, job.id, job.revision, stepStarts));
+    return publishUpdate(core, await markRunning(core.db, job, stepStarts));
   }
   return create(ReportProgressResponseSchema, { cancelRequested: job.cancel_requested });
 }
 
-function publishUpdate(core: JobsCore, updated: Awaited<ReturnType<typeof updateJobCas>>): ReportProgressResponse {
+function publishUpdate(core: JobsCore, updated: JobRow): ReportProgressResponse {
   const changes = noChanges();
   changes.jobs.push(updated);
   core.publisher.publish(changes);

@@ -5,6 +5,7 @@ import { adoptionFences } from "./migrations/2026-11-30-0002-adoption-fences.js"
 import { fairShareIndexes } from "./migrations/2026-12-01-0100-fair-share-indexes.js";
 import { deadlinePreflight } from "./migrations/2026-12-01-0200-deadline-preflight.js";
 import { runningStep } from "./migrations/2026-12-01-0300-running-step.js";
+import { jobStateCheck } from "./migrations/2026-12-02-0100-job-state-check.js";
 import type { JobsDatabase } from "./schema.js";
 
 /** Every jobs migration, by dated name. Append only; never edit one that has shipped. */
@@ -14,6 +15,7 @@ export const JOBS_MIGRATIONS: Record<string, Migration> = {
   "2026-12-01-0100-fair-share-indexes": fairShareIndexes,
   "2026-12-01-0200-deadline-preflight": deadlinePreflight,
   "2026-12-01-0300-running-step": runningStep,
+  "2026-12-02-0100-job-state-check": jobStateCheck,
 };
 
 /** Brings the jobs tables to the latest schema under Kysely's migration lock. */

@@ -1,10 +1,47 @@
 import type { ColumnType } from "kysely";
+import type { JobStateName } from "../jobs/job-state.js";
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 type BigIntColumn = ColumnType<string, string | number | bigint, string | number | bigint>;
+/** A column of a view this service only reads: selectable, never inserted or updated. */
+type ReadOnly<T> = ColumnType<T, never, never>;
 
-/** Jobs-owned tables (migration table `jobs_migrations`). The jobs service is their only writer. */
-export interface JobsDatabase {
+/**
+ * The API-owned read-only views the jobs service reads authority from (fresh admission at claim,
+ * recovery): created by the API's migration `2026-12-02-0101-jobs-authority-views`, which owns
+ * their names, columns and meaning; the jobs service never reads the API's tables themselves.
+ */
+export interface AuthorityViews {
+  /** Every approval a job can be queued for (a repair's own, or its baseline run's). */
+  jobs_authority_approvals: {
+    approval_id: ReadOnly<string>;
+    repair_id: ReadOnly<string>;
+    /** The exact approved ApprovalDocument bytes. */
+    document: ReadOnly<Uint8Array>;
+    document_sha256: ReadOnly<string>;
+    expires_at: ReadOnly<Date>;
+  };
+  jobs_authority_goals: {
+    goal_id: ReadOnly<string>;
+    state: ReadOnly<string>;
+    revision: ReadOnly<number>;
+  };
+  /** At most one row: the saved settings (protobuf SandboxSettings). */
+  jobs_authority_settings: {
+    settings: ReadOnly<Uint8Array>;
+    revision: ReadOnly<string>;
+  };
+  /** Operator roots that still have an unrevoked token. */
+  jobs_authority_live_roots: {
+    root_id: ReadOnly<string>;
+  };
+}
+
+/**
+ * Jobs-owned tables (migration table `jobs_migrations`), of which the jobs service is the only
+ * writer, and the API-owned views it reads ({@link AuthorityViews}).
+ */
+export interface JobsDatabase extends AuthorityViews {
   nodes: {
     id: string;
     boot_id: string;
@@ -32,7 +69,8 @@ export interface JobsDatabase {
     approval_id: string;
     owner_id: string;
     root_id: string;
-    state: string;
+    /** Written only by jobs/job-state-machine.ts; the CHECK constraint `jobs_state_valid` lists the states. */
+    state: JobStateName;
     outcome: string;
     outcome_message: string;
     attempt: number;

@@ -26,6 +26,9 @@ const TO_PROTO: Record<JobStateName, JobState> = {
   unknown: JobState.UNKNOWN,
 };
 
+/** Every job state, in the order of JobState (the CHECK constraint `jobs_state_valid` lists exactly these). */
+export const JOB_STATES: readonly JobStateName[] = ["queued", "reserved", "preparing", "starting", "running", "succeeded", "failed", "rejected", "cancelled", "unknown"];
+
 /** States a claimed attempt is in while its executor owns it. */
 export const CLAIMED_STATES: readonly JobStateName[] = ["preparing", "starting", "running"];
 

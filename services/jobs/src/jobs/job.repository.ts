@@ -1,6 +1,6 @@
-import type { Insertable, Selectable, Updateable } from "kysely";
+import type { Insertable, Selectable } from "kysely";
 import { sql } from "kysely";
-import { ConflictError, NotFoundError } from "@seraph/kit";
+import { NotFoundError } from "@seraph/kit";
 import type { JobsDatabase } from "../db/schema.js";
 import type { Db } from "../store/db.js";
 import type { JobStateName } from "./job-state.js";
@@ -38,22 +38,6 @@ export async function getJob(db: Db, id: string): Promise<JobRow> {
 export async function lockJob(db: Db, id: string): Promise<JobRow> {
   const row = await db.selectFrom("jobs").selectAll().where("id", "=", id).forUpdate().executeTakeFirst();
   if (!row) throw new NotFoundError("job", id);
-  return row;
-}
-
-/**
- * Compare-and-set on the job revision: applies `patch`, bumps the revision and updated_at.
- * ABORTED `job_revision_conflict` when the revision moved.
- */
-export async function updateJobCas(db: Db, id: string, revision: string, patch: Updateable<JobsDatabase["jobs"]>): Promise<JobRow> {
-  const row = await db
-    .updateTable("jobs")
-    .set({ ...patch, revision: sql`revision + 1`, updated_at: sql`now()` })
-    .where("id", "=", id)
-    .where("revision", "=", revision)
-    .returningAll()
-    .executeTakeFirst();
-  if (!row) throw new ConflictError("job_revision_conflict", `job ${id} changed concurrently; re-read and retry`);
   return row;
 }
 

@@ -11,7 +11,8 @@ import { OwnerMarkerSchema, ReceiptSchema, type OwnerMarker } from "@seraph/prot
 import type { JobsCore } from "../core.js";
 import { findArtifact, listArtifacts } from "../artifacts/artifact.repository.js";
 import { noChanges } from "../events/publisher.js";
-import { getJob, listAttemptFences, lockJob, updateJobCas, type JobRow } from "../jobs/job.repository.js";
+import { getJob, listAttemptFences, lockJob, type JobRow } from "../jobs/job.repository.js";
+import { recordRecovery } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { readBundle, readReport, toSlotProto, writeReport } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
@@ -175,7 +176,7 @@ async function release(core: JobsCore, req: RecoverProcessCleanupRequest, change
       recoveredBy: req.rootId,
       recoveredUnixMs: BigInt(core.now()),
     });
-    const updated = await updateJobCas(trx, job.id, job.revision, { report: writeReport(report) });
+    const updated = await recordRecovery(trx, job, writeReport(report));
     const freed = await moveSlot(trx, slot.node_id, slot.slot_index, job.id, "free");
     if (!freed) throw new Error(`slot of job ${job.id} lost its binding during recovery`);
     // A fresh read of the reservation, validated against the original dispatch before commit.

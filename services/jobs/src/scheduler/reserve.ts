@@ -2,7 +2,8 @@ import { sql } from "kysely";
 import type { Kysely } from "kysely";
 import type { JobsDatabase } from "../db/schema.js";
 import type { JobRow } from "../jobs/job.repository.js";
-import { updateJobCas } from "../jobs/job.repository.js";
+import { requeue, reserve } from "../jobs/job-state-machine.js";
+import type { JobStateName } from "../jobs/job-state.js";
 import { releaseReservedSlot, reserveFreeSlot, type SlotRow } from "../slots/slot.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
 
@@ -110,8 +111,8 @@ export async function reserveOne(db: Kysely<JobsDatabase>, policy: ReservePolicy
     for (const c of await candidates(trx, staleMs)) {
       if (rootMaxSlots > 0 && c.held >= rootMaxSlots) continue;
       const job = (
-        await sql<{ revision: string }>`
-          SELECT revision::text AS revision FROM jobs
+        await sql<{ id: string; revision: string; state: JobStateName }>`
+          SELECT id, revision::text AS revision, state FROM jobs
           WHERE id = ${c.job_id} AND state = 'queued' AND NOT cancel_requested
           FOR UPDATE SKIP LOCKED`.execute(trx)
       ).rows[0];
@@ -136,7 +137,7 @@ export async function reserveOne(db: Kysely<JobsDatabase>, policy: ReservePolicy
       if (!slot) continue;
       const reserved = await reserveFreeSlot(trx, c.node_id, slot.slot_index, slot.revision, c.job_id);
       if (!reserved) continue;
-      const updated = await updateJobCas(trx, c.job_id, job.revision, { state: "reserved", slot_index: slot.slot_index });
+      const updated = await reserve(trx, job, slot.slot_index);
       await sql`
         INSERT INTO root_shares (root_id, last_reserved_at) VALUES (${c.root_id}, clock_timestamp())
         ON CONFLICT (root_id) DO UPDATE SET last_reserved_at = EXCLUDED.last_reserved_at`.execute(trx);
@@ -158,8 +159,8 @@ export async function reserveOne(db: Kysely<JobsDatabase>, policy: ReservePolicy
 export async function releaseStaleReservations(db: Kysely<JobsDatabase>, staleMs: number = DEFAULT_NODE_STALE_MS, limit = 100): Promise<Reservation[]> {
   return inTransaction(db, async (trx) => {
     const rows = (
-      await sql<{ job_id: string; job_revision: string; node_id: string; slot_index: number | null }>`
-        SELECT j.id AS job_id, j.revision::text AS job_revision, j.node_id, j.slot_index
+      await sql<{ job_id: string; job_revision: string; job_state: JobStateName; node_id: string; slot_index: number | null }>`
+        SELECT j.id AS job_id, j.revision::text AS job_revision, j.state AS job_state, j.node_id, j.slot_index
         FROM jobs j
         JOIN nodes n ON n.id = j.node_id
         WHERE j.state = 'reserved' AND n.heartbeat_at <= now() - ${staleMs}::double precision * interval '1 millisecond'
@@ -172,7 +173,7 @@ export async function releaseStaleReservations(db: Kysely<JobsDatabase>, staleMs
       if (r.slot_index === null) continue;
       const slot = await releaseReservedSlot(trx, r.node_id, r.slot_index, r.job_id);
       if (!slot) throw new Error(`reserved job ${r.job_id} does not hold a reserved slot ${r.node_id}/${r.slot_index}`);
-      const job = await updateJobCas(trx, r.job_id, r.job_revision, { state: "queued", slot_index: null });
+      const job = await requeue(trx, { id: r.job_id, revision: r.job_revision, state: r.job_state });
       out.push({ job, slot });
     }
     return out;
