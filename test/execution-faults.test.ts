@@ -98,7 +98,7 @@ describe("faults", () => {
     expect(await stack.db.selectFrom("job_attempts").selectAll().where("job_id", "=", done.id).execute()).toHaveLength(1);
     const names = done.artifacts.map((a) => a.name);
     expect(new Set(names).size).toBe(names.length);
-    expect(names.sort()).toEqual(["applied.diff", "test.receipt.binpb", "test.receipt.json", "test.report.junit.xml", "test.report.tap", "test.results.json", "test.stderr", "test.stdout"]);
+    expect(names.sort()).toEqual(["applied.diff", "attestation.intoto.json", "test.receipt.binpb", "test.receipt.json", "test.report.junit.xml", "test.report.tap", "test.results.json", "test.stderr", "test.stdout"]);
     expect(done.artifacts.every((a) => a.readbackVerified)).toBe(true);
   });
 

@@ -1,10 +1,12 @@
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { verifyJobReceipt } from "@seraph/attestation";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createNatsSignals, createRootLogger, newId, sha256Hex, type Signals } from "@seraph/kit";
 import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobEventSchema, SlotEventSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { readFileSync } from "node:fs";
 import { chmod, readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -76,12 +78,25 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     expect(done.steps[0]?.argv[0]).toBe(stack.runtime);
     const kinds = done.artifacts.map((a) => a.kind).sort();
     // The test step's TAP and JUnit reports (written by the approved argv) and the per-test results parsed from them.
-    expect(kinds).toEqual(["applied_diff", "receipt", "step_receipt", "test_output", "test_output", "test_report", "test_report", "test_results"]);
+    expect(kinds).toEqual(["applied_diff", "attestation", "receipt", "step_receipt", "test_output", "test_output", "test_report", "test_report", "test_results"]);
     expect(done.artifacts.every((a) => a.readbackVerified)).toBe(true);
+    const contents = new Map<string, Uint8Array>();
     for (const a of done.artifacts) {
       const back = await stack.client.readArtifact({ artifactId: a.id });
       expect(sha256Hex(back.content)).toBe(a.sha256);
+      contents.set(a.name, back.content);
     }
+    // The node signed the result: verified offline with only its public key and the artifacts.
+    const envelope = Buffer.from(contents.get("attestation.intoto.json")!).toString();
+    contents.delete("attestation.intoto.json");
+    const nodeKey = readFileSync(join(stack.dir, `x-${stack.node}`, "node-key.pub"), "utf8");
+    const verified = verifyJobReceipt(envelope, nodeKey, contents);
+    expect(verified.statement.subject.map((s) => s.name).sort()).toEqual([...contents.keys()].sort());
+    expect(verified.statement.predicate).toMatchObject({ jobId: done.id, outcome: "SUCCEEDED", approvalDocumentSha256: bundle.approvalDocumentSha256, node: { nodeId: stack.node, keyFingerprint: verified.keyid } });
+    expect(verified.statement.predicate.cleanup.echildObserved).toBe(true);
+    const changed = new Map(contents);
+    changed.set("test.stdout", Buffer.from("pass 0\n"));
+    expect(() => verifyJobReceipt(envelope, nodeKey, changed)).toThrow(/test.stdout has SHA-256/);
     const diff = done.artifacts.find((a) => a.kind === "applied_diff");
     expect(Buffer.from((await stack.client.readArtifact({ artifactId: diff!.id })).content).toString()).toBe(fixAddPatch());
     const stdout = done.artifacts.find((a) => a.name === "test.stdout");
@@ -108,6 +123,7 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
     ]);
     expect(done.artifacts.map((a) => a.name).sort()).toEqual([
       "applied.diff",
+      "attestation.intoto.json",
       "build.receipt.binpb",
       "build.receipt.json",
       "build.stderr",

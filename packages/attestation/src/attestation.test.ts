@@ -4,7 +4,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { AttestationError, attestJobReceipt, loadOrCreateNodeKey, verifyJobReceipt, type Envelope, type JobReceiptPredicate } from "./index.js";
+import { AttestationError, attestJobReceipt, sha256Hex, loadOrCreateNodeKey, verifyJobReceipt, type Envelope, type JobReceiptPredicate } from "./index.js";
 
 const dir = mkdtempSync(join(tmpdir(), "seraph-attest-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -67,7 +67,8 @@ describe("node keys", () => {
 
 describe("job receipt attestations", () => {
   const key = loadOrCreateNodeKey(mkdtempSync(join(dir, "node-")));
-  const envelope = attestJobReceipt({ ...predicate, node: { ...predicate.node, keyFingerprint: key.fingerprint } }, artifacts, key.privateKey);
+  const subjects = new Map([...artifacts].map(([name, bytes]) => [name, sha256Hex(bytes)]));
+  const envelope = attestJobReceipt({ ...predicate, node: { ...predicate.node, keyFingerprint: key.fingerprint } }, subjects, key.privateKey);
   const text = JSON.stringify(envelope);
 
   it("verifies offline with the node's public key, with every artifact by SHA-256", () => {

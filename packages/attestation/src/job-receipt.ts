@@ -1,5 +1,5 @@
 import type { KeyObject } from "node:crypto";
-import { sha256Hex, signStatement, STATEMENT_TYPE, verifyEnvelope, type Envelope, type Statement, type Verified } from "./envelope.js";
+import { signStatement, STATEMENT_TYPE, verifyEnvelope, type Envelope, type Statement, type Verified } from "./envelope.js";
 
 /** The predicate type of a Seraph job receipt attestation. */
 export const JOB_RECEIPT_PREDICATE_TYPE = "https://seraph.dev/attestation/job-receipt/v1";
@@ -40,11 +40,11 @@ export interface JobReceiptPredicate {
   readonly finishedUnixMs: number;
 }
 
-/** Signs a job receipt over `artifacts` (name → bytes, each a subject by SHA-256). */
-export function attestJobReceipt(predicate: JobReceiptPredicate, artifacts: ReadonlyMap<string, Uint8Array>, key: KeyObject): Envelope {
+/** Signs a job receipt over its artifacts (name → SHA-256 hex, each a subject). */
+export function attestJobReceipt(predicate: JobReceiptPredicate, subjects: ReadonlyMap<string, string>, key: KeyObject): Envelope {
   const statement: Statement<JobReceiptPredicate> = {
     _type: STATEMENT_TYPE,
-    subject: [...artifacts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, bytes]) => ({ name, digest: { sha256: sha256Hex(bytes) } })),
+    subject: [...subjects].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, sha256]) => ({ name, digest: { sha256 } })),
     predicateType: JOB_RECEIPT_PREDICATE_TYPE,
     predicate,
   };

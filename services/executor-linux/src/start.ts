@@ -1,4 +1,6 @@
 import { mkdir } from "node:fs/promises";
+import { loadOrCreateNodeKey, NODE_PUBLIC_KEY_FILE } from "@seraph/attestation";
+import { join } from "node:path";
 import { FileDigestCache } from "./profile/file-digests.js";
 import { createClient } from "@connectrpc/connect";
 import {
@@ -157,10 +159,15 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   });
   const facilities = await facilitiesPromise;
   if (knownAddress === undefined) await registerNode(jobs, await registration(booted.server.grpcUrl), log, rt.signal);
+  // The node's Ed25519 key (generated at first start, 0600 in the data directory): every result
+  // is stored with a receipt signed by it; its public half is <data dir>/node-key.pub.
+  const signingKey = loadOrCreateNodeKey(rt.dataDir);
+  log.info({ keyFingerprint: signingKey.fingerprint, publicKey: join(rt.dataDir, NODE_PUBLIC_KEY_FILE), created: signingKey.created }, "node signing key");
   runner = startRunner({
     jobs,
     signals: rt.signals,
     identity,
+    signingKey,
     dataDir: rt.dataDir,
     log,
     pollMs: rt.pollMs ?? 2000,

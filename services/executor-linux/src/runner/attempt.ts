@@ -1,4 +1,6 @@
 import { rm } from "node:fs/promises";
+import type { NodeKey } from "@seraph/attestation";
+import { attestationOf, ATTESTATION_KIND, ATTESTATION_NAME } from "./attestation.js";
 import type { DocumentRefusal } from "./approved-document.js";
 import type { DependencyStore } from "../profile/dependency-store.js";
 import type { FileDigestCache } from "../profile/file-digests.js";
@@ -56,6 +58,8 @@ export interface ExecutionDeps {
    * cannot write). Absent: every dependency file is copied.
    */
   readonly dependencyStore?: (() => Promise<DependencyStore | undefined>) | undefined;
+  /** The node's signing key: every result is stored with a signed receipt (absent: none is signed). */
+  readonly signingKey?: NodeKey | undefined;
   /** Job users and per-job cgroups: the settings and what the facility probe found (default: none). */
   readonly containment?: { readonly settings: ContainmentSettings; readonly facilities: ContainmentFacilities | undefined } | undefined;
 }
@@ -103,6 +107,8 @@ export interface Ctx {
   readonly active: ActiveJob;
   /** The execution inputs: the carried approval document's (approved-document.ts), or, with `documentRefusal`, the received bundle, only to report the rejection. */
   readonly bundle: ExecutionBundle;
+  /** Every artifact this attempt stored or sends with its completion, name → SHA-256: the signed receipt's subjects. */
+  attestedSubjects?: Map<string, string>;
   /** Set when the bundle's approval document does not verify: no step gets a start token. */
   readonly documentRefusal?: DocumentRefusal | undefined;
   /** Private per-attempt directory: `<dataDir>/j/<job8>-<claim fence>`. */
@@ -216,6 +222,7 @@ export function call<T>(ctx: Ctx, what: string, fn: () => Promise<T>, untilMs = 
 export async function store(ctx: Ctx, kind: string, name: string, content: Uint8Array): Promise<void> {
   const { jobs } = ctx.deps;
   const sha256 = sha256Hex(content);
+  (ctx.attestedSubjects ??= new Map()).set(name, sha256);
   const inline = ctx.completionArtifacts ?? [];
   const inlineBytes = inline.reduce((n, a) => n + a.content.byteLength, 0);
   if (ctx.deferEvidence === true && inline.length < INLINE_EVIDENCE_COUNT && inlineBytes + content.byteLength <= INLINE_EVIDENCE_BYTES) {
@@ -282,6 +289,7 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
   let result = r;
   const late = () => deadlinePassed(ctx) && result.state !== JobState.UNKNOWN && ctx.markerRecorded;
   if (late()) result = exhausted(ctx, result, "before readback");
+  await storeAttestation(ctx, result);
   let artifactIds: string[] = [];
   if (result.state !== JobState.UNKNOWN || result.receipt) {
     try {
@@ -328,6 +336,22 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
     if (ctx.jobStageDir !== undefined) await rm(ctx.jobStageDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
   }
   return job;
+}
+
+/**
+ * Stores the attempt's signed receipt (its verdict and every artifact by SHA-256), the last
+ * artifact before the completion. A failure to store it is logged and the completion goes on:
+ * the result is still recorded, only without a signature (the job then has no attestation).
+ */
+async function storeAttestation(ctx: Ctx, result: Completion): Promise<void> {
+  const attestation = attestationOf(ctx, result);
+  if (attestation === undefined) return;
+  try {
+    await store(ctx, ATTESTATION_KIND, ATTESTATION_NAME, attestation);
+  } catch (err) {
+    if (err instanceof DetachedError) throw err;
+    ctx.log.error({ err }, "signed receipt not stored");
+  }
 }
 
 /**
