@@ -39,6 +39,8 @@ export { createErrorInterceptor, rpcLoggerKey } from "./interceptors.js";
 export { createRootLogger } from "./logging.js";
 export type { Logger } from "./logging.js";
 export { startPollLoop } from "./poll-loop.js";
+export { retry, isTransient, backoffDelay } from "./retry.js";
+export type { RetryOptions, RetryTry, BackoffOptions } from "./retry.js";
 export type { PollLoop } from "./poll-loop.js";
 export {
   ENVELOPE_BYTES,
