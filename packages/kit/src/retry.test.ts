@@ -7,7 +7,7 @@ describe("isTransient", () => {
   it("is UNAVAILABLE, and a transport failure that no Seraph service decided", () => {
     expect(isTransient(new ConnectError("connect ECONNREFUSED", Code.Unavailable))).toBe(true);
     expect(isTransient(toConnectError(new UnavailableError("jobs_unavailable", "down")))).toBe(true);
-    for (const code of [Code.Canceled, Code.Aborted, Code.Unknown, Code.Internal, Code.DeadlineExceeded]) {
+    for (const code of [Code.Canceled, Code.Aborted, Code.Unknown, Code.Internal]) {
       expect(isTransient(new ConnectError("read ECONNRESET", code)), Code[code]).toBe(true);
       // The same code as a service's decision (it carries an ErrorInfo) is not repeated.
       expect(isTransient(toConnectError(new SeraphError(code, "decided", "no"))), Code[code]).toBe(false);
@@ -15,7 +15,7 @@ describe("isTransient", () => {
     expect(isTransient(toConnectError(new ConflictError("revision_conflict", "lost")))).toBe(false);
     // A reason in the text alone is not a decision: the detail is what counts.
     expect(isTransient(new ConnectError("job j is claimed (claim_conflict)", Code.Aborted))).toBe(true);
-    for (const code of [Code.NotFound, Code.InvalidArgument, Code.FailedPrecondition, Code.PermissionDenied, Code.ResourceExhausted]) {
+    for (const code of [Code.DeadlineExceeded, Code.NotFound, Code.InvalidArgument, Code.FailedPrecondition, Code.PermissionDenied, Code.ResourceExhausted]) {
       expect(isTransient(new ConnectError("no", code)), Code[code]).toBe(false);
     }
     expect(isTransient(new Error("boom"))).toBe(false);

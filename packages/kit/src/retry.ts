@@ -5,10 +5,10 @@ import { errorInfo } from "./errors.js";
  * Codes a transport reports when the peer died, restarted or could not be reached, with no
  * decision of a Seraph service behind them: a reset HTTP/2 stream (CANCELED, "stream closed with
  * error code CANCEL"), a cut connection (connect-node reports ECONNRESET as ABORTED), a garbled
- * or missing answer (UNKNOWN, INTERNAL), and a try that did not answer within its own timeout
- * (DEADLINE_EXCEEDED; the caller's overall deadline is the retry loop's, see {@link retry}).
+ * or missing answer (UNKNOWN, INTERNAL). DEADLINE_EXCEEDED is not one: the call may have been
+ * applied and its time is spent; a caller that bounds each try itself says so (the executor).
  */
-const TRANSPORT_CODES: ReadonlySet<Code> = new Set([Code.Canceled, Code.Aborted, Code.Unknown, Code.Internal, Code.DeadlineExceeded]);
+const TRANSPORT_CODES: ReadonlySet<Code> = new Set([Code.Canceled, Code.Aborted, Code.Unknown, Code.Internal]);
 
 /**
  * The one definition of a transient failure, after which an idempotent call may be repeated:

@@ -21,11 +21,14 @@ export class DetachedError extends Error {
 
 /**
  * True when a runner call that failed with `err` may be repeated: kit's one definition of a
- * transient failure (UNAVAILABLE, a transport failure no service decided; a try that did not
- * answer in time is one), or a lost compare-and-set inside the jobs service (REPEATABLE_REASONS).
+ * transient failure (UNAVAILABLE, a transport failure no service decided), a try that did not
+ * answer within its own bound (DEADLINE_EXCEEDED: every runner call bounds its tries, and the
+ * attempt's absolute deadline is the retry loop's, so a timeout is only a failed try), or a lost
+ * compare-and-set inside the jobs service (REPEATABLE_REASONS).
  */
 export function isTransient(err: unknown): boolean {
-  return isTransportTransient(err) || REPEATABLE_REASONS.has(reasonOf(err) ?? "");
+  if (isTransportTransient(err) || REPEATABLE_REASONS.has(reasonOf(err) ?? "")) return true;
+  return err instanceof ConnectError && err.code === Code.DeadlineExceeded && reasonOf(err) === undefined;
 }
 
 /** The stable reason code of a Seraph error (its ErrorInfo detail), if any (kit's rule). */

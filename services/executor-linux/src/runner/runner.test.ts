@@ -95,6 +95,8 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
   it("counts a stream cut by a dying replica (Code.Canceled) as transient", () => {
     expect(isTransient(new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled))).toBe(true);
     expect(isTransient(new ConnectError("no such job", Code.NotFound))).toBe(false);
+    // A try that did not answer within its own bound is only a failed try for the runner.
+    expect(isTransient(new ConnectError("ReportProgress did not answer in 250 ms", Code.DeadlineExceeded))).toBe(true);
     // A lost compare-and-set inside the jobs service is repeated; its other conflicts are decisions.
     expect(isTransient(toConnectError(new ConflictError("job_revision_conflict", "job j changed concurrently; re-read and retry")))).toBe(true);
     expect(isTransient(toConnectError(new ConflictError("fence_moved", "read it again")))).toBe(false);
