@@ -8,6 +8,9 @@ import {
   type ServerReflectionRequest,
   type ServerReflectionResponse,
 } from "@seraph/proto/grpc/reflection/v1/reflection_pb.js";
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import { ErrorInfoSchema, type ErrorInfo } from "@seraph/proto/google/rpc/error_details_pb.js";
+import { StatusSchema } from "@seraph/proto/google/rpc/status_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
@@ -166,6 +169,38 @@ describe("the journey with a stock @grpc/grpc-js client", () => {
         );
       });
       expect(created.goal.title).toBe(`found by reflection ${version}`);
+  /** The google.rpc.ErrorInfo details of a refusal, decoded from `grpc-status-details-bin` as any gRPC client can. */
+  function errorInfos(err: grpc.ServiceError): ErrorInfo[] {
+    const [bin, ...more] = err.metadata.get("grpc-status-details-bin");
+    expect(more).toEqual([]);
+    const status = fromBinary(StatusSchema, bin as Buffer);
+    expect(status.code).toBe(err.code);
+    return status.details.flatMap((any) => {
+      const info = anyUnpack(any, ErrorInfoSchema);
+      return info ? [info] : [];
+    });
+  }
+
+  it("a refusal carries its reason and field as a google.rpc.ErrorInfo in grpc-status-details-bin", async () => {
+    const missing = (await unary(RepairService.method.getRepair, { repairId: "00000000-0000-4000-8000-000000000000" }).catch((e: unknown) => e)) as grpc.ServiceError;
+    expect(missing.code).toBe(grpc.status.NOT_FOUND);
+    expect(errorInfos(missing).map((i) => ({ reason: i.reason, domain: i.domain, metadata: i.metadata }))).toEqual([{ reason: "not_found", domain: "seraph.dev", metadata: {} }]);
+    // The message keeps its wording: "… (reason)".
+    expect(missing.details).toMatch(/ \(not_found\)$/);
+
+    const untitled = (await unary(GoalService.method.createGoal, { title: "" }).catch((e: unknown) => e)) as grpc.ServiceError;
+    expect(untitled.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(errorInfos(untitled).map((i) => [i.reason, i.metadata["field"]])).toEqual([["string.min_len", "title"]]);
+
+    const saved = metadata;
+    metadata = new grpc.Metadata();
+    metadata.set("authorization", "Bearer sk_not-a-real-token-at-all-0000");
+    try {
+      const anonymous = (await unary(GoalService.method.createGoal, { title: "x" }).catch((e: unknown) => e)) as grpc.ServiceError;
+      expect(anonymous.code).toBe(grpc.status.UNAUTHENTICATED);
+      expect(errorInfos(anonymous).map((i) => i.reason)).toEqual(["unauthenticated"]);
+    } finally {
+      metadata = saved;
     }
   });
 });

@@ -7,6 +7,7 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import { ServiceError, ServiceErrorCodeHeader, ServiceErrorHeader, Svcm } from "@nats-io/services";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { main, type CliIo } from "@seraph/cli";
+import { ERROR_DOMAIN, ERROR_DOMAIN_HEADER, ERROR_FIELD_HEADER, ERROR_REASON_HEADER, reasonOf } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { OperatorCancelRequestSchema, OperatorRecoverRequestSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
@@ -54,12 +55,13 @@ let operatorOf: (token: string) => Client<typeof OperatorService>;
 const SUBJECT = (name: string) => `seraph.operator.${name}`;
 
 /** One NATS operator request; the reply is either a typed body or the micro protocol's error. */
-async function request(name: string, body: Uint8Array, token?: string): Promise<{ data: Uint8Array; error?: { code: number; header: string; body: OperatorError } }> {
+async function request(name: string, body: Uint8Array, token?: string): Promise<{ data: Uint8Array; error?: { code: number; header: string; body: OperatorError; info: { reason: string; domain: string; field: string } } }> {
   const h = headers();
   if (token !== undefined) h.set("authorization", `Bearer ${token}`);
   const msg = await ops.request(SUBJECT(name), body, { headers: h, timeout: 15_000 });
   if (ServiceError.isServiceError(msg)) {
-    return { data: msg.data, error: { code: Number(msg.headers?.get(ServiceErrorCodeHeader)), header: msg.headers?.get(ServiceErrorHeader) ?? "", body: fromBinary(OperatorErrorSchema, msg.data) } };
+    const info = { reason: msg.headers?.get(ERROR_REASON_HEADER) ?? "", domain: msg.headers?.get(ERROR_DOMAIN_HEADER) ?? "", field: msg.headers?.get(ERROR_FIELD_HEADER) ?? "" };
+    return { data: msg.data, error: { code: Number(msg.headers?.get(ServiceErrorCodeHeader)), header: msg.headers?.get(ServiceErrorHeader) ?? "", body: fromBinary(OperatorErrorSchema, msg.data), info } };
   }
   return { data: msg.data };
 }
@@ -260,6 +262,9 @@ describe("operator requests over NATS", () => {
     expect(garbage.error?.body).toMatchObject({ code: "INVALID_ARGUMENT", reason: "malformed_payload" });
     const notUuid = await request("cancel", toBinary(CancelOperatorJobRequestSchema, create(CancelOperatorJobRequestSchema, { jobId: "job-1" })), tokens.a);
     expect(notUuid.error?.body).toMatchObject({ code: "INVALID_ARGUMENT", reason: "string.uuid", field: "job_id" });
+    // The reason and field also travel as headers, for readers that do not decode the body.
+    expect(notUuid.error?.info).toEqual({ reason: "string.uuid", domain: ERROR_DOMAIN, field: "job_id" });
+    expect(garbage.error?.info).toEqual({ reason: "malformed_payload", domain: ERROR_DOMAIN, field: "" });
     const long = await request("cancel", toBinary(CancelOperatorJobRequestSchema, create(CancelOperatorJobRequestSchema, { jobId, reason: "x".repeat(1001) })), tokens.a);
     expect(long.error?.body).toMatchObject({ code: "INVALID_ARGUMENT", field: "reason", reason: "string.max_len" });
     // Bounded before authentication: an oversized body is refused even without a token.
@@ -289,15 +294,16 @@ describe("operator requests over NATS", () => {
     const cancel = await request("cancel", cancelBody(jobId), tokens.b);
     expect(cancel.error?.code).toBe(Code.NotFound);
     expect(cancel.error?.body).toMatchObject({ code: "NOT_FOUND", reason: "not_found" });
+    expect(cancel.error?.info).toEqual({ reason: "not_found", domain: ERROR_DOMAIN, field: "" });
     const recover = await request("recover", recoverBody(jobId), tokens.b);
     expect(recover.error?.body).toMatchObject({ code: "NOT_FOUND", reason: "not_found" });
     // The same principal through the gRPC API gets the same code and reason.
     const grpc = await repairsOf(tokens.b).cancelRepair({ repairId }).catch((e: unknown) => e);
     expect(grpc).toBeInstanceOf(ConnectError);
-    expect([(grpc as ConnectError).code, /\((\w+)\)$/.exec((grpc as ConnectError).rawMessage)?.[1]]).toEqual([Code.NotFound, "not_found"]);
+    expect([(grpc as ConnectError).code, reasonOf(grpc)]).toEqual([Code.NotFound, "not_found"]);
     // And so does the API's gRPC OperatorService (the same operations; embedded mode reaches them this way).
     const viaGrpc = (await operatorOf(tokens.b).cancelOperatorJob({ jobId }).catch((e: unknown) => e)) as ConnectError;
-    expect([viaGrpc.code, /\((\w+)\)$/.exec(viaGrpc.rawMessage)?.[1]]).toEqual([Code.NotFound, "not_found"]);
+    expect([viaGrpc.code, reasonOf(viaGrpc)]).toEqual([Code.NotFound, "not_found"]);
     expect((await operatorOf(tokens.b).listOperatorSlots({})).slots).toEqual([]);
     const after = (await repairOf(tokens.a, repairId)).job!;
     expect([after.revision, after.cancelRequested, JobState[after.state]]).toEqual([before.revision, false, "RUNNING"]);
@@ -338,13 +344,13 @@ describe("operator requests over NATS", () => {
     const again = await request("cancel", cancelBody(jobId), tokens.a);
     expect(again.error?.body).toMatchObject({ code: "FAILED_PRECONDITION", reason: "already_finished" });
     const grpcAgain = await repairsOf(tokens.a).cancelRepair({ repairId }).catch((e: unknown) => e as ConnectError);
-    expect([(grpcAgain as ConnectError).code, /\((\w+)\)$/.exec((grpcAgain as ConnectError).rawMessage)?.[1]]).toEqual([Code.FailedPrecondition, "already_finished"]);
+    expect([(grpcAgain as ConnectError).code, reasonOf(grpcAgain)]).toEqual([Code.FailedPrecondition, "already_finished"]);
 
     // Bob (another root) cannot release it, over NATS or gRPC, with the same answer.
     const bob = await request("recover", recoverBody(jobId), tokens.b);
     expect(bob.error?.body).toMatchObject({ code: "NOT_FOUND", reason: "not_found" });
     const bobGrpc = (await repairsOf(tokens.b).recoverProcessCleanup({ repairId }).catch((e: unknown) => e)) as ConnectError;
-    expect([bobGrpc.code, /\((\w+)\)$/.exec(bobGrpc.rawMessage)?.[1]]).toEqual([Code.NotFound, "not_found"]);
+    expect([bobGrpc.code, reasonOf(bobGrpc)]).toEqual([Code.NotFound, "not_found"]);
     expect((await repairOf(tokens.a, repairId)).job?.slotHeld).toBe(true);
 
     const rec = await ok(RecoverOperatorJobResponseSchema, "recover", recoverBody(jobId), tokens.a);

@@ -1,8 +1,11 @@
 import { readFile } from "node:fs/promises";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { ErrorInfoSchema } from "@seraph/proto/google/rpc/error_details_pb.js";
 import { describe, expect, it } from "vitest";
 import { isGroup, type Command } from "./command-spec.js";
 import type { CliIo } from "./io.js";
-import { COMMANDS, main } from "./main.js";
+import { COMMANDS, main, nextStep, seraphErrorInfo } from "./main.js";
 
 // Usage and usage errors need no API: parsing happens before any connection is made.
 async function seraph(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -145,5 +148,24 @@ describe("docs/cli.md", () => {
       expect(section, `section for seraph ${path.join(" ")}`).toBeDefined();
       for (const name of Object.keys(c.spec.flags ?? {})) expect(section).toContain(`\`--${name}`);
     }
+  });
+});
+
+describe("nextStep", () => {
+  /** The error as the CLI's gRPC transport decodes it: the ErrorInfo arrives in grpc-status-details-bin. */
+  function received(message: string, code: Code, reason?: string): ConnectError {
+    const details = reason === undefined ? [] : [{ desc: ErrorInfoSchema, value: { reason, domain: "seraph.dev", metadata: {} } }];
+    const got = findTrailerError(setTrailerStatus(new Headers(), new ConnectError(message, code, undefined, details)));
+    if (!got) throw new Error("no error in the trailers");
+    return got;
+  }
+
+  it("reads the reason from the ErrorInfo detail, not from the message text", () => {
+    const url = "http://127.0.0.1:7400";
+    expect(nextStep(received("only the instance operator may (operator_required)", Code.PermissionDenied, "operator_required"), url)).toContain("instance operator");
+    // The same text without the detail names no reason: no reason-specific advice.
+    expect(nextStep(received("only the instance operator may (operator_required)", Code.PermissionDenied), url)).toBeUndefined();
+    expect(seraphErrorInfo(received("x (limit_2mb)", Code.FailedPrecondition, "limit_2mb"))?.reason).toBe("limit_2mb");
+    expect(seraphErrorInfo(new ConnectError("x (limit_2mb)", Code.FailedPrecondition))).toBeUndefined();
   });
 });

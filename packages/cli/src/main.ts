@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "@seraph/proto/google/rpc/error_details_pb.js";
 import { login, logout, principal, token, whoami } from "./commands/auth.js";
 import { goal } from "./commands/goal.js";
 import { repair } from "./commands/repair.js";
@@ -140,7 +141,9 @@ export async function main(args: readonly string[], io: CliIo = processIo()): Pr
       const code = enumName(Code, err.code);
       const url = resolveApiUrl(io, api, await readLogin(io));
       const next = nextStep(err, url);
-      if (json) io.stderr.write(`${JSON.stringify({ error: { code, message: err.rawMessage, ...(next ? { next } : {}) } })}\n`);
+      const info = seraphErrorInfo(err);
+      const detail = info ? { reason: info.reason, ...(info.metadata["field"] ? { field: info.metadata["field"] } : {}) } : {};
+      if (json) io.stderr.write(`${JSON.stringify({ error: { code, message: err.rawMessage, ...detail, ...(next ? { next } : {}) } })}\n`);
       else io.stderr.write(`error: ${code}: ${err.rawMessage}\n${next ? `next: ${next}\n` : ""}`);
       return 1;
     }
@@ -154,9 +157,14 @@ export async function main(args: readonly string[], io: CliIo = processIo()): Pr
   }
 }
 
-/** The next step for an API error, where there is one. */
+/** The `google.rpc.ErrorInfo` detail a Seraph service attached to `err` (domain "seraph.dev"), if any. */
+export function seraphErrorInfo(err: ConnectError): { reason: string; metadata: Record<string, string> } | undefined {
+  return err.findDetails(ErrorInfoSchema).find((d) => d.domain === "seraph.dev");
+}
+
+/** The next step for an API error, where there is one (the reason is read from its ErrorInfo detail). */
 export function nextStep(err: ConnectError, url: string): string | undefined {
-  const reason = /\(([a-z_]+)\)$/.exec(err.rawMessage)?.[1];
+  const reason = seraphErrorInfo(err)?.reason;
   switch (err.code) {
     case Code.Unauthenticated:
       return "run `seraph login` with a valid token (or set SERAPH_TOKEN); `seraph token create` makes one";

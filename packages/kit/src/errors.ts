@@ -1,4 +1,6 @@
+import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorInfoSchema, type ErrorInfo } from "@seraph/proto/google/rpc/error_details_pb.js";
 
 /** Base of every domain error: a precise gRPC code, an optional field, a stable reason code. */
 export class SeraphError extends Error {
@@ -81,19 +83,42 @@ export class ResourceExhaustedError extends SeraphError {
   }
 }
 
-/**
- * The stable reason code a Seraph service's error carries ("… (reason)", as toConnectError
- * writes it), or undefined. An error without one did not come from a Seraph service's decision:
- * connect-node, for one, reports a reset connection (ECONNRESET) as ABORTED with no reason.
- */
-export function reasonOf(err: unknown): string | undefined {
-  if (!(err instanceof ConnectError)) return undefined;
-  return /\(([a-z0-9_]+)\)$/.exec(err.rawMessage)?.[1];
+/** The `google.rpc.ErrorInfo` domain of every reason code a Seraph service decides. */
+export const ERROR_DOMAIN = "seraph.dev";
+
+/** The ErrorInfo detail of a domain error: its reason, {@link ERROR_DOMAIN}, and its field (if any) under metadata "field". */
+export function errorInfoOf(err: SeraphError): ErrorInfo {
+  return create(ErrorInfoSchema, { reason: err.reason, domain: ERROR_DOMAIN, metadata: err.field ? { field: err.field } : {} });
 }
 
-/** Converts a domain error into the ConnectError a client receives: "field: message (reason)". */
+/**
+ * The Seraph `google.rpc.ErrorInfo` an error carries (a ConnectError's detail from any protocol,
+ * or a domain error's own), or undefined. An error without one did not come from a Seraph
+ * service's decision: connect-node, for one, reports a reset connection (ECONNRESET) as ABORTED
+ * with no detail.
+ */
+export function errorInfo(err: unknown): ErrorInfo | undefined {
+  if (err instanceof SeraphError) return errorInfoOf(err);
+  if (!(err instanceof ConnectError)) return undefined;
+  return err.findDetails(ErrorInfoSchema).find((d) => d.domain === ERROR_DOMAIN);
+}
+
+/** The stable reason code of a Seraph error (its ErrorInfo detail), or undefined (see {@link errorInfo}). */
+export function reasonOf(err: unknown): string | undefined {
+  return errorInfo(err)?.reason || undefined;
+}
+
+/** The request field a Seraph error concerns (its ErrorInfo's metadata "field"), or undefined. */
+export function fieldOf(err: unknown): string | undefined {
+  return errorInfo(err)?.metadata["field"] || undefined;
+}
+
+/**
+ * Converts a domain error into the ConnectError a client receives: the human message
+ * "field: message (reason)" (its wording is kept for existing readers) and a
+ * `google.rpc.ErrorInfo` detail that carries the reason and field for programs to read.
+ */
 export function toConnectError(err: SeraphError): ConnectError {
   const prefix = err.field ? `${err.field}: ` : "";
-  const ce = new ConnectError(`${prefix}${err.message} (${err.reason})`, err.code, undefined, undefined, err);
-  return ce;
+  return new ConnectError(`${prefix}${err.message} (${err.reason})`, err.code, undefined, [{ desc: ErrorInfoSchema, value: errorInfoOf(err) }], err);
 }

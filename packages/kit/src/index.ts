@@ -27,6 +27,10 @@ export {
   ResourceExhaustedError,
   toConnectError,
   reasonOf,
+  fieldOf,
+  errorInfo,
+  errorInfoOf,
+  ERROR_DOMAIN,
 } from "./errors.js";
 export { createHealthState, ServingStatus } from "./health.js";
 export type { HealthState } from "./health.js";
@@ -35,6 +39,8 @@ export { createErrorInterceptor, rpcLoggerKey } from "./interceptors.js";
 export { createRootLogger } from "./logging.js";
 export type { Logger } from "./logging.js";
 export { startPollLoop } from "./poll-loop.js";
+export { retry, isTransient, backoffDelay } from "./retry.js";
+export type { RetryOptions, RetryTry, BackoffOptions } from "./retry.js";
 export type { PollLoop } from "./poll-loop.js";
 export {
   ENVELOPE_BYTES,
@@ -52,7 +58,7 @@ export { standardInterceptors, withHealth, createReadinessInterceptor, bootServi
 export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown, SHUTDOWN_BUDGET_MS, LINGER_MS } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";
-export { decodeValidated, describeError, grpcCodeName } from "./nats-requests.js";
+export { decodeValidated, describeError, grpcCodeName, ERROR_REASON_HEADER, ERROR_DOMAIN_HEADER, ERROR_FIELD_HEADER } from "./nats-requests.js";
 export { assertNoNulStrings, createNulStringInterceptor, NUL_REASON, nulStringField } from "./nul-strings.js";
 export type { ErrorDescription } from "./nats-requests.js";
 export { natsAuth, natsAuthOptions, natsPermissions, renderNatsAuthorization } from "./nats-auth.js";

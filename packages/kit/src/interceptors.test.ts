@@ -3,7 +3,7 @@ import { Code, ConnectError, createClient, createRouterTransport } from "@connec
 import { GoalService, GoalSchema } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { InvalidArgumentError, NotFoundError } from "./errors.js";
+import { fieldOf, InvalidArgumentError, NotFoundError, reasonOf } from "./errors.js";
 import { createHealthState, ServingStatus } from "./health.js";
 import { standardInterceptors } from "./service.js";
 
@@ -37,6 +37,16 @@ function client(ready = true) {
 
 const auth = { headers: { authorization: `Bearer ${TOKEN}` } };
 
+/** The reason and field a client reads from the error's ErrorInfo detail. */
+async function infoOf(p: Promise<unknown>): Promise<[string | undefined, string | undefined]> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  if (err === undefined) throw new Error("expected an error");
+  return [reasonOf(err), fieldOf(err)];
+}
+
 async function codeOf(p: Promise<unknown>): Promise<[Code, string]> {
   try {
     await p;
@@ -60,6 +70,7 @@ describe("standard interceptor chain", () => {
     const [code, msg] = await codeOf(goals.createGoal({ title: "" }, auth));
     expect(code).toBe(Code.InvalidArgument);
     expect(msg).toMatch(/^title: /);
+    expect(await infoOf(goals.createGoal({ title: "" }, auth))).toEqual(["string.min_len", "title"]);
     expect(calls()).toBe(0);
   });
 
@@ -67,6 +78,10 @@ describe("standard interceptor chain", () => {
     const { goals } = client();
     expect(await codeOf(goals.createGoal({ title: "missing" }, auth))).toEqual([Code.NotFound, "goal x not found (not_found)"]);
     expect(await codeOf(goals.createGoal({ title: "bad" }, auth))).toEqual([Code.InvalidArgument, "objective: say what done looks like (too_vague)"]);
+    // The client reads reason and field from the ErrorInfo detail, through the Connect protocol.
+    expect(await infoOf(goals.createGoal({ title: "bad" }, auth))).toEqual(["too_vague", "objective"]);
+    expect(await infoOf(goals.createGoal({ title: "missing" }, auth))).toEqual(["not_found", undefined]);
+    expect(await infoOf(goals.createGoal({ title: "x" }))).toEqual(["unauthenticated", undefined]);
   });
 
   it("hides unexpected errors behind INTERNAL with a request id", async () => {

@@ -1,7 +1,25 @@
+import { create } from "@bufbuild/protobuf";
+import { pathToString } from "@bufbuild/protobuf/reflect";
+import { ValidationError } from "@bufbuild/protovalidate";
 import { Code, ConnectError, createContextKey, type Interceptor } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "@seraph/proto/google/rpc/error_details_pb.js";
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
-import { SeraphError, toConnectError } from "./errors.js";
+import { ERROR_DOMAIN, errorInfo, SeraphError, toConnectError } from "./errors.js";
+
+/**
+ * Gives a ConnectError raised by a library in the chain its ErrorInfo, as toConnectError does for
+ * domain errors: a protovalidate refusal (@connectrpc/validate) gets its first violation's rule id
+ * as the reason and the field path under "field" (as decodeValidated reports it on NATS).
+ */
+function withErrorInfo(err: ConnectError): ConnectError {
+  if (errorInfo(err) !== undefined || !(err.cause instanceof ValidationError)) return err;
+  const first = err.cause.violations[0];
+  const field = first ? pathToString(first.field) : "";
+  const info = create(ErrorInfoSchema, { reason: first?.ruleId || "invalid_argument", domain: ERROR_DOMAIN, metadata: field ? { field } : {} });
+  err.details.push({ desc: ErrorInfoSchema, value: info });
+  return err;
+}
 
 /** The per-RPC child logger (`{ rpc, requestId }`), set by the logging interceptor. */
 export const rpcLoggerKey = createContextKey<Logger | undefined>(undefined, { description: "rpc logger" });
@@ -29,7 +47,7 @@ export function createErrorInterceptor(log: Logger): Interceptor {
       if (err instanceof ConnectError) {
         if (err.code === Code.Internal || err.code === Code.Unknown) child.error({ err }, "rpc failed");
         else child.info({ code: Code[err.code] }, err.rawMessage);
-        throw err;
+        throw withErrorInfo(err);
       }
       child.error({ err }, "unexpected error");
       throw new ConnectError(`internal error (request ${requestId})`, Code.Internal);

@@ -7,7 +7,10 @@ import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ResourceExhaustedError } from "./errors.js";
+import { fieldOf, reasonOf, ResourceExhaustedError } from "./errors.js";
+import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
+import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { createPrincipalRateLimit } from "./limits.js";
 import { bootService, type BootedService } from "./service.js";
 
@@ -35,6 +38,8 @@ describe("listener limits", () => {
         router.service(GoalService, {
           createGoal(req) {
             handled += 1;
+            // A downstream answer that did not decode, as a handler sees it: not the caller's body.
+            if (req.title === "downstream-garbage") throw new ConnectError("parse binary: premature EOF", Code.Internal);
             return { goal: { title: req.title } };
           },
         });
@@ -95,16 +100,20 @@ describe("listener limits", () => {
     const unaryError = JSON.parse(unary.body.toString()) as { code: string; message: string };
     expect(unaryError.code).toBe("invalid_argument");
     expect(unaryError.message).toMatch(expected);
+    const fallback = new ConnectError("no error", Code.Unknown);
+    expect(reasonOf(errorFromJsonBytes(unary.body, undefined, fallback))).toBe("malformed_payload");
     // Connect server streaming: the end-of-stream message
     const stream = await h1("/seraph.api.v1.RepairService/WatchRepair", "application/connect+proto", frame(0, garbage));
     const end = JSON.parse(stream.body.subarray(5).toString()) as { error: { code: string; message: string } };
     expect([stream.body[0], end.error.code]).toEqual([0x02, "invalid_argument"]);
     expect(end.error.message).toMatch(expected);
+    expect(reasonOf(errorFromJsonBytes(new TextEncoder().encode(JSON.stringify(end.error)), undefined, fallback))).toBe("malformed_payload");
     // gRPC-Web: the trailer frame
     const web = await h1("/seraph.api.v1.GoalService/CreateGoal", "application/grpc-web+proto", frame(0, garbage));
     const trailer = web.body.subarray(web.body.lastIndexOf(0x80) + 5).toString();
     expect(trailer).toMatch(/grpc-status: 3\r\n/);
     expect(decodeURIComponent(/grpc-message: (.*)\r\n/.exec(trailer)![1]!)).toMatch(expected);
+    expect(reasonOf(findTrailerError(trailerParse(web.body.subarray(web.body.lastIndexOf(0x80) + 5))))).toBe("malformed_payload");
     // gRPC over h2
     const grpcStatus = await new Promise<{ status: string; message: string }>((resolve) => {
       const session = http2.connect(svc.server.grpcUrl);
@@ -126,6 +135,11 @@ describe("listener limits", () => {
     expect(grpcStatus.status).toBe(String(Code.InvalidArgument));
     expect(grpcStatus.message).toMatch(expected);
     expect(handled).toBe(before);
+    const grpcClient = createClient(GoalService, createGrpcTransport({ baseUrl: svc.server.grpcUrl }));
+    const downstream = await grpcClient.createGoal({ title: "downstream-garbage" }, { headers: { authorization: `Bearer ${A}` } }).catch((e: unknown) => ConnectError.from(e));
+    // The rule is narrow: the same text from code that ran after decoding (a downstream answer) stays INTERNAL.
+    expect([(downstream as ConnectError).code, (downstream as ConnectError).rawMessage, reasonOf(downstream), fieldOf(downstream)]).toEqual([Code.Internal, "parse binary: premature EOF", undefined, undefined]);
+    handled = before;
   });
 
   function bigPost(chunked: boolean, total: number): Promise<{ status: number; sent: number; closed: boolean }> {

@@ -1,8 +1,9 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { CancelOperatorJobRequestSchema } from "@seraph/proto/seraph/api/v1/operator_pb.js";
 import { describe, expect, it } from "vitest";
-import { InvalidArgumentError, NotFoundError } from "./errors.js";
+import { InvalidArgumentError, NotFoundError, toConnectError } from "./errors.js";
 import { natsPermissions, renderNatsAuthorization } from "./nats-auth.js";
 import { decodeValidated, describeError, grpcCodeName } from "./nats-requests.js";
 
@@ -32,8 +33,13 @@ describe("describeError", () => {
     expect(describeError(new NotFoundError("job", "j1"), "r")).toMatchObject({ codeName: "NOT_FOUND", reason: "not_found", field: "", message: "job j1 not found", unexpected: false });
     expect(describeError(new InvalidArgumentError("reason", "too_long", "too long"), "r")).toMatchObject({ code: Code.InvalidArgument, field: "reason", reason: "too_long" });
   });
-  it("reads the reason and field a downstream service put into a ConnectError", () => {
-    expect(describeError(new ConnectError("job_id: bad id (bad_id)", Code.InvalidArgument), "r")).toMatchObject({ codeName: "INVALID_ARGUMENT", field: "job_id", reason: "bad_id", message: "bad id" });
+  it("reads the reason and field a downstream service put into its ErrorInfo detail, as received over gRPC", () => {
+    // The error as a client decodes it from the trailers (grpc-status-details-bin): details arrive as bytes.
+    const received = findTrailerError(setTrailerStatus(new Headers(), toConnectError(new InvalidArgumentError("job_id", "bad_id2", "bad id"))))!;
+    expect(describeError(received, "r")).toMatchObject({ codeName: "INVALID_ARGUMENT", field: "job_id", reason: "bad_id2", message: "bad id" });
+  });
+  it("parses no reason out of message text: without a detail the code names the reason", () => {
+    expect(describeError(new ConnectError("job_id: bad id (bad_id)", Code.InvalidArgument), "r")).toMatchObject({ reason: "invalid_argument", field: "", message: "job_id: bad id (bad_id)" });
     expect(describeError(new ConnectError("the jobs service is down", Code.Unavailable), "r")).toMatchObject({ codeName: "UNAVAILABLE", reason: "unavailable" });
   });
   it("turns anything else into INTERNAL without its message", () => {

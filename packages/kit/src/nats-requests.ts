@@ -2,7 +2,7 @@ import { fromBinary, type DescMessage, type MessageShape } from "@bufbuild/proto
 import { pathToString } from "@bufbuild/protobuf/reflect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createValidator } from "@bufbuild/protovalidate";
-import { InvalidArgumentError, SeraphError } from "./errors.js";
+import { errorInfo, InvalidArgumentError, SeraphError } from "./errors.js";
 import { assertNoNulStrings } from "./nul-strings.js";
 
 const validator = createValidator();
@@ -33,6 +33,17 @@ export function decodeValidated<D extends DescMessage>(schema: D, data: Uint8Arr
   throw new InvalidArgumentError(field, first?.ruleId || "invalid_argument", all);
 }
 
+/**
+ * NATS headers of an error reply that carry its `google.rpc.ErrorInfo` as the micro protocol's
+ * `Nats-Service-Error*` headers carry its code and text: the reason, its domain, and the request
+ * field (only when there is one). They sit beside the reply's typed error body, which stays as it was.
+ */
+export const ERROR_REASON_HEADER = "Seraph-Error-Reason";
+/** See {@link ERROR_REASON_HEADER}: the reason's domain ("seraph.dev"). */
+export const ERROR_DOMAIN_HEADER = "Seraph-Error-Domain";
+/** See {@link ERROR_REASON_HEADER}: the request field the error concerns. */
+export const ERROR_FIELD_HEADER = "Seraph-Error-Field";
+
 /** A precise error as a non-Connect plane (NATS) reports it. */
 export interface ErrorDescription {
   readonly code: Code;
@@ -50,26 +61,28 @@ export function grpcCodeName(code: Code): string {
   return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
 }
 
+/** `text` without `prefix` and `suffix` when it has both ends, else `text` itself. */
+function between(text: string, prefix: string, suffix: string): string {
+  return text.length >= prefix.length + suffix.length && text.startsWith(prefix) && text.endsWith(suffix) ? text.slice(prefix.length, text.length - suffix.length) : text;
+}
+
 /**
  * Maps an error the way the Connect error interceptor does: a domain error keeps its code,
- * reason and field; a ConnectError from a downstream service keeps its code and message (its
- * reason is the trailing `(reason)` the services put there); anything else is INTERNAL with
- * no detail.
+ * reason and field; a ConnectError from a downstream service keeps its code and message, and its
+ * reason and field are those of its `google.rpc.ErrorInfo` detail (without one: the code's name
+ * as the reason, no field); anything else is INTERNAL with no detail.
  */
 export function describeError(err: unknown, requestId: string): ErrorDescription {
   if (err instanceof SeraphError) {
     return { code: err.code, codeName: grpcCodeName(err.code), reason: err.reason, field: err.field ?? "", message: err.message, unexpected: false };
   }
   if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) {
-    const m = /^(?:([a-z_][a-z0-9_.[\]]*): )?(.*) \(([a-z0-9_.]+)\)$/s.exec(err.rawMessage);
-    return {
-      code: err.code,
-      codeName: grpcCodeName(err.code),
-      reason: m?.[3] ?? grpcCodeName(err.code).toLowerCase(),
-      field: m?.[1] ?? "",
-      message: m?.[2] ?? err.rawMessage,
-      unexpected: false,
-    };
+    const info = errorInfo(err);
+    const field = info?.metadata["field"] ?? "";
+    const reason = info?.reason || grpcCodeName(err.code).toLowerCase();
+    // The message text is "field: message (reason)" (toConnectError); the detail says which ends to drop.
+    const message = info ? between(err.rawMessage, field ? `${field}: ` : "", ` (${info.reason})`) : err.rawMessage;
+    return { code: err.code, codeName: grpcCodeName(err.code), reason, field, message, unexpected: false };
   }
   return { code: Code.Internal, codeName: "INTERNAL", reason: "internal", field: "", message: `internal error (request ${requestId})`, unexpected: true };
 }

@@ -5,7 +5,7 @@ import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { DEFAULT_LISTENER_LIMITS, type ListenerLimits } from "./limits.js";
-import { refuseMalformedPayloads } from "./malformed-payload.js";
+import { reachedChainInterceptor, refuseMalformedPayloads } from "./malformed-payload.js";
 
 /** Where and what a service serves. Port 0 picks a free port (tests). */
 export interface ServerOptions {
@@ -60,7 +60,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       // A body that is not the method's message is the caller's error (INVALID_ARGUMENT), not INTERNAL.
       router.handlers.splice(0, router.handlers.length, ...router.handlers.map(refuseMalformedPayloads));
     },
-    interceptors: [...opts.interceptors],
+    // First: marks a request that was decoded, for refuseMalformedPayloads.
+    interceptors: [reachedChainInterceptor, ...opts.interceptors],
     grpc: true,
     grpcWeb: true,
     connect: true,

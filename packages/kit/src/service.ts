@@ -8,6 +8,7 @@ import { createStreamLimitInterceptor, type ListenerLimits } from "./limits.js";
 import { listenerLimits, startServer, type RunningServer, type ServerOptions } from "./server.js";
 import { createErrorInterceptor } from "./interceptors.js";
 import { createNulStringInterceptor } from "./nul-strings.js";
+import { retry } from "./retry.js";
 
 /**
  * The interceptor chain every service uses, outermost first: errors and per-RPC logging,
@@ -98,36 +99,39 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
     httpFallback: o.httpFallback,
     limits,
   });
-  let delay = 200;
   let lastProblem = "";
-  for (;;) {
-    try {
-      await o.prepare();
-      break;
-    } catch (err) {
-      if (o.signal?.aborted) {
-        await server.close(1000);
-        throw err;
-      }
-      // One clear line per distinct problem (not one every 5 s): a missing database says so.
-      const missing = missingDatabase(err);
-      const problem = missing ? `missing database ${missing}` : String((err as Error)?.message ?? err);
-      if (problem !== lastProblem) {
-        if (missing) {
+  let lastErr: unknown;
+  try {
+    // Kit's retry policy, every failure repeated until it succeeds or `signal` aborts.
+    await retry(() => o.prepare(), {
+      initialMs: 200,
+      maxMs: 5000,
+      retryable: (err) => {
+        lastErr = err;
+        return !o.signal?.aborted;
+      },
+      ...(o.signal ? { signal: o.signal } : {}),
+      onAbort: () => lastErr ?? o.signal?.reason,
+      onRetry: (err, _attempt, retryInMs) => {
+        // One clear line per distinct problem (not one every 5 s): a missing database says so.
+        const missing = missingDatabase(err);
+        const problem = missing ? `missing database ${missing}` : String((err as Error)?.message ?? err);
+        if (problem === lastProblem) {
+          o.log.debug({ err, retryInMs }, "dependencies still not ready; retrying");
+        } else if (missing) {
           o.log.error(
             { database: missing, retryInMs: 5000 },
             `database "${missing}" does not exist: create it (createdb ${missing}, or CREATE DATABASE ${missing}; the service creates its tables itself) — retrying until it exists`,
           );
         } else {
-          o.log.warn({ err, retryInMs: delay }, "dependencies not ready; retrying");
+          o.log.warn({ err, retryInMs }, "dependencies not ready; retrying");
         }
         lastProblem = problem;
-      } else {
-        o.log.debug({ err, retryInMs: delay }, "dependencies still not ready; retrying");
-      }
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 5000);
-    }
+      },
+    });
+  } catch (err) {
+    await server.close(1000);
+    throw err;
   }
   health.set("", ServingStatus.SERVING);
   for (const s of o.serviceNames) health.set(s, ServingStatus.SERVING);

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { Code, ConnectError, createClient, createRouterTransport, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createHealthState, createLocalSignals, createRootLogger, openDatabase, PUBLIC_READ_MAX_BYTES, ServingStatus, standardInterceptors, withHealth } from "@seraph/kit";
+import { createHealthState, createLocalSignals, createRootLogger, openDatabase, reasonOf, PUBLIC_READ_MAX_BYTES, ServingStatus, standardInterceptors, withHealth } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
@@ -145,6 +145,8 @@ export async function expectRefused(call: Promise<unknown>, code: Code, reason?:
   const ce = err as ConnectError;
   expect(`${Code[ce.code]}: ${ce.rawMessage}`).toMatch(new RegExp(`^${Code[code]}: `));
   if (reason !== undefined) expect(ce.rawMessage).toMatch(new RegExp(`\\(${reason}\\)$`));
+  // Programs read the reason from the ErrorInfo detail; the text keeps it for people.
+  if (reason !== undefined) expect(reasonOf(ce)).toBe(reason);
   if (field !== undefined) expect(ce.rawMessage.startsWith(`${field}: `), ce.rawMessage).toBe(true);
   return ce;
 }

@@ -1,6 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { sha256Hex } from "@seraph/kit";
+import { Code, type ServiceImpl } from "@connectrpc/connect";
+import { SeraphError, sha256Hex, toConnectError } from "@seraph/kit";
 import { PrerequisiteReportSchema, type ExecutorService, type InspectRequest, type ReadJobOutputResponse } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { BlockReasonSchema, IdentityKind, IdentitySchema, InspectionSchema, StepSchema, type Identity, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
@@ -26,7 +26,8 @@ export interface FakeExecutor {
   addRepository(path: string, files: Record<string, string>): void;
 }
 
-const fail = (code: Code, reason: string, message: string) => new ConnectError(`${message} (${reason})`, code);
+/** A refusal as the real executor sends it: the text "message (reason)" and its ErrorInfo detail. */
+const fail = (code: Code, reason: string, message: string) => toConnectError(new SeraphError(code, reason, message));
 
 function under(path: string, dirs: readonly string[]): boolean {
   return dirs.length === 0 || dirs.some((d) => d === "." || path === d || path.startsWith(`${d}/`));

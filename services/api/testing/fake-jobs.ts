@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { newId, sha256Hex } from "@seraph/kit";
+import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { NotFoundError, newId, sha256Hex, toConnectError } from "@seraph/kit";
 import {
   ArtifactSchema,
   JobSchema,
@@ -66,7 +66,7 @@ export function createFakeJobs(options: { nodeAddress?: string; repositoryRoots?
   };
   const known = (jobId: string): Job => {
     const job = jobs.get(jobId);
-    if (!job) throw new ConnectError(`job ${jobId} not found (not_found)`, Code.NotFound);
+    if (!job) throw toConnectError(new NotFoundError("job", jobId));
     return job;
   };
   const fake: FakeJobs = {
@@ -132,14 +132,14 @@ function jobsImpl(fake: FakeJobs, failIfAsked: (method: string) => void, known: 
       failIfAsked("recoverProcessCleanup");
       const job = known(req.jobId);
       recoveries.push({ jobId: req.jobId, rootId: req.rootId });
-      if (job.rootId !== req.rootId) throw new ConnectError(`job ${req.jobId} not found (not_found)`, Code.NotFound);
+      if (job.rootId !== req.rootId) throw toConnectError(new NotFoundError("job", req.jobId));
       return fake.recoverVerdict(job);
     },
     async readArtifact(req) {
       failIfAsked("readArtifact");
       const artifact = [...jobs.values()].flatMap((j) => j.artifacts).find((a) => a.id === req.artifactId);
       const content = contents.get(req.artifactId);
-      if (!artifact || !content) throw new ConnectError(`artifact ${req.artifactId} not found (not_found)`, Code.NotFound);
+      if (!artifact || !content) throw toConnectError(new NotFoundError("artifact", req.artifactId));
       return { artifact, content };
     },
     async listSlots() {

@@ -105,7 +105,9 @@ async function call<I extends DescMessage, O extends DescMessage>(
       try {
         e = fromBinary(OperatorErrorSchema, msg.data);
       } catch {
-        e = create(OperatorErrorSchema, { code: `code ${msg.headers?.get(ServiceErrorCodeHeader) ?? "?"}`, message: ServiceError.toServiceError(msg)?.message ?? "" });
+        // The reason and field headers are kit's ERROR_REASON_HEADER and ERROR_FIELD_HEADER.
+        const h = msg.headers;
+        e = create(OperatorErrorSchema, { code: `code ${h?.get(ServiceErrorCodeHeader) ?? "?"}`, reason: h?.get("Seraph-Error-Reason") ?? "", field: h?.get("Seraph-Error-Field") ?? "", message: ServiceError.toServiceError(msg)?.message ?? "" });
       }
       if (ctx.json) ctx.io.stderr.write(`${JSON.stringify({ error: { code: e.code, reason: e.reason, field: e.field, message: e.message } })}\n`);
       else ctx.io.stderr.write(`error: ${e.code} ${e.reason}: ${e.field ? `${e.field}: ` : ""}${e.message}\n`);

@@ -21,6 +21,7 @@ import {
 } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { backoffDelay, isTransient } from "@seraph/kit/retry";
 import type { CommandGroup } from "../command-spec.js";
 import { intFlag, need, str, strs, type CommandContext } from "../context.js";
 import { badge, documentText, enumName, jobLine, OUTCOME_EXIT, repairLine, repairText, resultsText, statusOf, TIMEOUT_EXIT } from "../format.js";
@@ -289,11 +290,10 @@ export const repair: CommandGroup = {
               break;
             } catch (err) {
               // A dropped connection surfaces as UNAVAILABLE, or as CANCELED when the HTTP/2 stream
-              // is reset under us (this process never cancels its own stream).
-              const transient = err instanceof ConnectError && [Code.Unavailable, Code.Internal, Code.Unknown, Code.Canceled].includes(err.code);
-              if (!follow || !transient || attempt >= 5) throw err;
-              ctx.io.stderr.write(`(stream interrupted: ${err.rawMessage}; resuming from offset ${offset})\n`);
-              await new Promise((r) => setTimeout(r, 500 * (attempt + 1)));
+              // is reset under us (this process never cancels its own stream): kit's isTransient.
+              if (!follow || !isTransient(err) || attempt >= 5) throw err;
+              ctx.io.stderr.write(`(stream interrupted: ${(err as ConnectError).rawMessage}; resuming from offset ${offset})\n`);
+              await new Promise((r) => setTimeout(r, backoffDelay(attempt, { initialMs: 500, maxMs: 8000 })));
             }
           }
         }

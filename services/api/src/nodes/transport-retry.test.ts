@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ConflictError, InvalidArgumentError, toConnectError } from "@seraph/kit";
 import { describe, expect, it, vi } from "vitest";
 import { withTransportRetry } from "./transport-retry.js";
 
@@ -23,16 +24,16 @@ describe("withTransportRetry (EnqueueJob through a jobs replica that dies)", () 
     await expect(
       withTransportRetry(5000, async () => {
         calls += 1;
-        throw new ConnectError("the bundle names no node (invalid_bundle)", Code.InvalidArgument);
+        throw toConnectError(new InvalidArgumentError("bundle", "invalid_bundle", "the bundle names no node"));
       }),
     ).rejects.toMatchObject({ code: Code.InvalidArgument });
     expect(calls).toBe(1);
     calls = 0;
-    // The service's own ABORTED (a conflict) names its reason: a decision, not repeated.
+    // The service's own ABORTED (a conflict) carries its ErrorInfo: a decision, not repeated.
     await expect(
       withTransportRetry(5000, async () => {
         calls += 1;
-        throw new ConnectError("the approval's job was queued concurrently (revision_conflict)", Code.Aborted);
+        throw toConnectError(new ConflictError("revision_conflict", "the approval's job was queued concurrently"));
       }),
     ).rejects.toMatchObject({ code: Code.Aborted });
     expect(calls).toBe(1);
@@ -44,14 +45,15 @@ describe("withTransportRetry (EnqueueJob through a jobs replica that dies)", () 
         calls += 1;
         timeouts.push(timeoutMs);
         throw new ConnectError("connect ECONNREFUSED", Code.Unavailable);
-      });
+      }, { random: () => 1 });
       const outcome = expect(call).rejects.toMatchObject({ code: Code.Unavailable });
       await vi.advanceTimersByTimeAsync(1000);
       await outcome;
     } finally {
       vi.useRealTimers();
     }
-    // 100 ms, then 200 ms of backoff: three tries inside 350 ms, each given only what is left.
+    // With the jitter at its top: 100 ms, then 200 ms of backoff; three tries inside 350 ms, each
+    // given only what is left, and no fourth try with nothing left.
     expect(calls).toBe(3);
     expect(timeouts).toEqual([350, 250, 50]);
   });

@@ -1,11 +1,15 @@
 import { randomUUID } from "node:crypto";
 import { create, toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { Svcm, type Service, type ServiceMsg } from "@nats-io/services";
-import type { NatsConnection } from "@nats-io/transport-node";
+import { headers, type NatsConnection } from "@nats-io/transport-node";
 import {
   bearerToken,
   decodeValidated,
   describeError,
+  ERROR_DOMAIN,
+  ERROR_DOMAIN_HEADER,
+  ERROR_FIELD_HEADER,
+  ERROR_REASON_HEADER,
   InvalidArgumentError,
   UnauthenticatedError,
   type Authenticate,
@@ -71,7 +75,8 @@ export interface OperatorNatsService {
  * proto's rules; then the same `OperatorOps` the gRPC OperatorService uses runs. A success is
  * the typed response message; a failure is an `OperatorError` body with the micro protocol's
  * error headers (`Nats-Service-Error-Code`: the gRPC code number, `Nats-Service-Error`:
- * "<CODE> <reason>: <message>"). A refused request changes nothing.
+ * "<CODE> <reason>: <message>") and the reason as `Seraph-Error-Reason`/`-Domain`/`-Field`
+ * headers (kit's ERROR_*_HEADER). A refused request changes nothing.
  */
 export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<OperatorNatsService> {
   const { nc, ops, log } = deps;
@@ -168,5 +173,10 @@ function respondError(msg: ServiceMsg, err: unknown, requestId: string, child: L
   const field = d.field ? `${d.field}: ` : "";
   // A header value is one line.
   const description = `${d.codeName} ${d.reason}: ${field}${d.message}`.replace(/[\r\n]+/g, " ").slice(0, 1000);
-  msg.respondError(d.code, description, body);
+  // The reason also as headers (the ErrorInfo of the gRPC plane), for readers that do not decode the body.
+  const h = headers();
+  h.set(ERROR_REASON_HEADER, d.reason);
+  h.set(ERROR_DOMAIN_HEADER, ERROR_DOMAIN);
+  if (d.field) h.set(ERROR_FIELD_HEADER, d.field);
+  msg.respondError(d.code, description, body, { headers: h });
 }

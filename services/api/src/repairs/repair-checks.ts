@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { FailedPreconditionError } from "@seraph/kit";
+import { FailedPreconditionError, reasonOf } from "@seraph/kit";
 import type { SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { findOwnedGoal } from "../goals/goal.repository.js";
 import { callNode, type NodeDirectory } from "../nodes/node-directory.js";
@@ -54,7 +54,8 @@ export function requireBaselineable(row: RepairRow): void {
 }
 
 function isDrift(err: unknown): boolean {
-  return err instanceof ConnectError && err.code === Code.FailedPrecondition && /\((drift|inspection_drift)\)$/.test(err.rawMessage);
+  const reason = reasonOf(err);
+  return err instanceof ConnectError && err.code === Code.FailedPrecondition && (reason === "drift" || reason === "inspection_drift");
 }
 
 /** Marks one repair stale (if it still waits for a person) and publishes the change. */

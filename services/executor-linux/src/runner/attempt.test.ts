@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
-import { createRootLogger } from "@seraph/kit";
+import { createRootLogger, FailedPreconditionError, toConnectError } from "@seraph/kit";
 import { ExecutionBundleSchema, JobState, type CompleteJobRequest, type JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { describe, expect, it } from "vitest";
@@ -72,7 +72,7 @@ describe("complete(): readback and completion are bounded by the attempt's one a
     const ctx = ctxWith(
       fakeJobs(calls, {
         completeJob: async (req) => {
-          if (req.state !== JobState.UNKNOWN) throw new ConnectError("the attempt's absolute deadline has passed (deadline_exhausted)", Code.FailedPrecondition);
+          if (req.state !== JobState.UNKNOWN) throw toConnectError(new FailedPreconditionError("deadline_exhausted", "the attempt's absolute deadline has passed"));
           return { job: { id: req.jobId, state: JobState.UNKNOWN, outcome: req.outcome } };
         },
       }),

@@ -1,13 +1,12 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Logger } from "@seraph/kit";
+import { isTransient as isTransportTransient, reasonOf, retry, type Logger } from "@seraph/kit";
 
 /**
- * Codes after which a jobs-service call may be repeated (every call the runner makes is
- * idempotent). `Canceled` is what a client sees when the replica serving its RPC dies ("http/2
- * stream closed with error code CANCEL"): a transport failure, not an answer. The runner's own
- * stop is checked before every attempt, so a cancellation it caused is never retried.
+ * The jobs service's lost compare-and-set on a job row ("changed concurrently; re-read and
+ * retry"): the service re-reads on the repeat, and every runner call is idempotent, so it is
+ * repeated like a transport failure. The service's other decisions are not.
  */
-const TRANSIENT = new Set<Code>([Code.Canceled, Code.Unavailable, Code.Internal, Code.Unknown, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted]);
+const REPEATABLE_REASONS: ReadonlySet<string> = new Set(["job_revision_conflict"]);
 
 /**
  * The runner is stopping: the job is left to its supervisor and re-adopted by the next
@@ -20,13 +19,19 @@ export class DetachedError extends Error {
   }
 }
 
-/** True when `err` may be retried. */
+/**
+ * True when a runner call that failed with `err` may be repeated: kit's one definition of a
+ * transient failure (UNAVAILABLE, a transport failure no service decided), a try that did not
+ * answer within its own bound (DEADLINE_EXCEEDED: every runner call bounds its tries, and the
+ * attempt's absolute deadline is the retry loop's, so a timeout is only a failed try), or a lost
+ * compare-and-set inside the jobs service (REPEATABLE_REASONS).
+ */
 export function isTransient(err: unknown): boolean {
-  if (err instanceof ConnectError) return TRANSIENT.has(err.code);
-  return true;
+  if (isTransportTransient(err) || REPEATABLE_REASONS.has(reasonOf(err) ?? "")) return true;
+  return err instanceof ConnectError && err.code === Code.DeadlineExceeded && reasonOf(err) === undefined;
 }
 
-/** The stable reason code in a Seraph error message ("... (reason)"), if any (kit's rule). */
+/** The stable reason code of a Seraph error (its ErrorInfo detail), if any (kit's rule). */
 export { reasonOf } from "@seraph/kit";
 
 /**
@@ -44,31 +49,31 @@ export class DeadlineReachedError extends Error {
 }
 
 /**
- * Calls `fn` until it succeeds or fails permanently. Transient failures (the jobs service or
- * PostgreSQL restarting, a lost connection) back off up to 2 s and retry until `untilMs` (wall
- * clock); every runner call is idempotent (claims per incarnation, markers, progress,
- * artifacts by name, completion), so a retry after a lost response changes nothing. With a
- * finite `untilMs` no wait reaches past it (a hanging call is abandoned at it, at least 250 ms
- * after it started), the last try happens at it, and the failure is then a DeadlineReachedError.
+ * Calls `fn` until it succeeds or fails permanently, with kit's retry policy (full-jitter
+ * backoff, caps from 100 ms up to 2 s). Transient failures (the jobs service or PostgreSQL
+ * restarting, a lost connection) retry until `untilMs` (wall clock); every runner call is
+ * idempotent (claims per incarnation, markers, progress, artifacts by name, completion), so a
+ * retry after a lost response changes nothing. With a finite `untilMs` no wait reaches past it
+ * (a hanging call is abandoned at it, at least 250 ms after it started), the last try happens at
+ * it, and the failure is then a DeadlineReachedError. A stop of `signal` is a DetachedError.
  */
 export async function retrying<T>(log: Logger, what: string, fn: () => Promise<T>, untilMs = Number.POSITIVE_INFINITY, signal?: AbortSignal): Promise<T> {
-  let delay = 100;
-  let attempts = 0;
   const bounded = Number.isFinite(untilMs);
-  for (;;) {
-    if (signal?.aborted) throw new DetachedError(what);
-    try {
-      if (!bounded) return await fn();
-      return await withinMs(fn(), Math.max(250, untilMs - Date.now()), what);
-    } catch (err) {
-      attempts += 1;
-      if (!isTransient(err)) throw err;
-      const left = untilMs - Date.now();
-      if (left <= 0) throw bounded ? new DeadlineReachedError(what, err) : err;
-      if (attempts === 1 || attempts % 10 === 0) log.warn({ err, what, attempts }, "jobs service call failed; retrying");
-      await new Promise((r) => setTimeout(r, Math.min(delay, left)));
-      delay = Math.min(delay * 2, 2000);
-    }
+  try {
+    return await retry(({ remainingMs }) => (bounded ? withinMs(fn(), Math.max(250, remainingMs), what) : fn()), {
+      deadlineMs: untilMs,
+      initialMs: 100,
+      maxMs: 2000,
+      retryable: isTransient,
+      ...(signal ? { signal } : {}),
+      onAbort: () => new DetachedError(what),
+      onRetry: (err, attempts) => {
+        if (attempts === 1 || attempts % 10 === 0) log.warn({ err, what, attempts }, "jobs service call failed; retrying");
+      },
+    });
+  } catch (err) {
+    if (err instanceof DetachedError || !bounded || !isTransient(err)) throw err;
+    throw new DeadlineReachedError(what, err);
   }
 }
 

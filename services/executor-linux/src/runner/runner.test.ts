@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
-import { createLocalSignals, createRootLogger, type Signals } from "@seraph/kit";
+import { ConflictError, createLocalSignals, createRootLogger, toConnectError, type Signals } from "@seraph/kit";
 import { WorkSignalSchema } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import {
   AdoptJobResponseSchema,
@@ -95,6 +95,11 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
   it("counts a stream cut by a dying replica (Code.Canceled) as transient", () => {
     expect(isTransient(new ConnectError("http/2 stream closed with error code CANCEL", Code.Canceled))).toBe(true);
     expect(isTransient(new ConnectError("no such job", Code.NotFound))).toBe(false);
+    // A try that did not answer within its own bound is only a failed try for the runner.
+    expect(isTransient(new ConnectError("ReportProgress did not answer in 250 ms", Code.DeadlineExceeded))).toBe(true);
+    // A lost compare-and-set inside the jobs service is repeated; its other conflicts are decisions.
+    expect(isTransient(toConnectError(new ConflictError("job_revision_conflict", "job j changed concurrently; re-read and retry")))).toBe(true);
+    expect(isTransient(toConnectError(new ConflictError("fence_moved", "read it again")))).toBe(false);
   });
 
   /**
@@ -132,8 +137,8 @@ describe("runner: transport failures of a jobs replica are not the job's fault",
     expect(fake.calls.filter((c) => c.method === "claimJob")).toHaveLength(2);
   });
 
-  it("an ABORTED that names the jobs service's reason is its decision: the claim is lost, not retried", async () => {
-    const { claims, listed } = await claimFailingOnce(new ConnectError("job j is claimed by another incarnation (claim_conflict)", Code.Aborted));
+  it("an ABORTED that carries the jobs service's reason (its ErrorInfo) is its decision: the claim is lost, not retried", async () => {
+    const { claims, listed } = await claimFailingOnce(toConnectError(new ConflictError("claim_conflict", "job j is claimed by another incarnation")));
     await until(() => listed() >= 3);
     expect(claims()).toBe(1);
   });
