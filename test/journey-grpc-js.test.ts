@@ -169,6 +169,9 @@ describe("the journey with a stock @grpc/grpc-js client", () => {
         );
       });
       expect(created.goal.title).toBe(`found by reflection ${version}`);
+    }
+  });
+
   /** The google.rpc.ErrorInfo details of a refusal, decoded from `grpc-status-details-bin` as any gRPC client can. */
   function errorInfos(err: grpc.ServiceError): ErrorInfo[] {
     const [bin, ...more] = err.metadata.get("grpc-status-details-bin");
