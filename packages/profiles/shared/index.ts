@@ -23,3 +23,4 @@ export { sortIdentities, INSPECTION_HASH_DOMAIN } from "./inspection-hash.js";
 export { checkDrift, describeDrift } from "./drift.js";
 export { sameMarkerIdentity } from "./marker-identity.js";
 export { approvalDocumentSha256 } from "./approval-digest.js";
+export { LATE_EVIDENCE_MS, provedBeforeDeadline } from "./late-proof.js";

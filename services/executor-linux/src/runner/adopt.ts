@@ -4,8 +4,8 @@ import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
 import { sha256Hex } from "@seraph/kit";
 import { JobState, type ExecutionBundle, type Job, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { OwnerMarkerSchema, Phase, ReceiptSchema, type OwnerMarker, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { sameMarkerIdentity } from "@seraph/profiles";
+import { OwnerMarkerSchema, Outcome, Phase, ReceiptSchema, type OwnerMarker, type Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { LATE_EVIDENCE_MS, provedBeforeDeadline, sameMarkerIdentity } from "@seraph/profiles";
 import { limitValues, validateBuildOutput, type StagedRepository } from "../profile/index.js";
 import { connectSupervisor, RunDirFiles, type SupervisorConnection } from "../supervisor-client/index.js";
 import { applyContainment, stageDirFor, wallMsOf } from "./admission.js";
@@ -43,6 +43,7 @@ export async function adoptClaimed(
     message: "the executor restarted before the start token was given; nothing ran",
   },
 ): Promise<void> {
+  const adoptedAtMs = Date.now();
   const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt, fence: active.fence, adopted: true });
   // As at claim: the inputs come from the carried approval document, and a bundle that does not
   // verify gets no start token for any step (its supervisor is cancelled before GO).
@@ -63,14 +64,38 @@ export async function adoptClaimed(
       await abandonUnstarted(ctx, unstarted);
       return;
     }
+    // Back after the deadline: a receipt the supervisor left that proves its commands ended
+    // before it opens the window for this executor's own work (the evidence below included).
+    if (deadlinePassed(ctx)) grantLateEvidence(ctx, (await readReceiptFile(marker.runDir, marker).catch(() => undefined))?.receipt, adoptedAtMs);
     // A recorded marker means the approved diff was applied; its artifact is stored while the
     // command runs, so a restart may have come first (StoreArtifact keeps the first copy of a name).
     storeLater(ctx, "applied_diff", "applied.diff", Buffer.from(bundle.diff, "utf8"));
     const resumed = await resumeRecordedStep(ctx, marker);
     if (resumed === undefined) return;
     last = resumed.run.receipt;
+    // A step that ends the job (the last one, or one that did not pass) needs only evidence and
+    // completion now; a passed step with a later one needs the deadline for that step's command.
+    const ends = resumed.index === (bundle.inspection?.steps.length ?? 0) - 1 || last.outcome !== Outcome.SUCCEEDED;
+    if (ends || deadlinePassed(ctx)) grantLateEvidence(ctx, last, adoptedAtMs);
     await continueAfterAdoptedStep(ctx, resumed, (r) => (last = r));
   });
+}
+
+/** Margin between the executor's evidence window and the jobs service's, which starts at AdoptJob (a little earlier). */
+const LATE_EVIDENCE_MARGIN_MS = 5000;
+
+/**
+ * The window for this executor's own work after a late adoption (see LATE_EVIDENCE_MS), opened
+ * only when `receipt` proves the commands ended before the attempt's deadline: the job then
+ * gets its real outcome, however long the agent was away. Without that proof nothing changes.
+ */
+function grantLateEvidence(ctx: Ctx, receipt: Receipt | undefined, adoptedAtMs: number): void {
+  if (ctx.evidenceDeadlineMs !== undefined || !provedBeforeDeadline(receipt, ctx.deadlineMs)) return;
+  ctx.evidenceDeadlineMs = adoptedAtMs + LATE_EVIDENCE_MS - LATE_EVIDENCE_MARGIN_MS;
+  ctx.log.info(
+    { deadline: new Date(ctx.deadlineMs).toISOString(), finished: new Date(Number(receipt!.finishedUnixMs)).toISOString(), evidenceUntil: new Date(ctx.evidenceDeadlineMs).toISOString() },
+    "the receipt proves the commands ended before the deadline: evidence and completion get the late-adoption window",
+  );
 }
 
 /** The recorded step an adoption resumed, with its receipt. */
@@ -174,7 +199,9 @@ async function continueAfterAdoptedStep(ctx: Ctx, resumed: ResumedStep, onReceip
   }
   let outputLeft = limitValues(bundle.inspection?.limits ?? ({} as never)).output_bytes;
   for (const r of [...earlier.values(), run.receipt]) outputLeft -= Number(r.outputKeptBytes);
-  if (deadlinePassed(ctx)) throw new Error("the deadline passed while re-adopting");
+  // Past the deadline no step starts: with the commands proved ended, runSteps records
+  // `deadline_exhausted_before_step`; without that proof the attempt becomes UNKNOWN.
+  if (deadlinePassed(ctx) && ctx.evidenceDeadlineMs === undefined) throw new Error("the deadline passed while re-adopting");
   await runSteps(ctx, stage, index + 1, steps, run.receipt, outputLeft, onReceipt);
 }
 

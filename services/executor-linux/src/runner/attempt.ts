@@ -119,6 +119,12 @@ export interface Ctx {
    * completion all happen before it.
    */
   readonly deadlineMs: number;
+  /**
+   * Set on a late re-adoption once a receipt proved the commands ended before `deadlineMs`: the
+   * end of this executor's own work (evidence, readback, completion), LATE_EVIDENCE_MS after the
+   * adoption. No command starts after `deadlineMs` whatever this says.
+   */
+  evidenceDeadlineMs?: number | undefined;
   /** The physical slot the job was dispatched to. */
   readonly slotIndex: number;
   /** True once PostgreSQL holds an owner marker for the attempt (a supervisor may have run). */
@@ -201,8 +207,13 @@ export function reason(code: string, message: string, subject = ""): BlockReason
 }
 
 /** True when `err` means the deadline ran out (a bounded call gave up at it, or it has passed). */
-function outOfTime(ctx: Pick<Ctx, "deadlineMs">, err: unknown): boolean {
-  return err instanceof DeadlineReachedError || deadlinePassed(ctx);
+function outOfTime(ctx: Pick<Ctx, "deadlineMs" | "evidenceDeadlineMs">, err: unknown): boolean {
+  return err instanceof DeadlineReachedError || Date.now() >= evidenceUntil(ctx);
+}
+
+/** The end of this executor's own work on the attempt: the deadline, or a late adoption's evidence window. */
+export function evidenceUntil(ctx: Pick<Ctx, "deadlineMs" | "evidenceDeadlineMs">): number {
+  return Math.max(ctx.deadlineMs, ctx.evidenceDeadlineMs ?? 0);
 }
 
 /** True once the attempt's absolute deadline has passed. */
@@ -213,9 +224,12 @@ export function deadlinePassed(ctx: Pick<Ctx, "deadlineMs">, nowMs = Date.now())
 /** Outcome of an attempt whose absolute deadline passed before its proof was complete. */
 export const DEADLINE_OUTCOME = "deadline_exhausted_before_proof";
 
-/** retrying() bound to the job: never past the attempt's deadline (or `untilMs`), and the runner's stop signal. */
-export function call<T>(ctx: Ctx, what: string, fn: () => Promise<T>, untilMs = ctx.deadlineMs): Promise<T> {
-  return retrying(ctx.log, what, fn, Math.min(untilMs, ctx.deadlineMs), ctx.deps.signal);
+/**
+ * retrying() bound to the job: never past the attempt's deadline (or `untilMs`; after a proved
+ * late adoption, the evidence window), and the runner's stop signal.
+ */
+export function call<T>(ctx: Ctx, what: string, fn: () => Promise<T>, untilMs = evidenceUntil(ctx)): Promise<T> {
+  return retrying(ctx.log, what, fn, Math.min(untilMs, evidenceUntil(ctx)), ctx.deps.signal);
 }
 
 /** Stores one artifact of the job (fenced; idempotent by name). */
@@ -287,7 +301,7 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
   // No slot is released while a supervisor of this attempt still exits.
   await ctx.supervisorGone;
   let result = r;
-  const late = () => deadlinePassed(ctx) && result.state !== JobState.UNKNOWN && ctx.markerRecorded;
+  const late = () => Date.now() >= evidenceUntil(ctx) && result.state !== JobState.UNKNOWN && ctx.markerRecorded;
   if (late()) result = exhausted(ctx, result, "before readback");
   await storeAttestation(ctx, result);
   let artifactIds: string[] = [];
