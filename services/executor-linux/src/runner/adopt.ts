@@ -9,7 +9,8 @@ import { LATE_EVIDENCE_MS, provedBeforeDeadline, sameMarkerIdentity } from "@ser
 import { limitValues, validateBuildOutput, type StagedRepository } from "../profile/index.js";
 import { connectSupervisor, RunDirFiles, type SupervisorConnection } from "../supervisor-client/index.js";
 import { applyContainment, stageDirFor, wallMsOf } from "./admission.js";
-import { attemptDir, boundedByDeadline, call, complete, deadlinePassed, stageDirOf, storeLater, type ActiveJob, type Ctx, type ExecutionDeps } from "./attempt.js";
+import { attemptDir, call, deadlinePassed, stageDirOf, storeLater, type ActiveJob, type Ctx, type ExecutionDeps } from "./attempt.js";
+import { boundedByDeadline, complete } from "./completion.js";
 import { finish } from "./finish.js";
 import { jobUserStageDir } from "./job-user-staging.js";
 import { repositoryBeforeWritten, repositoryDigest, writeRepositoryBefore } from "./repository-check.js";

@@ -5,7 +5,8 @@ import { ExecutionBundleSchema, JobState, type CompleteJobRequest, type JobsServ
 import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { describe, expect, it } from "vitest";
 import { createProcFs } from "../native/proc-fs.js";
-import { CancelLatch, complete, DEADLINE_OUTCOME, type Ctx } from "./attempt.js";
+import { CancelLatch, DEADLINE_OUTCOME, type Ctx } from "./attempt.js";
+import { complete } from "./completion.js";
 
 type Calls = { complete: CompleteJobRequest[]; getJob: number };
 

@@ -1,6 +1,7 @@
 import { attestJobReceipt, type JobReceiptPredicate, type NodeKey } from "@seraph/attestation";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import type { Completion, Ctx } from "./attempt.js";
+import type { Ctx } from "./attempt.js";
+import type { Completion } from "./completion.js";
 
 /** The artifact kind and name of a job's signed receipt (a DSSE envelope, JSON). */
 export const ATTESTATION_KIND = "attestation";

@@ -1,7 +1,8 @@
 import { JobState, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { complete, phase, reason, type Ctx } from "./attempt.js";
+import { phase, reason, type Ctx } from "./attempt.js";
+import { complete } from "./completion.js";
 import { repositoryUnchanged } from "./repository-check.js";
 import type { StepVerdict } from "./steps.js";
 

@@ -6,7 +6,8 @@
 import type { ExecutionBundle, Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { wallMsOf } from "./admission.js";
-import { attemptDir, boundedByDeadline, type ActiveJob, type Ctx, type ExecutionDeps } from "./attempt.js";
+import { boundedByDeadline } from "./completion.js";
+import { attemptDir, type ActiveJob, type Ctx, type ExecutionDeps } from "./attempt.js";
 import { approvedExecution } from "./approved-document.js";
 import { prepareAttempt } from "./prepare.js";
 import { runSteps } from "./run-steps.js";

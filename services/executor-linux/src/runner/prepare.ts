@@ -3,7 +3,8 @@ import { JobState, type JobPreflight } from "@seraph/proto/seraph/jobs/v1/jobs_p
 import type { BlockReason, Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { applyPatchToStage, limitValues, planStage, stageRepository, type StagedRepository } from "../profile/index.js";
 import { admissionRefusal, applyContainment, stageDirFor, stepReserveMs } from "./admission.js";
-import { complete, phase, reason, storeLater, type Ctx } from "./attempt.js";
+import { phase, reason, storeLater, type Ctx } from "./attempt.js";
+import { complete } from "./completion.js";
 import { handStageToJobUser } from "./job-user-staging.js";
 import { beginPreflight, finishedPreflight, recordPreflight, withStagedIdentities } from "./preflight.js";
 import { repositoryDigest, writeRepositoryBefore } from "./repository-check.js";

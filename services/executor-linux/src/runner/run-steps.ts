@@ -4,7 +4,8 @@ import { SupervisorSpecSchema, type Receipt, type SupervisorSpec } from "@seraph
 import { validateBuildOutput, type StagedRepository } from "../profile/index.js";
 import type { SupervisorConnection, SupervisorHandle } from "../supervisor-client/index.js";
 import { stepReserveMs } from "./admission.js";
-import { complete, phase, reason, store, type Ctx } from "./attempt.js";
+import { phase, reason, store, type Ctx } from "./attempt.js";
+import { complete } from "./completion.js";
 import { finish } from "./finish.js";
 import { repositoryDigest } from "./repository-check.js";
 import { encodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
