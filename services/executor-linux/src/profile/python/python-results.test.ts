@@ -105,6 +105,24 @@ const LOGS = [
   "",
 ].join("\n");
 
+// Test names that are not ASCII identifiers (issue 26 item 9): a valid `def test_café`, and names a
+// loop gave with setattr, as real suites do for generated cases.
+const NAMES = [
+  "import unittest",
+  "class TestNames(unittest.TestCase):",
+  "    def test_café(self):",
+  "        self.assertEqual(1, 2)",
+  "def _case(ok):",
+  "    def t(self):",
+  '        self.assertTrue(ok, "generated case")',
+  "    return t",
+  'for label, ok in [("Inline_HTML_(Advanced)", True), ("Broken [x] (y)", False)]:',
+  '    setattr(TestNames, "test_" + label, _case(ok))',
+  "",
+].join("\n");
+
+const LINES = ["def test_lines():", '    assert "one\\ntwo" == "one\\nthree"', ""].join("\n");
+
 const TEARDOWN = [
   "import pytest",
   "@pytest.fixture",
@@ -121,7 +139,7 @@ const TEARDOWN = [
 ].join("\n");
 
 async function stagedRun(selection: string, testFiles: readonly string[], venv: boolean): Promise<{ results: TestResults; stage: StagedRepository; stdout: string; stderr: string }> {
-  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS, "tests/test_teardown.py": TEARDOWN, "tests/test_logs.py": LOGS } });
+  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS, "tests/test_teardown.py": TEARDOWN, "tests/test_logs.py": LOGS, "tests/test_names.py": NAMES, "tests/test_lines.py": LINES } });
   repos.push(repo);
   const inspection = await inspectRepository({ profile: "repo-python3-v1", repositoryPath: repo.dir, selection });
   expect(inspection.reasons.map((r) => r.code)).toEqual([]);
@@ -200,6 +218,27 @@ describe.skipIf(!python)("per-test results of the Python profile's forms", () =>
     // The text test_prints wrote went to stdout; it is no test of its own.
     expect(r.stdout).toContain("test_fake (x.Y.test_fake) ... ok");
     expect(r.results.tests.some((t) => t.name === "test_fake")).toBe(false);
+  });
+
+  it("unittest: test names that are not ASCII identifiers (def test_café, setattr-generated names with brackets and spaces) are parsed, with their tracebacks", async () => {
+    const r = await stagedRun("python -m unittest tests/test_names.py", ["tests/test_names.py"], false);
+    expect(r.results.state, r.results.message).toBe("parsed");
+    expect(statuses(r.results)).toEqual({
+      "tests/test_names.py › tests.test_names.TestNames › test_Broken [x] (y)": "FAILED",
+      "tests/test_names.py › tests.test_names.TestNames › test_Inline_HTML_(Advanced)": "PASSED",
+      "tests/test_names.py › tests.test_names.TestNames › test_café": "FAILED",
+    });
+    expect(r.results.tests.find((t) => t.name === "test_café")?.message).toContain("AssertionError: 1 != 2");
+    expect(r.results.tests.find((t) => t.name === "test_Broken [x] (y)")?.message).toContain("generated case");
+  });
+
+  it("pytest: a failure message keeps its newlines (the report's &#10; character references are decoded)", async () => {
+    const r = await stagedRun("python -m pytest tests/test_lines.py", ["tests/test_lines.py"], true);
+    const message = r.results.tests.find((t) => t.name === "test_lines")?.message ?? "";
+    const first = message.split("\n\n")[0] ?? message;
+    expect(message).toContain("assert 'one\\ntwo' == 'one\\nthree'");
+    expect(message).not.toContain("&#10;");
+    expect(first.split("\n").length).toBeGreaterThan(1);
   });
 
   it("unittest: a test that logs to stderr (logging.warning, after unittest's ' ... ') still gets its own outcome, checked against the summary", async () => {
