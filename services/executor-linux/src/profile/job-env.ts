@@ -50,9 +50,11 @@ export function buildJobEnv(jobDir: string): Record<string, string> {
 
 /**
  * The complete environment of a repo-python3-v1 step: the same job-local HOME/TMPDIR/XDG
- * directories, fixed PATH, locale and time zone as every job, no PYTHON* variable at all (the
- * interpreter also runs with -E, so one could not matter), and PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
- * so pytest loads no entry-point plugin (inspection also refuses site-packages that declare one).
+ * directories, fixed PATH, locale and time zone as every job; PYTHONDONTWRITEBYTECODE=1, the one
+ * PYTHON* variable, for interpreters the tests start themselves (the step's own interpreter runs
+ * with -E and -B, so no variable reaches it; one started as `sys.executable` without -B would
+ * otherwise write `__pycache__` into the staged copy); and PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 so
+ * pytest loads no entry-point plugin (inspection also refuses site-packages that declare one).
  */
 export function buildPythonJobEnv(jobDir: string): Record<string, string> {
   const d = jobDirs(jobDir);
@@ -65,6 +67,7 @@ export function buildPythonJobEnv(jobDir: string): Record<string, string> {
     LANG: "C.UTF-8",
     TZ: "UTC",
     NO_COLOR: "1",
+    PYTHONDONTWRITEBYTECODE: "1",
     PYTEST_DISABLE_PLUGIN_AUTOLOAD: "1",
   };
 }

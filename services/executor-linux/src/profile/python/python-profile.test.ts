@@ -71,16 +71,19 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
     const repo = await project({
       extraFiles: {
         "tests/test_env.py": [
-          "import os, sys, unittest",
+          "import os, subprocess, sys, unittest",
           "class EnvTest(unittest.TestCase):",
           "    def test_env(self):",
-          "        self.assertEqual(sorted(k for k in os.environ if k.startswith('PYTHON')), [])",
+          "        self.assertEqual(sorted(k for k in os.environ if k.startswith('PYTHON')), ['PYTHONDONTWRITEBYTECODE'])",
+          "        # An interpreter the test starts itself (no -B, no -E) must not write bytecode either.",
+          "        subprocess.run([sys.executable, '-c', 'import tests.helper_mod'], check=True)",
           "        self.assertEqual(os.environ['PATH'], '/usr/bin:/bin')",
           "        self.assertTrue(sys.flags.ignore_environment and sys.flags.no_user_site and sys.flags.no_site and sys.dont_write_bytecode)",
           "        self.assertFalse(any('dist-packages' in p for p in sys.path))",
           "        self.assertTrue(os.environ['HOME'].endswith('/home'))",
           "",
         ].join("\n"),
+        "tests/helper_mod.py": "VALUE = 1\n",
       },
     });
     const r = await runRepair({ runSteps: (spec) => runToReceipt(spec), jobRoot, profile: PROFILE, repositoryPath: repo.dir, selection: "python -m unittest tests/test_env.py tests/test_ops.py", keepJobDir: true });
