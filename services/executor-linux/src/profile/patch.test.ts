@@ -88,6 +88,28 @@ describe.skipIf(!node)("patch policy and exact application", () => {
     expect(check(`${fixAddPatch("ts")}${fixAddPatch("ts")}`)).toEqual(["patch_duplicate_file"]);
   });
 
+  it("a `diff -ruN` entry whose absent side has the epoch timestamp creates or deletes the file, as git apply and patch read it (issue 26 item 9)", async () => {
+    const create = "diff -ruN a/src/extra.ts b/src/extra.ts\n--- a/src/extra.ts\t1970-01-01 00:00:00.000000000 +0000\n+++ b/src/extra.ts\t2026-12-04 10:00:00.123456789 +0100\n@@ -0,0 +1,2 @@\n+export const one = 1;\n+export const two = 2;\n";
+    expect(check(create)).toEqual([]);
+    const created = await checkPatchApplies(create, inspection, repo.dir);
+    expect(created.reasons).toEqual([]);
+    expect(created.result.get("src/extra.ts")).toBe("export const one = 1;\nexport const two = 2;\n");
+    // GNU diff writes the epoch in the local time zone.
+    const local = create.replace("1970-01-01 00:00:00.000000000 +0000", "1969-12-31 19:00:00.000000000 -0500");
+    expect((await checkPatchApplies(local, inspection, repo.dir)).result.get("src/extra.ts")).toBe("export const one = 1;\nexport const two = 2;\n");
+    // Creating a file that exists is still refused.
+    const existing = create.replaceAll("src/extra.ts", "src/math.ts");
+    expect(check(existing)).toEqual(["patch_target_exists"]);
+    const lines = MATH_TS.split("\n").slice(0, -1);
+    const remove = `diff -ruN a/src/math.ts b/src/math.ts\n--- a/src/math.ts\t2026-12-04 10:00:00.000000000 +0000\n+++ b/src/math.ts\t1970-01-01 00:00:00.000000000 +0000\n@@ -1,${lines.length} +0,0 @@\n${lines.map((l) => `-${l}`).join("\n")}\n`;
+    const removed = await checkPatchApplies(remove, inspection, repo.dir);
+    expect(removed.reasons).toEqual([]);
+    expect(removed.result.get("src/math.ts")).toBeNull();
+    // An epoch timestamp on a side that has lines is no creation: applied as the modification it says.
+    const notEmpty = fixAddPatch("ts").replace(/^--- a\/src\/math.ts.*$/m, "--- a/src/math.ts\t1970-01-01 00:00:00.000000000 +0000");
+    expect((await checkPatchApplies(notEmpty, inspection, repo.dir)).reasons).toEqual([]);
+  });
+
   it("applies hunks only at the exact line, with no fuzz and no offset", async () => {
     // Context that differs from the file.
     const fuzzy = fixturePatch("src/math.ts", MATH_TS.replace("a: number, b", "x: number, y"), MATH_TS.replace("a: number, b", "x: number, y").replace(ADD_BUGGY, ADD_CORRECT));

@@ -31,6 +31,23 @@ const DEV_NULL = "/dev/null";
 /** Configuration file names that are execution inputs wherever they appear. */
 const IMMUTABLE_NAMES = new Set<string>(["package.json", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ...NPM_LOCKFILES, ...FOREIGN_LOCKFILES]);
 
+/**
+ * True when a unified-diff file header's timestamp is the Unix epoch: `diff -N` (as in
+ * `diff -ruN`) names a file that does not exist on that side this way, in the local time zone
+ * (`1970-01-01 00:00:00.000000000 +0000`, `1969-12-31 19:00:00 -0500`), instead of /dev/null.
+ */
+function epochHeader(header: string | undefined): boolean {
+  const m = /^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)? ([+-]\d{2})(\d{2})$/.exec(header ?? "");
+  return m !== null && Date.parse(`${m[1]!.replace(" ", "T")}${m[2]}:${m[3]}`) === 0;
+}
+
+/** The side of an entry that `diff -N` marked absent (epoch timestamp, and no lines on that side in any hunk). */
+function absentSide(p: StructuredPatch): "old" | "new" | undefined {
+  if (epochHeader(p.oldHeader) && p.hunks.every((h) => h.oldLines === 0)) return "old";
+  if (epochHeader(p.newHeader) && p.hunks.every((h) => h.newLines === 0)) return "new";
+  return undefined;
+}
+
 function stripPrefix(name: string, prefix: "a/" | "b/", gitStyle: boolean): string {
   return gitStyle && name.startsWith(prefix) ? name.slice(2) : name;
 }
@@ -38,7 +55,8 @@ function stripPrefix(name: string, prefix: "a/" | "b/", gitStyle: boolean): stri
 /**
  * Parses a unified diff within the patch limit. Refuses binary patches, renames/copies, mode
  * changes (a file becoming a link or a submodule included) and unparseable text. Paths lose a
- * git-style `a/`/`b/` prefix and must be valid package-relative paths.
+ * git-style `a/`/`b/` prefix and must be valid package-relative paths. A file is created or
+ * deleted when the other side is /dev/null, or has the epoch timestamp of `diff -N` and no lines.
  */
 export function parseBoundedPatch(patchText: string, inspection: Inspection): ParsedPatch {
   const reasons: BlockReason[] = [];
@@ -73,8 +91,9 @@ export function parseBoundedPatch(patchText: string, inspection: Inspection): Pa
       continue;
     }
     const gitStyle = (oldName.startsWith("a/") || oldName === DEV_NULL) && (newName.startsWith("b/") || newName === DEV_NULL);
-    const from = oldName === DEV_NULL ? undefined : stripPrefix(oldName, "a/", gitStyle);
-    const to = newName === DEV_NULL ? undefined : stripPrefix(newName, "b/", gitStyle);
+    const absent = absentSide(p);
+    const from = oldName === DEV_NULL || absent === "old" ? undefined : stripPrefix(oldName, "a/", gitStyle);
+    const to = newName === DEV_NULL || absent === "new" ? undefined : stripPrefix(newName, "b/", gitStyle);
     if (from === undefined && to === undefined) {
       reasons.push(blockReason("patch_invalid", "A patch entry names /dev/null on both sides.", "patch"));
       continue;
