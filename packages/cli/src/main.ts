@@ -11,6 +11,7 @@ import { readFileSync } from "node:fs";
 import { artifact } from "./commands/artifact.js";
 import { ops } from "./commands/ops.js";
 import { slots } from "./commands/slots.js";
+import { verify } from "./commands/verify.js";
 import { DEFAULT_API_URL, readLogin, resolveApiUrl } from "./config.js";
 import { createContext } from "./context.js";
 import { enumName } from "./format.js";
@@ -33,6 +34,7 @@ export const COMMANDS: Readonly<Record<string, Command | CommandGroup>> = {
   slots,
   repair,
   artifact,
+  verify,
   ops,
 };
 

@@ -1,5 +1,6 @@
 import type { CommandGroup } from "../command-spec.js";
 import { approve, baseline } from "./repair/approve.js";
+import { attestation } from "./repair/attestation.js";
 import { create } from "./repair/create.js";
 import { logs } from "./repair/logs.js";
 import { cancel, recover, results } from "./repair/outcome.js";
@@ -10,6 +11,6 @@ import { watch } from "./repair/watch.js";
 /** `seraph repair ...`: the repair journey from the command line, one module per step. */
 export const repair: CommandGroup = {
   name: "repair",
-  summary: "The repair journey: create (inspect), read the source, consent, propose a patch, approve the exact execution, watch, cancel, recover.",
-  subcommands: { create, list, show, watch, diff, logs, source, consent, propose, approve, baseline, results, cancel, recover },
+  summary: "The repair journey: create (inspect), read the source, consent, propose a patch, approve the exact execution, watch, results and the signed receipt, cancel, recover.",
+  subcommands: { create, list, show, watch, diff, logs, source, consent, propose, approve, baseline, results, attestation, cancel, recover },
 };
