@@ -89,7 +89,7 @@ describe("the command line", () => {
   });
 
   it("prints a usage on --help or `help`, even with an otherwise bad line, but never for a command that does not exist", () => {
-    for (const argv of [["things", "put", "--help"], ["help", "things", "put"], ["things", "put", "-h", "--nope"], ["--help", "things", "put", "--title"]]) {
+    for (const argv of [["things", "put", "--help"], ["help", "things", "put"], ["--json", "help", "things", "put"], ["things", "put", "-h", "--nope"], ["--help", "things", "put", "--title"]]) {
       const line = read(...argv);
       expect("command" in line, argv.join(" ")).toBe(false);
       expect(line).toMatchObject({ name: "seraph things put", usage: expect.stringMatching(/^usage: seraph things put/) });
@@ -97,6 +97,8 @@ describe("the command line", () => {
     }
     expect(read("things", "--help")).toMatchObject({ usage: expect.stringMatching(/^usage: seraph things SUBCOMMAND/) });
     expect(read("--help")).toEqual({ globals: expect.anything(), name: "seraph", usage: "top usage\n" });
+    expect(read("help")).toEqual({ globals: expect.anything(), name: "seraph", usage: "top usage\n" });
+    expect(read("check", "--", "help")).toMatchObject({ command: { spec: { name: "check" } } });
     expect(read("nothing", "--help")).toMatchObject({ name: "seraph", problem: 'unknown command "nothing"' });
     expect(read("things", "nope")).toMatchObject({ name: "seraph things", problem: 'unknown subcommand "nope"' });
     expect(read("things")).toMatchObject({ problem: "missing subcommand" });

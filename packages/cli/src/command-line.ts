@@ -149,9 +149,8 @@ function missingOrUnknown(node: Node, operand: string | undefined): string {
 export function readCommandLine(argv: readonly string[], table: Readonly<Record<string, Command | CommandGroup>>, topUsage: () => string): CommandLine {
   let reached: SpecCommand | undefined;
   const top = program(table, (at) => (reached = at));
-  const line = argv[0] === "help" ? ["--help", ...argv.slice(1)] : [...argv];
   try {
-    top.parse(line, { from: "user" });
+    top.parse([...argv], { from: "user" });
   } catch (err) {
     if (!(err instanceof LineError)) throw err;
     const globals = globalsOf(err.at);
@@ -160,6 +159,11 @@ export function readCommandLine(argv: readonly string[], table: Readonly<Record<
     return globals.help ? { globals, name, usage } : { globals, name, usage, problem: err.message };
   }
   const at = reached ?? top;
+  // `seraph help COMMAND ...` is `seraph --help COMMAND ...` (the first operand, after any global flags).
+  if (at === top && at.args[0] === "help") {
+    const i = argv.indexOf("help");
+    return readCommandLine([...argv.slice(0, i), "--help", ...argv.slice(i + 1)], table, topUsage);
+  }
   const globals = globalsOf(at);
   const name = nameOf(at.node);
   const usage = usageOf(at.node, topUsage);
