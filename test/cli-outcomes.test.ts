@@ -333,6 +333,9 @@ describe("seraph CLI outcomes", () => {
     expect(att.code, att.err).toBe(0);
     expect(att.err).toContain(`next: seraph verify ${file} --key`);
     expect((await seraph(["repair", "attestation", id.slice(0, 8)])).bytes).toEqual(await readFile(file));
+    const attJson = JSON.parse((await seraph(["repair", "attestation", id.slice(0, 8), "--json"])).out) as { artifact: { kind: string; name: string }; envelope: unknown };
+    expect(attJson.artifact).toMatchObject({ kind: "attestation", name: "attestation.intoto.json" });
+    expect(attJson.envelope).toEqual(JSON.parse(await readFile(file, "utf8")));
     const artifacts = join(dir, "artifacts");
     await mkdir(artifacts);
     const listed = JSON.parse((await seraph(["artifact", "ls", id.slice(0, 8), "--json"])).out) as { artifacts: { kind: string; name: string }[] };
