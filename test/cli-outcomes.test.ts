@@ -1,5 +1,5 @@
-import { spawn } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -295,8 +295,11 @@ describe("seraph CLI outcomes", () => {
     expect(list.out).toMatch(new RegExp(`${failId}  \\[FAILED\\]`));
   }, 180_000);
 
-  it("prints the diff, the stored logs and artifacts (sha256-checked), and a succeeded watch exits 0", async () => {
+  it("prints the diff, the stored logs and artifacts (sha256-checked), a succeeded watch exits 0, and its signed receipt verifies offline until a byte changes", async () => {
     const id = await openRepair("fixed");
+    const unsigned = await seraph(["repair", "attestation", id.slice(0, 8)]);
+    expect([unsigned.code, unsigned.out]).toEqual([1, ""]);
+    expect(unsigned.err).toContain(`repair ${id.slice(0, 8)} has no job (status inspected), so nothing was signed`);
     await proposeAndApprove(id, fixAddPatch("js"));
     const watched = await seraph(["repair", "watch", id.slice(0, 8), "--exit-status", "--timeout", "90"]);
     expect(watched.code, watched.out + watched.err).toBe(0);
@@ -322,6 +325,59 @@ describe("seraph CLI outcomes", () => {
     } finally {
       corrupt = false;
     }
+
+    // The job's signed receipt: downloaded through ReadArtifact, verified offline with the node's key.
+    const dir = await mkdtemp(join(configDir, "receipt-"));
+    const file = join(dir, "receipt.intoto.json");
+    const att = await seraph(["repair", "attestation", id.slice(0, 8), "--output", file]);
+    expect(att.code, att.err).toBe(0);
+    expect(att.err).toContain(`next: seraph verify ${file} --key`);
+    expect((await seraph(["repair", "attestation", id.slice(0, 8)])).bytes).toEqual(await readFile(file));
+    const attJson = JSON.parse((await seraph(["repair", "attestation", id.slice(0, 8), "--json"])).out) as { artifact: { kind: string; name: string }; envelope: unknown };
+    expect(attJson.artifact).toMatchObject({ kind: "attestation", name: "attestation.intoto.json" });
+    expect(attJson.envelope).toEqual(JSON.parse(await readFile(file, "utf8")));
+    const artifacts = join(dir, "artifacts");
+    await mkdir(artifacts);
+    const listed = JSON.parse((await seraph(["artifact", "ls", id.slice(0, 8), "--json"])).out) as { artifacts: { kind: string; name: string }[] };
+    const names = listed.artifacts.filter((a) => a.kind !== "attestation").map((a) => a.name);
+    expect(names).toContain("test.stdout");
+    for (const name of names) expect((await seraph(["artifact", "get", id.slice(0, 8), name, "--output", join(artifacts, name)])).code).toBe(0);
+    const key = join(stack.executorDataDir, "node-key.pub");
+    const ok = await seraph(["verify", file, "--key", key, "--artifacts", artifacts]);
+    expect(ok.code, ok.err).toBe(0);
+    expect(ok.out).toMatch(/node +node-a /);
+    expect(ok.out).toMatch(/outcome +SUCCEEDED/);
+    expect(ok.out).toMatch(/cleanup +ECHILD observed/);
+    expect(ok.out).toContain(`${names.length} checked against the files`);
+    // The recipe of the README's "Verifying a receipt", with standard tools only.
+    const recipe = [
+      "set -eu",
+      "jq -r .payload receipt.intoto.json | base64 -d > payload.json",
+      "jq -r '.signatures[0].sig' receipt.intoto.json | base64 -d > sig.bin",
+      "type=$(jq -r .payloadType receipt.intoto.json)",
+      'printf "DSSEv1 %d %s %d " "${#type}" "$type" "$(wc -c < payload.json)" > pae.bin',
+      "cat payload.json >> pae.bin",
+      `openssl pkeyutl -verify -pubin -inkey ${key} -rawin -in pae.bin -sigfile sig.bin`,
+      `jq -r '.subject[] | "\\(.digest.sha256)  artifacts/\\(.name)"' payload.json | sha256sum -c`,
+    ].join("\n");
+    expect(execFileSync("sh", ["-c", recipe], { cwd: dir, encoding: "utf8" })).toContain("Signature Verified Successfully");
+    // One changed byte in an artifact, then in the envelope: not verified, and by either tool.
+    const stdoutFile = join(artifacts, "test.stdout");
+    const original = await readFile(stdoutFile);
+    await writeFile(stdoutFile, Buffer.concat([original.subarray(0, -1), Buffer.from([original.at(-1)! ^ 1])]));
+    const changedArtifact = await seraph(["verify", file, "--key", key, "--artifacts", artifacts]);
+    expect(changedArtifact.code).toBe(1);
+    expect(changedArtifact.err).toContain("NOT VERIFIED: subject_digest_mismatch: Artifact test.stdout has SHA-256");
+    expect(() => execFileSync("sh", ["-c", recipe], { cwd: dir, stdio: "pipe" })).toThrow();
+    await writeFile(stdoutFile, original);
+    const envelope = JSON.parse(await readFile(file, "utf8")) as { payload: string };
+    const payload = Buffer.from(envelope.payload, "base64");
+    payload[payload.length >> 1] = payload[payload.length >> 1]! ^ 1;
+    await writeFile(file, JSON.stringify({ ...envelope, payload: payload.toString("base64") }));
+    const changedEnvelope = await seraph(["verify", file, "--key", key, "--artifacts", artifacts]);
+    expect(changedEnvelope.code).toBe(1);
+    expect(changedEnvelope.err).toContain("NOT VERIFIED: signature_invalid");
+    expect(() => execFileSync("sh", ["-c", recipe], { cwd: dir, stdio: "pipe" })).toThrow();
   }, 120_000);
 
   it("stops quietly with status 0 when the reader of its output goes away (EPIPE)", async () => {

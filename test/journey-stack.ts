@@ -41,6 +41,8 @@ export interface JourneyStack {
   readonly root: string;
   /** The pinned Node runtime. */
   readonly node: string;
+  /** The executor node's data directory (its public signing key is node-key.pub there). */
+  readonly executorDataDir: string;
   readonly operatorToken: string;
   readonly operator: ApiClients;
   clients(token: string): ApiClients;
@@ -143,6 +145,7 @@ export async function startJourneyStack(
     signals,
     root,
     node,
+    executorDataDir: dataDir,
     operatorToken,
     operator: clients(operatorToken),
     clients,

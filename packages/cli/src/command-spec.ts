@@ -1,4 +1,3 @@
-import { parseArgs } from "node:util";
 import type { CommandContext } from "./context.js";
 import { UsageError } from "./io.js";
 
@@ -20,10 +19,14 @@ export interface FlagSpec {
   readonly defaultText?: string;
 }
 
-/** A positional argument (every declared one is required, none more is accepted). */
+/**
+ * A positional argument. Every declared one is required and none more is accepted, except that
+ * the last may be variadic: zero or more values.
+ */
 export interface ArgSpec {
   readonly name: string;
   readonly help: string;
+  readonly variadic?: boolean;
 }
 
 /** Flags of which at most one may be given; `required` makes it exactly one. */
@@ -67,47 +70,33 @@ export function isGroup(c: Command | CommandGroup): c is CommandGroup {
   return "subcommands" in c;
 }
 
-function given(v: unknown): boolean {
+function isGiven(v: unknown): boolean {
   return v !== undefined && v !== false && !(Array.isArray(v) && v.length === 0);
 }
 
 /**
- * Parses `args` against `spec` with node:util parseArgs in strict mode. Unknown flags, a missing
- * value, a missing required flag, a malformed whole number, a broken one-of rule and a wrong
- * number of arguments are UsageErrors naming the problem.
+ * Checks what the command line parser read for `spec` (flag values by flag name, positionals in
+ * order) against its declaration and applies literal defaults: a missing required flag, an empty
+ * required value, a malformed whole number, a broken one-of rule and a wrong number of arguments
+ * are UsageErrors naming the problem.
  */
-export function parseCommand(spec: CommandSpec, args: readonly string[]): ParsedArgs {
+export function checkArgs(spec: CommandSpec, read: Readonly<Record<string, string | boolean | string[] | undefined>>, positionals: readonly string[]): ParsedArgs {
   const flags = spec.flags ?? {};
-  const options: Record<string, { type: "string" | "boolean"; multiple?: boolean; default?: string | string[] }> = {};
+  const values: Record<string, string | boolean | string[] | undefined> = { ...read };
   for (const [name, f] of Object.entries(flags)) {
-    options[name] = {
-      type: f.type === "boolean" ? "boolean" : "string",
-      ...(f.multiple ? { multiple: true } : {}),
-      ...(f.default !== undefined ? { default: f.multiple ? [f.default] : f.default } : {}),
-    };
+    if (values[name] === undefined && f.default !== undefined) values[name] = f.multiple ? [f.default] : f.default;
   }
-  let parsed: { values: Record<string, string | boolean | (string | boolean)[] | undefined>; positionals: string[] };
-  try {
-    parsed = parseArgs({ args: [...args], options, strict: true, allowPositionals: true });
-  } catch (err) {
-    const e = err as Error & { code?: string };
-    const unknown = /Unknown option '([^']+)'/.exec(e.message);
-    if (e.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && unknown) throw new UsageError(`unknown flag ${unknown[1]}`);
-    const missing = /Option '(-[^ ']+)(?: <value>)?' argument missing/.exec(e.message);
-    if (missing) throw new UsageError(`${missing[1]} needs a value`);
-    throw new UsageError(e.message);
-  }
-  const values = parsed.values as Record<string, string | boolean | string[] | undefined>;
   const want = spec.args ?? [];
-  if (parsed.positionals.length < want.length) {
-    throw new UsageError(`missing ${want.slice(parsed.positionals.length).map((a) => a.name).join(" ")}`);
+  const required = want.filter((a) => !a.variadic);
+  if (positionals.length < required.length) {
+    throw new UsageError(`missing ${required.slice(positionals.length).map((a) => a.name).join(" ")}`);
   }
-  if (parsed.positionals.length > want.length) {
-    throw new UsageError(`unexpected argument ${JSON.stringify(parsed.positionals[want.length])}`);
+  if (positionals.length > want.length && !want.at(-1)?.variadic) {
+    throw new UsageError(`unexpected argument ${JSON.stringify(positionals[want.length])}`);
   }
   for (const [name, f] of Object.entries(flags)) {
     const v = values[name];
-    if (f.required && !given(v)) throw new UsageError(`--${name} is required`);
+    if (f.required && !isGiven(v)) throw new UsageError(`--${name} is required`);
     if (f.required && v === "") throw new UsageError(`--${name} must not be empty`);
     if (f.type === "int") {
       for (const x of Array.isArray(v) ? v : v === undefined ? [] : [v]) {
@@ -116,12 +105,12 @@ export function parseCommand(spec: CommandSpec, args: readonly string[]): Parsed
     }
   }
   for (const group of spec.oneOf ?? []) {
-    const present = group.flags.filter((n) => given(values[n]));
+    const present = group.flags.filter((n) => isGiven(values[n]));
     const list = group.flags.map((n) => `--${n}`).join(" or ");
     if (present.length > 1) throw new UsageError(`${present.map((n) => `--${n}`).join(" and ")} exclude each other`);
     if (group.required && present.length === 0) throw new UsageError(`one of ${list} is required`);
   }
-  return { values, positionals: parsed.positionals };
+  return { values, positionals: [...positionals] };
 }
 
 function flagSynopsis(name: string, f: FlagSpec): string {
@@ -133,18 +122,19 @@ function table(rows: readonly (readonly [string, string])[], indent = "  "): str
   return rows.map(([l, r]) => (l.length > width ? `${indent}${l}\n${indent}${" ".repeat(width)}  ${r}` : `${indent}${l.padEnd(width)}  ${r}`));
 }
 
-/** The global flags, for every usage text (main.ts parses them before the command). */
+/** The global flags, for every usage text (command-line.ts declares them on every command). */
 export const GLOBAL_FLAGS: readonly (readonly [string, string])[] = [
   ["--api URL", "the API's gRPC address (default: $SERAPH_API_URL, else the stored login's, else http://127.0.0.1:7400)"],
   ["--json", "print the result as JSON on stdout (proto3 JSON mapping, every field); errors as JSON on stderr"],
   ["--help, -h", "print the usage of the command (or of seraph) and exit 0"],
+  ["--version, -V", "print the CLI's version and exit 0"],
 ];
 
 /** The one-line synopsis of a command: arguments, required flags, then [flags] if any are optional. */
 export function synopsis(spec: CommandSpec): string {
   const flags = Object.entries(spec.flags ?? {});
   const inGroup = new Set((spec.oneOf ?? []).flatMap((g) => g.flags));
-  const parts = [`seraph ${spec.name}`, ...(spec.args ?? []).map((a) => a.name)];
+  const parts = [`seraph ${spec.name}`, ...(spec.args ?? []).map((a) => (a.variadic ? `[${a.name}...]` : a.name))];
   for (const [name, f] of flags) if (f.required) parts.push(flagSynopsis(name, f));
   for (const g of spec.oneOf ?? []) {
     if (g.required) parts.push(`(${g.flags.map((n) => flagSynopsis(n, spec.flags?.[n] ?? { type: "string", help: "" })).join(" | ")})`);

@@ -5,11 +5,13 @@ import { goal } from "./commands/goal.js";
 import { repair } from "./commands/repair.js";
 import { repo } from "./commands/repo.js";
 import { settings } from "./commands/settings.js";
-import { commandUsage, GLOBAL_FLAGS, groupUsage, isGroup, parseCommand, synopsis, type Command, type CommandGroup } from "./command-spec.js";
+import { commandUsage, GLOBAL_FLAGS, isGroup, synopsis, type Command, type CommandGroup } from "./command-spec.js";
+import { readCommandLine } from "./command-line.js";
 import { readFileSync } from "node:fs";
 import { artifact } from "./commands/artifact.js";
 import { ops } from "./commands/ops.js";
 import { slots } from "./commands/slots.js";
+import { verify } from "./commands/verify.js";
 import { DEFAULT_API_URL, readLogin, resolveApiUrl } from "./config.js";
 import { createContext } from "./context.js";
 import { enumName } from "./format.js";
@@ -32,6 +34,7 @@ export const COMMANDS: Readonly<Record<string, Command | CommandGroup>> = {
   slots,
   repair,
   artifact,
+  verify,
   ops,
 };
 
@@ -44,7 +47,7 @@ export function usage(): string {
   }
   const lines = ["usage: seraph [--api URL] [--json] COMMAND [SUBCOMMAND] [ARGS] [FLAGS]", "", "commands:"];
   for (const [s, summary] of rows) lines.push(`  ${s}`, `      ${summary}`);
-  lines.push("", "global flags (accepted anywhere on the command line):");
+  lines.push("", "global flags (before or after the command's name, not after --):");
   const width = Math.max(...GLOBAL_FLAGS.map(([l]) => l.length));
   for (const [l, r] of GLOBAL_FLAGS) lines.push(`  ${l.padEnd(width)}  ${r}`);
   lines.push(
@@ -62,72 +65,26 @@ export function usage(): string {
   return `${lines.join("\n")}\n`;
 }
 
-/** Pulls the global flags (--json, --api URL, --help) out of the arguments, wherever they are. */
-function globalFlags(args: readonly string[]): { json: boolean; api: string | undefined; help: boolean; version: boolean; rest: string[] } {
-  let json = false;
-  let help = false;
-  let version = false;
-  let api: string | undefined;
-  const rest: string[] = [];
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i] as string;
-    if (a === "--json") json = true;
-    else if (a === "--help" || a === "-h") help = true;
-    else if (a === "--version" || a === "-V") version = true;
-    else if (a === "--api") api = args[++i];
-    else if (a.startsWith("--api=")) api = a.slice(6);
-    else rest.push(a);
-  }
-  return { json, api, help, version, rest };
-}
-
-/** Finds the command `rest` names, or says what is missing or unknown (and in which group). */
-function resolve(rest: readonly string[]): { command: Command; name: string; args: string[] } | { group?: CommandGroup; problem?: string; name: string } {
-  const [first, ...tail] = rest;
-  if (first === undefined) return { name: "seraph", problem: "missing command" };
-  const entry = COMMANDS[first];
-  if (!entry) return { name: "seraph", problem: `unknown command ${JSON.stringify(first)}` };
-  if (!isGroup(entry)) return { command: entry, name: `seraph ${first}`, args: tail };
-  const [sub, ...args] = tail;
-  if (sub === undefined) return { group: entry, name: `seraph ${first}`, problem: "missing subcommand" };
-  const command = entry.subcommands[sub];
-  if (!command) return { group: entry, name: `seraph ${first}`, problem: `unknown subcommand ${JSON.stringify(sub)}` };
-  return { command, name: `seraph ${command.spec.name}`, args };
-}
-
 /** Runs `seraph` with `args`; resolves to the exit status (0 ok, 1 refused or failed, 2 usage). */
 export async function main(args: readonly string[], io: CliIo = processIo()): Promise<number> {
-  const flags = globalFlags(args);
-  let { help } = flags;
-  const { json, api } = flags;
-  let rest = flags.rest;
-  if (flags.version && !help) {
+  const line = readCommandLine(args, COMMANDS, usage);
+  const { json, api, help, version } = line.globals;
+  if (version && !help) {
     io.stdout.write(json ? `${JSON.stringify({ version: VERSION })}\n` : `seraph ${VERSION}\n`);
     return 0;
   }
-  if (rest[0] === "help") {
-    help = true;
-    rest = rest.slice(1);
-  }
-  const found = resolve(rest);
-  if (!("command" in found)) {
-    const text = found.group ? groupUsage(found.group) : usage();
-    // `seraph --help` and `seraph repair --help` ask for exactly this text.
-    if (help && (rest.length === 0 || (found.group !== undefined && rest.length === 1))) {
-      io.stdout.write(text);
+  if (!("command" in line)) {
+    if (line.problem === undefined) {
+      io.stdout.write(line.usage);
       return 0;
     }
-    io.stderr.write(`${found.name}: ${found.problem}\n\n${text}`);
+    io.stderr.write(`${line.name}: ${line.problem}\n\n${line.usage}`);
     return 2;
   }
-  const { command, name } = found;
-  if (help) {
-    io.stdout.write(commandUsage(command.spec));
-    return 0;
-  }
+  const { command, name } = line;
   const ctx = createContext(io, json, api);
   try {
-    return await command.run(ctx, parseCommand(command.spec, found.args));
+    return await command.run(ctx, line.args);
   } catch (err) {
     if (err instanceof UsageError) {
       io.stderr.write(`${name}: ${err.message}\n${err.showUsage ? `\n${commandUsage(command.spec)}` : ""}`);

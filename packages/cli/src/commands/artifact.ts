@@ -1,10 +1,9 @@
-import { createHash } from "node:crypto";
 import { writeFile } from "node:fs/promises";
-import { create, toJson } from "@bufbuild/protobuf";
+import { toJson } from "@bufbuild/protobuf";
 import { ArtifactSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { CommandGroup } from "../command-spec.js";
 import { str } from "../context.js";
-import { CliFailure } from "../io.js";
+import { readVerifiedArtifact } from "../artifact-read.js";
 import { artifactOf, repairId } from "../resolve.js";
 
 const REPAIR_ID = { name: "REPAIR_ID", help: "the repair's id (or a unique prefix)" } as const;
@@ -40,12 +39,8 @@ export const artifact: CommandGroup = {
         const id = await repairId(api, positionals[0] as string);
         const repair = (await api.repairs.getRepair({ repairId: id })).repair!;
         const wanted = await artifactOf(repair, positionals[1] as string);
-        const res = await api.repairs.readArtifact({ repairId: id, artifactId: wanted.id });
-        const meta = res.artifact ?? create(ArtifactSchema, {});
-        const actual = createHash("sha256").update(res.content).digest("hex");
-        if (actual !== meta.sha256 || (wanted.sha256 !== undefined && wanted.sha256 !== meta.sha256)) {
-          throw new CliFailure(`artifact ${meta.name || wanted.id} does not match its recorded sha256: got ${actual}, recorded ${meta.sha256}; nothing was written`);
-        }
+        const res = await readVerifiedArtifact(api, id, wanted);
+        const { meta, sha256: actual } = res;
         const output = str(values, "output");
         if (ctx.json) {
           ctx.io.stdout.write(`${JSON.stringify({ artifact: toJson(ArtifactSchema, meta, { alwaysEmitImplicit: true }), content: Buffer.from(res.content).toString("base64") })}\n`);

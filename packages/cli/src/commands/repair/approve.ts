@@ -1,0 +1,95 @@
+import { toJson } from "@bufbuild/protobuf";
+import { ApproveBaselineResponseSchema, ApproveResponseSchema, ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import type { Command } from "../../command-spec.js";
+import { str, type CommandContext } from "../../context.js";
+import { documentText, jobLine } from "../../format.js";
+import { UsageError } from "../../io.js";
+import { proposalId as resolveProposal } from "../../resolve.js";
+import { REPAIR_ID, repairArg } from "./shared.js";
+
+/** The approval document as JSON, every field emitted (the `document` of approve and baseline --json). */
+function documentJson(doc: ApprovalDocument): unknown {
+  return toJson(ApprovalDocumentSchema, doc, { alwaysEmitImplicit: true });
+}
+
+/**
+ * Prints an approval document and asks for "yes" on a terminal (unless `yes`): false when the
+ * prompt is declined; without a terminal, a UsageError (exit 2, nothing approved; with --json the
+ * document is printed first so it can be reviewed).
+ */
+async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: boolean, command: "approve" | "baseline"): Promise<boolean> {
+  if (!ctx.json) ctx.io.stdout.write(documentText(doc));
+  if (yes) return true;
+  if (!ctx.io.stdinIsTTY) {
+    if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc) })}\n`);
+    const id = doc.repairId.slice(0, 8);
+    throw new UsageError(`refusing to approve without a terminal to confirm on: review the document above (seraph repair ${command} ${id} --json prints it as JSON), then approve exactly it with seraph repair ${command} ${id} --yes`, { showUsage: false });
+  }
+  const answer = await ctx.io.readLine(`Approve exactly this ${command === "baseline" ? "baseline " : ""}document (sha256 ${doc.documentSha256})? Type "yes": `);
+  if (answer === "yes") return true;
+  ctx.say("not approved");
+  return false;
+}
+
+/** `seraph repair approve`: prints the exact approval document and approves exactly it. */
+export const approve: Command = {
+  spec: {
+    name: "repair approve",
+    summary: "Print the exact approval document (steps, argv, every input hash, limits) and approve exactly it; the job is queued.",
+    args: [REPAIR_ID],
+    flags: {
+      proposal: { type: "string", value: "PROPOSAL_ID", help: "the proposal to approve", defaultText: "the latest valid proposal" },
+      yes: { type: "boolean", help: 'approve without asking (otherwise you type "yes" on a terminal)' },
+    },
+    notes: [
+      "Without --yes and without a terminal on stdin, nothing is approved and the exit status is 2.",
+      "Exit status 1 when the prompt is declined. With --json: one object {document, repair, approval}.",
+    ],
+  },
+  async run(ctx, { values, positionals }) {
+    const api = await ctx.api();
+    const repairId = await repairArg(ctx, positionals);
+    const given = str(values, "proposal");
+    const current = (await api.repairs.getRepair({ repairId })).repair!;
+    let proposalId = given === undefined ? undefined : await resolveProposal(current, given);
+    if (proposalId === undefined) {
+      proposalId = [...current.proposals].reverse().find((p) => p.valid)?.id;
+      if (proposalId === undefined) throw new UsageError(`repair ${repairId} has no valid proposal to approve`, { showUsage: false });
+    }
+    const { document } = await api.repairs.getApprovalDocument({ repairId, proposalId });
+    const doc = document!;
+    if (!(await confirmDocument(ctx, doc, values["yes"] === true, "approve"))) return 1;
+    const res = await api.repairs.approve({ repairId, documentSha256: doc.documentSha256 });
+    if (ctx.json) {
+      ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc), ...(toJson(ApproveResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
+    }
+    ctx.say(`approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);
+    if (res.repair?.job) ctx.say(jobLine(res.repair.job));
+    return 0;
+  },
+};
+
+/** `seraph repair baseline`: prints the exact baseline document and approves exactly it. */
+export const baseline: Command = {
+  spec: {
+    name: "repair baseline",
+    summary: "Print the exact baseline document (the same selection on the unpatched snapshot, no patch) and approve exactly it; the baseline job is queued.",
+    args: [REPAIR_ID],
+    flags: { yes: { type: "boolean", help: 'approve without asking (otherwise you type "yes" on a terminal)' } },
+    notes: [
+      "The baseline is its own job on its own approval; `seraph repair results` compares it with the patched run.",
+      "Without --yes and without a terminal on stdin, nothing is approved and the exit status is 2; 1 when the prompt is declined. With --json: one object {document, repair, approval}.",
+    ],
+  },
+  async run(ctx, { values, positionals }) {
+    const api = await ctx.api();
+    const repairId = await repairArg(ctx, positionals);
+    const doc = (await api.repairs.getBaselineApprovalDocument({ repairId })).document!;
+    if (!(await confirmDocument(ctx, doc, values["yes"] === true, "baseline"))) return 1;
+    const res = await api.repairs.approveBaseline({ repairId, documentSha256: doc.documentSha256 });
+    if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc), ...(toJson(ApproveBaselineResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
+    ctx.say(`baseline approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);
+    if (res.repair?.baselineJob) ctx.say(jobLine(res.repair.baselineJob));
+    return 0;
+  },
+};
