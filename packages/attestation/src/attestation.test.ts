@@ -109,7 +109,18 @@ describe("job receipt attestations", () => {
     sig[3] = sig[3]! ^ 1;
     expect(refused(() => verifyJobReceipt(JSON.stringify({ ...envelope, signatures: [{ ...envelope.signatures[0]!, sig: sig.toString("base64") }] }), key.publicKeyPem)).reason).toBe("signature_invalid");
     const other = loadOrCreateNodeKey(mkdtempSync(join(dir, "other-")));
-    expect(refused(() => verifyJobReceipt(text, other.publicKeyPem)).reason).toBe("signature_invalid");
+    expect(refused(() => verifyJobReceipt(text, other.publicKeyPem)).reason).toBe("keyid_mismatch");
+  });
+
+  it("what the signature does not cover is held to one form: a changed padding byte of the signature, or a keyid naming another key, fails", () => {
+    const s = envelope.signatures[0]!;
+    // Ed25519 signatures are 64 bytes: base64 ends in "==", and a decoder ignores the bits a changed last data character leaves unused.
+    const last = s.sig.length - 3;
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const changedPadding = `${s.sig.slice(0, last)}${alphabet[alphabet.indexOf(s.sig[last]!) ^ 1]}==`;
+    expect(Buffer.from(changedPadding, "base64").equals(Buffer.from(s.sig, "base64"))).toBe(true);
+    expect(refused(() => verifyJobReceipt(JSON.stringify({ ...envelope, signatures: [{ ...s, sig: changedPadding }] }), key.publicKeyPem)).reason).toBe("envelope_malformed");
+    expect(refused(() => verifyJobReceipt(JSON.stringify({ ...envelope, signatures: [{ ...s, keyid: "0".repeat(64) }] }), key.publicKeyPem)).reason).toBe("keyid_mismatch");
   });
 
   it("refuses what is not a DSSE in-toto envelope, each with its reason", () => {

@@ -67,7 +67,8 @@ export interface Verified<P> {
 
 /**
  * Verifies a DSSE envelope (its JSON text) against an Ed25519 public key (PEM): the envelope's
- * shape, a signature by that key over the pre-authentication encoding, the Statement's shape and
+ * shape, canonical base64 everywhere, a signature naming that key (`keyid`, its fingerprint) and
+ * made by it over the pre-authentication encoding, the Statement's shape and
  * `predicateType`, and, for every artifact given, that a subject of that name has its SHA-256.
  * Throws AttestationError with the first problem.
  */
@@ -81,8 +82,18 @@ export function verifyEnvelope<P>(
   const keyid = keyFingerprint(key);
   const payload = Buffer.from(envelope.payload, "base64");
   if (payload.toString("base64") !== envelope.payload) throw new AttestationError("envelope_malformed", "The envelope's payload is not canonical base64.");
+  // What DSSE leaves unsigned is held to one form, so that a changed byte anywhere in the envelope
+  // fails: each signature's base64 is canonical (a decoder would skip a changed padding byte), and
+  // the signature that verifies names the key it verifies with.
+  for (const s of envelope.signatures) {
+    if (Buffer.from(s.sig, "base64").toString("base64") !== s.sig) throw new AttestationError("envelope_malformed", "A signature of the envelope is not canonical base64.");
+  }
+  const named = envelope.signatures.filter((s) => s.keyid === keyid);
+  if (named.length === 0) {
+    throw new AttestationError("keyid_mismatch", `The envelope's signatures name key ${envelope.signatures.map((s) => s.keyid || "(none)").join(", ")}, not the key given (${keyid}).`);
+  }
   const pae = dsse.preAuthEncoding(envelope.payloadType, payload);
-  const good = envelope.signatures.find((s) => sigstoreCrypto.verify(pae, key, Buffer.from(s.sig, "base64")));
+  const good = named.find((s) => sigstoreCrypto.verify(pae, key, Buffer.from(s.sig, "base64")));
   if (!good) throw new AttestationError("signature_invalid", `No signature verifies with key ${keyid}: the envelope was changed, or another key signed it.`);
   const statement = parseStatement<P>(payload, o.predicateType);
   for (const [name, bytes] of o.artifacts ?? []) {

@@ -118,7 +118,8 @@ describe("seraph verify", () => {
   it("fails with another node's key, a key that is not a key, and a statement whose fingerprint is not the signer's", async () => {
     const wrong = await seraph(["verify", file, "--key", otherKey]);
     expect(wrong.code).toBe(1);
-    expect(wrong.err).toContain(`NOT VERIFIED: signature_invalid: No signature verifies with key ${other.fingerprint}`);
+    expect(wrong.err).toContain(`NOT VERIFIED: keyid_mismatch: `);
+    expect(wrong.err).toContain(`not the key given (${other.fingerprint})`);
     const notKey = join(dir, "not-a-key.pub");
     writeFileSync(notKey, "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n");
     expect((await seraph(["verify", file, "--key", notKey])).err).toContain("key_malformed");
