@@ -51,79 +51,23 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
   const dataDir = resolve(o.dataDir);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
-  // One database; each service is typed to see only its own tables.
-  const database: EmbeddedDatabase = o.databaseUrl
-    ? await (async () => {
-        const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: o.databaseUrl! });
-        return { db, describe: "PostgreSQL (given)", importedFrom: undefined, close: () => db.destroy() };
-      })()
-    : await openEmbeddedDatabase(dataDir, o.log.child({ service: "database" }));
-  const db = database.db;
-  const jobsDb = db as unknown as Kysely<JobsDatabase>;
-  const apiDb = db as unknown as Kysely<ApiDatabase>;
+  const database = await openDatabaseOf(o, dataDir);
   const signals = createLocalSignals();
-  // Internal service-to-service secret: per process, never written anywhere.
-  const internalToken = randomBytes(32).toString("hex");
-  const url = (port: number) => `http://${o.host}:${port}`;
-  const operatorTokenFile = join(dataDir, "operator-token");
-  let operatorTokenCreated: string | undefined;
-
   // Stopped in reverse order on a failed start, so no service or database server outlives it.
   const stops: Array<() => Promise<void>> = [() => database.close(), () => signals.close()];
   const track = <T extends { stop(): Promise<void> }>(handle: T): T => (stops.push(() => handle.stop()), handle);
+  const operatorTokenFile = join(dataDir, "operator-token");
+  const started: { operatorTokenCreated?: string } = {};
   try {
-    const jobs = track(await startJobs({
-      host: o.host,
-      grpcPort: o.portBase + 10,
-      httpPort: o.portBase + 11,
-      db: jobsDb,
-      signals,
-      log: o.log.child({ service: "jobs" }),
-      internalToken,
-    }));
-    const api = track(await startApi({
-      host: o.host,
-      grpcPort: o.portBase,
-      httpPort: o.portBase + 1,
-      db: apiDb,
-      signals,
-      log: o.log.child({ service: "api" }),
-      jobsUrl: url(o.portBase + 10),
-      internalToken,
-      onOperatorCreated: async (secret) => {
-        await writeFile(operatorTokenFile, `${secret}\n`, { mode: 0o600 });
-        operatorTokenCreated = secret;
-      },
-    }));
-    const executor = track(await startExecutor({
-      host: o.host,
-      grpcPort: o.portBase + 20,
-      httpPort: o.portBase + 21,
-      nodeId: o.nodeId,
-      slotCount: 1,
-      repositoryRoots: o.repositoryRoots,
-      dataDir: join(dataDir, "executor"),
-      jobsUrl: url(o.portBase + 10),
-      internalToken,
-      signals,
-      log: o.log.child({ service: "executor" }),
-      ...(o.jobUser !== undefined ? { containment: { ...defaultContainmentSettings(1), jobUser: o.jobUser } } : {}),
-    }));
-    const gateway = track(await startGateway({
-      host: o.host,
-      grpcPort: o.portBase + 30,
-      httpPort: o.portBase + 80,
-      apiUrl: url(o.portBase),
-      log: o.log.child({ service: "ui-gateway" }),
-    }));
+    const services = await startServices(o, dataDir, database, signals, track, async (secret) => {
+      await writeFile(operatorTokenFile, `${secret}\n`, { mode: 0o600 });
+      started.operatorTokenCreated = secret;
+    });
     return {
-      api,
-      jobs,
-      executor,
-      gateway,
+      ...services,
       database: database.describe,
       importedFrom: database.importedFrom,
-      operatorTokenCreated,
+      operatorTokenCreated: started.operatorTokenCreated,
       operatorTokenFile,
       async stop() {
         for (const stop of [...stops].reverse()) await stop();
@@ -133,4 +77,45 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
     for (const stop of [...stops].reverse()) await stop().catch((e: unknown) => o.log.warn({ err: e }, "stopping after a failed start"));
     throw err;
   }
+}
+
+/** One database for all four services (each is typed to see only its own tables): the given URL, or a PostgreSQL server of its own. */
+async function openDatabaseOf(o: EmbeddedOptions, dataDir: string): Promise<EmbeddedDatabase> {
+  if (!o.databaseUrl) return openEmbeddedDatabase(dataDir, o.log.child({ service: "database" }));
+  const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: o.databaseUrl });
+  return { db, describe: "PostgreSQL (given)", importedFrom: undefined, close: () => db.destroy() };
+}
+
+/** The four services, jobs first (the others call it), each tracked for the stop in reverse order. */
+async function startServices(
+  o: EmbeddedOptions,
+  dataDir: string,
+  database: EmbeddedDatabase,
+  signals: ReturnType<typeof createLocalSignals>,
+  track: <T extends { stop(): Promise<void> }>(handle: T) => T,
+  onOperatorCreated: (secret: string) => Promise<void>,
+) {
+  // Internal service-to-service secret: per process, never written anywhere.
+  const internalToken = randomBytes(32).toString("hex");
+  const url = (port: number) => `http://${o.host}:${port}`;
+  const jobsUrl = url(o.portBase + 10);
+  const log = (service: string) => o.log.child({ service });
+  const jobs = track(await startJobs({ host: o.host, grpcPort: o.portBase + 10, httpPort: o.portBase + 11, db: database.db as unknown as Kysely<JobsDatabase>, signals, log: log("jobs"), internalToken }));
+  const api = track(await startApi({ host: o.host, grpcPort: o.portBase, httpPort: o.portBase + 1, db: database.db as unknown as Kysely<ApiDatabase>, signals, log: log("api"), jobsUrl, internalToken, onOperatorCreated }));
+  const executor = track(await startExecutor({
+    host: o.host,
+    grpcPort: o.portBase + 20,
+    httpPort: o.portBase + 21,
+    nodeId: o.nodeId,
+    slotCount: 1,
+    repositoryRoots: o.repositoryRoots,
+    dataDir: join(dataDir, "executor"),
+    jobsUrl,
+    internalToken,
+    signals,
+    log: log("executor"),
+    ...(o.jobUser !== undefined ? { containment: { ...defaultContainmentSettings(1), jobUser: o.jobUser } } : {}),
+  }));
+  const gateway = track(await startGateway({ host: o.host, grpcPort: o.portBase + 30, httpPort: o.portBase + 80, apiUrl: url(o.portBase), log: log("ui-gateway") }));
+  return { api, jobs, executor, gateway };
 }

@@ -19,6 +19,20 @@ describe("reduceCommand: the Python test command grammar", () => {
     expect(reduceCommand("python -m unittest tests.test_a pkg.sub.test_b")).toEqual({ ok: true, form: "unittest", paths: ["tests/test_a.py", "pkg/sub/test_b.py"] });
   });
 
+  it("says what a refused flag or dotted name is: a disabled plugin, an output flag, a class inside a test file (issue 26 item 9)", () => {
+    const message = (text: string): string => {
+      const r = reduceCommand(text);
+      return r.ok ? "ok" : r.reason.message;
+    };
+    expect(message("pytest -p no:cacheprovider tests/test_a.py")).toMatch(/disables the pytest plugin cacheprovider/);
+    expect(message("pytest -p xdist tests/test_a.py")).toMatch(/loads a plugin with -p/);
+    expect(message("pytest -q tests/test_a.py")).toMatch(/output flag -q; .*admitted in pytest's addopts/);
+    expect(message("python -m unittest -v tests/test_a.py")).toMatch(/output flag -v/);
+    expect(code("python -m unittest tests.test_a.AddTest")).toBe("python_test_selector");
+    expect(message("python -m unittest tests.test_a.AddTest.test_one")).toMatch(/selects AddTest.test_one inside tests\/test_a.py; name whole test files/);
+    expect(reduceCommand("python -m unittest tests.test_a")).toEqual({ ok: true, form: "unittest", paths: ["tests/test_a.py"] });
+  });
+
   it.each([
     ["python -m unittest", "python_discovery"],
     ["python -m unittest discover -s tests", "python_discovery"],
