@@ -317,7 +317,8 @@ function runText(label: string, run: RunResults | undefined): string[] {
   if (run.availability !== "stored" || !r) what = run.availability === "not_stored" ? "no results stored (its test step did not run)" : "results pending";
   else if (r.state === "parsed") what = `${countsText(r)} (${r.format}, parsed from ${r.sourceName} sha256 ${r.sourceSha256.slice(0, 12)}…)`;
   else what = `${r.state.toUpperCase()} ${r.reason}: ${r.message} (the raw output artifacts are stored; see seraph repair logs)`;
-  return [`  ${label.padEnd(9)}${job}: ${what}`];
+  const note = r?.state === "parsed" && r.message !== "" ? [`  ${"".padEnd(9)}note: ${r.message}`] : [];
+  return [`  ${label.padEnd(9)}${job}: ${what}`, ...note];
 }
 
 /** `seraph repair results`: the summary first, then the patched run's tests, failures first with their messages. */

@@ -190,7 +190,10 @@ export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | un
   const testFiles = testFilesOf(step);
   let report: TestReport;
   try {
-    report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles, stderr);
+    const stats = receipt.commands[0]?.stderr;
+    const limitBytes = limitValues(ctx.bundle.inspection?.limits ?? ({} as never)).stream_bytes;
+    const stream = stats && { bytes: Number(stats.bytes), keptBytes: Number(stats.keptBytes), truncated: stats.truncated, limitBytes };
+    report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles, stderr, stream);
     phase(ctx.log, "results_parsed");
   } catch (err) {
     ctx.log.warn({ err }, "test report unreadable");

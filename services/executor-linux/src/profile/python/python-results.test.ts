@@ -9,7 +9,7 @@ import type { FixtureRepo } from "../../../testing/fixture-repo.js";
 import { createPythonProject, pythonForTests } from "../../../testing/python-projects.js";
 import { inspectRepository } from "../inspect.js";
 import { stageRepository, type StagedRepository } from "../stage.js";
-import { readStepReport } from "../test-results.js";
+import { readStepReport, type StderrStream } from "../test-results.js";
 
 // Real CPython and Debian's pytest over fixture repositories, run with the exact staged argv
 // (cwd = the staged root, the job's environment); the results are parsed from what the approved
@@ -138,8 +138,8 @@ const TEARDOWN = [
   "",
 ].join("\n");
 
-async function stagedRun(selection: string, testFiles: readonly string[], venv: boolean): Promise<{ results: TestResults; stage: StagedRepository; stdout: string; stderr: string }> {
-  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS, "tests/test_teardown.py": TEARDOWN, "tests/test_logs.py": LOGS, "tests/test_names.py": NAMES, "tests/test_lines.py": LINES } });
+async function stagedRun(selection: string, testFiles: readonly string[], venv: boolean, stream?: StderrStream): Promise<{ results: TestResults; stage: StagedRepository; stdout: string; stderr: string }> {
+  const repo = await createPythonProject({ parent: scratch, venv, extraFiles: { "tests/test_mix.py": MIXED, "tests/test_sub.py": SUBTESTS, "tests/test_teardown.py": TEARDOWN, "tests/test_logs.py": LOGS, "tests/test_names.py": NAMES, "tests/test_lines.py": LINES, "tests/test_empty.py": "import unittest\n" } });
   repos.push(repo);
   const inspection = await inspectRepository({ profile: "repo-python3-v1", repositoryPath: repo.dir, selection });
   expect(inspection.reasons.map((r) => r.code)).toEqual([]);
@@ -152,7 +152,7 @@ async function stagedRun(selection: string, testFiles: readonly string[], venv: 
   } catch (err) {
     out = err as { stdout: string; stderr: string };
   }
-  const { results } = await readStepReport(staged.stage.jobDir, staged.stage.packageDir, step, testFiles, Buffer.from(out.stderr));
+  const { results } = await readStepReport(staged.stage.jobDir, staged.stage.packageDir, step, testFiles, Buffer.from(out.stderr), stream);
   return { results, stage: staged.stage, ...out };
 }
 
@@ -230,6 +230,24 @@ describe.skipIf(!python)("per-test results of the Python profile's forms", () =>
     });
     expect(r.results.tests.find((t) => t.name === "test_café")?.message).toContain("AssertionError: 1 != 2");
     expect(r.results.tests.find((t) => t.name === "test_Broken [x] (y)")?.message).toContain("generated case");
+  });
+
+  it("a selected test file that runs no test is parsed with a note naming it, for both forms", async () => {
+    for (const [form, venv] of [["unittest", false], ["pytest", true]] as const) {
+      const r = await stagedRun(`python -m ${form} tests/test_ops.py tests/test_empty.py`, ["tests/test_ops.py", "tests/test_empty.py"], venv);
+      expect(r.results.state, r.results.message).toBe("parsed");
+      expect(r.results.message).toMatch(/^tests\/test_empty.py ran no test/);
+    }
+  });
+
+  it("unittest's report cut by the stream limit is report_truncated with the sizes and the limit to raise; one near the limit says how near", async () => {
+    const cut = await stagedRun("python -m unittest tests/test_ops.py", ["tests/test_ops.py"], false, { bytes: 3 * 1048576, keptBytes: 1048576, truncated: true, limitBytes: 1048576 });
+    expect([cut.results.state, cut.results.reason]).toEqual(["results_unparsed", "report_truncated"]);
+    expect(cut.results.message).toMatch(/3\.0 MiB written, 1\.0 MiB kept \(stream_bytes 1\.0 MiB\).*--limit stream_bytes=N/);
+    const bytes = Buffer.byteLength(cut.stderr);
+    const near = await stagedRun("python -m unittest tests/test_ops.py", ["tests/test_ops.py"], false, { bytes, keptBytes: bytes, truncated: false, limitBytes: Math.ceil(bytes / 0.45) });
+    expect(near.results.state).toBe("parsed");
+    expect(near.results.message).toMatch(/used 45 % of the stream limit/);
   });
 
   it("pytest: a failure message keeps its newlines (the report's &#10; character references are decoded)", async () => {
