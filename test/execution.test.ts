@@ -1,9 +1,9 @@
-import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { verifyJobReceipt } from "@seraph/attestation";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createNatsSignals, createRootLogger, newId, sha256Hex, type Signals } from "@seraph/kit";
 import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
-import { JobEventSchema, SlotEventSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
+import { JobEventSchema, SlotEventSchema, WorkSignalSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { readFileSync } from "node:fs";
@@ -245,6 +245,17 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
       expect(row.start_token_at).toBeNull();
       expect(done.slotHeld).toBe(false);
     }
+  });
+
+  it("a cancel signal is a hint: one with no cancellation recorded for the job (forged or replayed) changes nothing, and the job succeeds (issue 24 item 7)", async () => {
+    const slow = await repo({ failing: false, slowMs: 2500 });
+    const job = (await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, slow.dir) })).job!;
+    const run = await waitForState(stack, job.id, [JobState.RUNNING]);
+    // A publisher allowed on the subject, but the jobs service recorded no cancellation.
+    for (let i = 0; i < 3; i++) stack.signals.publish(`seraph.nodes.${stack.node}.cancel`, toBinary(WorkSignalSchema, create(WorkSignalSchema, { jobId: job.id })));
+    const done = await waitForState(stack, job.id, [JobState.UNKNOWN, JobState.CANCELLED, JobState.FAILED, JobState.SUCCEEDED]);
+    expect([JobState[done.state], done.outcome, done.receipt?.cancelRequested]).toEqual(["SUCCEEDED", "succeeded", false]);
+    expect(done.fence).toBe(run.fence);
   });
 
   it("cancel before start never starts the command; cancel during the run reaps everything, stays UNKNOWN with the slot held until same-root recovery verifies the receipt", async () => {

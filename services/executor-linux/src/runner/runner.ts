@@ -156,12 +156,13 @@ function subscribeSignals(core: RunnerCore): () => void {
     else if (!active.has(jobId)) claimJob(core, { id: jobId, attempt: 0 });
   });
   const offCancel = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.cancel`, (m) => {
+    let jobId = "";
     try {
-      const sig = fromBinary(WorkSignalSchema, m.data);
-      active.get(sig.jobId)?.cancel.trigger("cancellation requested");
+      jobId = fromBinary(WorkSignalSchema, m.data).jobId;
     } catch {
       // A malformed signal is ignored: polling delivers the cancellation anyway.
     }
+    if (jobId !== "" && active.has(jobId)) void confirmCancel(core, jobId, "cancellation requested");
     core.wake();
   });
   return () => {
@@ -172,13 +173,38 @@ function subscribeSignals(core: RunnerCore): () => void {
 
 type Impl = ServiceImpl<typeof ExecutorService>;
 
-/** ExecutorService.CancelJob for a job this process runs. */
+/**
+ * A cancel signal (NATS) or a CancelJob call is a hint, never the decision: the job's supervisor
+ * is asked to cancel only once the jobs service, read here, says that a cancellation was
+ * recorded for this job's current attempt under the fence this process holds. A forged or
+ * stale signal changes nothing (logged); one that cannot be confirmed now is left to the poll,
+ * which reads the same record. True when the cancellation was confirmed and delivered.
+ */
+export async function confirmCancel(core: RunnerCore, jobId: string, reason: string): Promise<boolean> {
+  const a = core.active.get(jobId);
+  if (!a) return false;
+  let recorded: { cancelRequested: boolean; attempt: number; fence: bigint } | undefined;
+  try {
+    recorded = (await core.deps.jobs.getJob({ jobId }, { timeoutMs: 5000 })).job;
+  } catch (err) {
+    core.log.warn({ err, jobId }, "cancel signal not confirmed (the jobs service did not answer); the poll delivers a recorded cancellation");
+    return false;
+  }
+  const current = core.active.get(jobId);
+  if (!current || !recorded?.cancelRequested || recorded.attempt !== current.attempt || recorded.fence !== current.fence) {
+    core.log.warn({ jobId, attempt: current?.attempt, recorded: recorded && { cancelRequested: recorded.cancelRequested, attempt: recorded.attempt, fence: String(recorded.fence) } }, "cancel signal ignored: no cancellation is recorded for this job's current attempt and fence");
+    return false;
+  }
+  current.cancel.trigger(reason);
+  return true;
+}
+
+/** ExecutorService.CancelJob for a job this process runs (confirmed against the jobs service, as a signal is). */
 async function cancelActiveJob(core: RunnerCore, req: Parameters<Impl["cancelJob"]>[0]) {
   const a = core.active.get(req.jobId);
-  if (!a || (req.fence !== 0n && a.fence !== req.fence)) {
+  if (!a || (req.fence !== 0n && a.fence !== req.fence) || !(await confirmCancel(core, req.jobId, req.reason || "cancellation requested"))) {
     return create(CancelJobResponseSchema, { delivered: false, phase: Phase.UNSPECIFIED });
   }
-  a.cancel.trigger(req.reason || "cancellation requested");
   const status = await a.connection?.status().catch(() => undefined);
   return create(CancelJobResponseSchema, { delivered: true, phase: status?.phase ?? Phase.UNSPECIFIED });
 }
