@@ -124,6 +124,7 @@ export const REASON_CODES = [
   "patch_target_is_link",
   "patch_deletes_step_input",
   "patch_duplicate_file",
+  "patch_too_many_files",
   "patch_does_not_apply",
   "patch_result_too_large",
   // staging, drift and build output

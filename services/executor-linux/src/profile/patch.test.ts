@@ -1,6 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { IdentityKind, type Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { FixtureRepo } from "../../testing/fixture-repo.js";
 import { ADD_BUGGY, ADD_CORRECT, createJsTestProject, createTsProject, fixAddPatch, fixturePatch } from "../../testing/projects.js";
@@ -108,6 +108,16 @@ describe.skipIf(!node)("patch policy and exact application", () => {
     // An epoch timestamp on a side that has lines is no creation: applied as the modification it says.
     const notEmpty = fixAddPatch("ts").replace(/^--- a\/src\/math.ts.*$/m, "--- a/src/math.ts\t1970-01-01 00:00:00.000000000 +0000");
     expect((await checkPatchApplies(notEmpty, inspection, repo.dir)).reasons).toEqual([]);
+  });
+
+  it("files a patch creates count against the profile's source_files limit with the inspected ones", () => {
+    const sources = inspection.identities.filter((i) => i.kind === IdentityKind.SOURCE_FILE).length;
+    const newFile = (n: number) => `--- /dev/null\n+++ b/src/new-${n}.ts\n@@ -0,0 +1 @@\n+export const n${n} = ${n};\n`;
+    const tight = { ...inspection, limits: parseLimitOverrides([`source_files=${sources + 2}`]) } as Inspection;
+    expect(checkPatchPaths([1, 2].map(newFile).join(""), tight, ["src"]).map((r) => r.code)).toEqual([]);
+    const over = checkPatchPaths([1, 2, 3].map(newFile).join(""), tight, ["src"]);
+    expect(over.map((r) => r.code)).toEqual(["patch_too_many_files"]);
+    expect(over[0]?.message).toMatch(/creates 3 files; .*\(at most 2 can be created\)/);
   });
 
   it("applies hunks only at the exact line, with no fuzz and no offset", async () => {

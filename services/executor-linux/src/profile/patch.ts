@@ -197,6 +197,19 @@ export function checkPatchPaths(patchText: string, inspection: Inspection, allow
       reasons.push(blockReason("patch_target_not_in_snapshot", `The patch changes ${f.path}, which is not an inspected source file.`, f.path));
     }
   }
+  // Created files become source files of the staged job: together with the inspected ones they
+  // stay within the profile's source-file limit.
+  const created = parsed.files.filter((f) => f.op === "create").length;
+  const limit = limitValues(inspection.limits ?? ({} as never)).source_files;
+  if (created > 0 && sources.size + created > limit) {
+    reasons.push(
+      blockReason(
+        "patch_too_many_files",
+        `The patch creates ${formatCount(created)} files; with the ${formatCount(sources.size)} inspected source files that is more than the profile's source_files limit of ${formatCount(limit)} (at most ${formatCount(Math.max(0, limit - sources.size))} can be created).`,
+        "patch",
+      ),
+    );
+  }
   return reasons;
 }
 
