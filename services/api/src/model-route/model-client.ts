@@ -1,5 +1,6 @@
 import { Code } from "@connectrpc/connect";
 import { FailedPreconditionError, SeraphError, UnavailableError, type Logger } from "@seraph/kit";
+import { transportCause } from "./transport-cause.js";
 import { extractUnifiedDiff } from "./diff-extract.js";
 
 /** One configured OpenAI-compatible route. */
@@ -108,8 +109,9 @@ export async function requestPatch(route: ModelRouteConfig, messages: readonly C
       if (timeout.aborted) {
         throw new ModelRouteError(Code.DeadlineExceeded, "model_timeout", `The model route ${route.id} did not answer within ${route.timeoutMs} ms.`, err);
       }
-      last = new ModelRouteError(Code.Unavailable, "model_unreachable", `The model route ${route.id} could not be reached: ${(err as Error).message}.`, err);
-      log.warn({ attempt, err: (err as Error).message }, "model route unreachable");
+      const cause = transportCause(err);
+      last = new ModelRouteError(Code.Unavailable, "model_unreachable", `The model route ${route.id} could not be reached at ${new URL(url).host}: ${cause}.`, err);
+      log.warn({ attempt, cause }, "model route unreachable");
       continue;
     }
     if (res.status === 401 || res.status === 403) {
