@@ -191,4 +191,24 @@ describe("model route failures", () => {
     const saved = await c.settings.updateSandboxSettings({ expectedRevision: current.revision, settings: { ...current, modelRoutes: routes, modelRouteHosts: ["127.0.0.1"] } });
     expect(saved.settings?.modelRouteHosts).toEqual(["127.0.0.1"]);
   });
+
+  it("with model_routes_public_only the loopback model server is never contacted (model_route_not_public), nothing stored (issue 24 item 8)", async () => {
+    const c = stack.operator;
+    const current = (await c.settings.getSandboxSettings({})).settings!;
+    const routes = current.modelRoutes.map((r) => ({ ...r, apiKeySet: true }));
+    await c.settings.updateSandboxSettings({ expectedRevision: current.revision, settings: { ...current, modelRoutes: routes, modelRoutesPublicOnly: true } });
+    // Saving the settings staled earlier repairs: a fresh one under these settings.
+    const repo = await createJsTestProject({ parent: stack.root, failing: true, name: "public-only" });
+    const { repository } = await c.repositories.registerRepository({ path: repo.dir });
+    const { goal } = await c.goals.createGoal({ title: "public only" });
+    const { repair } = await c.repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src"], allowedPatchPaths: ["src"], acceptanceCriteria: "x", selection: "npm test" });
+    await c.repairs.giveConsent({ repairId: repair!.id, inspectionSha256: repair!.inspection!.inspectionSha256, modelRouteId: "fake" });
+    model.behave(answer(`\`\`\`diff\n${fixAddPatch("js")}\`\`\`\n`));
+    const seen = model.requests.length;
+    const proposals = await stack.count("proposals");
+    const refused = await expectRefused(c.repairs.proposePatch({ repairId: repair!.id, route: { case: "model", value: true } }), Code.FailedPrecondition, "model_route_not_public");
+    expect(refused.rawMessage).toMatch(/127\.0\.0\.1.*non-public/);
+    expect(model.requests.length).toBe(seen);
+    expect(await stack.count("proposals")).toBe(proposals);
+  });
 });

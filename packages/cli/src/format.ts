@@ -266,7 +266,7 @@ export function settingsText(s: SandboxSettings, profiles: readonly ProfileOptio
     `  approval ttl   ${s.approvalTtlSeconds}s`,
     "  limits:",
     ...limits(s.limits, []).slice(0, 1),
-    `  model routes (${s.modelRoutes.length}):`,
+    `  model routes (${s.modelRoutes.length}; ${s.modelRoutesPublicOnly ? "public addresses only" : "any address"}${s.modelRouteHosts.length > 0 ? `, hosts ${s.modelRouteHosts.join(", ")}` : ""}):`,
     ...s.modelRoutes.map((r) => `    ${r.id}: ${r.baseUrl} model ${r.model}, key ${r.apiKeySet ? "set" : "not set"}, timeout ${r.timeoutMs} ms, ${r.maxAttempts} attempts`),
   ];
   if (profiles.length > 0) {

@@ -55,8 +55,13 @@ export const settings: CommandGroup = {
           "model-timeout-ms": { type: "int", value: "N", help: "the route's request timeout in milliseconds (at most 600000)", defaultText: "unchanged" },
           "model-attempts": { type: "int", value: "N", help: "the route's maximum attempts (at most 5)", defaultText: "unchanged" },
           "remove-model-route": { type: "string", value: "ID", multiple: true, help: "remove the model route with this id" },
+          "public-model-routes-only": { type: "boolean", help: "contact model routes only at public addresses (refuse loopback, private, link-local, ... hosts)" },
+          "allow-private-model-routes": { type: "boolean", help: "allow model routes at any address again (the default)" },
         },
-        oneOf: [{ flags: ["enable", "disable"], required: false }],
+        oneOf: [
+          { flags: ["enable", "disable"], required: false },
+          { flags: ["public-model-routes-only", "allow-private-model-routes"], required: false },
+        ],
         notes: ["--model-base-url, --model, --model-key-env, --model-timeout-ms and --model-attempts apply to the route named by --model-route."],
       },
       async run(ctx, { values }) {
@@ -75,6 +80,8 @@ export const settings: CommandGroup = {
         if (runtime !== undefined) next.runtimePath = runtime;
         const runtimeSha256 = str(values, "runtime-sha256");
         if (runtimeSha256 !== undefined) next.runtimeSha256 = runtimeSha256;
+        if (values["public-model-routes-only"] === true) next.modelRoutesPublicOnly = true;
+        if (values["allow-private-model-routes"] === true) next.modelRoutesPublicOnly = false;
         if (values["enable"] === true) next.enabled = true;
         if (values["disable"] === true) next.enabled = false;
         if (values["clear-roots"] === true) next.repositoryRoots = [];

@@ -1,6 +1,8 @@
 import { Code } from "@connectrpc/connect";
 import { FailedPreconditionError, SeraphError, UnavailableError, type Logger } from "@seraph/kit";
+import { fetch as undiciFetch } from "undici";
 import { transportCause } from "./transport-cause.js";
+import { isNonPublicAddress, NonPublicAddressError, publicOnlyDispatcher } from "./public-only.js";
 import { extractUnifiedDiff } from "./diff-extract.js";
 
 /** One configured OpenAI-compatible route. */
@@ -12,6 +14,12 @@ export interface ModelRouteConfig {
   readonly apiKey: string;
   readonly timeoutMs: number;
   readonly maxAttempts: number;
+  /**
+   * Refuse a route whose host is, or resolves to, a loopback, private, link-local or otherwise
+   * non-public address (the settings' `model_routes_public_only`), checked on the addresses the
+   * connection itself uses.
+   */
+  readonly publicOnly?: boolean;
 }
 
 /** A chat message. */
@@ -70,18 +78,38 @@ function backoffMs(attempt: number): number {
   return Math.min(base, 4000) + Math.floor(Math.random() * 100);
 }
 
+/** The fetch a route is asked with: for a public-only route, one whose connections resolve only to public addresses. */
+function fetchFor(route: ModelRouteConfig, url: string, deps: ModelClientDeps): typeof fetch {
+  if (route.publicOnly !== true) return deps.fetch ?? fetch;
+  const host = new URL(url).hostname.replace(/^\[(.*)\]$/, "$1");
+  if (isNonPublicAddress(host) && /^[0-9.]+$|:/.test(host)) throw notPublic(route, new NonPublicAddressError(host, host));
+  const dispatcher = publicOnlyDispatcher();
+  return ((input: string, init: RequestInit) => undiciFetch(input, { ...(init as object), dispatcher } as never)) as unknown as typeof fetch;
+}
+
+function notPublic(route: ModelRouteConfig, e: NonPublicAddressError): ModelRouteError {
+  return new ModelRouteError(Code.FailedPrecondition, "model_route_not_public", `The model route ${route.id} was not contacted: ${e.message}, and the settings allow only public model routes (model_routes_public_only).`, e);
+}
+
+/** The NonPublicAddressError in an error's cause chain, if any. */
+function nonPublicIn(err: unknown): NonPublicAddressError | undefined {
+  for (let e: unknown = err, n = 0; e instanceof Error && n < 8; e = e.cause, n++) if (e instanceof NonPublicAddressError) return e;
+  return undefined;
+}
+
 /**
  * Asks an OpenAI-compatible route (POST {base_url}/chat/completions) for a patch and extracts the
  * one unified diff of its answer. Each attempt is bounded by the route's timeout; 429, 5xx and
  * network errors are retried with exponential backoff up to max_attempts; a timeout is not retried
  * (it already spent the route's budget). Every failure is a ModelRouteError with a stable reason:
  * model_timeout (DEADLINE_EXCEEDED), model_http_error / model_unreachable (UNAVAILABLE),
- * model_unauthorized, model_bad_response, model_no_diff, model_multiple_diffs (FAILED_PRECONDITION).
+ * model_unauthorized, model_bad_response, model_no_diff, model_multiple_diffs, model_route_not_public
+ * (FAILED_PRECONDITION).
  */
 export async function requestPatch(route: ModelRouteConfig, messages: readonly ChatMessage[], deps: ModelClientDeps, signal?: AbortSignal): Promise<ModelAnswer> {
-  const doFetch = deps.fetch ?? fetch;
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const url = `${route.baseUrl.replace(/\/+$/, "")}/chat/completions`;
+  const doFetch = fetchFor(route, url, deps);
   const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json" };
   if (route.apiKey !== "") headers.authorization = `Bearer ${route.apiKey}`;
   const body = JSON.stringify({ model: route.model, messages, temperature: 0, stream: false });
@@ -105,6 +133,8 @@ export async function requestPatch(route: ModelRouteConfig, messages: readonly C
       text = await readBounded(res);
     } catch (err) {
       if (err instanceof ModelRouteError) throw err;
+      const refused = nonPublicIn(err);
+      if (refused) throw notPublic(route, refused);
       if (signal?.aborted) throw new ModelRouteError(Code.Canceled, "model_cancelled", "The request was cancelled.", err);
       if (timeout.aborted) {
         throw new ModelRouteError(Code.DeadlineExceeded, "model_timeout", `The model route ${route.id} did not answer within ${route.timeoutMs} ms.`, err);

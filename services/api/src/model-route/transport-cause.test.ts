@@ -36,7 +36,10 @@ describe("transportCause: what fetch's 'fetch failed' was", () => {
     expect(await causeOf(`http://127.0.0.1:${ssh}/v1`)).toMatch(/^the other side does not speak HTTP\/1.1 \((HPE_|HTTPParserError)/);
     const closing = await listen((s) => s.destroy());
     expect(await causeOf(`http://127.0.0.1:${closing}/v1`)).toMatch(/^the connection was closed by the other side/);
-    const plain = await listen((s) => s.on("data", () => s.end("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")));
+    const plain = await listen((s) => {
+      s.on("error", () => undefined);
+      s.once("data", () => s.end("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+    });
     expect(await causeOf(`https://127.0.0.1:${plain}/v1`)).toMatch(/^TLS: ERR_SSL_/);
   });
 

@@ -53,7 +53,7 @@ export async function askModelRoute(deps: RepairDeps, p: AuthenticatedPrincipal,
   // operator (who configured the route) sees it; others get the status and reason.
   const showErrorBody = p.id === p.rootId && (await isInstanceOperator(deps.db, p.id));
   const answer = await requestPatch(
-    { id: cfg.id, baseUrl: cfg.baseUrl, model: cfg.model, apiKey: cfg.apiKey, timeoutMs: cfg.timeoutMs || 60_000, maxAttempts: cfg.maxAttempts || 3 },
+    { id: cfg.id, baseUrl: cfg.baseUrl, model: cfg.model, apiKey: cfg.apiKey, timeoutMs: cfg.timeoutMs || 60_000, maxAttempts: cfg.maxAttempts || 3, publicOnly: settings.modelRoutesPublicOnly },
     messages,
     { log: deps.log, ...deps.model, showErrorBody },
     signal,
