@@ -21,10 +21,10 @@ import { createProcFs, type ProcFs } from "./native/proc-fs.js";
 import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity, type RegistrationInput } from "./runner/registration.js";
 import type { Runner } from "./runner/runner.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "./supervisor-client/index.js";
-import { supervisorSourceOf } from "./executor-service/supervisor-source.js";
 import { defaultContainmentSettings, type ContainmentSettings } from "./supervisor-client/node-containment.js";
 import { nodeRoutes } from "./start/node-routes.js";
 import { startNodeRunner } from "./start/node-runner.js";
+import { checkNodeReadiness, NodeNotReadyError } from "./start/readiness.js";
 
 /** Service names the executor reports in health. */
 export const EXECUTOR_SERVICE_NAMES = [ExecutorService.typeName] as const;
@@ -62,6 +62,8 @@ export interface ExecutorRuntime {
   readonly supervisorRuntime?: string | undefined;
   /** One warm supervisor per slot, busy or not (default true; through the supervisor host when there is one). */
   readonly warmSupervisors?: boolean | undefined;
+  /** The per-job supervisor bundle (default: defaultSupervisorEntry(), which `npm run build` builds). */
+  readonly supervisorEntry?: string | undefined;
   /** Facility report override (tests); default: probe this host in a child process. */
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
   /** Job users and per-job cgroups (default: job users when root, per-slot uids; cgroups off). */
@@ -87,7 +89,10 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const jobs = createClient(JobsService, transport);
   const node = nodeFacts(rt);
   const { identity } = node;
-  const facilitiesPromise = node.probeFacilities();
+  // Probed once the node is ready (a probe before the supervisor bundle exists only says it is missing).
+  let facilitiesPromise: Promise<FacilityReport> | undefined;
+  const facilities = () => (facilitiesPromise ??= node.probeFacilities());
+  const notReady = notReadyLogger(log);
   let runner: Runner | undefined;
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
   // registers as part of readiness: it reports SERVING only once the jobs service knows it.
@@ -97,7 +102,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     slotCount: rt.slotCount,
     address,
     repositoryRoots: rt.repositoryRoots,
-    facilities: await facilitiesPromise,
+    facilities: await facilities(),
   });
   const booted = await bootService({
     name: "executor",
@@ -110,7 +115,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       ...rt,
       log,
       ...node,
-      facilities: () => facilitiesPromise,
+      facilities,
       runner: () => runner,
     }),
     authenticate: internalAuthenticator(rt.internalToken),
@@ -119,20 +124,29 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     signal: rt.signal,
     prepare: async () => {
       await mkdir(rt.dataDir, { recursive: true, mode: 0o700 });
+      // Retried like any dependency: the node stays NOT_SERVING (and unregistered) until it is
+      // ready. This also asks the bundle which files it loads (a short child run), so the first
+      // Inspect does not wait for it.
+      notReady(() => checkNodeReadiness(node.supervisorEntry, node.supervisorRuntime));
       const res = await jobsHealth.check({ service: "" }, { timeoutMs: 2000 });
       if (res.status !== HealthCheckResponse_ServingStatus.SERVING) throw new Error("the jobs service is not serving yet");
       if (knownAddress !== undefined) await registerNodeOnce(jobs, await registration(knownAddress), log);
     },
   });
-  const facilities = await facilitiesPromise;
   if (knownAddress === undefined) await registerNode(jobs, await registration(booted.server.grpcUrl), log, rt.signal);
+  const report = await facilities();
+  if (!report.ok) {
+    // Not a start requirement (the node serves and shows the profiles blocked), but said at start.
+    const missing = report.items.filter((i) => !i.ok).map((i) => `${i.name}: ${i.code}: ${i.message}`);
+    log.error({ reason: "facilities_unavailable", missing }, `this node cannot run jobs: Linux supervision facilities are missing (${missing.join("; ") || "the probe reported no items"}); jobs are rejected until they exist (seraph settings check lists them)`);
+  }
   runner = startNodeRunner({
     ...rt,
     jobs,
     log,
     pollMs: rt.pollMs ?? 2000,
     ...node,
-    facilities,
+    facilities: report,
     warmSlots: rt.warmSupervisors === false ? undefined : rt.slotCount,
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
@@ -148,12 +162,30 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   };
 }
 
+/** Runs a readiness check; logs each distinct NodeNotReadyError once, as an error with its reason, and rethrows it. */
+function notReadyLogger(log: Logger): (check: () => unknown) => void {
+  let last = "";
+  return (check) => {
+    try {
+      check();
+    } catch (err) {
+      if (err instanceof NodeNotReadyError && err.message !== last) {
+        last = err.message;
+        log.error({ reason: err.reason, supervisorEntry: err.path }, err.message);
+      }
+      throw err;
+    }
+  };
+}
+
 /** What one executor process knows of its node before it listens, shared by its routes and its runner. */
 interface NodeFacts {
   readonly proc: ProcFs;
   readonly identity: NodeIdentity;
   /** The supervisors' runtime, resolved once (not again at every launch and warm start). */
   readonly supervisorRuntime: string | undefined;
+  /** The per-job supervisor bundle every supervisor of this node starts from. */
+  readonly supervisorEntry: string;
   /** One probe for registration, the runner and CheckPrerequisites (which asks it afresh). */
   readonly probeFacilities: () => Promise<FacilityReport>;
   readonly containmentSettings: ContainmentSettings;
@@ -169,14 +201,13 @@ interface NodeFacts {
 function nodeFacts(rt: ExecutorRuntime): NodeFacts {
   const proc = createProcFs("/proc", { bootIdFile: rt.testBootIdFile });
   const supervisorRuntime = rt.supervisorRuntime ?? defaultSupervisorRuntime();
-  // Which files the supervisor loads is asked of the bundle once per process (a short child run);
-  // asked here, so the first Inspect does not wait for it.
-  supervisorSourceOf(defaultSupervisorEntry(), supervisorRuntime);
+  const supervisorEntry = rt.supervisorEntry ?? defaultSupervisorEntry();
   return {
     proc,
     identity: { nodeId: rt.nodeId, bootId: proc.readBootId(), incarnationId: newId() },
     supervisorRuntime,
-    probeFacilities: rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile, nodePath: supervisorRuntime })),
+    supervisorEntry,
+    probeFacilities: rt.facilities ?? (() => readFacilityReport({ supervisorEntry, testBootIdFile: rt.testBootIdFile, nodePath: supervisorRuntime })),
     containmentSettings: { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount },
     runtimeDigests: new Map(),
     fileDigests: new FileDigestCache(),

@@ -23,6 +23,7 @@ export interface NodeRoutesInput {
   /** The facility report taken at start (containment and job users are derived from it). */
   readonly facilities: () => Promise<FacilityReport>;
   readonly supervisorRuntime: string | undefined;
+  readonly supervisorEntry: string;
   readonly containmentSettings: ContainmentSettings;
   /** The job runner once it runs; CancelJob and ReadJobOutput are UNAVAILABLE `runner_not_started` before. */
   readonly runner: () => Runner | undefined;
@@ -44,6 +45,7 @@ export function nodeRoutes(i: NodeRoutesInput): (router: ConnectRouter) => void 
     fileDigests: i.fileDigests,
     readFacilities: i.probeFacilities,
     supervisorRuntime: i.supervisorRuntime,
+    supervisorEntry: i.supervisorEntry,
     containment: async () => nodeContainment(i.containmentSettings, (await i.facilities()).containment),
     jobUsers: async () => slotJobUsers(i.containmentSettings, await i.facilities(), i.slotCount),
     cancelJob: async (req, ctx) => started().cancelJob(req, ctx),

@@ -28,6 +28,7 @@ export interface NodeRunnerInput {
   readonly runtimeDigests: RuntimeDigestCache;
   readonly fileDigests: FileDigestCache;
   readonly supervisorRuntime: string | undefined;
+  readonly supervisorEntry: string;
   /** One warm supervisor per slot when set. */
   readonly warmSlots: number | undefined;
 }
@@ -57,6 +58,7 @@ export function startNodeRunner(i: NodeRunnerInput): Runner {
     runtimeDigests: i.runtimeDigests,
     fileDigests: i.fileDigests,
     supervisorRuntime: i.supervisorRuntime,
+    supervisorEntry: i.supervisorEntry,
     warmSlots: i.warmSlots,
   });
 }
