@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { lstatSync, mkdirSync, realpathSync, unlinkSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, realpathSync, unlinkSync } from "node:fs";
 import type { Socket } from "node:net";
 import { dirname } from "node:path";
 import type { Logger } from "@seraph/kit";
@@ -48,6 +48,11 @@ export interface SupervisorHost {
   idle(): Promise<void>;
 }
 
+/** The supervisor host was started without its per-job supervisor bundle (the message names it and the fix). */
+export class SupervisorBundleMissingError extends Error {
+  override readonly name = "SupervisorBundleMissingError";
+}
+
 /** Largest request frame accepted (a token and a path). */
 const MAX_REQUEST_BYTES = 16 * 1024;
 
@@ -65,6 +70,9 @@ const MAX_REQUEST_BYTES = 16 * 1024;
 export async function startSupervisorHost(o: SupervisorHostOptions): Promise<SupervisorHost> {
   const log = o.log.child({ component: "supervisor-host" });
   const entry = o.supervisorEntry ?? defaultSupervisorEntry();
+  if (!existsSync(entry)) {
+    throw new SupervisorBundleMissingError(`the supervisor host cannot start supervisors: the per-job supervisor bundle ${entry} is missing; run \`npm run build\` (it builds the bundle, \`tsc -b\` does not)`);
+  }
   claimSocketPath(o.socketPath);
   const pidNamespace = readPidNamespace("/proc", "self") ?? "";
   const token = randomBytes(32).toString("hex");
