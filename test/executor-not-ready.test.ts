@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { Writable } from "node:stream";
+import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { defaultSupervisorEntry, startExecutor, type ExecutorHandle } from "@seraph/executor-linux";
@@ -13,6 +14,7 @@ import { createTestDatabase } from "@seraph/kit/testing";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Kysely } from "kysely";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -39,7 +41,7 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, timeoutM
 // Issue 29 item 5: an executor whose per-job supervisor bundle is missing (tsc -b without
 // `npm run build`) must not serve: before, it served and every Approve failed on "supervisor code
 // is unknown, not unknown".
-describe("an executor without its supervisor bundle", () => {
+describe("an executor that cannot run jobs says so at start", () => {
   let database: Awaited<ReturnType<typeof createTestDatabase>>;
   let db: Kysely<JobsDatabase>;
   let signals: Signals;
@@ -154,5 +156,40 @@ describe("an executor without its supervisor bundle", () => {
     expect(err?.name).toBe("NodeNotReadyError");
     expect(err?.message).toContain("run `npm run build`");
     await expect(health.check({ service: "" }, { timeoutMs: 1000 })).rejects.toThrow();
+  });
+
+  it("without Linux facilities it still serves (they are no start requirement) and says at start what is missing", async () => {
+    const blocked = create(FacilityReportSchema, {
+      ok: false,
+      arch: "x64",
+      kernel: "simulated",
+      items: [{ name: "pidfd", ok: false, code: "pidfd_unavailable", message: "pidfd_open is not available on this (simulated) kernel." }],
+    });
+    const executor = await startExecutor({
+      host: "127.0.0.1",
+      grpcPort: 0,
+      nodeId: "node-no-facilities",
+      slotCount: 1,
+      repositoryRoots: [dir],
+      dataDir: join(dir, "data-3"),
+      jobsUrl: jobsHandle.server.grpcUrl,
+      internalToken,
+      signals,
+      log,
+      facilities: async () => blocked,
+      warmSupervisors: false,
+    });
+    try {
+      const health = createClient(Health, createGrpcTransport({ baseUrl: executor.server.grpcUrl }));
+      expect((await health.check({ service: "" })).status).toBe(ServingStatus.SERVING);
+      const said = lines.filter((l) => l.reason === "facilities_unavailable");
+      expect(said).toHaveLength(1);
+      expect(said[0]?.level).toBe(50);
+      expect(said[0]?.msg).toBe(
+        "this node cannot run jobs: Linux supervision facilities are missing (pidfd: pidfd_unavailable: pidfd_open is not available on this (simulated) kernel.); jobs are rejected until they exist (seraph settings check lists them)",
+      );
+    } finally {
+      await executor.stop();
+    }
   });
 });
