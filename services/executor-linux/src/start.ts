@@ -78,8 +78,10 @@ export interface ExecutorHandle extends BootedService {
 }
 
 /**
- * Boots the executor node: listeners, waits until the jobs service answers SERVING, then
- * registers the node (before reporting SERVING when its address is known up front) (boot id, a fresh incarnation id, slots, address, repository roots,
+ * Boots the executor node: listeners, then (retried, NOT_SERVING meanwhile) the node's own
+ * readiness (its supervisor bundle runs: checkNodeReadiness, the fix logged once) and the jobs
+ * service answering SERVING; then it registers the node (before reporting SERVING when its
+ * address is known up front) (boot id, a fresh incarnation id, slots, address, repository roots,
  * Linux facilities), heartbeats, and starts the job runner (claims, re-adoption, cancellation).
  */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
