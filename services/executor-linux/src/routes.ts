@@ -28,11 +28,13 @@ export interface ExecutorDeps {
   readonly readFacilities?: () => Promise<FacilityReport>;
   /** The supervisors' Node (default: the pinned runtime). */
   readonly supervisorRuntime?: string | undefined;
+  /** The per-job supervisor bundle (default: defaultSupervisorEntry()). */
+  readonly supervisorEntry?: string | undefined;
 }
 
 /** Registers the executor node API. Methods without an implementation answer UNIMPLEMENTED. */
 export function createExecutorRoutes(deps: ExecutorDeps): (router: ConnectRouter) => void {
   return (router) => {
-    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.jobUsers !== undefined ? { jobUsers: deps.jobUsers } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.fileDigests !== undefined ? { fileDigests: deps.fileDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}), supervisorRuntime: deps.supervisorRuntime }));
+    router.service(ExecutorService, createExecutorService({ nodeId: deps.nodeId, repositoryRoots: deps.repositoryRoots, log: deps.log, cancelJob: deps.cancelJob, readJobOutput: deps.readJobOutput, ...(deps.containment !== undefined ? { containment: deps.containment } : {}), ...(deps.jobUsers !== undefined ? { jobUsers: deps.jobUsers } : {}), ...(deps.runtimeDigests !== undefined ? { runtimeDigests: deps.runtimeDigests } : {}), ...(deps.fileDigests !== undefined ? { fileDigests: deps.fileDigests } : {}), ...(deps.readFacilities !== undefined ? { readFacilities: deps.readFacilities } : {}), supervisorRuntime: deps.supervisorRuntime, ...(deps.supervisorEntry !== undefined ? { supervisorEntry: deps.supervisorEntry } : {}) }));
   };
 }

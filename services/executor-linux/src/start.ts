@@ -1,6 +1,4 @@
 import { mkdir } from "node:fs/promises";
-import { loadOrCreateNodeKey, NODE_PUBLIC_KEY_FILE } from "@seraph/attestation";
-import { join } from "node:path";
 import { FileDigestCache } from "./profile/file-digests.js";
 import { createClient } from "@connectrpc/connect";
 import {
@@ -10,7 +8,6 @@ import {
   internalAuthenticator,
   markNotServing,
   newId,
-  UnavailableError,
   type BootedService,
   type Logger,
   type Signals,
@@ -20,13 +17,14 @@ import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { RuntimeDigestCache } from "./profile/index.js";
-import { createExecutorRoutes } from "./routes.js";
-import { createProcFs } from "./native/proc-fs.js";
-import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity } from "./runner/registration.js";
-import { startRunner, type Runner } from "./runner/runner.js";
+import { createProcFs, type ProcFs } from "./native/proc-fs.js";
+import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type NodeIdentity, type RegistrationInput } from "./runner/registration.js";
+import type { Runner } from "./runner/runner.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "./supervisor-client/index.js";
-import { supervisorSourceOf } from "./executor-service/supervisor-source.js";
-import { defaultContainmentSettings, jobUserForSlot, nodeContainment, type ContainmentSettings } from "./supervisor-client/node-containment.js";
+import { defaultContainmentSettings, type ContainmentSettings } from "./supervisor-client/node-containment.js";
+import { nodeRoutes } from "./start/node-routes.js";
+import { startNodeRunner } from "./start/node-runner.js";
+import { checkNodeReadiness, NodeNotReadyError } from "./start/readiness.js";
 
 /** Service names the executor reports in health. */
 export const EXECUTOR_SERVICE_NAMES = [ExecutorService.typeName] as const;
@@ -64,6 +62,8 @@ export interface ExecutorRuntime {
   readonly supervisorRuntime?: string | undefined;
   /** One warm supervisor per slot, busy or not (default true; through the supervisor host when there is one). */
   readonly warmSupervisors?: boolean | undefined;
+  /** The per-job supervisor bundle (default: defaultSupervisorEntry(), which `npm run build` builds). */
+  readonly supervisorEntry?: string | undefined;
   /** Facility report override (tests); default: probe this host in a child process. */
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
   /** Job users and per-job cgroups (default: job users when root, per-slot uids; cgroups off). */
@@ -78,8 +78,10 @@ export interface ExecutorHandle extends BootedService {
 }
 
 /**
- * Boots the executor node: listeners, waits until the jobs service answers SERVING, then
- * registers the node (before reporting SERVING when its address is known up front) (boot id, a fresh incarnation id, slots, address, repository roots,
+ * Boots the executor node: listeners, then (retried, NOT_SERVING meanwhile) the node's own
+ * readiness (its supervisor bundle runs: checkNodeReadiness, the fix logged once) and the jobs
+ * service answering SERVING; then it registers the node (before reporting SERVING when its
+ * address is known up front) (boot id, a fresh incarnation id, slots, address, repository roots,
  * Linux facilities), heartbeats, and starts the job runner (claims, re-adoption, cancellation).
  */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
@@ -87,32 +89,22 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const transport = createServiceTransport(rt.jobsUrl, rt.internalToken);
   const jobsHealth = createClient(Health, transport);
   const jobs = createClient(JobsService, transport);
-  const proc = createProcFs("/proc", { bootIdFile: rt.testBootIdFile });
-  const identity: NodeIdentity = { nodeId: rt.nodeId, bootId: proc.readBootId(), incarnationId: newId() };
-  // The supervisors' runtime, resolved once (not again at every launch and warm start).
-  const supervisorRuntime = rt.supervisorRuntime ?? defaultSupervisorRuntime();
-  // One probe for registration, the runner and CheckPrerequisites (which asks it afresh).
-  const probeFacilities = rt.facilities ?? (() => readFacilityReport({ testBootIdFile: rt.testBootIdFile, nodePath: supervisorRuntime }));
-  const facilitiesPromise = probeFacilities();
-  // Which files the supervisor loads is asked of the bundle once per process (a short child run);
-  // asked here, so the first Inspect does not wait for it.
-  supervisorSourceOf(defaultSupervisorEntry(), supervisorRuntime);
-  const containmentSettings: ContainmentSettings = { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount };
+  const node = nodeFacts(rt);
+  const { identity } = node;
+  // Probed once the node is ready (a probe before the supervisor bundle exists only says it is missing).
+  let facilitiesPromise: Promise<FacilityReport> | undefined;
+  const facilities = () => (facilitiesPromise ??= node.probeFacilities());
+  const notReady = notReadyLogger(log);
   let runner: Runner | undefined;
-  // One runtime-digest cache for this process: Inspect (at approval) and staging (at claim) hash
-  // the ~120 MB runtime once and afterwards only when its stat stamp changes.
-  const runtimeDigests: RuntimeDigestCache = new Map();
-  // Likewise the repository files' digests by stat stamp (Inspect at approval, staging at claim).
-  const fileDigests = new FileDigestCache();
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
   // registers as part of readiness: it reports SERVING only once the jobs service knows it.
-  const knownAddress = rt.advertiseUrl ?? (rt.grpcPort !== 0 ? `http://${rt.host.includes(":") ? `[${rt.host}]` : rt.host}:${rt.grpcPort}` : undefined);
-  const registration = async (address: string) => ({
+  const knownAddress = knownAddressOf(rt);
+  const registration = async (address: string): Promise<RegistrationInput> => ({
     ...identity,
     slotCount: rt.slotCount,
     address,
     repositoryRoots: rt.repositoryRoots,
-    facilities: await facilitiesPromise,
+    facilities: await facilities(),
   });
   const booted = await bootService({
     name: "executor",
@@ -121,30 +113,12 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     grpcPort: rt.grpcPort,
     httpPort: rt.httpPort,
     serviceNames: EXECUTOR_SERVICE_NAMES,
-    routes: createExecutorRoutes({
-      nodeId: rt.nodeId,
-      repositoryRoots: rt.repositoryRoots,
-      dataDir: rt.dataDir,
+    routes: nodeRoutes({
+      ...rt,
       log,
-      runtimeDigests,
-      fileDigests,
-      readFacilities: probeFacilities,
-      supervisorRuntime,
-      containment: async () => nodeContainment(containmentSettings, (await facilitiesPromise).containment),
-      jobUsers: async () => {
-        const f = (await facilitiesPromise).containment;
-        return Array.from({ length: rt.slotCount }, (_, slot) => ({ slot, user: jobUserForSlot(containmentSettings, f, slot) }))
-          .filter((x) => x.user !== undefined)
-          .map(({ slot, user }) => ({ slot, uid: user!.uid, gid: user!.gid, name: user!.name }));
-      },
-      cancelJob: async (req, ctx) => {
-        if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
-        return runner.cancelJob(req, ctx);
-      },
-      readJobOutput: async (req, ctx) => {
-        if (!runner) throw new UnavailableError("runner_not_started", "the job runner is not running yet");
-        return runner.readJobOutput(req, ctx);
-      },
+      ...node,
+      facilities,
+      runner: () => runner,
     }),
     authenticate: internalAuthenticator(rt.internalToken),
     // CheckProposal carries a 1 MiB patch and the inspection it is checked against.
@@ -152,34 +126,29 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
     signal: rt.signal,
     prepare: async () => {
       await mkdir(rt.dataDir, { recursive: true, mode: 0o700 });
+      // Retried like any dependency: the node stays NOT_SERVING (and unregistered) until it is
+      // ready. This also asks the bundle which files it loads (a short child run), so the first
+      // Inspect does not wait for it.
+      notReady(() => checkNodeReadiness(node.supervisorEntry, node.supervisorRuntime));
       const res = await jobsHealth.check({ service: "" }, { timeoutMs: 2000 });
       if (res.status !== HealthCheckResponse_ServingStatus.SERVING) throw new Error("the jobs service is not serving yet");
       if (knownAddress !== undefined) await registerNodeOnce(jobs, await registration(knownAddress), log);
     },
   });
-  const facilities = await facilitiesPromise;
   if (knownAddress === undefined) await registerNode(jobs, await registration(booted.server.grpcUrl), log, rt.signal);
-  // The node's Ed25519 key (generated at first start, 0600 in the data directory): every result
-  // is stored with a receipt signed by it; its public half is <data dir>/node-key.pub.
-  const signingKey = loadOrCreateNodeKey(rt.dataDir);
-  log.info({ keyFingerprint: signingKey.fingerprint, publicKey: join(rt.dataDir, NODE_PUBLIC_KEY_FILE), created: signingKey.created }, "node signing key");
-  runner = startRunner({
+  const report = await facilities();
+  if (!report.ok) {
+    // Not a start requirement (the node serves and shows the profiles blocked), but said at start.
+    const missing = report.items.filter((i) => !i.ok).map((i) => `${i.name}: ${i.code}: ${i.message}`);
+    log.error({ reason: "facilities_unavailable", missing }, `this node cannot run jobs: Linux supervision facilities are missing (${missing.join("; ") || "the probe reported no items"}); jobs are rejected until they exist (seraph settings check lists them)`);
+  }
+  runner = startNodeRunner({
+    ...rt,
     jobs,
-    signals: rt.signals,
-    identity,
-    signingKey,
-    dataDir: rt.dataDir,
     log,
     pollMs: rt.pollMs ?? 2000,
-    facilities: () => facilities,
-    proc,
-    testBootIdFile: rt.testBootIdFile,
-    repositoryRoots: rt.repositoryRoots,
-    supervisorHost: rt.supervisorHostSocket === undefined ? undefined : { socketPath: rt.supervisorHostSocket, tokenFile: `${rt.supervisorHostSocket}.token` },
-    containment: { settings: containmentSettings, facilities: facilities.containment },
-    runtimeDigests,
-    fileDigests,
-    supervisorRuntime,
+    ...node,
+    facilities: report,
     warmSlots: rt.warmSupervisors === false ? undefined : rt.slotCount,
   });
   const heartbeat: Heartbeat = startHeartbeat(jobs, identity, rt.heartbeatMs ?? 5000, log, () => void runner?.stop());
@@ -193,4 +162,63 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
       await booted.server.close();
     },
   };
+}
+
+/** Runs a readiness check; logs each distinct NodeNotReadyError once, as an error with its reason, and rethrows it. */
+function notReadyLogger(log: Logger): (check: () => unknown) => void {
+  let last = "";
+  return (check) => {
+    try {
+      check();
+    } catch (err) {
+      if (err instanceof NodeNotReadyError && err.message !== last) {
+        last = err.message;
+        log.error({ reason: err.reason, supervisorEntry: err.path }, err.message);
+      }
+      throw err;
+    }
+  };
+}
+
+/** What one executor process knows of its node before it listens, shared by its routes and its runner. */
+interface NodeFacts {
+  readonly proc: ProcFs;
+  readonly identity: NodeIdentity;
+  /** The supervisors' runtime, resolved once (not again at every launch and warm start). */
+  readonly supervisorRuntime: string | undefined;
+  /** The per-job supervisor bundle every supervisor of this node starts from. */
+  readonly supervisorEntry: string;
+  /** One probe for registration, the runner and CheckPrerequisites (which asks it afresh). */
+  readonly probeFacilities: () => Promise<FacilityReport>;
+  readonly containmentSettings: ContainmentSettings;
+  /**
+   * One runtime-digest cache for this process: Inspect (at approval) and staging (at claim) hash
+   * the ~120 MB runtime once and afterwards only when its stat stamp changes.
+   */
+  readonly runtimeDigests: RuntimeDigestCache;
+  /** Likewise the repository files' digests by stat stamp (Inspect at approval, staging at claim). */
+  readonly fileDigests: FileDigestCache;
+}
+
+function nodeFacts(rt: ExecutorRuntime): NodeFacts {
+  const proc = createProcFs("/proc", { bootIdFile: rt.testBootIdFile });
+  const supervisorRuntime = rt.supervisorRuntime ?? defaultSupervisorRuntime();
+  const supervisorEntry = rt.supervisorEntry ?? defaultSupervisorEntry();
+  return {
+    proc,
+    identity: { nodeId: rt.nodeId, bootId: proc.readBootId(), incarnationId: newId() },
+    supervisorRuntime,
+    supervisorEntry,
+    probeFacilities: rt.facilities ?? (() => readFacilityReport({ supervisorEntry, testBootIdFile: rt.testBootIdFile, nodePath: supervisorRuntime })),
+    containmentSettings: { ...(rt.containment ?? defaultContainmentSettings()), slotCount: rt.slotCount },
+    runtimeDigests: new Map(),
+    fileDigests: new FileDigestCache(),
+  };
+}
+
+/** The URL other services reach this node at, when it is known before listening (an advertised URL or a fixed port). */
+function knownAddressOf(rt: ExecutorRuntime): string | undefined {
+  if (rt.advertiseUrl !== undefined) return rt.advertiseUrl;
+  if (rt.grpcPort === 0) return undefined;
+  return `http://${rt.host.includes(":") ? `[${rt.host}]` : rt.host}:${rt.grpcPort}`;
 }

@@ -23,6 +23,57 @@ export interface RunArgs {
 /** A malformed command line (exit 2, with the usage). */
 export class UsageError extends Error {}
 
+function int(name: string, v: string | undefined): number {
+  if (v === undefined || !/^\d+$/.test(v)) throw new UsageError(`${name} needs a non-negative integer`);
+  return Number(v);
+}
+
+/** Each option of `seraph-exec run`: applies it to `out`, taking its value (if any) from `value()`. */
+const OPTIONS: Readonly<Record<string, (out: RunArgs, value: () => string | undefined, name: string) => void>> = {
+  "--json": (out) => {
+    out.json = true;
+  },
+  "--keep-run-dir": (out) => {
+    out.keepRunDir = true;
+  },
+  "--deadline-ms": (out, value, name) => {
+    out.deadlineMs = int(name, value());
+  },
+  "--grace-ms": (out, value, name) => {
+    out.graceMs = int(name, value());
+  },
+  "--cleanup-reserve-ms": (out, value, name) => {
+    out.reserveMs = int(name, value());
+  },
+  "--job-user": (out, value) => {
+    const v = value();
+    if (v === undefined || v === "") throw new UsageError("--job-user needs auto, none, <uid>:<gid> or a user name");
+    const parsed = parseJobUserSetting(v);
+    if (typeof parsed === "string") throw new UsageError(`--job-user: ${parsed}`);
+    out.jobUser = parsed;
+  },
+  "--cgroup": (out) => {
+    out.cgroup = true;
+  },
+  "--memory-bytes": (out, value, name) => {
+    out.memoryBytes = int(name, value());
+    out.cgroup = true;
+  },
+  "--pids": (out, value, name) => {
+    out.pids = int(name, value());
+    out.cgroup = true;
+  },
+  "--cpu-millicores": (out, value, name) => {
+    out.cpuMillicores = int(name, value());
+    out.cgroup = true;
+  },
+  "--cwd": (out, value) => {
+    const v = value();
+    if (v === undefined) throw new UsageError("--cwd needs a directory");
+    out.cwd = resolve(v);
+  },
+};
+
 /** Parses `seraph-exec run` arguments; throws UsageError on anything malformed. */
 export function parseArgs(args: readonly string[]): RunArgs {
   const out: RunArgs = {
@@ -39,10 +90,6 @@ export function parseArgs(args: readonly string[]): RunArgs {
     cpuMillicores: 0,
     argv: [],
   };
-  const int = (name: string, v: string | undefined): number => {
-    if (v === undefined || !/^\d+$/.test(v)) throw new UsageError(`${name} needs a non-negative integer`);
-    return Number(v);
-  };
   let i = 0;
   for (; i < args.length; i++) {
     const a = args[i];
@@ -51,54 +98,9 @@ export function parseArgs(args: readonly string[]): RunArgs {
       break;
     }
     if (a === undefined || !a.startsWith("--")) break;
-    switch (a) {
-      case "--json":
-        out.json = true;
-        break;
-      case "--keep-run-dir":
-        out.keepRunDir = true;
-        break;
-      case "--deadline-ms":
-        out.deadlineMs = int(a, args[++i]);
-        break;
-      case "--grace-ms":
-        out.graceMs = int(a, args[++i]);
-        break;
-      case "--cleanup-reserve-ms":
-        out.reserveMs = int(a, args[++i]);
-        break;
-      case "--job-user": {
-        const v = args[++i];
-        if (v === undefined || v === "") throw new UsageError("--job-user needs auto, none, <uid>:<gid> or a user name");
-        const parsed = parseJobUserSetting(v);
-        if (typeof parsed === "string") throw new UsageError(`--job-user: ${parsed}`);
-        out.jobUser = parsed;
-        break;
-      }
-      case "--cgroup":
-        out.cgroup = true;
-        break;
-      case "--memory-bytes":
-        out.memoryBytes = int(a, args[++i]);
-        out.cgroup = true;
-        break;
-      case "--pids":
-        out.pids = int(a, args[++i]);
-        out.cgroup = true;
-        break;
-      case "--cpu-millicores":
-        out.cpuMillicores = int(a, args[++i]);
-        out.cgroup = true;
-        break;
-      case "--cwd": {
-        const v = args[++i];
-        if (v === undefined) throw new UsageError("--cwd needs a directory");
-        out.cwd = resolve(v);
-        break;
-      }
-      default:
-        throw new UsageError(`unknown option ${a}`);
-    }
+    const apply = Object.hasOwn(OPTIONS, a) ? OPTIONS[a] : undefined;
+    if (apply === undefined) throw new UsageError(`unknown option ${a}`);
+    apply(out, () => args[++i], a);
   }
   out.argv = args.slice(i);
   if (out.argv.length === 0) throw new UsageError("no command given");

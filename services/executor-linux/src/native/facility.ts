@@ -29,6 +29,9 @@ export interface FacilityProbe {
   readonly native: NativeSystem | undefined;
 }
 
+/** Records one checked item; returns `ok`. */
+type AddItem = (name: string, ok: boolean, code: string, message: string) => boolean;
+
 /**
  * Probes the facilities the supervisor needs IN THE CALLING PROCESS: it makes the caller a
  * child subreaper (and reads that back). Only the supervisor (or the short-lived probe
@@ -38,14 +41,24 @@ export interface FacilityProbe {
  */
 export function probeFacilitiesInThisProcess(deps: FacilityProbeDeps): FacilityProbe {
   const items: FacilityItem[] = [];
-  const add = (name: string, ok: boolean, code: string, message: string): boolean => {
+  const add: AddItem = (name, ok, code, message) => {
     items.push(create(FacilityItemSchema, { name, ok, code: ok ? "ok" : code, message }));
     return ok;
   };
   const platform = deps.platform ?? process.platform;
   const arch = deps.arch ?? process.arch;
   const kernel = deps.kernelRelease ?? release();
+  checkPlatform(add, platform, arch, kernel);
+  const bootId = checkProc(add, deps.proc);
+  const native = loadNative(add, deps, platform, arch);
+  checkNativeFacilities(add, native);
+  checkSigchld(add, deps.proc);
+  const ok = items.every((i) => i.ok);
+  const report = create(FacilityReportSchema, { ok, items, kernel, arch, bootId });
+  return { report, native: ok ? native : undefined };
+}
 
+function checkPlatform(add: AddItem, platform: string, arch: string, kernel: string): void {
   add("platform", platform === "linux", "unsupported_platform",
     platform === "linux" ? "Linux." : `Platform ${platform} is not supported; the supervisor needs Linux.`);
   add("arch", arch === "x64", "unsupported_arch",
@@ -56,57 +69,68 @@ export function probeFacilitiesInThisProcess(deps: FacilityProbeDeps): FacilityP
   const kernelOk = major > MIN_KERNEL[0] || (major === MIN_KERNEL[0] && minor >= MIN_KERNEL[1]);
   add("kernel", kernelOk, "kernel_too_old",
     kernelOk ? `Kernel ${kernel} has pidfd_open (5.3+).` : `Kernel ${kernel} is older than 5.3 and lacks pidfd_open.`);
+}
 
+/** Checks /proc; returns the boot id ("" when unreadable). */
+function checkProc(add: AddItem, proc: ProcFs): string {
   let bootId = "";
-  let procOk = false;
   try {
-    bootId = deps.proc.readBootId();
-    const self = deps.proc.readStat(process.pid);
-    procOk = bootId.length > 0 && self !== undefined && self.pid === process.pid && deps.proc.listPids().length > 0;
+    bootId = proc.readBootId();
+    const self = proc.readStat(process.pid);
+    const procOk = bootId.length > 0 && self !== undefined && self.pid === process.pid && proc.listPids().length > 0;
     add("proc", procOk, "proc_unreadable",
       procOk ? "/proc is readable (stat, boot_id, directory)." : "/proc did not return this process's stat or the boot id.");
   } catch (err) {
     add("proc", false, "proc_unreadable", `/proc is not readable: ${(err as Error).message}.`);
   }
+  return bootId;
+}
 
-  let native: NativeSystem | undefined;
-  if (platform === "linux" && arch === "x64") {
-    try {
-      native = deps.loadNative();
-      add("libc", true, "ok", "libc loaded with posix_spawn (addchdir_np, addclosefrom_np), waitpid, prctl, getsockopt.");
-    } catch (err) {
-      const detail = err instanceof NativeCallError ? err.call : (err as Error).message;
-      add("libc", false, "native_unavailable", `The native layer could not load: ${detail}.`);
-    }
-  } else {
+function loadNative(add: AddItem, deps: FacilityProbeDeps, platform: string, arch: string): NativeSystem | undefined {
+  if (platform !== "linux" || arch !== "x64") {
     add("libc", false, "native_unavailable", "The native layer is only built for Linux x86_64.");
+    return undefined;
   }
+  try {
+    const native = deps.loadNative();
+    add("libc", true, "ok", "libc loaded with posix_spawn (addchdir_np, addclosefrom_np), waitpid, prctl, getsockopt.");
+    return native;
+  } catch (err) {
+    const detail = err instanceof NativeCallError ? err.call : (err as Error).message;
+    add("libc", false, "native_unavailable", `The native layer could not load: ${detail}.`);
+    return undefined;
+  }
+}
 
-  if (native !== undefined) {
-    const opened = native.pidfdOpen(native.getpid());
-    if (!opened.ok) {
-      add("pidfd", false, "pidfd_unavailable", `pidfd_open failed with errno ${opened.errno}.`);
-    } else {
-      const sent = native.pidfdSendSignal(opened.fd, 0);
-      native.close(opened.fd);
-      add("pidfd", sent.ok, "pidfd_unavailable",
-        sent.ok ? "pidfd_open and pidfd_send_signal work." : `pidfd_send_signal failed with errno ${sent.errno}.`);
-    }
-    try {
-      native.setChildSubreaper(true);
-      const on = native.isChildSubreaper();
-      add("subreaper", on, "subreaper_unverified",
-        on ? "PR_SET_CHILD_SUBREAPER set and read back." : "PR_SET_CHILD_SUBREAPER did not read back as set.");
-    } catch (err) {
-      add("subreaper", false, "subreaper_unavailable", `PR_SET_CHILD_SUBREAPER failed: ${(err as Error).message}.`);
-    }
-  } else {
+/** pidfds and the child-subreaper bit (this makes the calling process a subreaper). */
+function checkNativeFacilities(add: AddItem, native: NativeSystem | undefined): void {
+  if (native === undefined) {
     add("pidfd", false, "pidfd_unavailable", "Not checked: the native layer is unavailable.");
     add("subreaper", false, "subreaper_unavailable", "Not checked: the native layer is unavailable.");
+    return;
   }
-
+  const opened = native.pidfdOpen(native.getpid());
+  if (!opened.ok) {
+    add("pidfd", false, "pidfd_unavailable", `pidfd_open failed with errno ${opened.errno}.`);
+  } else {
+    const sent = native.pidfdSendSignal(opened.fd, 0);
+    native.close(opened.fd);
+    add("pidfd", sent.ok, "pidfd_unavailable",
+      sent.ok ? "pidfd_open and pidfd_send_signal work." : `pidfd_send_signal failed with errno ${sent.errno}.`);
+  }
   try {
-    const disposition = signalDisposition(deps.proc.readSelfStatus(), SIGCHLD);
+    native.setChildSubreaper(true);
+    const on = native.isChildSubreaper();
+    add("subreaper", on, "subreaper_unverified",
+      on ? "PR_SET_CHILD_SUBREAPER set and read back." : "PR_SET_CHILD_SUBREAPER did not read back as set.");
+  } catch (err) {
+    add("subreaper", false, "subreaper_unavailable", `PR_SET_CHILD_SUBREAPER failed: ${(err as Error).message}.`);
+  }
+}
+
+function checkSigchld(add: AddItem, proc: ProcFs): void {
+  try {
+    const disposition = signalDisposition(proc.readSelfStatus(), SIGCHLD);
     add("sigchld", disposition === "default", "sigchld_not_default",
       disposition === "default"
         ? "SIGCHLD is at its default disposition (nothing else reaps)."
@@ -114,10 +138,6 @@ export function probeFacilitiesInThisProcess(deps: FacilityProbeDeps): FacilityP
   } catch (err) {
     add("sigchld", false, "sigchld_unreadable", `SIGCHLD disposition unreadable: ${(err as Error).message}.`);
   }
-
-  const ok = items.every((i) => i.ok);
-  const report = create(FacilityReportSchema, { ok, items, kernel, arch, bootId });
-  return { report, native: ok ? native : undefined };
 }
 
 /** The first blocking item of a report, as "code: message", or undefined when it is ok. */

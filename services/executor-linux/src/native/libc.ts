@@ -66,149 +66,15 @@ export function createNativeSystem(): NativeSystem {
   } catch (err) {
     throw new NativeCallError("dlopen(libc.so.6)", Errno.ENOENT, { cause: err });
   }
-  const fn = (proto: string): NativeFn => {
-    try {
-      return lib.func(proto);
-    } catch (err) {
-      throw new NativeCallError(`dlsym(${proto})`, Errno.ENOSYS, { cause: err });
-    }
-  };
-
-  const ucred = koffi.struct({ pid: "int32_t", uid: "uint32_t", gid: "uint32_t" });
-  const intOut = koffi.out(koffi.pointer("int"));
-
-  const getpid = fn("int getpid(void)");
-  const getuid = fn("unsigned int getuid(void)");
-  const getsid = fn("int getsid(int pid)");
-  const setsid = fn("int setsid(void)");
-  // prctl is variadic in glibc: every extra argument is passed with its exact C type.
-  const prctl = fn("int prctl(int option, ...)");
-  // syscall(2) is variadic too, but glibc's x86_64 syscall() is an assembly stub that moves
-  // the integer argument registers into the kernel's and never reads %al, so exact fixed
-  // prototypes per syscall are ABI-identical and skip koffi's per-call variadic type parsing
-  // (this is the hot path of cleanup: three calls per signalled process).
-  const sysPidfdOpen = fn("long syscall(long number, int pid, unsigned int flags)");
-  const sysPidfdSendSignal = fn("long syscall(long number, int pidfd, int sig, void *info, unsigned int flags)");
-  const close = fn("int close(int fd)");
-  const waitpid = fn("int waitpid(int pid, _Out_ int *status, int options)");
-  const pipe2 = fn("int pipe2(_Out_ int *fds, int flags)");
-  // Classic declaration syntax: the struct type is anonymous, so creating a second
-  // NativeSystem in one process does not collide on a registered type name.
-  let getsockopt: NativeFn;
-  try {
-    getsockopt = lib.func("getsockopt", "int", ["int", "int", "int", koffi.out(koffi.pointer(ucred)), koffi.inout(koffi.pointer("uint32_t"))]);
-  } catch (err) {
-    throw new NativeCallError("dlsym(getsockopt)", Errno.ENOSYS, { cause: err });
-  }
-  const faInit = fn("int posix_spawn_file_actions_init(void *fa)");
-  const faDestroy = fn("int posix_spawn_file_actions_destroy(void *fa)");
-  const faAddOpen = fn("int posix_spawn_file_actions_addopen(void *fa, int fd, const char *path, int oflag, unsigned int mode)");
-  const faAddDup2 = fn("int posix_spawn_file_actions_adddup2(void *fa, int fd, int newfd)");
-  const faAddChdir = fn("int posix_spawn_file_actions_addchdir_np(void *fa, const char *path)");
-  const faAddClosefrom = fn("int posix_spawn_file_actions_addclosefrom_np(void *fa, int from)");
-  const attrInit = fn("int posix_spawnattr_init(void *attr)");
-  const attrDestroy = fn("int posix_spawnattr_destroy(void *attr)");
-  const attrSetFlags = fn("int posix_spawnattr_setflags(void *attr, short flags)");
-  const attrSetPgroup = fn("int posix_spawnattr_setpgroup(void *attr, int pgroup)");
-  const attrSetSigDefault = fn("int posix_spawnattr_setsigdefault(void *attr, const void *set)");
-  const attrSetSigMask = fn("int posix_spawnattr_setsigmask(void *attr, const void *set)");
-  const posixSpawn = fn(
-    "int posix_spawn(_Out_ int *pid, const char *path, void *fa, void *attr, const char **argv, const char **envp)",
-  );
-
-  // Every bit set, not sigfillset(): glibc's sigfillset leaves out its internal signals 32 and
-  // 33, which posix_spawn then leaves SIG_IGN in the child; with all bits set they go back to
-  // SIG_DFL as well, so the command starts like one started from a login shell.
-  // posix_spawnattr_set* copy the set, so plain buffers are enough.
-  const allSignals = Buffer.alloc(SIGSET_BYTES, 0xff);
-  const noSignals = Buffer.alloc(SIGSET_BYTES, 0);
-
+  const libc = bindLibc(koffi, lib);
   const errno = (): number => koffi.errno();
-
   return {
-    getpid: () => getpid() as number,
-    getuid: () => getuid() as number,
-    getsid: (pid) => getsid(pid) as number,
-    setsid() {
-      const sid = setsid() as number;
-      if (sid < 0) throw new NativeCallError("setsid", errno());
-      return sid;
-    },
-    setChildSubreaper(on) {
-      const rc = prctl(PR_SET_CHILD_SUBREAPER, "unsigned long", on ? 1 : 0, "unsigned long", 0, "unsigned long", 0, "unsigned long", 0) as number;
-      if (rc !== 0) throw new NativeCallError("prctl(PR_SET_CHILD_SUBREAPER)", errno());
-    },
-    isChildSubreaper() {
-      const out = [0];
-      const rc = prctl(PR_GET_CHILD_SUBREAPER, intOut, out, "unsigned long", 0, "unsigned long", 0, "unsigned long", 0) as number;
-      if (rc !== 0) throw new NativeCallError("prctl(PR_GET_CHILD_SUBREAPER)", errno());
-      return out[0] !== 0;
-    },
-    pidfdOpen(pid): FdResult {
-      const fd = Number(sysPidfdOpen(SYS_PIDFD_OPEN, pid, 0));
-      return fd >= 0 ? { ok: true, fd } : { ok: false, errno: errno() };
-    },
-    pidfdSendSignal(pidfd, signal): CallResult {
-      const rc = Number(sysPidfdSendSignal(SYS_PIDFD_SEND_SIGNAL, pidfd, signal, null, 0));
-      return rc === 0 ? { ok: true } : { ok: false, errno: errno() };
-    },
-    close(fd) {
-      close(fd);
-    },
-    waitAny(): WaitResult {
-      const status = [0];
-      for (;;) {
-        const pid = waitpid(-1, status, WNOHANG | WALL) as number;
-        if (pid > 0) return { kind: "reaped", pid, status: decodeWaitStatus(status[0] ?? 0) };
-        if (pid === 0) return { kind: "none" };
-        const e = errno();
-        if (e === Errno.EINTR) continue;
-        if (e === Errno.ECHILD) return { kind: "echild" };
-        throw new NativeCallError("waitpid", e);
-      }
-    },
-    pipe() {
-      const fds = [-1, -1];
-      if ((pipe2(fds, O_CLOEXEC) as number) !== 0) throw new NativeCallError("pipe2", errno());
-      return [fds[0] ?? -1, fds[1] ?? -1] as const;
-    },
-    spawn(request: SpawnRequest): SpawnResult {
-      const fa = koffi.alloc("uint8_t", FILE_ACTIONS_BYTES);
-      const attr = koffi.alloc("uint8_t", SPAWNATTR_BYTES);
-      let faReady = false;
-      let attrReady = false;
-      try {
-        const check = (rc: unknown): void => {
-          if (rc !== 0) throw new NativeCallError("posix_spawn setup", rc as number);
-        };
-        check(faInit(fa));
-        faReady = true;
-        check(attrInit(attr));
-        attrReady = true;
-        check(faAddOpen(fa, 0, "/dev/null", O_RDONLY, 0));
-        check(faAddDup2(fa, request.stdoutFd, 1));
-        check(faAddDup2(fa, request.stderrFd, 2));
-        check(faAddChdir(fa, request.cwd));
-        check(faAddClosefrom(fa, 3));
-        check(attrSetFlags(attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK));
-        check(attrSetPgroup(attr, 0));
-        check(attrSetSigDefault(attr, allSignals));
-        check(attrSetSigMask(attr, noSignals));
-        const pidOut = [0];
-        const rc = posixSpawn(pidOut, request.path, fa, attr, [...request.argv, null], [...request.envp, null]) as number;
-        if (rc !== 0) return { ok: false, errno: rc };
-        return { ok: true, pid: pidOut[0] ?? 0 };
-      } finally {
-        if (faReady) faDestroy(fa);
-        if (attrReady) attrDestroy(attr);
-        koffi.free(fa);
-        koffi.free(attr);
-      }
-    },
+    ...processCalls(libc, errno),
+    spawn: spawnCall(koffi, libc),
     peerCredentials(fd): PeerCredentials {
       const cred: { pid?: number; uid?: number; gid?: number } = {};
-      const len = [koffi.sizeof(ucred)];
-      const rc = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, len) as number;
+      const len = [koffi.sizeof(libc.ucred)];
+      const rc = libc.getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, len) as number;
       if (rc !== 0) throw new NativeCallError("getsockopt(SO_PEERCRED)", errno());
       return { pid: cred.pid ?? -1, uid: cred.uid ?? -1, gid: cred.gid ?? -1 };
     },
@@ -229,5 +95,156 @@ export function createNativeSystem(): NativeSystem {
         },
       };
     },
+  };
+}
+
+/** The libc functions and types the native layer calls, bound once per NativeSystem. */
+type Libc = ReturnType<typeof bindLibc>;
+
+function bindLibc(koffi: Koffi, lib: LibraryHandle) {
+  const fn = (proto: string): NativeFn => {
+    try {
+      return lib.func(proto);
+    } catch (err) {
+      throw new NativeCallError(`dlsym(${proto})`, Errno.ENOSYS, { cause: err });
+    }
+  };
+  const ucred = koffi.struct({ pid: "int32_t", uid: "uint32_t", gid: "uint32_t" });
+  // Classic declaration syntax: the struct type is anonymous, so creating a second
+  // NativeSystem in one process does not collide on a registered type name.
+  let getsockopt: NativeFn;
+  try {
+    getsockopt = lib.func("getsockopt", "int", ["int", "int", "int", koffi.out(koffi.pointer(ucred)), koffi.inout(koffi.pointer("uint32_t"))]);
+  } catch (err) {
+    throw new NativeCallError("dlsym(getsockopt)", Errno.ENOSYS, { cause: err });
+  }
+  return {
+    ucred,
+    intOut: koffi.out(koffi.pointer("int")),
+    getpid: fn("int getpid(void)"),
+    getuid: fn("unsigned int getuid(void)"),
+    getsid: fn("int getsid(int pid)"),
+    setsid: fn("int setsid(void)"),
+    // prctl is variadic in glibc: every extra argument is passed with its exact C type.
+    prctl: fn("int prctl(int option, ...)"),
+    // syscall(2) is variadic too, but glibc's x86_64 syscall() is an assembly stub that moves
+    // the integer argument registers into the kernel's and never reads %al, so exact fixed
+    // prototypes per syscall are ABI-identical and skip koffi's per-call variadic type parsing
+    // (this is the hot path of cleanup: three calls per signalled process).
+    sysPidfdOpen: fn("long syscall(long number, int pid, unsigned int flags)"),
+    sysPidfdSendSignal: fn("long syscall(long number, int pidfd, int sig, void *info, unsigned int flags)"),
+    close: fn("int close(int fd)"),
+    waitpid: fn("int waitpid(int pid, _Out_ int *status, int options)"),
+    pipe2: fn("int pipe2(_Out_ int *fds, int flags)"),
+    getsockopt,
+    faInit: fn("int posix_spawn_file_actions_init(void *fa)"),
+    faDestroy: fn("int posix_spawn_file_actions_destroy(void *fa)"),
+    faAddOpen: fn("int posix_spawn_file_actions_addopen(void *fa, int fd, const char *path, int oflag, unsigned int mode)"),
+    faAddDup2: fn("int posix_spawn_file_actions_adddup2(void *fa, int fd, int newfd)"),
+    faAddChdir: fn("int posix_spawn_file_actions_addchdir_np(void *fa, const char *path)"),
+    faAddClosefrom: fn("int posix_spawn_file_actions_addclosefrom_np(void *fa, int from)"),
+    attrInit: fn("int posix_spawnattr_init(void *attr)"),
+    attrDestroy: fn("int posix_spawnattr_destroy(void *attr)"),
+    attrSetFlags: fn("int posix_spawnattr_setflags(void *attr, short flags)"),
+    attrSetPgroup: fn("int posix_spawnattr_setpgroup(void *attr, int pgroup)"),
+    attrSetSigDefault: fn("int posix_spawnattr_setsigdefault(void *attr, const void *set)"),
+    attrSetSigMask: fn("int posix_spawnattr_setsigmask(void *attr, const void *set)"),
+    posixSpawn: fn("int posix_spawn(_Out_ int *pid, const char *path, void *fa, void *attr, const char **argv, const char **envp)"),
+  };
+}
+
+/** Process identity, session, subreaper, pidfd, reaping and pipe calls. */
+function processCalls(libc: Libc, errno: () => number): Omit<NativeSystem, "spawn" | "peerCredentials" | "watchReadable"> {
+  const { prctl, intOut } = libc;
+  return {
+    getpid: () => libc.getpid() as number,
+    getuid: () => libc.getuid() as number,
+    getsid: (pid) => libc.getsid(pid) as number,
+    setsid() {
+      const sid = libc.setsid() as number;
+      if (sid < 0) throw new NativeCallError("setsid", errno());
+      return sid;
+    },
+    setChildSubreaper(on) {
+      const rc = prctl(PR_SET_CHILD_SUBREAPER, "unsigned long", on ? 1 : 0, "unsigned long", 0, "unsigned long", 0, "unsigned long", 0) as number;
+      if (rc !== 0) throw new NativeCallError("prctl(PR_SET_CHILD_SUBREAPER)", errno());
+    },
+    isChildSubreaper() {
+      const out = [0];
+      const rc = prctl(PR_GET_CHILD_SUBREAPER, intOut, out, "unsigned long", 0, "unsigned long", 0, "unsigned long", 0) as number;
+      if (rc !== 0) throw new NativeCallError("prctl(PR_GET_CHILD_SUBREAPER)", errno());
+      return out[0] !== 0;
+    },
+    pidfdOpen(pid): FdResult {
+      const fd = Number(libc.sysPidfdOpen(SYS_PIDFD_OPEN, pid, 0));
+      return fd >= 0 ? { ok: true, fd } : { ok: false, errno: errno() };
+    },
+    pidfdSendSignal(pidfd, signal): CallResult {
+      const rc = Number(libc.sysPidfdSendSignal(SYS_PIDFD_SEND_SIGNAL, pidfd, signal, null, 0));
+      return rc === 0 ? { ok: true } : { ok: false, errno: errno() };
+    },
+    close(fd) {
+      libc.close(fd);
+    },
+    waitAny(): WaitResult {
+      const status = [0];
+      for (;;) {
+        const pid = libc.waitpid(-1, status, WNOHANG | WALL) as number;
+        if (pid > 0) return { kind: "reaped", pid, status: decodeWaitStatus(status[0] ?? 0) };
+        if (pid === 0) return { kind: "none" };
+        const e = errno();
+        if (e === Errno.EINTR) continue;
+        if (e === Errno.ECHILD) return { kind: "echild" };
+        throw new NativeCallError("waitpid", e);
+      }
+    },
+    pipe() {
+      const fds = [-1, -1];
+      if ((libc.pipe2(fds, O_CLOEXEC) as number) !== 0) throw new NativeCallError("pipe2", errno());
+      return [fds[0] ?? -1, fds[1] ?? -1] as const;
+    },
+  };
+}
+
+/** posix_spawn with stdin /dev/null, the given stdout/stderr, the cwd, fds from 3 closed, its own process group, every signal default and unblocked. */
+function spawnCall(koffi: Koffi, libc: Libc): NativeSystem["spawn"] {
+  // Every bit set, not sigfillset(): glibc's sigfillset leaves out its internal signals 32 and
+  // 33, which posix_spawn then leaves SIG_IGN in the child; with all bits set they go back to
+  // SIG_DFL as well, so the command starts like one started from a login shell.
+  // posix_spawnattr_set* copy the set, so plain buffers are enough.
+  const allSignals = Buffer.alloc(SIGSET_BYTES, 0xff);
+  const noSignals = Buffer.alloc(SIGSET_BYTES, 0);
+  return (request: SpawnRequest): SpawnResult => {
+    const fa = koffi.alloc("uint8_t", FILE_ACTIONS_BYTES);
+    const attr = koffi.alloc("uint8_t", SPAWNATTR_BYTES);
+    let faReady = false;
+    let attrReady = false;
+    try {
+      const check = (rc: unknown): void => {
+        if (rc !== 0) throw new NativeCallError("posix_spawn setup", rc as number);
+      };
+      check(libc.faInit(fa));
+      faReady = true;
+      check(libc.attrInit(attr));
+      attrReady = true;
+      check(libc.faAddOpen(fa, 0, "/dev/null", O_RDONLY, 0));
+      check(libc.faAddDup2(fa, request.stdoutFd, 1));
+      check(libc.faAddDup2(fa, request.stderrFd, 2));
+      check(libc.faAddChdir(fa, request.cwd));
+      check(libc.faAddClosefrom(fa, 3));
+      check(libc.attrSetFlags(attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK));
+      check(libc.attrSetPgroup(attr, 0));
+      check(libc.attrSetSigDefault(attr, allSignals));
+      check(libc.attrSetSigMask(attr, noSignals));
+      const pidOut = [0];
+      const rc = libc.posixSpawn(pidOut, request.path, fa, attr, [...request.argv, null], [...request.envp, null]) as number;
+      if (rc !== 0) return { ok: false, errno: rc };
+      return { ok: true, pid: pidOut[0] ?? 0 };
+    } finally {
+      if (faReady) libc.faDestroy(fa);
+      if (attrReady) libc.attrDestroy(attr);
+      koffi.free(fa);
+      koffi.free(attr);
+    }
   };
 }

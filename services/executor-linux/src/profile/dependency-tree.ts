@@ -42,32 +42,106 @@ function isPackageDirRel(rel: string): boolean {
  * `.bin` entry must be a link to a regular file inside a package directory of the snapshot.
  */
 export async function listDependencyTree(root: string, rootReal: string): Promise<DependencyListing> {
-  const entries: DependencyEntry[] = [];
-  const reasons: BlockReason[] = [];
-  const packageDirs: string[] = [];
-  let fileCount = 0;
-  let totalBytes = 0;
-  let largest: { rel: string; size: number } | undefined;
-  let visited = 0;
-  let truncated = false;
-  const nmReal = join(rootReal, "node_modules");
-
+  const w = new DependencyWalk(root, join(rootReal, "node_modules"));
+  const empty = { entries: w.entries, fileCount: 0, totalBytes: 0, packageDirs: w.packageDirs, reasons: w.reasons, truncated: false };
   let top: Stats;
   try {
     top = await lstat(join(root, "node_modules"));
   } catch {
-    return { present: false, entries, fileCount, totalBytes, packageDirs, reasons, truncated };
+    return { present: false, ...empty };
   }
   if (top.isSymbolicLink()) {
-    reasons.push(blockReason("foreign_package_root", "node_modules itself is a link to another directory; only a dependency tree inside the repository can be staged.", "node_modules"));
-    return { present: true, entries, fileCount, totalBytes, packageDirs, reasons, truncated };
+    w.reasons.push(blockReason("foreign_package_root", "node_modules itself is a link to another directory; only a dependency tree inside the repository can be staged.", "node_modules"));
+    return { present: true, ...empty };
   }
   if (!top.isDirectory()) {
-    reasons.push(blockReason("special_file", "node_modules is not a directory.", "node_modules"));
-    return { present: true, entries, fileCount, totalBytes, packageDirs, reasons, truncated };
+    w.reasons.push(blockReason("special_file", "node_modules is not a directory.", "node_modules"));
+    return { present: true, ...empty };
+  }
+  await w.walk("node_modules");
+  if (w.truncated) {
+    w.reasons.push(blockReason("tree_walk_exceeded", `node_modules has more than ${DEPENDENCY_WALK_CAP.toLocaleString("en-US")} entries; inspection stopped walking it.`, "node_modules"));
+  }
+  return { present: true, entries: w.entries, fileCount: w.fileCount, totalBytes: w.totalBytes, largest: w.largest, packageDirs: w.packageDirs, reasons: w.reasons, truncated: w.truncated };
+}
+
+/** One walk of node_modules: what it listed and why it cannot be staged. */
+class DependencyWalk {
+  readonly entries: DependencyEntry[] = [];
+  readonly reasons: BlockReason[] = [];
+  readonly packageDirs: string[] = [];
+  fileCount = 0;
+  totalBytes = 0;
+  largest: { rel: string; size: number } | undefined;
+  visited = 0;
+  truncated = false;
+
+  constructor(
+    readonly root: string,
+    /** The real path of the snapshot's node_modules. */
+    readonly nmReal: string,
+  ) {}
+
+  async walk(relDir: string): Promise<void> {
+    const root = this.root;
+    const names = await sortedEntries(join(root, relDir), relDir);
+    // Every entry up to the walk's cap is lstat'ed at once, then examined in order.
+    const stats = await lstatEach(join(root, relDir), names.slice(0, Math.max(0, DEPENDENCY_WALK_CAP - this.visited + 1)));
+    const inBin = posix.basename(relDir) === ".bin";
+    for (const [i, name] of names.entries()) {
+      if (++this.visited > DEPENDENCY_WALK_CAP) {
+        this.truncated = true;
+        return;
+      }
+      const rel = `${relDir}/${name}`;
+      const st = stats[i] as Stats;
+      if (inBin) {
+        if (!st.isSymbolicLink()) {
+          this.reasons.push(blockReason("bin_alias_unknown", `${rel} is not a link into a package; unknown executable aliases block.`, rel));
+          continue;
+        }
+        await this.checkLink(rel, true);
+      } else if (st.isSymbolicLink()) {
+        await this.linkEntry(rel, name);
+      } else if (st.isDirectory()) {
+        this.entries.push({ type: "dir", rel });
+        if (isPackageDirRel(rel)) this.packageDirs.push(rel);
+        await this.walk(rel);
+        if (this.truncated) return;
+      } else if (st.isFile()) {
+        this.fileCount++;
+        this.totalBytes += st.size;
+        if (!this.largest || st.size > this.largest.size) this.largest = { rel, size: st.size };
+        this.entries.push({ type: "file", rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
+      } else {
+        this.reasons.push(blockReason("special_file", `${rel} is a special file (not a regular file, directory or link).`, rel));
+      }
+    }
   }
 
-  const checkLink = async (rel: string, bin: boolean): Promise<void> => {
+  /** A link outside .bin: a linked .bin or package root blocks; any other link is checked. */
+  async linkEntry(rel: string, name: string): Promise<void> {
+    if (name === ".bin") {
+      // A linked .bin directory would hide its entries from the alias checks.
+      this.reasons.push(blockReason("bin_alias_unknown", `${rel} is a link, not a directory of aliases; its entries cannot be verified.`, rel));
+      return;
+    }
+    if (isPackageDirRel(rel)) {
+      let where = "";
+      try {
+        where = await realpath(join(this.root, rel));
+      } catch {
+        where = await readlink(join(this.root, rel));
+      }
+      this.reasons.push(blockReason("foreign_package_root", `${rel} is a link to ${where} (as npm link or workspaces make); foreign package roots are not staged.`, rel));
+      return;
+    }
+    await this.checkLink(rel, false);
+  }
+
+  /** A link must be relative and resolve (lexically and really) inside node_modules; a .bin alias to a file of a package. */
+  async checkLink(rel: string, bin: boolean): Promise<void> {
+    const { root, nmReal, reasons } = this;
     const target = await readlink(join(root, rel));
     const code = bin ? "bin_link_escapes" : "link_escapes_snapshot";
     if (posix.isAbsolute(target)) {
@@ -103,68 +177,6 @@ export async function listDependencyTree(root: string, rootReal: string): Promis
         return;
       }
     }
-    entries.push({ type: "link", rel, target, bin });
-  };
-
-  const walk = async (relDir: string): Promise<void> => {
-    const names = await sortedEntries(join(root, relDir), relDir);
-    // Every entry up to the walk's cap is lstat'ed at once, then examined in order.
-    const stats = await lstatEach(join(root, relDir), names.slice(0, Math.max(0, DEPENDENCY_WALK_CAP - visited + 1)));
-    for (const [i, name] of names.entries()) {
-      if (++visited > DEPENDENCY_WALK_CAP) {
-        truncated = true;
-        return;
-      }
-      const rel = `${relDir}/${name}`;
-      const st = stats[i] as Stats;
-      const inBin = posix.basename(relDir) === ".bin";
-      if (inBin) {
-        if (!st.isSymbolicLink()) {
-          reasons.push(blockReason("bin_alias_unknown", `${rel} is not a link into a package; unknown executable aliases block.`, rel));
-          continue;
-        }
-        await checkLink(rel, true);
-        continue;
-      }
-      if (st.isSymbolicLink()) {
-        if (name === ".bin") {
-          // A linked .bin directory would hide its entries from the alias checks.
-          reasons.push(blockReason("bin_alias_unknown", `${rel} is a link, not a directory of aliases; its entries cannot be verified.`, rel));
-          continue;
-        }
-        if (isPackageDirRel(rel)) {
-          let where = "";
-          try {
-            where = await realpath(join(root, rel));
-          } catch {
-            where = await readlink(join(root, rel));
-          }
-          reasons.push(blockReason("foreign_package_root", `${rel} is a link to ${where} (as npm link or workspaces make); foreign package roots are not staged.`, rel));
-          continue;
-        }
-        await checkLink(rel, false);
-        continue;
-      }
-      if (st.isDirectory()) {
-        entries.push({ type: "dir", rel });
-        if (isPackageDirRel(rel)) packageDirs.push(rel);
-        await walk(rel);
-        if (truncated) return;
-        continue;
-      }
-      if (st.isFile()) {
-        fileCount++;
-        totalBytes += st.size;
-        if (!largest || st.size > largest.size) largest = { rel, size: st.size };
-        entries.push({ type: "file", rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
-        continue;
-      }
-      reasons.push(blockReason("special_file", `${rel} is a special file (not a regular file, directory or link).`, rel));
-    }
-  };
-  await walk("node_modules");
-  if (truncated) {
-    reasons.push(blockReason("tree_walk_exceeded", `node_modules has more than ${DEPENDENCY_WALK_CAP.toLocaleString("en-US")} entries; inspection stopped walking it.`, "node_modules"));
+    this.entries.push({ type: "link", rel, target, bin });
   }
-  return { present: true, entries, fileCount, totalBytes, largest, packageDirs, reasons, truncated };
 }

@@ -173,29 +173,60 @@ export async function resolveSourceLink(root: string, rel: string, outputDir: st
  * caller checks that what it resolves to is in the snapshot.
  */
 export async function listSourceSet(root: string, _rootReal: string, named: readonly string[], outputDir: string | undefined, walkOptions: SourceWalkOptions = {}): Promise<SourceListing> {
-  const skipped = walkOptions.skippedNames ?? SKIPPED_DIRS;
-  const files = new Map<string, SourceEntry>();
-  const links = new Map<string, SourceLink>();
-  const walkRoots: string[] = [];
-  const reasons: BlockReason[] = [];
-  let visited = 0;
-  let truncated = false;
+  const w = new SourceWalk(root, outputDir, walkOptions);
+  if (named.length === 0) {
+    w.walkRoots.push("");
+    await w.walk("");
+  } else {
+    for (const raw of named) {
+      await w.addNamed(raw);
+      if (w.truncated) break;
+    }
+  }
+  if (w.truncated) {
+    w.reasons.push(blockReason("tree_walk_exceeded", `The source set has more than ${SOURCE_WALK_CAP.toLocaleString("en-US")} entries; inspection stopped walking it.`, "."));
+  }
+  const byRel = <T extends { rel: string }>(a: T, b: T): number => (a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0);
+  return { files: [...w.files.values()].sort(byRel), links: [...w.links.values()].sort(byRel), walkRoots: w.walkRoots, reasons: w.reasons, truncated: w.truncated };
+}
 
-  const addLink = async (rel: string): Promise<void> => {
-    if (links.has(rel)) return;
-    const r = await resolveSourceLink(root, rel, outputDir, walkOptions);
-    if (r.ok) links.set(rel, r.link);
-    else reasons.push(r.reason);
-  };
+/** One listing's walk: what it found so far, and the cap on entries visited. */
+class SourceWalk {
+  readonly files = new Map<string, SourceEntry>();
+  readonly links = new Map<string, SourceLink>();
+  readonly walkRoots: string[] = [];
+  readonly reasons: BlockReason[] = [];
+  visited = 0;
+  truncated = false;
+  readonly #skipped: ReadonlySet<string>;
 
-  const walk = async (relDir: string): Promise<void> => {
-    const abs = relDir === "" ? root : join(root, relDir);
+  constructor(
+    readonly root: string,
+    readonly outputDir: string | undefined,
+    readonly options: SourceWalkOptions,
+  ) {
+    this.#skipped = options.skippedNames ?? SKIPPED_DIRS;
+  }
+
+  async addLink(rel: string): Promise<void> {
+    if (this.links.has(rel)) return;
+    const r = await resolveSourceLink(this.root, rel, this.outputDir, this.options);
+    if (r.ok) this.links.set(rel, r.link);
+    else this.reasons.push(r.reason);
+  }
+
+  addFile(rel: string, st: Stats): void {
+    this.files.set(rel, { rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
+  }
+
+  async walk(relDir: string): Promise<void> {
+    const abs = relDir === "" ? this.root : join(this.root, relDir);
     const names = await sortedEntries(abs, relDir);
     // Every entry up to the walk's cap is lstat'ed at once, then examined in order.
-    const stats = await lstatEach(abs, names.slice(0, Math.max(0, SOURCE_WALK_CAP - visited + 1)));
+    const stats = await lstatEach(abs, names.slice(0, Math.max(0, SOURCE_WALK_CAP - this.visited + 1)));
     for (const [i, name] of names.entries()) {
-      if (++visited > SOURCE_WALK_CAP) {
-        truncated = true;
+      if (++this.visited > SOURCE_WALK_CAP) {
+        this.truncated = true;
         return;
       }
       const rel = relDir === "" ? name : `${relDir}/${name}`;
@@ -203,59 +234,51 @@ export async function listSourceSet(root: string, _rootReal: string, named: read
       if (name === ".git") continue;
       const st = stats[i] as Stats;
       if (st.isDirectory()) {
-        if (skipped.has(name) || (outputDir !== undefined && rel === outputDir)) continue;
-        await walk(rel);
-        if (truncated) return;
+        if (this.#skipped.has(name) || (this.outputDir !== undefined && rel === this.outputDir)) continue;
+        await this.walk(rel);
+        if (this.truncated) return;
       } else if (st.isFile()) {
-        files.set(rel, { rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
+        this.addFile(rel, st);
       } else if (st.isSymbolicLink()) {
-        await addLink(rel);
+        await this.addLink(rel);
       } else {
-        reasons.push(blockReason("special_file", `${rel} is a special file (not a regular file, directory or link).`, rel));
+        this.reasons.push(blockReason("special_file", `${rel} is a special file (not a regular file, directory or link).`, rel));
       }
     }
-  };
+  }
 
-  if (named.length === 0) {
-    walkRoots.push("");
-    await walk("");
-  } else {
-    for (const raw of named) {
-      const checked = raw === "." || raw === "./" ? ({ ok: true, path: "" } as const) : checkRelativePath(raw.replace(/\/+$/, ""), "source path");
-      if (!checked.ok) {
-        reasons.push(blockReason("source_path_invalid", checked.reason.message, raw));
-        continue;
-      }
-      const rel = checked.path;
-      if (rel !== "" && outputDir !== undefined && isWithin(rel, outputDir)) {
-        const what = walkOptions.excludedLabel === undefined ? `the build output directory ${outputDir}, which the build writes` : `${walkOptions.excludedLabel} ${outputDir}, which is not source`;
-        reasons.push(blockReason("source_in_output_dir", `The source path ${raw} is inside ${what}.`, raw));
-        continue;
-      }
-      if (rel === "") {
-        walkRoots.push("");
-        await walk("");
-        continue;
-      }
-      const st = await lstatInside(root, rel);
-      if (!st) {
-        reasons.push(blockReason("source_path_not_found", `The source path ${raw} does not exist in the repository (or passes through a link).`, raw));
-      } else if (st.isDirectory()) {
-        walkRoots.push(rel);
-        await walk(rel);
-      } else if (st.isFile()) {
-        files.set(rel, { rel, size: st.size, mode: st.mode & 0o777, stamp: statStamp(st) });
-      } else if (st.isSymbolicLink()) {
-        await addLink(rel);
-      } else {
-        reasons.push(blockReason("special_file", `The source path ${raw} is a special file.`, raw));
-      }
-      if (truncated) break;
+  /** One named source path: a file, a link, or a directory walked like the whole package. */
+  async addNamed(raw: string): Promise<void> {
+    const checked = raw === "." || raw === "./" ? ({ ok: true, path: "" } as const) : checkRelativePath(raw.replace(/\/+$/, ""), "source path");
+    if (!checked.ok) {
+      this.reasons.push(blockReason("source_path_invalid", checked.reason.message, raw));
+      return;
+    }
+    const rel = checked.path;
+    const outputDir = this.outputDir;
+    if (rel !== "" && outputDir !== undefined && isWithin(rel, outputDir)) {
+      const label = this.options.excludedLabel;
+      const what = label === undefined ? `the build output directory ${outputDir}, which the build writes` : `${label} ${outputDir}, which is not source`;
+      this.reasons.push(blockReason("source_in_output_dir", `The source path ${raw} is inside ${what}.`, raw));
+      return;
+    }
+    if (rel === "") {
+      this.walkRoots.push("");
+      await this.walk("");
+      return;
+    }
+    const st = await lstatInside(this.root, rel);
+    if (!st) {
+      this.reasons.push(blockReason("source_path_not_found", `The source path ${raw} does not exist in the repository (or passes through a link).`, raw));
+    } else if (st.isDirectory()) {
+      this.walkRoots.push(rel);
+      await this.walk(rel);
+    } else if (st.isFile()) {
+      this.addFile(rel, st);
+    } else if (st.isSymbolicLink()) {
+      await this.addLink(rel);
+    } else {
+      this.reasons.push(blockReason("special_file", `The source path ${raw} is a special file.`, raw));
     }
   }
-  if (truncated) {
-    reasons.push(blockReason("tree_walk_exceeded", `The source set has more than ${SOURCE_WALK_CAP.toLocaleString("en-US")} entries; inspection stopped walking it.`, "."));
-  }
-  const byRel = <T extends { rel: string }>(a: T, b: T): number => (a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0);
-  return { files: [...files.values()].sort(byRel), links: [...links.values()].sort(byRel), walkRoots, reasons, truncated };
 }

@@ -11,7 +11,7 @@ import { readPidNamespace } from "../native/pid-namespace.js";
 import { requestHost, requestHostLaunch, SupervisorLaunchError } from "../supervisor-client/launch.js";
 import { retireWarmSupervisor } from "../supervisor-client/warm.js";
 import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
-import { hostTokenFile, startSupervisorHost, type SupervisorHost } from "./host.js";
+import { hostTokenFile, startSupervisorHost, SupervisorBundleMissingError, type SupervisorHost } from "./host.js";
 
 const log = createRootLogger({ name: "host-test", level: "silent" });
 let dir: string;
@@ -155,5 +155,20 @@ describe("supervisor host launch channel", () => {
       chmodSync(dir, 0o700);
     }
     expect(host.children.size).toBe(0);
+  });
+});
+
+describe("supervisor host start", () => {
+  it("refuses to start without its supervisor bundle, naming the file and `npm run build`, and creates no socket", async () => {
+    const otherSocket = join(dir, "other", "host.sock");
+    const entry = join(dir, "no-bundle", "supervisor.mjs");
+    const err = await startSupervisorHost({ socketPath: otherSocket, dataDir, log, native: createNativeSystem(), supervisorEntry: entry }).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err).toBeInstanceOf(SupervisorBundleMissingError);
+    expect(err?.message).toBe(`the supervisor host cannot start supervisors: the per-job supervisor bundle ${entry} is missing; run \`npm run build\` (it builds the bundle, \`tsc -b\` does not)`);
+    expect(existsSync(otherSocket)).toBe(false);
+    expect(existsSync(hostTokenFile(otherSocket))).toBe(false);
   });
 });

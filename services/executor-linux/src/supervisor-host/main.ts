@@ -10,7 +10,7 @@ import { connect } from "node:net";
 import { ConfigError, createRootLogger } from "@seraph/kit";
 import { createNativeSystem } from "../native/libc.js";
 import { loadSupervisorHostConfig } from "./config.js";
-import { startSupervisorHost } from "./host.js";
+import { startSupervisorHost, SupervisorBundleMissingError } from "./host.js";
 
 let config;
 try {
@@ -38,13 +38,22 @@ if (process.argv[2] === "--check") {
   });
 } else {
   const log = createRootLogger({ name: "supervisor-host", level: config.LOG_LEVEL });
-  const host = await startSupervisorHost({
-    socketPath: config.SERAPH_SUPERVISOR_HOST_SOCKET,
-    dataDir: config.SERAPH_EXECUTOR_DATA_DIR,
-    nodePath: config.SERAPH_SUPERVISOR_RUNTIME || undefined,
-    log,
-    native: createNativeSystem(),
-  });
+  let host;
+  try {
+    host = await startSupervisorHost({
+      socketPath: config.SERAPH_SUPERVISOR_HOST_SOCKET,
+      dataDir: config.SERAPH_EXECUTOR_DATA_DIR,
+      nodePath: config.SERAPH_SUPERVISOR_RUNTIME || undefined,
+      log,
+      native: createNativeSystem(),
+    });
+  } catch (err) {
+    if (!(err instanceof SupervisorBundleMissingError)) throw err;
+    // Nothing started yet: the fix, once, and the exit status of a configuration error.
+    log.error({ reason: "supervisor_missing" }, err.message);
+    process.stderr.write(`seraph supervisor host: ${err.message}\n`);
+    process.exit(2);
+  }
   for (const sig of ["SIGTERM", "SIGINT"] as const) {
     process.once(sig, () => {
       log.info({ event: "draining", signal: sig, supervisors: host.children.size }, "supervisor host draining: no new launches; waiting for running supervisors");

@@ -70,114 +70,143 @@ const key = (p: ProcStat): string => `${p.pid}:${p.startTimeTicks}`;
  * budget: when it runs out, `echild` is false and the caller must report unknown.
  */
 export async function runCleanup(deps: CleanupDeps, options: CleanupOptions): Promise<CleanupResult> {
-  const { native, proc, reaper, now, sleep } = deps;
-  const start = now();
-  const minRescanMs = options.rescanMs ?? 25;
-  let lastScanMs = 0;
-  let initial = options.initialScan;
-  const termed = new Set<string>();
-  const killed = new Set<string>();
-  const refused = new Set<string>();
-  let rounds = 0;
-  let scans = 0;
-  let scanMs = 0;
-  let signalMs = 0;
-  let termUntil: number | undefined;
-  let killPhase = false;
+  return new CleanupRun(deps, options).run();
+}
 
-  const finish = (echild: boolean): CleanupResult => ({
-    echild,
-    signalledTerm: termed.size,
-    signalledKill: killed.size,
-    identityRefusals: refused.size,
-    rounds,
-    cleanupMs: Math.round(now() - start),
-    scans,
-    scanMs: Math.round(scanMs),
-    signalMs: Math.round(signalMs),
-  });
+/** One cleanup's rounds and what they did so far. */
+class CleanupRun {
+  readonly #d: CleanupDeps;
+  readonly #o: CleanupOptions;
+  readonly #start: number;
+  readonly #minRescanMs: number;
+  #lastScanMs = 0;
+  #initial: readonly ProcStat[] | undefined;
+  readonly #termed = new Set<string>();
+  readonly #killed = new Set<string>();
+  readonly #refused = new Set<string>();
+  #rounds = 0;
+  #scans = 0;
+  #scanMs = 0;
+  #signalMs = 0;
+  #termUntil: number | undefined;
+  #killPhase = false;
 
-  // Reap-only polling between scans: cheap (one syscall), while a scan reads every /proc/<pid>/stat.
-  const reapFor = async (ms: number): Promise<boolean> => {
+  constructor(deps: CleanupDeps, options: CleanupOptions) {
+    this.#d = deps;
+    this.#o = options;
+    this.#start = deps.now();
+    this.#minRescanMs = options.rescanMs ?? 25;
+    this.#initial = options.initialScan;
+  }
+
+  async run(): Promise<CleanupResult> {
+    const { reaper, now } = this.#d;
+    const options = this.#o;
+    for (;;) {
+      if (reaper.reapAll().echild) return this.#finish(true);
+      const t = now();
+      if (t >= options.budgetEnd) return this.#finish(false);
+      const { entries, scan } = this.#nextEntries();
+      const rescanMs = Math.max(this.#minRescanMs, 2 * this.#lastScanMs);
+      // A zombie leader whose other threads run is live: it is signalled through its own pidfd.
+      const live = entries.filter((e) => !isExited(e.stat));
+      if (live.length === 0) {
+        scan?.close();
+        // Only zombies (all children of the root by now) or processes exiting this instant.
+        if (await this.#reapFor(5)) return this.#finish(true);
+        continue;
+      }
+      if (this.#termUntil === undefined) {
+        this.#rounds++;
+        this.#termUntil = options.graceMs > 0 ? Math.min(t + options.graceMs, options.budgetEnd - options.killMarginMs) : t;
+      }
+      if (t < this.#termUntil) {
+        const signalStart = now();
+        this.#signalAll(live, scan, [Signal.SIGTERM, Signal.SIGCONT], (e) => this.#termed.has(key(e.stat)), this.#termed);
+        this.#signalMs += now() - signalStart;
+        if (await this.#reapFor(Math.max(1, Math.min(rescanMs, this.#termUntil - now())))) return this.#finish(true);
+        continue;
+      }
+      this.#rounds++;
+      const signalStart = now();
+      if (!this.#killPhase) {
+        this.#killPhase = true;
+        this.#d.onKillPhase?.();
+      }
+      this.#signalAll(live, scan, [Signal.SIGKILL], () => false, this.#killed);
+      this.#signalMs += now() - signalStart;
+      if (await this.#reapFor(Math.max(10, 2 * this.#lastScanMs))) return this.#finish(true);
+    }
+  }
+
+  /** This round's descendants: the caller's initial scan once, then a fresh scan with pidfds. */
+  #nextEntries(): { entries: readonly OpenedDescendant[]; scan: PidfdScan | undefined } {
+    const { native, proc, now } = this.#d;
+    if (this.#initial !== undefined) {
+      // A plain scan taken earlier: these get signalVerified (open, then re-check).
+      const entries = this.#initial.map((stat) => ({ stat, pidfd: undefined }));
+      this.#initial = undefined;
+      return { entries, scan: undefined };
+    }
+    const scanStart = now();
+    const scan = scanTreeWithPidfds(native, proc, this.#d.rootPid);
+    this.#lastScanMs = now() - scanStart;
+    this.#scans++;
+    this.#scanMs += this.#lastScanMs;
+    this.#d.ledger.note(scan.descendants.map((e) => e.stat));
+    return { entries: scan.descendants, scan };
+  }
+
+  /**
+   * Through the scan's pidfds first, then close them all, then the rest through signalVerified
+   * (which needs an fd of its own per process): a tree bigger than the fd limit is still
+   * signalled, over more calls. Every pidfd of this round is closed before any await: fds never
+   * pile up across rounds.
+   */
+  #signalAll(live: readonly OpenedDescendant[], scan: PidfdScan | undefined, signals: readonly number[], skip: (e: OpenedDescendant) => boolean, done: Set<string>): void {
+    const { native, proc } = this.#d;
+    const send = (e: OpenedDescendant): SignalOutcome =>
+      e.pidfd !== undefined ? signalOpenedPidfd(native, e.pidfd, signals) : signalVerified(native, proc, e.stat, signals);
+    const later: OpenedDescendant[] = [];
+    for (const e of live) {
+      if (skip(e)) continue;
+      if (e.pidfd === undefined) {
+        later.push(e);
+        continue;
+      }
+      const r = send(e);
+      if (r.kind === "signalled") done.add(key(e.stat));
+    }
+    scan?.close();
+    for (const e of later) {
+      const r = send(e);
+      if (r.kind === "signalled") done.add(key(e.stat));
+      else if (r.kind === "refused") this.#refused.add(key(e.stat));
+    }
+  }
+
+  /** Reap-only polling between scans: cheap (one syscall), while a scan reads every /proc/<pid>/stat. */
+  async #reapFor(ms: number): Promise<boolean> {
+    const { reaper, now, sleep } = this.#d;
     const until = now() + ms;
     for (;;) {
       if (reaper.reapAll().echild) return true;
-      if (now() >= until || now() >= options.budgetEnd) return false;
+      if (now() >= until || now() >= this.#o.budgetEnd) return false;
       await sleep(1);
     }
-  };
+  }
 
-  for (;;) {
-    if (reaper.reapAll().echild) return finish(true);
-    const t = now();
-    if (t >= options.budgetEnd) return finish(false);
-    let entries: readonly OpenedDescendant[];
-    let scan: PidfdScan | undefined;
-    if (initial !== undefined) {
-      // A plain scan taken earlier: these get signalVerified (open, then re-check).
-      entries = initial.map((stat) => ({ stat, pidfd: undefined }));
-      initial = undefined;
-    } else {
-      const scanStart = now();
-      scan = scanTreeWithPidfds(native, proc, deps.rootPid);
-      entries = scan.descendants;
-      lastScanMs = now() - scanStart;
-      scans++;
-      scanMs += lastScanMs;
-      deps.ledger.note(entries.map((e) => e.stat));
-    }
-    const rescanMs = Math.max(minRescanMs, 2 * lastScanMs);
-    // A zombie leader whose other threads run is live: it is signalled through its own pidfd.
-    const live = entries.filter((e) => !isExited(e.stat));
-    // Every pidfd of this round is closed before any await: fds never pile up across rounds.
-    const send = (e: OpenedDescendant, signals: readonly number[]): SignalOutcome =>
-      e.pidfd !== undefined ? signalOpenedPidfd(native, e.pidfd, signals) : signalVerified(native, proc, e.stat, signals);
-    if (live.length === 0) {
-      scan?.close();
-      // Only zombies (all children of the root by now) or processes exiting this instant.
-      if (await reapFor(5)) return finish(true);
-      continue;
-    }
-    if (termUntil === undefined) {
-      rounds++;
-      termUntil = options.graceMs > 0 ? Math.min(t + options.graceMs, options.budgetEnd - options.killMarginMs) : t;
-    }
-    // Through the scan's pidfds first, then close them all, then the rest through
-    // signalVerified (which needs an fd of its own per process): a tree bigger than the fd
-    // limit is still signalled, over more calls.
-    const signalAll = (signals: readonly number[], skip: (e: OpenedDescendant) => boolean, done: Set<string>): void => {
-      const later: OpenedDescendant[] = [];
-      for (const e of live) {
-        if (skip(e)) continue;
-        if (e.pidfd === undefined) {
-          later.push(e);
-          continue;
-        }
-        const r = send(e, signals);
-        if (r.kind === "signalled") done.add(key(e.stat));
-      }
-      scan?.close();
-      for (const e of later) {
-        const r = send(e, signals);
-        if (r.kind === "signalled") done.add(key(e.stat));
-        else if (r.kind === "refused") refused.add(key(e.stat));
-      }
+  #finish(echild: boolean): CleanupResult {
+    return {
+      echild,
+      signalledTerm: this.#termed.size,
+      signalledKill: this.#killed.size,
+      identityRefusals: this.#refused.size,
+      rounds: this.#rounds,
+      cleanupMs: Math.round(this.#d.now() - this.#start),
+      scans: this.#scans,
+      scanMs: Math.round(this.#scanMs),
+      signalMs: Math.round(this.#signalMs),
     };
-    if (t < termUntil) {
-      const signalStart = now();
-      signalAll([Signal.SIGTERM, Signal.SIGCONT], (e) => termed.has(key(e.stat)), termed);
-      signalMs += now() - signalStart;
-      if (await reapFor(Math.max(1, Math.min(rescanMs, termUntil - now())))) return finish(true);
-      continue;
-    }
-    rounds++;
-    const signalStart = now();
-    if (!killPhase) {
-      killPhase = true;
-      deps.onKillPhase?.();
-    }
-    signalAll([Signal.SIGKILL], () => false, killed);
-    signalMs += now() - signalStart;
-    if (await reapFor(Math.max(10, 2 * lastScanMs))) return finish(true);
   }
 }

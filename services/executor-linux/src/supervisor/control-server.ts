@@ -7,6 +7,8 @@ import {
   Phase,
   ServerFrameSchema,
   Stream,
+  type ClientFrame,
+  type Hello,
   type OwnerMarker,
   type CancelAck,
   type GoAck,
@@ -176,7 +178,7 @@ export class ControlServer {
   }
 
   async #handle(state: ConnectionState, payload: Buffer): Promise<void> {
-    const { handlers, log } = this.#options;
+    const { log } = this.#options;
     let frame;
     try {
       frame = fromBinary(ClientFrameSchema, payload);
@@ -190,85 +192,101 @@ export class ControlServer {
         this.#refuse(state, "hello_required", "the first frame must be HELLO");
         return;
       }
-      const given = Buffer.from(body.value.token, "utf8");
-      if (given.length !== this.#token.length || !timingSafeEqual(given, this.#token)) {
-        this.#refuse(state, "bad_token", "capability token does not match");
-        return;
-      }
-      const id = body.value.incarnationId;
-      if (id.length === 0 || id.length > MAX_INCARNATION_ID_LENGTH) {
-        this.#refuse(state, "bad_incarnation", "incarnation_id must be 1 to 256 characters");
-        return;
-      }
-      const previous = this.#incarnationId ?? "";
-      state.incarnationId = id;
-      if (previous !== id) {
-        this.#incarnationId = id;
-        for (const other of this.#connections) {
-          if (other !== state && other.incarnationId !== undefined && other.incarnationId !== id) {
-            this.#refuse(other, "superseded", `incarnation ${id} took over`);
-          }
-        }
-      }
-      log.info({ event: "hello", incarnationId: id, previousIncarnationId: previous, peerPid: state.peerPid }, "controller attached");
-      this.#send(state.socket, create(ServerFrameSchema, { body: { case: "helloAck", value: handlers.helloAck(previous) } }));
-      this.#notifyControllers();
+      this.#hello(state, body.value);
       return;
     }
     try {
-      switch (body.case) {
-        case "hello":
-          this.#refuse(state, "hello_repeated", "HELLO was already accepted on this connection");
-          return;
-        case "go": {
-          const ack = handlers.go();
-          log.info({ event: "go", incarnationId: state.incarnationId, ack: { started: ack.started, cancelledBeforeGo: ack.cancelledBeforeGo } }, "GO received");
-          this.#send(state.socket, create(ServerFrameSchema, { body: { case: "goAck", value: ack } }));
-          return;
-        }
-        case "cancel": {
-          log.info({ event: "cancel", incarnationId: state.incarnationId, reason: body.value.reason }, "cancel received");
-          const ack = handlers.cancel(body.value.reason);
-          this.#send(state.socket, create(ServerFrameSchema, { body: { case: "cancelAck", value: ack } }));
-          return;
-        }
-        case "status":
-          this.#send(state.socket, create(ServerFrameSchema, { body: { case: "status", value: handlers.status() } }));
-          return;
-        case "readOutput": {
-          const r = body.value;
-          const validStream = r.stream === Stream.STDOUT || r.stream === Stream.STDERR;
-          if (!validStream || r.command >= handlers.commandCount() || r.maxBytes === 0 || r.maxBytes > MAX_READ_BYTES) {
-            this.#refuse(state, "invalid_request", "read_output needs a defined stream, an existing command and 1..1048576 max_bytes");
-            return;
-          }
-          const value = await handlers.readOutput(r);
-          this.#send(state.socket, create(ServerFrameSchema, { body: { case: "readOutput", value } }));
-          return;
-        }
-        case "receipt": {
-          if (!body.value.wait) {
-            const receipt = await handlers.receipt(false);
-            this.#send(state.socket, create(ServerFrameSchema, { body: { case: "receipt", value: { receipt } } }));
-            if (receipt !== undefined) handlers.receiptDelivered();
-            return;
-          }
-          // Answered later; other requests on this connection keep flowing meanwhile.
-          void handlers.receipt(true).then((receipt) => {
-            if (state.closed) return;
-            this.#send(state.socket, create(ServerFrameSchema, { body: { case: "receipt", value: { receipt } } }));
-            handlers.receiptDelivered();
-          });
-          return;
-        }
-        default:
-          this.#refuse(state, "invalid_request", "empty or unknown ClientFrame body");
-          return;
-      }
+      await this.#request(state, body);
     } catch (err) {
       log.error({ event: "handler_error", err }, "request failed");
       this.#refuse(state, "internal", "the supervisor could not answer this request");
     }
+  }
+
+  /** The first frame: checks the token and incarnation; a new incarnation supersedes every other controller. */
+  #hello(state: ConnectionState, hello: Hello): void {
+    const { handlers, log } = this.#options;
+    const given = Buffer.from(hello.token, "utf8");
+    if (given.length !== this.#token.length || !timingSafeEqual(given, this.#token)) {
+      this.#refuse(state, "bad_token", "capability token does not match");
+      return;
+    }
+    const id = hello.incarnationId;
+    if (id.length === 0 || id.length > MAX_INCARNATION_ID_LENGTH) {
+      this.#refuse(state, "bad_incarnation", "incarnation_id must be 1 to 256 characters");
+      return;
+    }
+    const previous = this.#incarnationId ?? "";
+    state.incarnationId = id;
+    if (previous !== id) {
+      this.#incarnationId = id;
+      for (const other of this.#connections) {
+        if (other !== state && other.incarnationId !== undefined && other.incarnationId !== id) {
+          this.#refuse(other, "superseded", `incarnation ${id} took over`);
+        }
+      }
+    }
+    log.info({ event: "hello", incarnationId: id, previousIncarnationId: previous, peerPid: state.peerPid }, "controller attached");
+    this.#send(state.socket, create(ServerFrameSchema, { body: { case: "helloAck", value: handlers.helloAck(previous) } }));
+    this.#notifyControllers();
+  }
+
+  /** A request of an attached controller. */
+  async #request(state: ConnectionState, body: ClientFrame["body"]): Promise<void> {
+    const { handlers, log } = this.#options;
+    switch (body.case) {
+      case "hello":
+        this.#refuse(state, "hello_repeated", "HELLO was already accepted on this connection");
+        return;
+      case "go": {
+        const ack = handlers.go();
+        log.info({ event: "go", incarnationId: state.incarnationId, ack: { started: ack.started, cancelledBeforeGo: ack.cancelledBeforeGo } }, "GO received");
+        this.#send(state.socket, create(ServerFrameSchema, { body: { case: "goAck", value: ack } }));
+        return;
+      }
+      case "cancel": {
+        log.info({ event: "cancel", incarnationId: state.incarnationId, reason: body.value.reason }, "cancel received");
+        const ack = handlers.cancel(body.value.reason);
+        this.#send(state.socket, create(ServerFrameSchema, { body: { case: "cancelAck", value: ack } }));
+        return;
+      }
+      case "status":
+        this.#send(state.socket, create(ServerFrameSchema, { body: { case: "status", value: handlers.status() } }));
+        return;
+      case "readOutput": {
+        const r = body.value;
+        const validStream = r.stream === Stream.STDOUT || r.stream === Stream.STDERR;
+        if (!validStream || r.command >= handlers.commandCount() || r.maxBytes === 0 || r.maxBytes > MAX_READ_BYTES) {
+          this.#refuse(state, "invalid_request", "read_output needs a defined stream, an existing command and 1..1048576 max_bytes");
+          return;
+        }
+        const value = await handlers.readOutput(r);
+        this.#send(state.socket, create(ServerFrameSchema, { body: { case: "readOutput", value } }));
+        return;
+      }
+      case "receipt":
+        await this.#receipt(state, body.value.wait);
+        return;
+      default:
+        this.#refuse(state, "invalid_request", "empty or unknown ClientFrame body");
+        return;
+    }
+  }
+
+  async #receipt(state: ConnectionState, wait: boolean): Promise<void> {
+    const { handlers } = this.#options;
+    if (!wait) {
+      const receipt = await handlers.receipt(false);
+      this.#send(state.socket, create(ServerFrameSchema, { body: { case: "receipt", value: { receipt } } }));
+      if (receipt !== undefined) handlers.receiptDelivered();
+      return;
+    }
+    // Answered later; other requests on this connection keep flowing meanwhile.
+    void handlers.receipt(true).then((receipt) => {
+      if (state.closed) return;
+      this.#send(state.socket, create(ServerFrameSchema, { body: { case: "receipt", value: { receipt } } }));
+      handlers.receiptDelivered();
+    });
   }
 
   #send(socket: Socket, frame: ServerFrame): void {

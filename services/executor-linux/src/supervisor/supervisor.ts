@@ -1,23 +1,19 @@
 // One job's supervisor as one state machine: the control handlers (go, cancel, status, output,
-// receipt) and the run loop share its phase and flags, so they stay in one class (over 400 lines).
-// Its steps live beside it: commands.ts (spawn and watch), cleanup.ts, outcome.ts (the receipt's
-// outcome), command-state.ts (per-command state and results), journal.ts, control-server.ts.
-import { createHash, randomBytes } from "node:crypto";
+// receipt) and the run loop share its phase and flags, so they stay in one class. Its steps live
+// beside it: owner-marker.ts, commands.ts (spawn and watch), job-cleanup.ts and cleanup.ts,
+// outcome.ts and receipt-build.ts (the receipt), command-state.ts (per-command state and
+// results), journal.ts, control-server.ts with control-answers.ts, loss-timer.ts.
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import {
   CancelAckSchema,
-  CleanupStatsSchema,
   ControllerLossPolicy,
   GoAckSchema,
   HelloAckSchema,
-  OwnerMarkerSchema,
   Phase,
-  ReadOutputResponseSchema,
   ReceiptSchema,
-  StatusResponseSchema,
-  Stream,
   type CancelAck,
   type GoAck,
   type HelloAck,
@@ -26,65 +22,27 @@ import {
   type ReadOutputResponse,
   type Receipt,
   type StatusResponse,
-  type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import type { Logger } from "./log.js";
-import type { NativeSystem } from "../native/native-system.js";
-import type { ProcFs } from "../native/proc-fs.js";
 import { writeFilesAtomicAsync } from "./atomic-file.js";
-import { runCleanup, type CleanupResult } from "./cleanup.js";
-import { commandResult, newCommandState, recordCleanupExits, type CommandState } from "./command-state.js";
+import type { CleanupResult } from "./cleanup.js";
+import { readCommandOutput, statusOf } from "./control-answers.js";
+import { cleanUpJob, drainJournals } from "./job-cleanup.js";
+import { newCommandState, type CommandState } from "./command-state.js";
 import { CommandRunner } from "./commands.js";
-import type { Containment } from "./containment.js";
 import { ControlServer, HELLO_TIMEOUT_MS } from "./control-server.js";
 import { OutputBudget } from "./journal.js";
-import { decideOutcome } from "./outcome.js";
 import { DescendantLedger } from "./process-tree.js";
 import { Reaper } from "./reaper.js";
 import { outcomeName, receiptToJson } from "./receipt-json.js";
 import { RunDirFiles } from "./run-dir.js";
-import { MIN_KILL_MARGIN_MS, controllerLossGraceMs, effectiveLimits } from "./spec.js";
+import { controllerLossGraceMs, effectiveLimits } from "./spec.js";
 import { Wake } from "./wake.js";
+import { ownerMarkerOf, writeOwnerFiles } from "./owner-marker.js";
+import { buildReceipt } from "./receipt-build.js";
+import { LATE_CLEANUP_MS, type SupervisorOptions } from "./supervisor-options.js";
+import { LossTimer } from "./loss-timer.js";
 
-/** Everything a supervisor needs; the real values are wired in main.ts, fakes in tests. */
-export interface SupervisorOptions {
-  readonly native: NativeSystem;
-  readonly proc: ProcFs;
-  readonly log: Logger;
-  readonly spec: SupervisorSpec;
-  /** SHA-256 (hex) of the spec bytes the supervisor was launched with. */
-  readonly specSha256: string;
-  /** SHA-256 (hex) of the supervisor's own code (supervisorSourceSha256). */
-  readonly sourceSha256: string;
-  readonly bootId: string;
-  /** Start time (field 22) of the supervisor process. */
-  readonly selfStartTimeTicks: bigint;
-  /** The supervisor's PID namespace (readlink /proc/self/ns/pid); "" when unreadable. */
-  readonly pidNamespace?: string;
-  /** Monotonic clock in ms (default performance.now). */
-  readonly now?: () => number;
-  /**
-   * How long the supervisor stays reachable after writing its receipt (default 2000 ms).
-   * It leaves earlier once a controller fetched the receipt and every connection closed.
-   */
-  readonly lingerMs?: number;
-  /** Backup reap poll while a command runs (default 20 ms); exits are seen at once via pidfd. */
-  readonly reapIntervalMs?: number;
-  /** Job user and per-job cgroup (containment.ts), when the spec asks for them. */
-  readonly containment?: Containment;
-  /**
-   * Files of the run directory written complete but not yet flushed (a warm supervisor's
-   * spec.binpb): fsynced with the token and markers, before the owner marker appears.
-   */
-  readonly unflushed?: readonly string[] | undefined;
-}
-
-/**
- * Cleanup time a supervisor takes when it finds itself already past its deadline (it was
- * stopped, e.g. SIGSTOP from the command, or starved): the deadline is lost either way — the
- * receipt says unknown, `deadline_overrun` — but the tree is still killed and reaped.
- */
-export const LATE_CLEANUP_MS = 2000;
+export { LATE_CLEANUP_MS, type SupervisorOptions } from "./supervisor-options.js";
 
 /**
  * One job's supervisor: the only process that spawns the job's commands and the only one
@@ -118,8 +76,7 @@ export class Supervisor {
   #receipt: Receipt | undefined;
   #receiptDelivered = false;
   readonly #receiptWaiters: Array<(r: Receipt) => void> = [];
-  /** Policy CANCEL: armed while no controller is attached and the job has not reached cleanup. */
-  #lossTimer: NodeJS.Timeout | undefined;
+  readonly #lossTimer: LossTimer;
   #controllerLost = false;
   /** Cleanup began after the deadline itself had passed. */
   #overran = false;
@@ -151,6 +108,16 @@ export class Supervisor {
       containment: options.containment,
       reapIntervalMs: options.reapIntervalMs ?? 20,
     });
+    this.#lossTimer = new LossTimer({
+      log: options.log,
+      cancelsOnLoss: this.#cancelsOnLoss(),
+      attached: () => this.#server?.attachedControllers ?? 0,
+      armable: () => !this.#spawnClosed && this.#cancelReason === undefined,
+      onLost: (ms) => {
+        this.#controllerLost = true;
+        this.cancel(`controller lost: no controller attached for ${ms} ms (policy cancel)`);
+      },
+    });
   }
 
   /** The current phase. */
@@ -170,8 +137,8 @@ export class Supervisor {
     const server = await this.#listen(token);
     await this.#publishMarker(token);
     const cleanup = await this.#runToCleanup();
-    await this.#drainStreams(cleanup?.echild === true);
-    this.#disarmLossTimer();
+    await drainJournals(this.#commands, cleanup?.echild === true, this.#o.log);
+    this.#lossTimer.disarm();
     const receipt = this.#buildReceipt(cleanup);
     this.#o.log.info({ event: "receipt_built" }, "receipt built; serving it");
     // Served first: the fsyncs below can take tens of ms on a busy disk, and a controller acts
@@ -215,41 +182,15 @@ export class Supervisor {
     this.#server = server;
     await server.listen();
     // The first controller must attach within the HELLO timeout (it connects right after launch).
-    this.#armLossTimer(Math.max(HELLO_TIMEOUT_MS, controllerLossGraceMs(spec)));
+    this.#lossTimer.arm(Math.max(HELLO_TIMEOUT_MS, controllerLossGraceMs(spec)));
     return server;
   }
 
   /** Writes the capability token and the owner marker (binary and JSON), durable together. */
   async #publishMarker(token: string): Promise<void> {
     const { spec, log } = this.#o;
-    const runDir = spec.runDir;
-    this.#marker = create(OwnerMarkerSchema, {
-      supervisor: { pid: this.#selfPid, startTimeTicks: this.#o.selfStartTimeTicks, bootId: this.#o.bootId },
-      jobId: spec.jobId,
-      attempt: spec.attempt,
-      fence: spec.fence,
-      supervisorSourceSha256: this.#o.sourceSha256,
-      socketPath: join(runDir, RunDirFiles.socket),
-      runDir,
-      writtenUnixMs: BigInt(Date.now()),
-      specSha256: this.#o.specSha256,
-      pidNamespace: this.#o.pidNamespace ?? "",
-      observerPidNamespace: spec.observerPidNamespace,
-      // What the executor bound the job to (approval, authority, posture, dispatch), verbatim.
-      bindings: spec.bindings,
-      // The token's hash, never the token: recovery compares it with the receipt's marker.
-      tokenSha256: createHash("sha256").update(token).digest("hex"),
-    });
-    // One flush for the three (issue 11), and for a warm supervisor's spec.binpb: each file
-    // fsynced before its rename, all in parallel, then one directory fsync; the binary marker
-    // renamed last, since its appearance is what launchSupervisor waits for (the token a
-    // controller needs is in place by then). The controller may HELLO and record the marker while
-    // the directory flush runs; no command starts before it returns (GO is only read below).
-    await writeFilesAtomicAsync(runDir, [
-      { name: RunDirFiles.token, data: token, mode: 0o600 },
-      { name: RunDirFiles.markerJson, data: `${toJsonString(OwnerMarkerSchema, this.#marker)}\n` },
-      { name: RunDirFiles.marker, data: toBinary(OwnerMarkerSchema, this.#marker) },
-    ], { flushAlso: this.#o.unflushed });
+    this.#marker = ownerMarkerOf(this.#o, this.#selfPid, token);
+    await writeOwnerFiles(spec.runDir, token, this.#marker, this.#o.unflushed);
     log.info({ event: "marker_written", startBarrier: spec.startBarrier }, "owner marker durable");
   }
 
@@ -332,35 +273,12 @@ export class Supervisor {
 
   /** Current phase, command, counters and the results of finished commands. */
   status(): StatusResponse {
-    const current = this.#commands[this.#current];
-    return create(StatusResponseSchema, {
-      phase: this.#phase,
-      currentCommand: this.#current,
-      cancelRequested: this.#cancelReason !== undefined,
-      stdoutBytes: BigInt(current?.stdout?.bytes ?? 0),
-      stderrBytes: BigInt(current?.stderr?.bytes ?? 0),
-      finished: this.#commands.filter((c) => c.finished).map((c) => commandResult(c)),
-    });
+    return statusOf(this.#phase, this.#commands, this.#current, this.#cancelReason !== undefined);
   }
 
   /** Reads a command's journal from `offset` (while running and after). */
-  async readOutput(request: ReadOutputRequest): Promise<ReadOutputResponse> {
-    const command = this.#commands[request.command];
-    const journal = request.stream === Stream.STDOUT ? command?.stdout : command?.stderr;
-    const base = { stream: request.stream, command: request.command, offset: request.offset };
-    if (journal === undefined) {
-      // Not started (yet): at the end it never will, so the stream is an empty, closed one.
-      return create(ReadOutputResponseSchema, { ...base, keptBytes: 0n, eof: this.#receipt !== undefined });
-    }
-    const r = await journal.read(Number(request.offset), request.maxBytes);
-    return create(ReadOutputResponseSchema, {
-      ...base,
-      data: r.data,
-      keptBytes: BigInt(r.keptBytes),
-      eof: r.eof,
-      elidedAt: BigInt(r.elidedAt),
-      elidedBytes: BigInt(r.elidedBytes),
-    });
+  readOutput(request: ReadOutputRequest): Promise<ReadOutputResponse> {
+    return readCommandOutput(this.#commands, request, this.#receipt !== undefined);
   }
 
   /** The receipt; with `wait`, resolves once it has been written. */
@@ -378,28 +296,10 @@ export class Supervisor {
    * receipt is being built nothing is armed any more (the job is over either way).
    */
   #controllersChanged(attached: number): void {
-    if (attached > 0) this.#disarmLossTimer();
-    else this.#armLossTimer(controllerLossGraceMs(this.#o.spec));
+    if (attached > 0) this.#lossTimer.disarm();
+    else this.#lossTimer.arm(controllerLossGraceMs(this.#o.spec));
     // The linger ends as soon as the last controller is gone (not at its next 20 ms poll).
     this.#wake.notify();
-  }
-
-  #armLossTimer(ms: number): void {
-    if (!this.#cancelsOnLoss() || this.#lossTimer !== undefined || this.#spawnClosed || this.#cancelReason !== undefined) return;
-    if ((this.#server?.attachedControllers ?? 0) > 0) return;
-    this.#lossTimer = setTimeout(() => {
-      this.#lossTimer = undefined;
-      if ((this.#server?.attachedControllers ?? 0) > 0 || this.#spawnClosed || this.#cancelReason !== undefined) return;
-      this.#controllerLost = true;
-      this.#o.log.warn({ event: "controller_lost", graceMs: ms }, "no controller attached within the grace; cancelling (policy cancel)");
-      this.cancel(`controller lost: no controller attached for ${ms} ms (policy cancel)`);
-    }, ms);
-  }
-
-  #disarmLossTimer(): void {
-    if (this.#lossTimer === undefined) return;
-    clearTimeout(this.#lossTimer);
-    this.#lossTimer = undefined;
   }
 
   #helloAck(previousIncarnationId: string): HelloAck {
@@ -447,93 +347,45 @@ export class Supervisor {
     this.#overran = this.#now() >= this.#deadline && this.#commands.some((c) => c.pid !== undefined);
     if (this.#overran) log.warn({ event: "cleanup_late" }, "cleanup starts past the deadline; SIGKILL rounds for up to the late-cleanup time");
     log.info({ event: "cleanup_started" }, "cleanup started");
-    const result = await runCleanup(
-      {
-        native,
-        proc,
-        reaper: this.#reaper,
-        rootPid: this.#selfPid,
-        ledger: this.#ledger,
-        now: this.#now,
-        sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-        ...(this.#o.containment !== undefined ? { onKillPhase: () => this.#o.containment?.killAll() } : {}),
-      },
-      {
-        // Never beyond the deadline, unless it has already passed: then a bounded late cleanup.
-        budgetEnd: this.#overran ? this.#now() + LATE_CLEANUP_MS : this.#deadline,
-        graceMs: this.#overran ? 0 : spec.graceMs,
-        killMarginMs: MIN_KILL_MARGIN_MS,
-        ...(this.#runner.leftoverScan !== undefined ? { initialScan: this.#runner.leftoverScan } : {}),
-      },
-    );
-    // A direct command stopped by the cleanup was reaped there: record how it ended.
-    const containment = this.#o.containment;
-    recordCleanupExits(this.#commands, this.#reaper, containment);
-    if (containment !== undefined) {
-      // The second oracle beside ECHILD: the job's cgroup must be empty as well.
-      if (result.echild) await containment.verifyEmpty(this.#now, this.#deadline);
-      containment.finish();
-    }
+    const result = await cleanUpJob({
+      native,
+      proc,
+      reaper: this.#reaper,
+      rootPid: this.#selfPid,
+      ledger: this.#ledger,
+      now: this.#now,
+      containment: this.#o.containment,
+      commands: this.#commands,
+      // Never beyond the deadline, unless it has already passed: then a bounded late cleanup.
+      budgetEnd: this.#overran ? this.#now() + LATE_CLEANUP_MS : this.#deadline,
+      deadline: this.#deadline,
+      graceMs: this.#overran ? 0 : spec.graceMs,
+      leftoverScan: this.#runner.leftoverScan,
+    });
     log.info({ event: "cleanup_finished", ...result }, result.echild ? "ECHILD observed" : "cleanup budget ran out");
     return result;
   }
 
-  async #drainStreams(echild: boolean): Promise<void> {
-    this.#o.log.debug({ event: "drain_started" }, "waiting for EOF on the pipes");
-    const journals = this.#commands.flatMap((c) => [c.stdout, c.stderr]).filter((j) => j !== undefined);
-    // After ECHILD no writer is left, so EOF is imminent; without it a survivor may hold a pipe.
-    await Promise.all(journals.map((j) => j.waitEnded(echild ? 1000 : 0)));
-    for (const j of journals) if (!j.ended) j.abandon();
-  }
-
   #buildReceipt(cleanup: CleanupResult | undefined): Receipt {
-    const results = this.#commands.map((c) => commandResult(c));
-    const leftovers = this.#commands.reduce((n, c) => n + c.leftovers, 0);
-    const echild = cleanup?.echild === true;
-    const { outcome, reason, message } = decideOutcome({
-      fatal: this.#fatal,
-      overran: this.#overran,
-      echild,
-      cgroupProblem: this.#o.containment?.cgroup !== undefined ? this.#o.containment.problem : undefined,
-      controllerLost: this.#controllerLost,
-      cancelEffective: this.#cancelEffective,
-      cancelledBeforeGo: this.#cancelledBeforeGo,
-      cancelReason: this.#cancelReason,
-      deadlineReached: this.#deadlineReached,
-      goUnixMs: this.#goUnixMs,
+    return buildReceipt({
+      cleanup,
       commands: this.#commands,
-    });
-    const finishedUnixMs = Date.now();
-    const from = this.#goUnixMs > 0 ? this.#goUnixMs : this.#startedUnixMs;
-    const kept = results.reduce((n, r) => n + (r.stdout?.keptBytes ?? 0n) + (r.stderr?.keptBytes ?? 0n), 0n);
-    return create(ReceiptSchema, {
-      outcome,
-      reason,
-      message,
-      commands: results,
-      cleanup: create(CleanupStatsSchema, {
-        descendantsFound: this.#ledger.found,
-        signalledTerm: cleanup?.signalledTerm ?? 0,
-        signalledKill: cleanup?.signalledKill ?? 0,
-        reaped: this.#reaper.reapedOthers + this.#commands.filter((c) => c.pid !== undefined && this.#reaper.exitOf(c.pid) !== undefined).length,
-        identityRefusals: cleanup?.identityRefusals ?? 0,
-        echildObserved: echild,
-        cleanupMs: cleanup?.cleanupMs ?? 0,
-        rounds: cleanup?.rounds ?? 0,
-      }),
-      leftoverDescendants: leftovers,
-      echildObserved: echild,
-      cancelledBeforeGo: this.#cancelledBeforeGo,
-      cancelRequested: this.#cancelReason !== undefined,
-      deadlineReached: this.#deadlineReached,
+      ledger: this.#ledger,
+      reaper: this.#reaper,
+      containment: this.#o.containment,
       marker: this.#marker,
-      goUnixMs: BigInt(this.#goUnixMs),
-      finishedUnixMs: BigInt(finishedUnixMs),
-      durationMs: Math.max(0, finishedUnixMs - from),
-      outputKeptBytes: kept,
-      containment: this.#o.containment?.report(),
-      controllerLossPolicy: this.#cancelsOnLoss() ? ControllerLossPolicy.CANCEL : ControllerLossPolicy.KEEP,
-      controllerLost: this.#controllerLost,
+      startedUnixMs: this.#startedUnixMs,
+      cancelsOnLoss: this.#cancelsOnLoss(),
+      state: {
+        fatal: this.#fatal,
+        overran: this.#overran,
+        controllerLost: this.#controllerLost,
+        cancelEffective: this.#cancelEffective,
+        cancelledBeforeGo: this.#cancelledBeforeGo,
+        cancelReason: this.#cancelReason,
+        deadlineReached: this.#deadlineReached,
+        goUnixMs: this.#goUnixMs,
+      },
     });
   }
 
