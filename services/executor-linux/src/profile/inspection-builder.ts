@@ -152,7 +152,15 @@ export class InspectionBuilder {
     const L = this.L;
     const sourceEntries = sourceFiles.size + linkCount;
     if (sourceEntries > L.source_files) {
-      out.push(blockReason("too_many_source_files", `The source set has ${formatCount(sourceEntries)} ${describeEntries(sourceEntries, linkCount)}; the profile allows ${formatCount(L.source_files)}.`, "."));
+      const named = this.namedSources.filter((s) => s !== "." && s !== "./");
+      const scope = named.length > 0 ? `under the source paths ${named.join(", ")}` : "of the whole repository (no narrower source path was named)";
+      out.push(
+        blockReason(
+          "too_many_source_files",
+          `The source set ${scope} has ${formatCount(sourceEntries)} ${describeEntries(sourceEntries, linkCount)}; the profile allows ${formatCount(L.source_files)}. Name narrower source paths (--source PATH, repeatable: the directories the patch and the tests need), or raise the limit (--limit source_files=N).`,
+          ".",
+        ),
+      );
     }
     let oversize = 0;
     for (const f of sourceFiles.values()) {

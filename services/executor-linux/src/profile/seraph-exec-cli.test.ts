@@ -48,6 +48,8 @@ describe.skipIf(!node)("seraph-exec inspect", () => {
     const b = lastJson(blocked.stdout);
     expect(b.admitted).toBe(false);
     expect((b.reasons as { code: string }[]).map((r) => r.code)).toEqual(["script_missing", "too_many_source_files"]);
+    // The refusal says what would admit the repository: narrower source paths, or a higher limit.
+    expect((b.reasons as { code: string; message: string }[])[1]?.message).toMatch(/of the whole repository .*--source PATH.*--limit source_files=N/);
     expect(b.limitsChanged).toEqual(["source_files"]);
     expect((await cli(["inspect", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir])).code).toBe(2);
     expect((await cli(["inspect", "--json", "--profile", "repo-node24-npm-v1", "--repo", repo.dir, "--selection", "npm test", "--limit", "nope=1"])).code).toBe(2);
