@@ -182,7 +182,9 @@ describe.skipIf(!python)("repo-python3-v1 journey through the API", () => {
     const p2 = await c.repairs.proposePatch({ repairId: second!.id, route: { case: "manualDiff", value: fixPythonAddPatch() } });
     const { document: d2 } = await c.repairs.getApprovalDocument({ repairId: second!.id, proposalId: p2.proposal!.id });
     await appendFile(`${other.dir}/tests/test_ops.py`, "\n# changed after the document was issued\n");
-    await expectRefused(c.repairs.approve({ repairId: second!.id, documentSha256: d2!.documentSha256 }), Code.FailedPrecondition, "inspection_drift");
+    const drifted = await expectRefused(c.repairs.approve({ repairId: second!.id, documentSha256: d2!.documentSha256 }), Code.FailedPrecondition, "inspection_drift");
+    // The refusal names the file that changed (issue 26 item 9).
+    expect(drifted.rawMessage).toMatch(/tests\/test_ops\.py changed since inspection/);
     expect((await c.repairs.getRepair({ repairId: second!.id })).repair?.job).toBeUndefined();
   }, 180_000);
   it("a cancelled running Python job ends Unknown with the slot held, and only explicit recovery releases it", async () => {

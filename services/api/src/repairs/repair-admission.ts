@@ -1,5 +1,7 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { FailedPreconditionError } from "@seraph/kit";
+import { checkDrift, describeDrift } from "@seraph/profiles";
+import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { NodeContainmentSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { checkBindings, markStale, onNode, staleError } from "./repair-checks.js";
@@ -39,7 +41,7 @@ export async function freshlyAdmitted(deps: RepairDeps, row: RepairRow, doc: App
   );
   if (!fresh.inspection?.admitted || fresh.inspection.inspectionSha256 !== row.inspection_sha256) {
     await markStale(deps, row, "inspection_drift");
-    throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
+    throw new FailedPreconditionError("inspection_drift", `The repository changed since it was inspected: ${whatDrifted(inspection, fresh.inspection)} (inspection ${fresh.inspection?.inspectionSha256 || "blocked"}, approved inputs ${row.inspection_sha256}); create a new repair.`);
   }
   // The per-job supervisor code the document shows must still be the node's: another
   // supervisor could never be started for this approval (the runner refuses it GO).
@@ -63,4 +65,13 @@ export async function freshlyAdmitted(deps: RepairDeps, row: RepairRow, doc: App
       { field: "document_sha256" },
     );
   }
+}
+
+/** The inputs that differ between the approved inspection and the fresh one, named (at most five), or why the fresh one was refused. */
+function whatDrifted(approved: Inspection | undefined, fresh: Inspection | undefined): string {
+  if (!fresh?.admitted) return `the fresh inspection is blocked (${(fresh?.reasons ?? []).slice(0, 3).map((r) => r.message).join("; ") || "no reason given"})`;
+  const drift = approved ? checkDrift(approved, fresh) : [];
+  if (drift.length === 0) return "the scripts, selection, steps or limits differ, although every file identity is the same";
+  const named = drift.slice(0, 5).map((d) => describeDrift(d).replace(/\.$/, ""));
+  return `${named.join("; ")}${drift.length > 5 ? `; and ${drift.length - 5} more` : ""}`;
 }
