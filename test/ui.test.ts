@@ -378,6 +378,15 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await waitText(page, "signed-by", /^Signed by node /);
     expect(await page.getByTestId("signed-by").innerText()).toBe(`Signed by node ui-test-node with key ${fingerprint.slice(0, 16)}…`);
     expect(await page.getByTestId("key-fingerprint").getAttribute("title")).toBe(fingerprint);
+    await context!.grantPermissions(["clipboard-read", "clipboard-write"], { origin: baseUrl });
+    await page.getByRole("button", { name: "Copy the full fingerprint" }).click();
+    await page.getByText("Fingerprint copied.").waitFor();
+    expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(fingerprint);
+    // Copying the shortened text itself copies the whole fingerprint.
+    await page.evaluate(() => navigator.clipboard.writeText(""));
+    await page.getByTestId("key-fingerprint").selectText();
+    await page.evaluate(() => document.execCommand("copy"));
+    expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(fingerprint);
     expect(await page.getByTestId("attestation-label").innerText()).toBe("signed receipt (verify offline with seraph verify attestation.intoto.json --key node-key.pub)");
     expect(await page.getByTestId("attestation").innerText()).not.toMatch(/\bverified\b(?! the signature)/i);
     const [download] = await Promise.all([page.waitForEvent("download"), page.getByTestId("attestation-download").click()]);

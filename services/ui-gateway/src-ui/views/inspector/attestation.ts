@@ -49,7 +49,9 @@ function claimsList(c: ReceiptClaims, r: Repair, job: Job, art: Artifact, localS
 function receiptView(c: ReceiptClaims, stated: HTMLElement, verify: HTMLElement, download: HTMLElement): Child[] {
   const copyStatus = status();
   const copy = button("Copy the full fingerprint", () => {
-    void navigator.clipboard?.writeText(c.keyFingerprint).then(
+    // The Clipboard API exists only in a secure context (https or localhost).
+    if (!navigator.clipboard) return copyStatus.error(new Error("no clipboard in this context"), "Copying failed; the full fingerprint is in the list below");
+    void navigator.clipboard.writeText(c.keyFingerprint).then(
       () => copyStatus.ok("Fingerprint copied."),
       (err: unknown) => copyStatus.error(err, "Copying failed; the full fingerprint is in the list below"),
     );
