@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -114,6 +115,10 @@ describe("seraph CLI journey", () => {
     // As root (CI) the node runs commands as a per-slot job user and the document says exactly that.
     const claim = process.geteuid?.() === 0 ? "separate_job_uid" : "none";
     expect(refused.out).toContain(`isolation_claim     ${claim}`);
+    // The patch is inside the approval: the diff itself, and its sha256 equal to the one the document binds.
+    const fixSha = createHash("sha256").update(fixAddPatch("js")).digest("hex");
+    expect(refused.out).toContain(`  diff sha256         ${fixSha}   (computed here from the diff below)\n  proposal sha256     ${fixSha}   (in the document: matches)\n`);
+    expect(refused.out).toContain(`----- diff -----\n${fixAddPatch("js")}----- end of diff -----\n`);
     if (claim !== "none") {
       expect(refused.out).toContain("code runs as job user uid = gid = 64000 + slot index, uid range 64000");
       expect(refused.out).toMatch(/protects:\n {4}the supervisor process/);

@@ -1,11 +1,13 @@
 /// <reference lib="dom" />
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { keyFingerprint, verifyJobReceipt } from "@seraph/attestation";
 import { startEmbedded, type Embedded } from "@seraph/embedded";
 import { createRootLogger } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
@@ -13,11 +15,12 @@ import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
-import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { GetApprovalDocumentResponseSchema, RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { RepositoryService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch, pinnedNodeForTests, pythonForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
+import { createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch, fixturePatch, pinnedNodeForTests, pythonForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
 import { freeEmbeddedPortBase } from "./harness/ports.js";
 
@@ -317,6 +320,32 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     // As root the document also says who the job user is and exactly what that does and does not protect.
     if (process.getuid?.() === 0) expect(await page.getByTestId("containment").innerText()).toMatch(/Job user: uid = gid = 64000 \+ slot index[\s\S]*Protects:[\s\S]*signal, stop or ptrace[\s\S]*Does not protect:[\s\S]*network/);
     expect(await page.getByTestId("expires").innerText()).toMatch(/\(in \d+ min/);
+    // The patch is inside the approval, above its Approve button: the diff rendered, the SHA-256
+    // the document binds, and the one this browser computed from the diff it shows.
+    const patch = page.getByTestId("approval-patch");
+    await waitText(page, "patch-sha256-matches", /^yes$/);
+    const patchSha = createHash("sha256").update(fixAddPatch("js")).digest("hex");
+    expect(await page.getByTestId("patch-browser-sha256").innerText()).toBe(patchSha);
+    expect(await patch.innerText()).toMatch(new RegExp(`Proposal SHA-256 \\(in the document\\)\\s+${patchSha}`));
+    expect(await patch.locator(".d2h-del").filter({ hasText: "return a - b;" }).count()).toBeGreaterThan(0);
+    expect(await patch.locator(".d2h-ins").filter({ hasText: "return a + b;" }).count()).toBeGreaterThan(0);
+    expect(await patch.getByTestId("diff-more").count()).toBe(0);
+    const approveButton = page.getByRole("button", { name: /^Approve exactly this document/ });
+    expect((await patch.boundingBox())!.y).toBeLessThan((await approveButton.boundingBox())!.y);
+    expect(await approveButton.isEnabled()).toBe(true);
+    // No job yet, so the Job tab says that nothing is signed.
+    expect(await page.getByTestId("no-attestation").textContent()).toBe("No job yet, so nothing is signed: a node signs a receipt for a job that reaches a verdict.");
+    for (const [width, height] of [[1280, 800], [390, 844]] as const) {
+      await page.setViewportSize({ width, height });
+      await page.getByTestId("approval-document").locator("h3").first().evaluate((el) => {
+        el.scrollIntoView({ block: "start" });
+        window.scrollBy(0, -12);
+      });
+      await page.screenshot({ path: join(SCREENSHOTS, `approval-diff-${width}x${height}.png`), fullPage: false });
+      const over = await sideways(page);
+      expect(over.width, `horizontal scroll at ${width} px (approval): ${over.offenders.join("; ")}`).toBeLessThanOrEqual(width);
+    }
+    await page.setViewportSize({ width: 1280, height: 800 });
     await page.locator("section.panel:has(h2:text-is('Approval'))").screenshot({ path: join(SCREENSHOTS, "approval.png") });
     await expectAccessible(page, "inspector: approval document");
     await openTab(page, "Consent & proposal");
@@ -342,6 +371,32 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(SCREENSHOTS, "inspector-job-succeeded.png"), fullPage: false });
     await expectAccessible(page, "inspector: job succeeded");
+    // The signed receipt: the node and its key's fingerprint (shortened, in full on hover), the
+    // envelope to download, and the offline check; the page does not claim to have verified it.
+    const nodeKey = readFileSync(join(dataDir, "executor", "node-key.pub"), "utf8");
+    const fingerprint = keyFingerprint(nodeKey);
+    await waitText(page, "signed-by", /^Signed by node /);
+    expect(await page.getByTestId("signed-by").innerText()).toBe(`Signed by node ui-test-node with key ${fingerprint.slice(0, 16)}…`);
+    expect(await page.getByTestId("key-fingerprint").getAttribute("title")).toBe(fingerprint);
+    await context!.grantPermissions(["clipboard-read", "clipboard-write"], { origin: baseUrl });
+    await page.getByRole("button", { name: "Copy the full fingerprint" }).click();
+    await page.getByText("Fingerprint copied.").waitFor();
+    expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(fingerprint);
+    // Copying the shortened text itself copies the whole fingerprint.
+    await page.evaluate(() => navigator.clipboard.writeText(""));
+    await page.getByTestId("key-fingerprint").selectText();
+    await page.evaluate(() => document.execCommand("copy"));
+    expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(fingerprint);
+    expect(await page.getByTestId("attestation-label").innerText()).toBe("signed receipt (verify offline with seraph verify attestation.intoto.json --key node-key.pub)");
+    expect(await page.getByTestId("attestation").innerText()).not.toMatch(/\bverified\b(?! the signature)/i);
+    const [download] = await Promise.all([page.waitForEvent("download"), page.getByTestId("attestation-download").click()]);
+    expect(download.suggestedFilename()).toBe("attestation.intoto.json");
+    const envelope = readFileSync((await download.path())!, "utf8");
+    const verified = verifyJobReceipt(envelope, nodeKey);
+    expect(verified.keyid).toBe(fingerprint);
+    expect(verified.statement.predicate).toMatchObject({ outcome: "SUCCEEDED", node: { nodeId: "ui-test-node", keyFingerprint: fingerprint } });
+    expect(await page.getByTestId("attestation").innerText()).toContain(verified.statement.predicate.jobId);
+    await page.getByTestId("attestation").screenshot({ path: join(SCREENSHOTS, "signed-receipt.png") });
     await openTab(page, "Artifacts");
     const results = page.getByTestId("results");
     expect(await results.getByRole("row").filter({ hasText: "--test" }).getByRole("cell").nth(3).innerText()).toBe("0");
@@ -418,8 +473,29 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await requestRepair(fixture.dir, "Slow add()");
     await waitText(page, "admitted", /^Admitted/);
     await consentPatchApprove();
+    // A long patch (the fix and 450 more lines) is bounded in the approval with an explicit
+    // "… N more lines" and a button that shows all of it; that is the one approved here.
+    const longPatch = fixturePatch("src/math.js", "export function add(a, b) {\n  return a - b;\n}\n", `export function add(a, b) {\n  return a + b;\n}\n// \u202e reversed\n${Array.from({ length: 449 }, (_, i) => `// line ${i}\n`).join("")}`);
+    const longLines = longPatch.replace(/\n$/, "").split("\n").length;
+    await openTab(page, "Consent & proposal");
+    await page.getByLabel(/^Manual patch/).fill(longPatch);
+    await page.getByRole("button", { name: "Submit manual patch" }).click();
+    await expect.poll(() => page.getByTestId("proposal").count(), { timeout: 15_000 }).toBe(2);
+    await page.getByTestId("proposal").first().getByRole("button", { name: "Show the approval document" }).click();
+    await waitText(page, "diff-more", new RegExp(`^… ${longLines - 400} more lines not shown \\(the first 400 of ${longLines} are above\\)\\.$`));
+    await waitText(page, "patch-sha256-matches", /^yes$/);
+    // A bidirectional override in the diff is called out: the line may read otherwise than it runs.
+    await waitText(page, "patch-bidi", /^This diff contains Unicode bidirectional control characters/);
+    const approvalDiff = page.getByTestId("approval-patch").getByTestId("diff-view");
+    expect(await approvalDiff.locator(".d2h-ins").filter({ hasText: "// line 389" }).count()).toBe(1);
+    expect(await approvalDiff.locator(".d2h-ins").filter({ hasText: "// line 448" }).count()).toBe(0);
+    await page.getByRole("button", { name: `Show all ${longLines} lines of the diff` }).click();
+    await waitText(page, "diff-count", `Showing all ${longLines} lines.`);
+    expect(await approvalDiff.locator(".d2h-ins").filter({ hasText: "// line 448" }).count()).toBe(1);
+    expect(await page.evaluate(() => document.activeElement?.getAttribute("data-testid"))).toBe("diff-view");
     await page.getByRole("button", { name: /^Approve exactly this document/ }).click();
     await waitText(page, "job-state", /^running$/, 30_000);
+    expect(await page.getByTestId("no-attestation").textContent()).toMatch(/^Job \S+ has no signed receipt yet: its node signs one when the job reaches a verdict\.$/);
     // The step's live log grows while it runs, its ANSI colours rendered as classes.
     const stdout = page.getByTestId("log-test-stdout");
     await expect.poll(async () => (await stdout.innerText()).length, { timeout: 30_000 }).toBeGreaterThan(0);
@@ -576,7 +652,23 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await page.getByRole("button", { name: "Submit manual patch" }).click();
     const proposal = page.getByTestId("proposal").filter({ hasText: "— manual —" }).first();
     await proposal.waitFor({ timeout: 15_000 });
+    // A document whose proposal SHA-256 is not the diff's (altered on the wire here) shows the
+    // diff, says it does not match, and withholds Approve.
+    await page.route(/RepairService\/GetApprovalDocument/, async (route) => {
+      const res = await route.fetch();
+      const msg = fromBinary(GetApprovalDocumentResponseSchema, await res.body());
+      msg.document!.proposalSha256 = "0".repeat(64);
+      await route.fulfill({ response: res, body: Buffer.from(toBinary(GetApprovalDocumentResponseSchema, msg)) });
+    });
     await proposal.getByRole("button", { name: "Show the approval document" }).click();
+    await waitText(page, "patch-sha256-matches", /^NO$/);
+    expect(await page.getByTestId("approve-withheld").innerText()).toMatch(/^Approve is withheld: The diff shown hashes to [0-9a-f]{64}, not to the document's proposal SHA-256 0{64}: this document cannot be approved from this page\.$/);
+    expect(await page.getByRole("button", { name: /^Approve exactly this document/ }).isDisabled()).toBe(true);
+    await page.unroute(/RepairService\/GetApprovalDocument/);
+    await openTab(page, "Consent & proposal");
+    await proposal.getByRole("button", { name: "Show the approval document" }).click();
+    await waitText(page, "patch-sha256-matches", /^yes$/);
+    expect(await page.getByTestId("approve-withheld").isHidden()).toBe(true);
     await page.getByTestId("approval-profile").waitFor({ timeout: 10_000 });
     expect(await page.getByTestId("approval-profile").innerText()).toBe("repo-python3-v1");
     expect(await page.getByTestId("cleanup-claim").innerText()).toMatch(/per-job supervisor.*ECHILD/s);

@@ -1,10 +1,11 @@
 import { toJson } from "@bufbuild/protobuf";
-import { ApproveBaselineResponseSchema, ApproveResponseSchema, ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { ApproveBaselineResponseSchema, ApproveResponseSchema, ApprovalDocumentSchema, type ApprovalDocument, type Proposal } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import type { Command } from "../../command-spec.js";
 import { str, type CommandContext } from "../../context.js";
 import { documentText, jobLine } from "../../format.js";
-import { UsageError } from "../../io.js";
+import { CliFailure, UsageError } from "../../io.js";
 import { proposalId as resolveProposal } from "../../resolve.js";
+import { APPROVE_DIFF_LINES, patchText } from "./approve-patch.js";
 import { REPAIR_ID, repairArg } from "./shared.js";
 
 /** The approval document as JSON, every field emitted (the `document` of approve and baseline --json). */
@@ -13,19 +14,26 @@ function documentJson(doc: ApprovalDocument): unknown {
 }
 
 /**
- * Prints an approval document and asks for "yes" on a terminal (unless `yes`): false when the
- * prompt is declined; without a terminal, a UsageError (exit 2, nothing approved; with --json the
- * document is printed first so it can be reviewed).
+ * Prints an approval document and, for a patched run, the patch it binds (`proposal`, its diff and
+ * SHA-256), then asks for "yes" on a terminal (unless `yes`): false when the prompt is declined;
+ * without a terminal, a UsageError (exit 2, nothing approved; with --json the document is printed
+ * first so it can be reviewed). A diff that does not hash to the document's proposal_sha256 is
+ * refused (CliFailure, nothing approved): the person would approve a patch they were not shown.
  */
-async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: boolean, command: "approve" | "baseline"): Promise<boolean> {
-  if (!ctx.json) ctx.io.stdout.write(documentText(doc));
+async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: boolean, command: "approve" | "baseline", proposal?: Proposal): Promise<boolean> {
+  const patch = command === "approve" ? patchText(proposal, doc, ctx.colour) : undefined;
+  if (!ctx.json) ctx.io.stdout.write(documentText(doc) + (patch ? `\n${patch.text}` : ""));
+  if (patch && !patch.matches) {
+    throw new CliFailure(`not approved: the diff of proposal ${doc.proposalId} as read is not the one the document binds (proposal sha256 ${doc.proposalSha256}); read it with seraph repair diff ${doc.repairId.slice(0, 8)} --proposal ${doc.proposalId.slice(0, 8)}`);
+  }
   if (yes) return true;
   if (!ctx.io.stdinIsTTY) {
     if (ctx.json) ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc) })}\n`);
     const id = doc.repairId.slice(0, 8);
     throw new UsageError(`refusing to approve without a terminal to confirm on: review the document above (seraph repair ${command} ${id} --json prints it as JSON), then approve exactly it with seraph repair ${command} ${id} --yes`, { showUsage: false });
   }
-  const answer = await ctx.io.readLine(`Approve exactly this ${command === "baseline" ? "baseline " : ""}document (sha256 ${doc.documentSha256})? Type "yes": `);
+  const what = patch ? `document (sha256 ${doc.documentSha256}) and its patch (sha256 ${doc.proposalSha256})` : `${command === "baseline" ? "baseline " : ""}document (sha256 ${doc.documentSha256})`;
+  const answer = await ctx.io.readLine(`Approve exactly this ${what}? Type "yes": `);
   if (answer === "yes") return true;
   ctx.say("not approved");
   return false;
@@ -35,7 +43,7 @@ async function confirmDocument(ctx: CommandContext, doc: ApprovalDocument, yes: 
 export const approve: Command = {
   spec: {
     name: "repair approve",
-    summary: "Print the exact approval document (steps, argv, every input hash, limits) and approve exactly it; the job is queued.",
+    summary: "Print the exact approval document (steps, argv, every input hash, limits) and the patch it runs (the diff and its sha256), and approve exactly it; the job is queued.",
     args: [REPAIR_ID],
     flags: {
       proposal: { type: "string", value: "PROPOSAL_ID", help: "the proposal to approve", defaultText: "the latest valid proposal" },
@@ -43,7 +51,8 @@ export const approve: Command = {
     },
     notes: [
       "Without --yes and without a terminal on stdin, nothing is approved and the exit status is 2.",
-      "Exit status 1 when the prompt is declined. With --json: one object {document, repair, approval}.",
+      `The diff is printed after the document, coloured on a terminal unless NO_COLOR is set, with its sha256 computed here beside the document's proposal sha256; a longer diff than ${APPROVE_DIFF_LINES} lines ends with "… N more lines not shown" and the \`seraph repair diff\` command that prints all of it. Characters a terminal would act on (escape sequences, CR, bidirectional overrides) are shown as \\uXXXX.`,
+      "Exit status 1 when the prompt is declined, or when the diff does not hash to the document's proposal sha256 (nothing approved). With --json: one object {document, repair, approval}.",
     ],
   },
   async run(ctx, { values, positionals }) {
@@ -58,7 +67,8 @@ export const approve: Command = {
     }
     const { document } = await api.repairs.getApprovalDocument({ repairId, proposalId });
     const doc = document!;
-    if (!(await confirmDocument(ctx, doc, values["yes"] === true, "approve"))) return 1;
+    const proposal = current.proposals.find((p) => p.id === doc.proposalId);
+    if (!(await confirmDocument(ctx, doc, values["yes"] === true, "approve", proposal))) return 1;
     const res = await api.repairs.approve({ repairId, documentSha256: doc.documentSha256 });
     if (ctx.json) {
       ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc), ...(toJson(ApproveResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);

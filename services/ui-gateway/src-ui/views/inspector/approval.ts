@@ -1,10 +1,11 @@
 // The Approval tab: the recorded approval, and the exact approval document of one proposal with
-// its claims, bindings, steps, identities and limits, its expiry counting down, and the one
-// button that approves exactly that document.
+// the patch it runs (./approval-patch.js), its claims, bindings, steps, identities and limits,
+// its expiry counting down, and the one button that approves exactly that document.
 import type { ApprovalDocument, Proposal, Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { h, replace } from "../../dom.js";
 import { act, hash, kv, section, status, time, yesNo } from "../../ui-kit.js";
 import { identitiesTable, limitsTable, stepView } from "../profile-render.js";
+import { approvalPatch } from "./approval-patch.js";
 import { until } from "./format.js";
 import type { InspectorPage } from "./page.js";
 
@@ -87,6 +88,19 @@ function approvalRecord(r: Repair): HTMLElement | HTMLElement[] {
     : h("p", { class: "empty" }, "Not approved. Choose “Show the approval document” on a valid proposal, read it, then approve exactly that document.");
 }
 
+/** A diff that is not the one the document binds is never approved from here: `withhold` disables `approve` and says why in `note`. */
+function withholder(approve: HTMLButtonElement): { note: HTMLElement; withhold(why: string): void } {
+  const note = h("p", { class: "error", hidden: true, "data-testid": "approve-withheld" });
+  return {
+    note,
+    withhold(why) {
+      approve.disabled = true;
+      note.textContent = `Approve is withheld: ${why}`;
+      note.hidden = false;
+    },
+  };
+}
+
 /** The approval section of `page`. */
 export function approvalSection(page: InspectorPage): ApprovalSection {
   const { ctx, repairId } = page;
@@ -111,12 +125,14 @@ export function approvalSection(page: InspectorPage): ApprovalSection {
     return approve;
   };
 
-  const renderDocument = (d: ApprovalDocument) => {
+  const renderDocument = (d: ApprovalDocument, p: Proposal | undefined) => {
     const expired = Number(d.expiresUnixMs) > 0 && Number(d.expiresUnixMs) <= Date.now();
     const expiresEl = h("span", { class: expired ? "blocked" : "", "data-testid": "expires" }, until(d.expiresUnixMs));
     const expiredNote = h("p", { class: "error", role: "alert", hidden: !expired }, "This document has expired; fetch a fresh one.");
     const approve = approveButtonFor(d, expired);
     approveButton = approve;
+    const { note: refusedNote, withhold } = withholder(approve);
+    const patch = approvalPatch(d, p, withhold);
     // The countdown stays true while the page is open; at expiry the Approve button goes.
     clearInterval(expiryTimer);
     expiryTimer = setInterval(() => {
@@ -131,6 +147,7 @@ export function approvalSection(page: InspectorPage): ApprovalSection {
     replace(
       documentBody,
       h("h3", null, `Approval document: ${d.kind}`),
+      patch,
       claimsView(d),
       documentFacts(d, expiresEl),
       h("h4", null, "Steps: exact script bodies and direct argv"),
@@ -138,6 +155,7 @@ export function approvalSection(page: InspectorPage): ApprovalSection {
       identitiesTable("Execution-input identities bound by this approval", d.identities),
       limitsTable("Limits bound by this approval", d.limits, d.limitsChanged),
       h("div", { class: "actions" }, approve),
+      refusedNote,
       expiredNote,
     );
   };
@@ -155,7 +173,7 @@ export function approvalSection(page: InspectorPage): ApprovalSection {
       if (!res) return;
       if (!res.document) return approvalStatus.ok("The server answered without a document.");
       shownDocument = res.document;
-      renderDocument(res.document);
+      renderDocument(res.document, page.repair?.proposals.find((x) => x.id === res.document?.proposalId) ?? (p.id === res.document.proposalId ? p : undefined));
       page.selectTab("approval", true);
     },
     forget() {

@@ -10,6 +10,7 @@ import { tabs as makeTabs, type Tabs } from "../../tabs.js";
 import type { ViewContext } from "../../view.js";
 import { approvalSection } from "./approval.js";
 import { artifactsSection } from "./artifacts.js";
+import { attestationSection } from "./attestation.js";
 import { consentSection } from "./consent.js";
 import { statusHeader } from "./header.js";
 import { inspectionSection } from "./inspection.js";
@@ -53,7 +54,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
       live.record(r);
       renderAll();
     },
-    cleared: () => approval.forget(),
+    cleared: () => [approval, signed].forEach((s) => s.forget()),
     selectTab: (key, focus) => tabsApi.select(key, focus),
   });
   const live = liveLog(page);
@@ -65,6 +66,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   const consent = consentSection(page, (p, btn) => void approval.showDocument(p, btn));
   const approval = approvalSection(page);
   const job = jobSection(page, () => recovery.banner.focus());
+  const signed = attestationSection(page);
   const testResults = resultsSection(page);
   const artifacts = artifactsSection(page);
   const recovery = createRecovery(page);
@@ -86,6 +88,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     consent.render(r);
     approval.render(r);
     job.render(r);
+    signed.render(r);
     artifacts.render(r);
     testResults.update(r);
   };
@@ -103,7 +106,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     inspection: inspection.el,
     proposal: consent.el,
     approval: approval.el,
-    job: h("div", null, output.el, live.el, job.el, job.preflight),
+    job: h("div", null, output.el, live.el, job.el, signed.el, job.preflight),
     results: testResults.el,
     artifacts: artifacts.el,
     recovery: recovery.el,
