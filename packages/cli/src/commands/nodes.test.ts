@@ -80,6 +80,14 @@ describe("seraph nodes fence", () => {
     expect(calls).toEqual([]);
   });
 
+  it("under --json states what follows on stderr, keeping stdout for the answer", async () => {
+    const r = await seraph(["--json", "nodes", "fence", "node-b", "--yes"], { isTTY: false });
+    expect(r.code).toBe(0);
+    expect(r.err).toContain("Fencing node node-b is permanent");
+    expect(JSON.parse(r.out)).toMatchObject({ fenced: true, unknownJobIds: ["job-1"], rejectedJobIds: ["job-2"] });
+    expect(calls).toHaveLength(1);
+  });
+
   it("on a terminal asks for the node id; any other answer fences nothing (exit 1)", async () => {
     for (const answer of ["", "yes", "node-a", "y"]) {
       const r = await seraph(["nodes", "fence", "node-b"], { isTTY: true, answer });

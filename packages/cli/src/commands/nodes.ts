@@ -71,7 +71,8 @@ export function fenceWarning(node: Node): string {
  * terminal and without --yes, a UsageError (exit 2) and nothing is fenced.
  */
 async function confirmFence(ctx: CommandContext, node: Node, yes: boolean): Promise<boolean> {
-  if (!ctx.json) ctx.io.stdout.write(fenceWarning(node));
+  // Under --json stdout carries only the answer; the statement of what follows goes to stderr.
+  (ctx.json ? ctx.io.stderr : ctx.io.stdout).write(fenceWarning(node));
   if (yes) return true;
   if (!ctx.io.stdinIsTTY) {
     throw new UsageError(`refusing to fence without a terminal to confirm on: read what follows above, then run seraph nodes fence ${node.nodeId} --yes`, { showUsage: false });
