@@ -196,4 +196,14 @@ describe("fencing a lost node", () => {
     await expect.poll(async () => [await stateOf(waiting), await stateOf(later)].filter((s) => s === JobState.RESERVED).length, { timeout: 10_000 }).toBe(1);
     expect((await h.client.listNodes({})).nodes.find((n) => n.nodeId === "node-c1")?.state).toBe(NodeState.LIVE);
   });
+
+  it("lists a node whose heartbeat is older than the scheduling bound as STALE, with its heartbeat age", async () => {
+    await register("node-s1", 1);
+    await sql`UPDATE nodes SET heartbeat_at = now() - interval '1 hour' WHERE id = 'node-s1'`.execute(h.db);
+    const n = (await h.client.listNodes({})).nodes.find((x) => x.nodeId === "node-s1");
+    expect(n?.state).toBe(NodeState.STALE);
+    expect(Number(n?.heartbeatAgeMs)).toBeGreaterThanOrEqual(3_600_000);
+    await h.client.heartbeat({ nodeId: "node-s1", incarnationId: "inc-1" });
+    expect((await h.client.listNodes({})).nodes.find((x) => x.nodeId === "node-s1")?.state).toBe(NodeState.LIVE);
+  });
 });
