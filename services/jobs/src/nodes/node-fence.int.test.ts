@@ -176,6 +176,17 @@ describe("fencing a lost node", () => {
     expect((await h.client.listSlots({})).slots.find((s) => s.nodeId === "node-f3")?.state).toBe(SlotState.FREE);
   });
 
+  it("still records a verified cleanup receipt the node stored before its fence as cleanup_receipt, not node_fenced", async () => {
+    await register("node-f4", 1);
+    const a = await started("node-f4");
+    const receipt = create(ReceiptSchema, { outcome: Outcome.CANCELLED, echildObserved: true, cancelRequested: true, marker: a.marker });
+    await h.client.completeJob({ jobId: a.jobId, fence: a.fence, state: JobState.UNKNOWN, outcome: "unknown_external_effect", receipt });
+    await h.client.fenceNode({ nodeId: "node-f4", fencedBy: operator, reason: "" });
+    const res = await h.client.recoverProcessCleanup({ jobId: a.jobId, rootId: root });
+    const r = res.job?.recovery;
+    expect([res.released, r?.proof, r?.cleanupUnproven, r?.cleanupReceiptVerified]).toEqual([true, "cleanup_receipt", false, true]);
+  });
+
   it("stops new reservations while cordoned, lets claimed jobs continue, and resumes on uncordon", async () => {
     await register("node-c1", 2);
     const running = await started("node-c1");
