@@ -1,6 +1,7 @@
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
@@ -13,6 +14,8 @@ export interface Api {
   readonly settings: Client<typeof SettingsService>;
   readonly repositories: Client<typeof RepositoryService>;
   readonly repairs: Client<typeof RepairService>;
+  /** Node administration (instance operator). */
+  readonly nodes: Client<typeof NodeService>;
   /** Closes the HTTP/2 connection (the CLI is done). */
   close(): void;
 }
@@ -33,5 +36,6 @@ export function connectApi(url: string, token: string | undefined): Api {
     settings: createClient(SettingsService, transport),
     repositories: createClient(RepositoryService, transport),
     repairs: createClient(RepairService, transport),
+    nodes: createClient(NodeService, transport),
   };
 }

@@ -9,6 +9,7 @@ import { commandUsage, GLOBAL_FLAGS, isGroup, synopsis, type Command, type Comma
 import { readCommandLine } from "./command-line.js";
 import { readFileSync } from "node:fs";
 import { artifact } from "./commands/artifact.js";
+import { nodes } from "./commands/nodes.js";
 import { ops } from "./commands/ops.js";
 import { slots } from "./commands/slots.js";
 import { verify } from "./commands/verify.js";
@@ -32,6 +33,7 @@ export const COMMANDS: Readonly<Record<string, Command | CommandGroup>> = {
   repo,
   settings,
   slots,
+  nodes,
   repair,
   artifact,
   verify,

@@ -2,6 +2,7 @@ import type { Client, ConnectRouter, Transport } from "@connectrpc/connect";
 import { registerReflection, type Logger, type Signals } from "@seraph/kit";
 import { Health } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import type { JobsService, Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { OperatorService } from "@seraph/proto/seraph/api/v1/operator_pb.js";
@@ -12,6 +13,7 @@ import type { ApiDatabase } from "./db/schema.js";
 import { createApiLimiters, type ApiRateLimits } from "./limits.js";
 import { createGoalService } from "./goals/goal-service.js";
 import { createJobsClient, createNodeDirectory } from "./nodes/node-directory.js";
+import { createNodeService } from "./nodes/node-service.js";
 import { createOperatorOps, type OperatorOps } from "./operator/operator-ops.js";
 import { createOperatorService } from "./operator/operator-service.js";
 import { createPrincipalService } from "./principals/principal-service.js";
@@ -59,7 +61,8 @@ export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void 
     router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults, limiters }));
     router.service(RepairService, createRepairService({ ...deps, nodes, jobs, defaults, limiters, watchPollMs: deps.watchPollMs }));
     router.service(OperatorService, createOperatorService(operatorOps));
+    router.service(NodeService, createNodeService({ ...deps, jobs }));
     // Public, like health: grpcurl and buf curl discover the API without a checkout.
-    registerReflection(router, [PrincipalService, GoalService, SettingsService, RepositoryService, RepairService, OperatorService, Health]);
+    registerReflection(router, [PrincipalService, GoalService, SettingsService, RepositoryService, RepairService, OperatorService, NodeService, Health]);
   };
 }

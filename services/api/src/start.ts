@@ -1,5 +1,6 @@
 import { bootService, markNotServing, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger, type Signals } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { OperatorService } from "@seraph/proto/seraph/api/v1/operator_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
@@ -22,6 +23,7 @@ export const API_SERVICE_NAMES = [
   RepositoryService.typeName,
   RepairService.typeName,
   OperatorService.typeName,
+  NodeService.typeName,
 ] as const;
 
 /** Everything the API needs to run; main.ts (cluster) and the embedded composition both build this. */

@@ -4,6 +4,7 @@ import { createHealthState, createLocalSignals, createRootLogger, openDatabase, 
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import { OperatorService } from "@seraph/proto/seraph/api/v1/operator_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
@@ -28,6 +29,7 @@ export interface ApiClients {
   readonly repositories: Client<typeof RepositoryService>;
   readonly repairs: Client<typeof RepairService>;
   readonly operator: Client<typeof OperatorService>;
+  readonly nodes: Client<typeof NodeService>;
 }
 
 /** A principal created through the API, with its clients. */
@@ -107,6 +109,7 @@ export async function startApiHarness(options: { rateLimits?: Partial<ApiRateLim
       repositories: createClient(RepositoryService, t),
       repairs: createClient(RepairService, t),
       operator: createClient(OperatorService, t),
+      nodes: createClient(NodeService, t),
     };
   };
   const operatorPrincipal = await findPrincipalByToken(db, created.secret);

@@ -34,6 +34,8 @@ export interface FakeJobs {
   /** Every CancelJob and RecoverProcessCleanup request (job id, by whom). */
   readonly cancels: { jobId: string; requestedBy: string; reason: string }[];
   readonly recoveries: { jobId: string; rootId: string }[];
+  /** Every FenceNode, CordonNode and UncordonNode request: the method and the node id (and by whom). */
+  readonly nodeAdmin: { method: string; nodeId: string; by: string }[];
   /** Stored artifact bytes by artifact id. */
   readonly contents: Map<string, Uint8Array>;
   /** The next calls of `method` fail with `err` (each failure used once). */
@@ -58,6 +60,7 @@ export function createFakeJobs(options: { nodeAddress?: string; repositoryRoots?
   const enqueued: EnqueueJobRequest[] = [];
   const cancels: FakeJobs["cancels"] = [];
   const recoveries: FakeJobs["recoveries"] = [];
+  const nodeAdmin: FakeJobs["nodeAdmin"] = [];
   const contents = new Map<string, Uint8Array>();
   const failures = new Map<string, ConnectError[]>();
   const failIfAsked = (method: string) => {
@@ -76,6 +79,7 @@ export function createFakeJobs(options: { nodeAddress?: string; repositoryRoots?
     enqueued,
     cancels,
     recoveries,
+    nodeAdmin,
     contents,
     failNext(method, ...errs) {
       failures.set(method, [...(failures.get(method) ?? []), ...errs]);
@@ -149,6 +153,21 @@ function jobsImpl(fake: FakeJobs, failIfAsked: (method: string) => void, known: 
     async listNodes() {
       failIfAsked("listNodes");
       return { nodes };
+    },
+    async fenceNode(req) {
+      failIfAsked("fenceNode");
+      fake.nodeAdmin.push({ method: "fenceNode", nodeId: req.nodeId, by: req.fencedBy });
+      return { node: nodes.find((n) => n.nodeId === req.nodeId), fenced: true };
+    },
+    async cordonNode(req) {
+      failIfAsked("cordonNode");
+      fake.nodeAdmin.push({ method: "cordonNode", nodeId: req.nodeId, by: req.cordonedBy });
+      return { node: nodes.find((n) => n.nodeId === req.nodeId), cordoned: true };
+    },
+    async uncordonNode(req) {
+      failIfAsked("uncordonNode");
+      fake.nodeAdmin.push({ method: "uncordonNode", nodeId: req.nodeId, by: "" });
+      return { node: nodes.find((n) => n.nodeId === req.nodeId), uncordoned: true };
     },
     async countJobs(req) {
       failIfAsked("countJobs");

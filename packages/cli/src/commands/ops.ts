@@ -203,6 +203,8 @@ const recover: Command = {
     }
     const r = res.job?.recovery;
     ctx.say(`slot released: job ${res.job?.id ?? req.jobId}${r ? `  proof ${r.proof}, receipt verified ${r.cleanupReceiptVerified}, readback ${r.processCleanupReadbackSha256} (${r.readbackScope})` : ""}`);
+    // A fenced node's slot comes back without any cleanup proof: say so, never imply one.
+    if (r?.cleanupUnproven) ctx.say("cleanup NOT proved: the job's node was fenced; what the job started may still run on that host");
     return 0;
   },
 };

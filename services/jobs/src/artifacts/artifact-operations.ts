@@ -11,7 +11,8 @@ import type { JobsCore } from "../core.js";
 import { requireFence } from "../jobs/fence.js";
 import { getJob } from "../jobs/job.repository.js";
 import { toArtifactProto } from "../jobs/job-view.js";
-import type { Db } from "../store/db.js";
+import { requireUnfencedJobNode } from "../nodes/node-guard.js";
+import { inTransaction, type Db } from "../store/db.js";
 import { findArtifact, insertArtifactOnce, insertArtifactsOnce, type ArtifactMetaRow } from "./artifact.repository.js";
 
 const KIND = /^[a-z][a-z0-9_]{0,31}$/;
@@ -20,16 +21,20 @@ const KIND = /^[a-z][a-z0-9_]{0,31}$/;
  * Stores one artifact of the current attempt (fenced). The declared sha256 must match the
  * bytes; names are unique per job, so a retried store returns the first copy; the stored copy is marked readback-verified only when CompleteJob lists it after the
  * executor read it back. Writes are allowed while the attempt is active, and for an UNKNOWN job
- * (a cleanup receipt found later by the executor is evidence for recovery).
+ * (a cleanup receipt found later by the executor is evidence for recovery). A job of a fenced
+ * node is PERMISSION_DENIED `node_fenced`: a fenced node can add no evidence.
  */
 export async function storeArtifact(core: JobsCore, req: StoreArtifactRequest): Promise<StoreArtifactResponse> {
   checkUpload(req, "");
-  const job = await getJob(core.db, req.jobId);
-  requireFence(job, req.fence);
-  if (!["preparing", "starting", "running", "unknown"].includes(job.state)) {
-    throw new FailedPreconditionError("job_not_active", `job ${job.id} is ${job.state}`);
-  }
-  const row = await insertUpload(core.db, job.id, req);
+  const { job, row } = await inTransaction(core.db, async (trx) => {
+    await requireUnfencedJobNode(trx, req.jobId);
+    const job = await getJob(trx, req.jobId);
+    requireFence(job, req.fence);
+    if (!["preparing", "starting", "running", "unknown"].includes(job.state)) {
+      throw new FailedPreconditionError("job_not_active", `job ${job.id} is ${job.state}`);
+    }
+    return { job, row: await insertUpload(trx, job.id, req) };
+  });
   core.log.child({ jobId: job.id, attempt: job.attempt }).debug({ artifactId: row.id, kind: row.kind, size: row.size }, "artifact stored");
   return create(StoreArtifactResponseSchema, { artifact: toArtifactProto(row) });
 }

@@ -10,7 +10,7 @@ import { adopt } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle } from "../jobs/job-view.js";
-import { findNode } from "../nodes/node.repository.js";
+import { requireUnfencedNode } from "../nodes/node-guard.js";
 import { inTransaction } from "../store/db.js";
 import { deadlineMsOf } from "./deadline.js";
 
@@ -33,7 +33,7 @@ import { deadlineMsOf } from "./deadline.js";
 export async function adoptJob(core: JobsCore, req: AdoptJobRequest): Promise<AdoptJobResponse> {
   const changes = noChanges();
   const out = await inTransaction(core.db, async (trx) => {
-    const node = await findNode(trx, req.nodeId);
+    const node = await requireUnfencedNode(trx, req.nodeId);
     if (!node || node.incarnation_id !== req.incarnationId) {
       throw new FailedPreconditionError("stale_incarnation", `incarnation ${req.incarnationId} is not the registered incarnation of node ${req.nodeId}`);
     }

@@ -8,7 +8,7 @@ import { claim, rejectAtClaim } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { readBundle, readReport, writeReport } from "../jobs/job-view.js";
-import { findNode } from "../nodes/node.repository.js";
+import { requireUnfencedNode } from "../nodes/node-guard.js";
 import { moveSlot } from "../slots/slot.repository.js";
 import { inTransaction } from "../store/db.js";
 import { deadlineMsOf, wallMsOf } from "./deadline.js";
@@ -38,7 +38,7 @@ export async function claimJob(core: JobsCore, req: ClaimJobRequest): Promise<Cl
   // The bundle is decoded once, for admission and the deadline, and that message is the answer's.
   let decoded: ExecutionBundle | undefined;
   const result = await inTransaction(core.db, async (trx) => {
-    const node = await findNode(trx, req.nodeId);
+    const node = await requireUnfencedNode(trx, req.nodeId);
     if (!node || node.incarnation_id !== req.incarnationId) {
       throw new FailedPreconditionError("stale_incarnation", `incarnation ${req.incarnationId} is not the registered incarnation of node ${req.nodeId}`);
     }

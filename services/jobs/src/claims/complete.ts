@@ -18,6 +18,7 @@ import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, jobStateFromProto, type JobStateName } from "../jobs/job-state.js";
 import { readReport, writeReport } from "../jobs/job-view.js";
 import { moveSlot } from "../slots/slot.repository.js";
+import { requireUnfencedJobNode } from "../nodes/node-guard.js";
 import { inTransaction, type Db } from "../store/db.js";
 import { adoptedAtMs, DEADLINE_OUTCOME, deadlineMsOf, deadlinePassed, evidenceDeadlineMs } from "./deadline.js";
 
@@ -56,6 +57,7 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
   }
   const changes = noChanges();
   const row = await inTransaction(core.db, async (trx) => {
+    await requireUnfencedJobNode(trx, req.jobId);
     const job = await lockJob(trx, req.jobId);
     requireFence(job, req.fence);
     if (!CLAIMED_STATES.includes(job.state as JobStateName)) {

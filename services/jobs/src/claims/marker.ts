@@ -16,6 +16,7 @@ import { markRunning, markStarting, recordEvidence } from "../jobs/job-state-mac
 import { jobView } from "../jobs/job-queries.js";
 import { bundleSummary } from "../jobs/job-view.js";
 import { findNode } from "../nodes/node.repository.js";
+import { requireUnfencedJobNode } from "../nodes/node-guard.js";
 import { inTransaction, type Db } from "../store/db.js";
 import { preflightToRecord } from "./preflight.js";
 
@@ -63,6 +64,7 @@ export async function recordOwnerMarker(core: JobsCore, req: RecordOwnerMarkerRe
   if (!marker) throw new InvalidArgumentError("marker", "required", "an owner marker is required");
   const changes = noChanges();
   const row = await inTransaction(core.db, async (trx) => {
+    await requireUnfencedJobNode(trx, req.jobId);
     const job = await lockJob(trx, req.jobId);
     requireFence(job, req.fence);
     // The preparation evidence, when it comes with the marker: checked by RecordPreflight's rules

@@ -14,6 +14,7 @@ import { lockJob, type JobRow } from "../jobs/job.repository.js";
 import { recordEvidence } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
+import { requireUnfencedJobNode } from "../nodes/node-guard.js";
 import { inTransaction, type Db } from "../store/db.js";
 
 /**
@@ -29,6 +30,7 @@ export async function recordPreflight(core: JobsCore, req: RecordPreflightReques
   if (!preflight) throw new InvalidArgumentError("preflight", "required", "the preflight evidence is required");
   const changes = noChanges();
   const row = await inTransaction(core.db, async (trx) => {
+    await requireUnfencedJobNode(trx, req.jobId);
     const job = await lockJob(trx, req.jobId);
     requireFence(job, req.fence);
     const updated = await writePreflight(trx, job, preflight, "preflight");

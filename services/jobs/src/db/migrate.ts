@@ -6,6 +6,7 @@ import { fairShareIndexes } from "./migrations/2026-12-01-0100-fair-share-indexe
 import { deadlinePreflight } from "./migrations/2026-12-01-0200-deadline-preflight.js";
 import { runningStep } from "./migrations/2026-12-01-0300-running-step.js";
 import { jobStateCheck } from "./migrations/2026-12-02-0100-job-state-check.js";
+import { nodeFenceCordon } from "./migrations/2026-12-04-0100-node-fence-cordon.js";
 import type { JobsDatabase } from "./schema.js";
 
 /** Every jobs migration, by dated name. Append only; never edit one that has shipped. */
@@ -16,6 +17,7 @@ export const JOBS_MIGRATIONS: Record<string, Migration> = {
   "2026-12-01-0200-deadline-preflight": deadlinePreflight,
   "2026-12-01-0300-running-step": runningStep,
   "2026-12-02-0100-job-state-check": jobStateCheck,
+  "2026-12-04-0100-node-fence-cordon": nodeFenceCordon,
 };
 
 /** Brings the jobs tables to the latest schema under Kysely's migration lock. */

@@ -54,6 +54,13 @@ export interface JobsDatabase extends AuthorityViews {
     facilities_ok: ColumnType<boolean, boolean | undefined, boolean>;
     registered_at: Timestamp;
     heartbeat_at: Timestamp;
+    /** Set while the node is cordoned: no new reservations. */
+    cordoned_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+    cordoned_by: ColumnType<string | null, string | null | undefined, string | null>;
+    /** Set once, for good, when the instance operator fenced the node (trigger `nodes_fence_permanent`). */
+    fenced_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+    fenced_by: ColumnType<string | null, string | null | undefined, string | null>;
+    fence_reason: ColumnType<string, string | undefined, string>;
   };
   physical_slots: {
     node_id: string;

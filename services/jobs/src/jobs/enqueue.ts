@@ -9,6 +9,8 @@ import {
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { JobsCore } from "../core.js";
 import { noChanges } from "../events/publisher.js";
+import { shareNode } from "../nodes/node.repository.js";
+import { inTransaction } from "../store/db.js";
 import { findJobByApproval, insertJobOnce } from "./job.repository.js";
 import { jobView } from "./job-queries.js";
 import { readBundle, writeReport } from "./job-view.js";
@@ -30,23 +32,29 @@ export async function enqueueJob(core: JobsCore, req: EnqueueJobRequest): Promis
   if (!b.inspection) throw new InvalidArgumentError("bundle.inspection", "required", "the bundle must carry the approved inspection");
 
   const bundleBytes = toBinary(ExecutionBundleSchema, b);
-  const inserted = await insertJobOnce(core.db, {
-    id: newId(),
-    repair_id: b.repairId,
-    approval_id: b.approvalId,
-    owner_id: req.ownerId,
-    root_id: req.rootId,
-    state: "queued",
-    outcome: "",
-    outcome_message: "",
-    attempt: 1,
-    fence: "0",
-    node_id: b.nodeId,
-    slot_index: null,
-    cancel_requested: false,
-    bundle: bundleBytes,
-    report: writeReport(create(JobSchema, { noLearning: true })),
-    revision: "1",
+  const inserted = await inTransaction(core.db, async (trx) => {
+    // Under the node's key share: a fence either sees this job (and rejects it) or comes first.
+    if ((await shareNode(trx, b.nodeId))?.fenced_at) {
+      throw new FailedPreconditionError("node_fenced", `node ${b.nodeId} was fenced for good; nothing can be queued for it`, { field: "bundle.node_id" });
+    }
+    return insertJobOnce(trx, {
+      id: newId(),
+      repair_id: b.repairId,
+      approval_id: b.approvalId,
+      owner_id: req.ownerId,
+      root_id: req.rootId,
+      state: "queued",
+      outcome: "",
+      outcome_message: "",
+      attempt: 1,
+      fence: "0",
+      node_id: b.nodeId,
+      slot_index: null,
+      cancel_requested: false,
+      bundle: bundleBytes,
+      report: writeReport(create(JobSchema, { noLearning: true })),
+      revision: "1",
+    });
   });
   if (inserted) {
     core.log.info({ jobId: inserted.id, attempt: 1, approvalId: b.approvalId, nodeId: b.nodeId }, "job queued");

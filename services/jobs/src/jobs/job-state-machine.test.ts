@@ -16,6 +16,7 @@ import {
   recordEvidence,
   recordRecovery,
   rejectAtClaim,
+  rejectFenced,
   requestCancel,
   requeue,
   reserve,
@@ -74,6 +75,7 @@ const calls: Record<TransitionName, (db: Kysely<JobsDatabase>, v: JobVersion) =>
   markRunning: (db, v) => markRunning(db, v, { running_step: "test" }),
   complete: (db, v) => complete(db, v, "failed", { outcome: "failed", message: "m", receipt: null, report: new Uint8Array() }),
   markUnknown: (db, v) => markUnknown(db, v, "deadline_exhausted_before_proof", "m"),
+  rejectFenced: (db, v) => rejectFenced(db, v, "m"),
   recordRecovery: (db, v) => recordRecovery(db, v, new Uint8Array([1])),
 };
 
@@ -91,6 +93,7 @@ const ACCEPTS: Record<TransitionName, readonly JobStateName[]> = {
   markRunning: ["starting", "running"],
   complete: ["preparing", "starting", "running"],
   markUnknown: ["preparing", "starting", "running"],
+  rejectFenced: ["queued", "reserved"],
   recordRecovery: ["unknown"],
 };
 

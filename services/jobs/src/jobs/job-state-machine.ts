@@ -48,8 +48,10 @@ export const JOB_TRANSITIONS = {
   markRunning: { from: ["starting", "running"], to: ["running"] },
   /** The executor's result ends the claimed attempt. */
   complete: { from: CLAIMED_STATES, to: TERMINAL_STATES },
-  /** The absolute deadline passed before the proof: UNKNOWN, slot held. */
+  /** The absolute deadline passed before the proof, or the node was fenced: UNKNOWN, slot held. */
   markUnknown: { from: CLAIMED_STATES, to: ["unknown"] },
+  /** The job's node was fenced before any claim: nothing of it ran, and it never can. */
+  rejectFenced: { from: ["queued", "reserved"], to: ["rejected"] },
   /** Recovery records how an UNKNOWN job's slot was released; the outcome never changes. */
   recordRecovery: { from: ["unknown"], to: "unchanged" },
 } as const satisfies Record<string, TransitionRule>;
@@ -174,9 +176,14 @@ export function complete(db: Db, job: JobVersion, target: JobStateName, o: Outco
   return apply(db, "complete", job, target, { outcome: o.outcome, outcome_message: o.message, receipt: o.receipt, report: o.report });
 }
 
-/** A claimed attempt → UNKNOWN (its deadline passed before the proof); the slot is not touched. */
+/** A claimed attempt → UNKNOWN (its deadline passed before the proof, or its node was fenced); the slot is not touched. */
 export function markUnknown(db: Db, job: JobVersion, outcome: string, message: string): Promise<JobRow> {
   return apply(db, "markUnknown", job, "unknown", { outcome, outcome_message: message });
+}
+
+/** QUEUED or RESERVED → REJECTED `node_fenced`, the slot binding cleared (the caller frees a reserved slot). */
+export function rejectFenced(db: Db, job: JobVersion, message: string): Promise<JobRow> {
+  return apply(db, "rejectFenced", job, "rejected", { outcome: "node_fenced", outcome_message: message, slot_index: null });
 }
 
 /** Records recovery on an UNKNOWN job's report (state and outcome unchanged). */

@@ -5,6 +5,7 @@ import {
   ExecutionBundleSchema,
   JobSchema,
   NodeSchema,
+  NodeState,
   SlotSchema,
   type Artifact,
   type ExecutionBundle,
@@ -15,7 +16,7 @@ import {
 import { JobPreflightSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { FacilityReportSchema, OwnerMarkerSchema, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { ArtifactMetaRow } from "../artifacts/artifact.repository.js";
-import type { NodeRow } from "../nodes/node.repository.js";
+import type { NodeRow, NodeStatusRow } from "../nodes/node.repository.js";
 import type { SlotRow } from "../slots/slot.repository.js";
 import type { JobRow } from "./job.repository.js";
 import { jobStateToProto, slotStateToProto } from "./job-state.js";
@@ -127,8 +128,22 @@ export function toSlotProto(s: SlotRow): Slot {
 }
 
 /** A node row as a message. */
-export function toNodeProto(n: NodeRow): Node {
+export function toNodeProto(n: NodeRow | NodeStatusRow, staleMs?: number): Node {
+  const status = "heartbeat_age_ms" in n ? n : undefined;
+  const age = status ? Math.max(0, Math.round(status.heartbeat_age_ms)) : 0;
+  const state = n.fenced_at ? NodeState.FENCED : n.cordoned_at ? NodeState.CORDONED : status && staleMs !== undefined ? (age > staleMs ? NodeState.STALE : NodeState.LIVE) : NodeState.UNSPECIFIED;
+  const ms = (d: Date | null) => (d ? BigInt(new Date(d).getTime()) : 0n);
   return create(NodeSchema, {
+    state,
+    heartbeatAgeMs: BigInt(age),
+    cordonedUnixMs: ms(n.cordoned_at),
+    cordonedBy: n.cordoned_by ?? "",
+    fencedUnixMs: ms(n.fenced_at),
+    fencedBy: n.fenced_by ?? "",
+    fenceReason: n.fence_reason,
+    slotsFree: status?.slots_free ?? 0,
+    slotsReserved: status?.slots_reserved ?? 0,
+    slotsHeld: status?.slots_held ?? 0,
     nodeId: n.id,
     bootId: n.boot_id,
     incarnationId: n.incarnation_id,

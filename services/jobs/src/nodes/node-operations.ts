@@ -17,18 +17,21 @@ import { jobListView } from "../jobs/job-queries.js";
 import { toNodeProto } from "../jobs/job-view.js";
 import { ensureSlots } from "../slots/slot.repository.js";
 import { inTransaction } from "../store/db.js";
-import { findNode, listNodes, touchNode, upsertNode } from "./node.repository.js";
+import { NodeFencedError, requireUnfencedNode } from "./node-guard.js";
+import { findNode, listNodeStatus, touchNode, upsertNode } from "./node.repository.js";
 
 /**
  * Registers (or re-registers) an executor node: its boot id, a fresh incarnation, slot count,
  * address, repository roots and facilities; creates its missing slots. A new incarnation
- * supersedes the previous one (its heartbeats and claims are refused from then on).
+ * supersedes the previous one (its heartbeats and claims are refused from then on). A fenced
+ * node id is PERMISSION_DENIED `node_fenced` and nothing is written.
  */
 export async function registerNode(core: JobsCore, req: RegisterNodeRequest): Promise<void> {
   for (const root of req.repositoryRoots) {
     if (!root.startsWith("/")) throw new FailedPreconditionError("repository_root_not_absolute", `repository root ${JSON.stringify(root)} is not absolute`, { field: "repository_roots" });
   }
   const created = await inTransaction(core.db, async (trx) => {
+    await requireUnfencedNode(trx, req.nodeId);
     await upsertNode(trx, {
       id: req.nodeId,
       boot_id: req.bootId,
@@ -50,7 +53,7 @@ export async function registerNode(core: JobsCore, req: RegisterNodeRequest): Pr
 
 /**
  * Records a heartbeat; FAILED_PRECONDITION `stale_incarnation` when a newer incarnation
- * registered. A node coming back from staleness wakes the scheduler (its queued jobs may now be
+ * registered, PERMISSION_DENIED `node_fenced` (nothing recorded) for a fenced node. A node coming back from staleness wakes the scheduler (its queued jobs may now be
  * reserved) instead of waiting for the slow poll.
  */
 export async function heartbeat(core: JobsCore, req: HeartbeatRequest): Promise<void> {
@@ -66,20 +69,23 @@ export async function heartbeat(core: JobsCore, req: HeartbeatRequest): Promise<
   }
   const node = await findNode(core.db, req.nodeId);
   if (!node) throw new NotFoundError("node", req.nodeId);
+  if (node.fenced_at) throw new NodeFencedError(req.nodeId);
   throw new FailedPreconditionError("stale_incarnation", `incarnation ${req.incarnationId} of node ${req.nodeId} was superseded; register again`);
 }
 
-/** Every registered node. */
+/** Every registered node, with its scheduling state (fenced, cordoned, stale or live), heartbeat age and slots. */
 export async function listAllNodes(core: JobsCore): Promise<ListNodesResponse> {
-  const rows = await listNodes(core.db);
-  return create(ListNodesResponseSchema, { nodes: rows.map(toNodeProto) });
+  const rows = await listNodeStatus(core.db);
+  return create(ListNodesResponseSchema, { nodes: rows.map((r) => toNodeProto(r, core.nodeStaleMs)) });
 }
 
 /**
  * The jobs a node must act on: reserved for it and not claimed, claimed and not finished, and
  * UNKNOWN jobs that still hold one of its slots (their run directories may hold a receipt).
+ * A fenced node is PERMISSION_DENIED `node_fenced`.
  */
 export async function listNodeJobs(core: JobsCore, nodeId: string): Promise<ListNodeJobsResponse> {
+  if ((await findNode(core.db, nodeId))?.fenced_at) throw new NodeFencedError(nodeId);
   const rows = await listJobsOnNode(core.db, nodeId, ["reserved", "preparing", "starting", "running", "unknown"]);
   const jobs = await jobListView(core.db, rows);
   return create(ListNodeJobsResponseSchema, { jobs: jobs.filter((j) => j.state !== JobState.UNKNOWN || j.slotHeld) });

@@ -15,15 +15,15 @@ import { getJob, listAttemptFences, lockJob, type JobRow } from "../jobs/job.rep
 import { recordRecovery } from "../jobs/job-state-machine.js";
 import { jobView } from "../jobs/job-queries.js";
 import { readBundle, readReport, toSlotProto, writeReport } from "../jobs/job-view.js";
-import { findNode } from "../nodes/node.repository.js";
-import { findSlot, findSlotOfJob, moveSlot } from "../slots/slot.repository.js";
+import { findNode, type NodeRow } from "../nodes/node.repository.js";
+import { findSlot, findSlotOfJob, moveSlot, type SlotRow } from "../slots/slot.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
 import { namespaceProof } from "./namespace-proof.js";
 import { bindingRefusal, receiptBindingRefusal, type Refusal } from "./bindings.js";
 
 /** The proof that releases a slot. */
 interface Proof {
-  readonly kind: "cleanup_receipt" | "host_rebooted" | "pid_namespace_gone";
+  readonly kind: "cleanup_receipt" | "host_rebooted" | "pid_namespace_gone" | "node_fenced";
   readonly receiptVerified: boolean;
   readonly readbackSha256: string;
 }
@@ -73,6 +73,60 @@ async function receiptProof(db: Db, job: JobRow, marker: OwnerMarker, approvedSo
   return last;
 }
 
+const refusal = (code: string, message: string): Refusal => ({ code, message });
+
+/**
+ * The proof that the job's processes are gone: a verified cleanup receipt, the host's reboot
+ * since the marker, or the supervisor's PID namespace gone, each bound to the recorded marker
+ * and the job's revalidated bindings; else the refusal that keeps the slot held.
+ */
+async function cleanupProof(core: JobsCore, trx: Db, job: JobRow, slot: SlotRow, node: NodeRow | undefined): Promise<Proof | Refusal> {
+  if (!job.marker) return refusal("no_owner_marker", "no owner marker was recorded for this job");
+  const marker = fromBinary(OwnerMarkerSchema, job.marker);
+  const bundle = readBundle(job);
+  // The attempt's fences: its claim fence and one per re-adoption; the supervisor's marker
+  // names the fence it was launched under, which a later adoption may have superseded.
+  const fences = await listAttemptFences(trx, job.id, job.attempt);
+  const approval = await core.authority.approvedDocument(trx, job.approval_id);
+  const bad = bindingRefusal({ job, bundle, marker, slot, fences, approval });
+  if (bad) return refusal(bad.code, bad.message);
+
+  let proof: Proof | Refusal = await receiptProof(trx, job, marker, bundle.supervisorSourceSha256);
+  if (!("kind" in proof)) {
+    const markerBoot = marker.supervisor?.bootId ?? "";
+    const writtenMs = Number(marker.writtenUnixMs);
+    if (node && node.boot_id !== markerBoot && new Date(node.registered_at).getTime() > writtenMs) {
+      const evidence = JSON.stringify({ node: node.id, markerBootId: markerBoot, currentBootId: node.boot_id, registeredAt: new Date(node.registered_at).toISOString(), incarnation: node.incarnation_id });
+      proof = { kind: "host_rebooted", receiptVerified: false, readbackSha256: sha256Hex(evidence) };
+    }
+  }
+  if (!("kind" in proof)) {
+    // The supervisor ran in a PID namespace that no longer exists (its init died, so the
+    // kernel killed every process in it): the executor observed that from the namespace it
+    // was launched from, on this boot.
+    proof = (await namespaceProof(trx, job, marker, node?.boot_id)) ?? proof;
+  }
+  return proof;
+}
+
+/**
+ * Recovery of a job whose node the instance operator fenced: a verified cleanup receipt the node
+ * stored before its fence still proves the cleanup; otherwise the slot is released with proof
+ * `node_fenced` (cleanup unproven, recorded as such), provided it is a slot of that node. The
+ * readback digest is over the fence record (node, when, by whom, why).
+ */
+async function fencedProof(core: JobsCore, trx: Db, job: JobRow, slot: SlotRow, node: NodeRow): Promise<Proof | Refusal> {
+  if (job.marker) {
+    const proved = await cleanupProof(core, trx, job, slot, node);
+    if ("kind" in proved && proved.kind === "cleanup_receipt") return proved;
+  }
+  if (slot.node_id !== job.node_id || job.slot_index === null || slot.slot_index !== job.slot_index) {
+    return refusal("dispatch_mismatch", `the held slot is ${slot.node_id}/${slot.slot_index}, the reservation ${job.node_id}/${job.slot_index ?? "(none)"}`);
+  }
+  const evidence = JSON.stringify({ node: node.id, fencedAt: new Date(node.fenced_at ?? 0).toISOString(), fencedBy: node.fenced_by, reason: node.fence_reason });
+  return { kind: "node_fenced", receiptVerified: false, readbackSha256: sha256Hex(evidence) };
+}
+
 /** The in-transaction re-read after the release did not show the original dispatch's slot freed: roll back. */
 class RecoveryReadbackError extends Error {
   override readonly name = "RecoveryReadbackError";
@@ -90,7 +144,9 @@ class RecoveryReadbackError extends Error {
  * (else `supervisor_source_mismatch`). It releases the slot (CAS on the job revision) only on a verified
  * cleanup receipt, or on proof that the host rebooted since the marker was written (the node
  * re-registered with a different boot id), or on an executor's observation that the
- * supervisor's PID namespace no longer exists (namespaceProof). It records cleanup_receipt_verified,
+ * supervisor's PID namespace no longer exists (namespaceProof); or, for a job whose node the
+ * instance operator fenced, with proof `node_fenced` and `cleanup_unproven` set (fencedProof:
+ * the slot comes back, the cleanup stays unproven). It records cleanup_receipt_verified,
  * process_cleanup_readback_sha256 and readback_scope=process_cleanup_only and never changes the
  * job's state or outcome. Another root gets NOT_FOUND; a root that is no longer live,
  * PERMISSION_DENIED. Missing proof answers released=false with a refusal code and writes
@@ -139,33 +195,8 @@ async function release(core: JobsCore, req: RecoverProcessCleanupRequest, change
       return refuse("slot_not_held", `job ${job.id} holds no physical slot`);
     }
     if (job.state !== "unknown") return refuse("job_not_unknown", `job ${job.id} is ${job.state}; only an UNKNOWN job's slot is recovered`);
-    if (!job.marker) return refuse("no_owner_marker", "no owner marker was recorded for this job");
-    const marker = fromBinary(OwnerMarkerSchema, job.marker);
-    const bundle = readBundle(job);
-    // The attempt's fences: its claim fence and one per re-adoption; the supervisor's marker
-    // names the fence it was launched under, which a later adoption may have superseded.
-    const fences = await listAttemptFences(trx, job.id, job.attempt);
-    const approval = await core.authority.approvedDocument(trx, job.approval_id);
-    const bad = bindingRefusal({ job, bundle, marker, slot, fences, approval });
-    if (bad) return refuse(bad.code, bad.message);
-
-    let proof: Proof | Refusal = await receiptProof(trx, job, marker, bundle.supervisorSourceSha256);
-    if (!("kind" in proof)) {
-      const node = await findNode(trx, job.node_id);
-      const markerBoot = marker.supervisor?.bootId ?? "";
-      const writtenMs = Number(marker.writtenUnixMs);
-      if (node && node.boot_id !== markerBoot && new Date(node.registered_at).getTime() > writtenMs) {
-        const evidence = JSON.stringify({ node: node.id, markerBootId: markerBoot, currentBootId: node.boot_id, registeredAt: new Date(node.registered_at).toISOString(), incarnation: node.incarnation_id });
-        proof = { kind: "host_rebooted", receiptVerified: false, readbackSha256: sha256Hex(evidence) };
-      }
-    }
-    if (!("kind" in proof)) {
-      // The supervisor ran in a PID namespace that no longer exists (its init died, so the
-      // kernel killed every process in it): the executor observed that from the namespace it
-      // was launched from, on this boot.
-      const node = await findNode(trx, job.node_id);
-      proof = (await namespaceProof(trx, job, marker, node?.boot_id)) ?? proof;
-    }
+    const node = await findNode(trx, job.node_id);
+    const proof = node?.fenced_at ? await fencedProof(core, trx, job, slot, node) : await cleanupProof(core, trx, job, slot, node);
     if (!("kind" in proof)) return refuse(proof.code, proof.message);
 
     report.recovery = create(RecoverySchema, {
@@ -173,6 +204,7 @@ async function release(core: JobsCore, req: RecoverProcessCleanupRequest, change
       processCleanupReadbackSha256: proof.readbackSha256,
       readbackScope: "process_cleanup_only",
       proof: proof.kind,
+      cleanupUnproven: proof.kind === "node_fenced",
       recoveredBy: req.rootId,
       recoveredUnixMs: BigInt(core.now()),
     });

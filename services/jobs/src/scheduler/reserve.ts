@@ -70,6 +70,7 @@ export function candidateQuery(staleMs: number) {
       FROM (
         SELECT DISTINCT s.node_id FROM physical_slots s
         JOIN nodes n ON n.id = s.node_id AND n.heartbeat_at > now() - ${staleMs}::double precision * interval '1 millisecond'
+          AND n.cordoned_at IS NULL AND n.fenced_at IS NULL
         WHERE s.state = 'free'
       ) f
       CROSS JOIN LATERAL (
@@ -103,13 +104,22 @@ export function candidateQuery(staleMs: number) {
  * jobs-service replicas) never reserve the same job or slot: a candidate another replica holds
  * is skipped for the next one. Both writes are compare-and-sets on the revisions read. With a
  * per-root cap the root's slot count is re-read under a transaction-scoped advisory lock on the
- * root, so racing replicas cannot exceed it. Undefined when nothing can be reserved.
+ * root, so racing replicas cannot exceed it. A cordoned or fenced node gets no reservation.
+ * Undefined when nothing can be reserved.
  */
 export async function reserveOne(db: Kysely<JobsDatabase>, policy: ReservePolicy | number = DEFAULT_NODE_STALE_MS): Promise<Reservation | undefined> {
   const { staleMs, rootMaxSlots } = typeof policy === "number" ? { staleMs: policy, rootMaxSlots: 0 } : policy;
   return inTransaction(db, async (trx) => {
     for (const c of await candidates(trx, staleMs)) {
       if (rootMaxSlots > 0 && c.held >= rootMaxSlots) continue;
+      // The node's key share, before the job's row (a fence or cordon locks the node, then its
+      // jobs): a node cordoned or fenced since the candidate query, or being so now, is skipped.
+      const open = (
+        await sql<{ id: string }>`
+          SELECT id FROM nodes WHERE id = ${c.node_id} AND cordoned_at IS NULL AND fenced_at IS NULL
+          FOR KEY SHARE SKIP LOCKED`.execute(trx)
+      ).rows[0];
+      if (!open) continue;
       const job = (
         await sql<{ id: string; revision: string; state: JobStateName }>`
           SELECT id, revision::text AS revision, state FROM jobs

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/jobs/v1/jobs.proto.
  */
 export const file_seraph_jobs_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("ChlzZXJhcGgvam9icy92MS9qb2JzLnByb3RvEg5zZXJhcGguam9icy52MSKBBQoPRXhlY3V0aW9uQnVuZGxlEhEKCXJlcGFpcl9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIgChhhcHByb3ZhbF9kb2N1bWVudF9zaGEyNTYYAyABKAkSFwoPcmVwb3NpdG9yeV9wYXRoGAQgASgJEg8KB25vZGVfaWQYBSABKAkSMQoKaW5zcGVjdGlvbhgGIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SDAoEZGlmZhgHIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYCCABKAkSFAoMcnVudGltZV9wYXRoGAkgASgJEikKBmxpbWl0cxgKIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIgChhhcHByb3ZhbF9leHBpcmVzX3VuaXhfbXMYCyABKAMSDwoHZ29hbF9pZBgMIAEoCRIVCg1nb2FsX3JldmlzaW9uGA0gASgNEhkKEXNldHRpbmdzX3JldmlzaW9uGA4gASgEEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYDyADKAkSIAoYc3VwZXJ2aXNvcl9zb3VyY2Vfc2hhMjU2GBAgASgJEjoKC2NvbnRhaW5tZW50GBEgASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuTm9kZUNvbnRhaW5tZW50EhcKD2lzb2xhdGlvbl9jbGFpbRgoIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgpIAEoCRIbChNwYXRjaF9jaGFuZ2VkX3Rlc3RzGCogAygJEhAKCGJhc2VsaW5lGCsgASgIEhkKEWFwcHJvdmFsX2RvY3VtZW50GCwgASgMIs8BCgpTdGVwUmVzdWx0EgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRIPCgdzdGFydGVkGAMgASgIEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBEhMKBnNpZ25hbBgFIAEoCUgBiAEBEg4KBnBhc3NlZBgGIAEoCBITCgtkdXJhdGlvbl9tcxgHIAEoDRIRCglvb21fa2lsbHMYCCABKA0SFgoOcGlkX2xpbWl0X2hpdHMYCSABKA1CDAoKX2V4aXRfY29kZUIJCgdfc2lnbmFsImsKCEFydGlmYWN0EgoKAmlkGAEgASgJEgwKBGtpbmQYAiABKAkSDAoEbmFtZRgDIAEoCRIOCgZzaGEyNTYYBCABKAkSDAoEc2l6ZRgFIAEoBBIZChFyZWFkYmFja192ZXJpZmllZBgGIAEoCCKtAQoIUmVjb3ZlcnkSIAoYY2xlYW51cF9yZWNlaXB0X3ZlcmlmaWVkGAEgASgIEicKH3Byb2Nlc3NfY2xlYW51cF9yZWFkYmFja19zaGEyNTYYAiABKAkSFgoOcmVhZGJhY2tfc2NvcGUYAyABKAkSDQoFcHJvb2YYBCABKAkSFAoMcmVjb3ZlcmVkX2J5GAUgASgJEhkKEXJlY292ZXJlZF91bml4X21zGAYgASgDIvMGCgNKb2ISCgoCaWQYASABKAkSEQoJcmVwYWlyX2lkGAIgASgJEhAKCG93bmVyX2lkGAMgASgJEg8KB3Jvb3RfaWQYBCABKAkSJwoFc3RhdGUYBSABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZRIPCgdvdXRjb21lGAYgASgJEhcKD291dGNvbWVfbWVzc2FnZRgHIAEoCRIPCgdhdHRlbXB0GAggASgNEg0KBWZlbmNlGAkgASgEEg8KB25vZGVfaWQYCiABKAkSEgoKc2xvdF9pbmRleBgLIAEoBRIYChBjYW5jZWxfcmVxdWVzdGVkGAwgASgIEjEKBm1hcmtlchgNIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyEi4KB3JlY2VpcHQYDiABKAsyHS5zZXJhcGguc3VwZXJ2aXNvci52MS5SZWNlaXB0EikKBXN0ZXBzGA8gAygLMhouc2VyYXBoLmpvYnMudjEuU3RlcFJlc3VsdBIrCglhcnRpZmFjdHMYECADKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdBIQCghyZXZpc2lvbhgRIAEoBBIXCg9jcmVhdGVkX3VuaXhfbXMYEiABKAMSFwoPdXBkYXRlZF91bml4X21zGBMgASgDEhEKCXNsb3RfaGVsZBgUIAEoCBIqCghyZWNvdmVyeRgVIAEoCzIYLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJ5EhMKC25vX2xlYXJuaW5nGBYgASgIEi8KB3JlYXNvbnMYFyADKAsyHi5zZXJhcGgucHJvZmlsZS52MS5CbG9ja1JlYXNvbhInCgVkcmlmdBgYIAMoCzIYLnNlcmFwaC5wcm9maWxlLnYxLkRyaWZ0EhMKC2FwcHJvdmFsX2lkGBkgASgJEhYKDmluY2FybmF0aW9uX2lkGBogASgJEhgKEGRlYWRsaW5lX3VuaXhfbXMYKCABKAMSLwoJcHJlZmxpZ2h0GCkgASgLMhwuc2VyYXBoLmpvYnMudjEuSm9iUHJlZmxpZ2h0EhcKD3VudHJ1c3RlZF90ZXN0cxgqIAMoCRIUCgxydW5uaW5nX3N0ZXAYKyABKAkSJAoccnVubmluZ19zdGVwX3N0YXJ0ZWRfdW5peF9tcxgsIAEoAyKBBQoMSm9iUHJlZmxpZ2h0Eg8KB2Jsb2NrZWQYASABKAgSLwoHcmVhc29ucxgCIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEg8KB25vZGVfaWQYAyABKAkSDwoHYm9vdF9pZBgEIAEoCRI4CgpmYWNpbGl0aWVzGAUgASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlSZXBvcnQSFAoMcnVudGltZV9wYXRoGAYgASgJEhcKD3J1bnRpbWVfdmVyc2lvbhgHIAEoCRIWCg5ydW50aW1lX3NoYTI1NhgIIAEoCRIYChBjb21waWxlcl92ZXJzaW9uGAkgASgJEhcKD2NvbXBpbGVyX3NoYTI1NhgKIAEoCRIXCg9yZXBvc2l0b3J5X3BhdGgYCyABKAkSFwoPcmVwb3NpdG9yeV9yb290GAwgASgJEhoKEnJlcG9zaXRvcnlfcm9vdF9vaxgNIAEoCBIpCgZsaW1pdHMYDiABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSDwoHYmFja2VuZBgPIAEoCRIXCg9pc29sYXRpb25fY2xhaW0YECABKAkSHAoUcmVzb3VyY2VfZW5mb3JjZW1lbnQYESABKAkSEgoKdW5lbmZvcmNlZBgSIAMoCRIgChhzdXBlcnZpc29yX3NvdXJjZV9zaGEyNTYYEyABKAkSFwoPc3RhcnRlZF91bml4X21zGBQgASgDEhgKEGZpbmlzaGVkX3VuaXhfbXMYFSABKAMSGAoQZGVhZGxpbmVfdW5peF9tcxgWIAEoAxIVCg1kcmlmdF9jaGVja2VkGBcgASgIIoMBChFFbnF1ZXVlSm9iUmVxdWVzdBIaCghvd25lcl9pZBgBIAEoCUIIukgFcgOwAQESGQoHcm9vdF9pZBgCIAEoCUIIukgFcgOwAQESNwoGYnVuZGxlGAMgASgLMh8uc2VyYXBoLmpvYnMudjEuRXhlY3V0aW9uQnVuZGxlQga6SAPIAQEiRwoSRW5xdWV1ZUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIPCgdjcmVhdGVkGAIgASgIIpECChNSZWdpc3Rlck5vZGVSZXF1ZXN0EjIKB25vZGVfaWQYASABKAlCIbpIHnIcMhpeW2EtejAtOV1bYS16MC05Li1dezAsNjJ9JBIYCgdib290X2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABEh0KCnNsb3RfY291bnQYBCABKA1CCbpIBioEGEAoARIYCgdhZGRyZXNzGAUgASgJQge6SARyAhABEhgKEHJlcG9zaXRvcnlfcm9vdHMYBiADKAkSOAoKZmFjaWxpdGllcxgHIAEoCzIkLnNlcmFwaC5zdXBlcnZpc29yLnYxLkZhY2lsaXR5UmVwb3J0IhYKFFJlZ2lzdGVyTm9kZVJlc3BvbnNlIk0KEEhlYXJ0YmVhdFJlcXVlc3QSGAoHbm9kZV9pZBgBIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgCIAEoCUIHukgEcgIQASITChFIZWFydGJlYXRSZXNwb25zZSIvChNMaXN0Tm9kZUpvYnNSZXF1ZXN0EhgKB25vZGVfaWQYASABKAlCB7pIBHICEAEiOQoUTGlzdE5vZGVKb2JzUmVzcG9uc2USIQoEam9icxgBIAMoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiJmCg9DbGFpbUpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIYCgdub2RlX2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABIo4BChBDbGFpbUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhINCgVmZW5jZRgCIAEoBBIvCgZidW5kbGUYAyABKAsyHy5zZXJhcGguam9icy52MS5FeGVjdXRpb25CdW5kbGUSGAoQZGVhZGxpbmVfdW5peF9tcxgEIAEoAyK6AQoPQWRvcHRKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESGAoHbm9kZV9pZBgCIAEoCUIHukgEcgIQARIfCg5pbmNhcm5hdGlvbl9pZBgDIAEoCUIHukgEcgIQARIWCg5leHBlY3RlZF9mZW5jZRgEIAEoBBI6Cg9leHBlY3RlZF9tYXJrZXIYBSABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlciK7AQoQQWRvcHRKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISDQoFZmVuY2UYAiABKAQSLwoGYnVuZGxlGAMgASgLMh8uc2VyYXBoLmpvYnMudjEuRXhlY3V0aW9uQnVuZGxlEhYKDnByZXZpb3VzX2ZlbmNlGAQgASgEEhMKC2NsYWltX2ZlbmNlGAUgASgEEhgKEGRlYWRsaW5lX3VuaXhfbXMYBiABKAMiegoWUmVjb3JkUHJlZmxpZ2h0UmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEjcKCXByZWZsaWdodBgDIAEoCzIcLnNlcmFwaC5qb2JzLnYxLkpvYlByZWZsaWdodEIGukgDyAEBIjsKF1JlY29yZFByZWZsaWdodFJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiKvAQoYUmVjb3JkT3duZXJNYXJrZXJSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSOQoGbWFya2VyGAMgASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXJCBrpIA8gBARIvCglwcmVmbGlnaHQYBCABKAsyHC5zZXJhcGguam9icy52MS5Kb2JQcmVmbGlnaHQiSQoZUmVjb3JkT3duZXJNYXJrZXJSZXNwb25zZRIKCgJnbxgBIAEoCBIgCgNqb2IYAiABKAsyEy5zZXJhcGguam9icy52MS5Kb2IingEKFVJlcG9ydFByb2dyZXNzUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEicKBXN0YXRlGAMgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGUSDwoHbWVzc2FnZRgEIAEoCRIiCgRzdGVwGAUgASgJQhS6SBFyD1IAUgVidWlsZFIEdGVzdCIyChZSZXBvcnRQcm9ncmVzc1Jlc3BvbnNlEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYASABKAgipAEKFFN0b3JlQXJ0aWZhY3RSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSFQoEa2luZBgDIAEoCUIHukgEcgIQARIVCgRuYW1lGAQgASgJQge6SARyAhABEhsKB2NvbnRlbnQYBSABKAxCCrpIB3oFGICAwAgSGAoGc2hhMjU2GAYgASgJQgi6SAVyA5gBQCJDChVTdG9yZUFydGlmYWN0UmVzcG9uc2USKgoIYXJ0aWZhY3QYASABKAsyGC5zZXJhcGguam9icy52MS5BcnRpZmFjdCI0ChNSZWFkQXJ0aWZhY3RSZXF1ZXN0Eh0KC2FydGlmYWN0X2lkGAEgASgJQgi6SAVyA7ABASJTChRSZWFkQXJ0aWZhY3RSZXNwb25zZRIqCghhcnRpZmFjdBgBIAEoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0Eg8KB2NvbnRlbnQYAiABKAwiswMKEkNvbXBsZXRlSm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEg0KBWZlbmNlGAIgASgEEjkKBXN0YXRlGAMgASgOMhguc2VyYXBoLmpvYnMudjEuSm9iU3RhdGVCELpIDYIBChgGGAcYCBgJGAoSGAoHb3V0Y29tZRgEIAEoCUIHukgEcgIQARIXCg9vdXRjb21lX21lc3NhZ2UYBSABKAkSLgoHcmVjZWlwdBgGIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlY2VpcHQSKQoFc3RlcHMYByADKAsyGi5zZXJhcGguam9icy52MS5TdGVwUmVzdWx0EhQKDGFydGlmYWN0X2lkcxgIIAMoCRIvCgdyZWFzb25zGAkgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SJwoFZHJpZnQYCiADKAsyGC5zZXJhcGgucHJvZmlsZS52MS5EcmlmdBI7CglhcnRpZmFjdHMYCyADKAsyHi5zZXJhcGguam9icy52MS5BcnRpZmFjdFVwbG9hZEIIukgFkgECEEAidQoOQXJ0aWZhY3RVcGxvYWQSFQoEa2luZBgBIAEoCUIHukgEcgIQARIVCgRuYW1lGAIgASgJQge6SARyAhABEhsKB2NvbnRlbnQYAyABKAxCCrpIB3oFGICAwAgSGAoGc2hhMjU2GAQgASgJQgi6SAVyA5gBQCI3ChNDb21wbGV0ZUpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiIpCg1HZXRKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQEiMgoOR2V0Sm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iIlwKEENhbmNlbEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIeCgxyZXF1ZXN0ZWRfYnkYAiABKAlCCLpIBXIDsAEBEg4KBnJlYXNvbhgDIAEoCSJLChFDYW5jZWxKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISFAoMYmVmb3JlX3N0YXJ0GAIgASgIIlMKHFJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIZCgdyb290X2lkGAIgASgJQgi6SAVyA7ABASKvAQodUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEhAKCHJlbGVhc2VkGAIgASgIEhQKDHJlZnVzYWxfY29kZRgDIAEoCRIXCg9yZWZ1c2FsX21lc3NhZ2UYBCABKAkSKwoNcmVsZWFzZWRfc2xvdBgFIAEoCzIULnNlcmFwaC5qb2JzLnYxLlNsb3QidwoEU2xvdBIPCgdub2RlX2lkGAEgASgJEhIKCnNsb3RfaW5kZXgYAiABKAUSKAoFc3RhdGUYAyABKA4yGS5zZXJhcGguam9icy52MS5TbG90U3RhdGUSDgoGam9iX2lkGAQgASgJEhAKCHJldmlzaW9uGAUgASgEItQBCgROb2RlEg8KB25vZGVfaWQYASABKAkSDwoHYm9vdF9pZBgCIAEoCRIWCg5pbmNhcm5hdGlvbl9pZBgDIAEoCRIPCgdhZGRyZXNzGAQgASgJEhIKCnNsb3RfY291bnQYBSABKA0SGAoQcmVwb3NpdG9yeV9yb290cxgGIAMoCRIZChFoZWFydGJlYXRfdW5peF9tcxgHIAEoAxI4CgpmYWNpbGl0aWVzGAggASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlSZXBvcnQiEgoQTGlzdE5vZGVzUmVxdWVzdCI4ChFMaXN0Tm9kZXNSZXNwb25zZRIjCgVub2RlcxgBIAMoCzIULnNlcmFwaC5qb2JzLnYxLk5vZGUiEgoQTGlzdFNsb3RzUmVxdWVzdCI4ChFMaXN0U2xvdHNSZXNwb25zZRIjCgVzbG90cxgBIAMoCzIULnNlcmFwaC5qb2JzLnYxLlNsb3QiMQoQQ291bnRKb2JzUmVxdWVzdBIdCghvd25lcl9pZBgBIAEoCUILukgI2AEBcgOwAQEiRQoRQ291bnRKb2JzUmVzcG9uc2USDgoGcXVldWVkGAEgASgNEg8KB3J1bm5pbmcYAiABKA0SDwoHdW5rbm93bhgDIAEoDSqSAgoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1NUQVRFX1FVRVVFRBABEhYKEkpPQl9TVEFURV9SRVNFUlZFRBACEhcKE0pPQl9TVEFURV9QUkVQQVJJTkcQAxIWChJKT0JfU1RBVEVfU1RBUlRJTkcQBBIVChFKT0JfU1RBVEVfUlVOTklORxAFEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBhIUChBKT0JfU1RBVEVfRkFJTEVEEAcSFgoSSk9CX1NUQVRFX1JFSkVDVEVEEAgSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAJEhUKEUpPQl9TVEFURV9VTktOT1dOEAoqagoJU2xvdFN0YXRlEhoKFlNMT1RfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9TTE9UX1NUQVRFX0ZSRUUQARIXChNTTE9UX1NUQVRFX1JFU0VSVkVEEAISEwoPU0xPVF9TVEFURV9IRUxEEAMyzwwKC0pvYnNTZXJ2aWNlElMKCkVucXVldWVKb2ISIS5zZXJhcGguam9icy52MS5FbnF1ZXVlSm9iUmVxdWVzdBoiLnNlcmFwaC5qb2JzLnYxLkVucXVldWVKb2JSZXNwb25zZRJZCgxSZWdpc3Rlck5vZGUSIy5zZXJhcGguam9icy52MS5SZWdpc3Rlck5vZGVSZXF1ZXN0GiQuc2VyYXBoLmpvYnMudjEuUmVnaXN0ZXJOb2RlUmVzcG9uc2USUAoJSGVhcnRiZWF0EiAuc2VyYXBoLmpvYnMudjEuSGVhcnRiZWF0UmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkhlYXJ0YmVhdFJlc3BvbnNlElkKDExpc3ROb2RlSm9icxIjLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2RlSm9ic1JlcXVlc3QaJC5zZXJhcGguam9icy52MS5MaXN0Tm9kZUpvYnNSZXNwb25zZRJNCghDbGFpbUpvYhIfLnNlcmFwaC5qb2JzLnYxLkNsYWltSm9iUmVxdWVzdBogLnNlcmFwaC5qb2JzLnYxLkNsYWltSm9iUmVzcG9uc2USTQoIQWRvcHRKb2ISHy5zZXJhcGguam9icy52MS5BZG9wdEpvYlJlcXVlc3QaIC5zZXJhcGguam9icy52MS5BZG9wdEpvYlJlc3BvbnNlEmgKEVJlY29yZE93bmVyTWFya2VyEiguc2VyYXBoLmpvYnMudjEuUmVjb3JkT3duZXJNYXJrZXJSZXF1ZXN0Gikuc2VyYXBoLmpvYnMudjEuUmVjb3JkT3duZXJNYXJrZXJSZXNwb25zZRJfCg5SZXBvcnRQcm9ncmVzcxIlLnNlcmFwaC5qb2JzLnYxLlJlcG9ydFByb2dyZXNzUmVxdWVzdBomLnNlcmFwaC5qb2JzLnYxLlJlcG9ydFByb2dyZXNzUmVzcG9uc2USYgoPUmVjb3JkUHJlZmxpZ2h0EiYuc2VyYXBoLmpvYnMudjEuUmVjb3JkUHJlZmxpZ2h0UmVxdWVzdBonLnNlcmFwaC5qb2JzLnYxLlJlY29yZFByZWZsaWdodFJlc3BvbnNlElwKDVN0b3JlQXJ0aWZhY3QSJC5zZXJhcGguam9icy52MS5TdG9yZUFydGlmYWN0UmVxdWVzdBolLnNlcmFwaC5qb2JzLnYxLlN0b3JlQXJ0aWZhY3RSZXNwb25zZRJZCgxSZWFkQXJ0aWZhY3QSIy5zZXJhcGguam9icy52MS5SZWFkQXJ0aWZhY3RSZXF1ZXN0GiQuc2VyYXBoLmpvYnMudjEuUmVhZEFydGlmYWN0UmVzcG9uc2USVgoLQ29tcGxldGVKb2ISIi5zZXJhcGguam9icy52MS5Db21wbGV0ZUpvYlJlcXVlc3QaIy5zZXJhcGguam9icy52MS5Db21wbGV0ZUpvYlJlc3BvbnNlEkcKBkdldEpvYhIdLnNlcmFwaC5qb2JzLnYxLkdldEpvYlJlcXVlc3QaHi5zZXJhcGguam9icy52MS5HZXRKb2JSZXNwb25zZRJQCglDYW5jZWxKb2ISIC5zZXJhcGguam9icy52MS5DYW5jZWxKb2JSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuQ2FuY2VsSm9iUmVzcG9uc2USdAoVUmVjb3ZlclByb2Nlc3NDbGVhbnVwEiwuc2VyYXBoLmpvYnMudjEuUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVxdWVzdBotLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlElAKCUxpc3RTbG90cxIgLnNlcmFwaC5qb2JzLnYxLkxpc3RTbG90c1JlcXVlc3QaIS5zZXJhcGguam9icy52MS5MaXN0U2xvdHNSZXNwb25zZRJQCglMaXN0Tm9kZXMSIC5zZXJhcGguam9icy52MS5MaXN0Tm9kZXNSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVzUmVzcG9uc2USUAoJQ291bnRKb2JzEiAuc2VyYXBoLmpvYnMudjEuQ291bnRKb2JzUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkNvdW50Sm9ic1Jlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("ChlzZXJhcGgvam9icy92MS9qb2JzLnByb3RvEg5zZXJhcGguam9icy52MSKBBQoPRXhlY3V0aW9uQnVuZGxlEhEKCXJlcGFpcl9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIgChhhcHByb3ZhbF9kb2N1bWVudF9zaGEyNTYYAyABKAkSFwoPcmVwb3NpdG9yeV9wYXRoGAQgASgJEg8KB25vZGVfaWQYBSABKAkSMQoKaW5zcGVjdGlvbhgGIAEoCzIdLnNlcmFwaC5wcm9maWxlLnYxLkluc3BlY3Rpb24SDAoEZGlmZhgHIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYCCABKAkSFAoMcnVudGltZV9wYXRoGAkgASgJEikKBmxpbWl0cxgKIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIgChhhcHByb3ZhbF9leHBpcmVzX3VuaXhfbXMYCyABKAMSDwoHZ29hbF9pZBgMIAEoCRIVCg1nb2FsX3JldmlzaW9uGA0gASgNEhkKEXNldHRpbmdzX3JldmlzaW9uGA4gASgEEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYDyADKAkSIAoYc3VwZXJ2aXNvcl9zb3VyY2Vfc2hhMjU2GBAgASgJEjoKC2NvbnRhaW5tZW50GBEgASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuTm9kZUNvbnRhaW5tZW50EhcKD2lzb2xhdGlvbl9jbGFpbRgoIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgpIAEoCRIbChNwYXRjaF9jaGFuZ2VkX3Rlc3RzGCogAygJEhAKCGJhc2VsaW5lGCsgASgIEhkKEWFwcHJvdmFsX2RvY3VtZW50GCwgASgMIs8BCgpTdGVwUmVzdWx0EgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRIPCgdzdGFydGVkGAMgASgIEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBEhMKBnNpZ25hbBgFIAEoCUgBiAEBEg4KBnBhc3NlZBgGIAEoCBITCgtkdXJhdGlvbl9tcxgHIAEoDRIRCglvb21fa2lsbHMYCCABKA0SFgoOcGlkX2xpbWl0X2hpdHMYCSABKA1CDAoKX2V4aXRfY29kZUIJCgdfc2lnbmFsImsKCEFydGlmYWN0EgoKAmlkGAEgASgJEgwKBGtpbmQYAiABKAkSDAoEbmFtZRgDIAEoCRIOCgZzaGEyNTYYBCABKAkSDAoEc2l6ZRgFIAEoBBIZChFyZWFkYmFja192ZXJpZmllZBgGIAEoCCLHAQoIUmVjb3ZlcnkSIAoYY2xlYW51cF9yZWNlaXB0X3ZlcmlmaWVkGAEgASgIEicKH3Byb2Nlc3NfY2xlYW51cF9yZWFkYmFja19zaGEyNTYYAiABKAkSFgoOcmVhZGJhY2tfc2NvcGUYAyABKAkSDQoFcHJvb2YYBCABKAkSFAoMcmVjb3ZlcmVkX2J5GAUgASgJEhkKEXJlY292ZXJlZF91bml4X21zGAYgASgDEhgKEGNsZWFudXBfdW5wcm92ZW4YByABKAgi8wYKA0pvYhIKCgJpZBgBIAEoCRIRCglyZXBhaXJfaWQYAiABKAkSEAoIb3duZXJfaWQYAyABKAkSDwoHcm9vdF9pZBgEIAEoCRInCgVzdGF0ZRgFIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEg8KB291dGNvbWUYBiABKAkSFwoPb3V0Y29tZV9tZXNzYWdlGAcgASgJEg8KB2F0dGVtcHQYCCABKA0SDQoFZmVuY2UYCSABKAQSDwoHbm9kZV9pZBgKIAEoCRISCgpzbG90X2luZGV4GAsgASgFEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYDCABKAgSMQoGbWFya2VyGA0gASgLMiEuc2VyYXBoLnN1cGVydmlzb3IudjEuT3duZXJNYXJrZXISLgoHcmVjZWlwdBgOIAEoCzIdLnNlcmFwaC5zdXBlcnZpc29yLnYxLlJlY2VpcHQSKQoFc3RlcHMYDyADKAsyGi5zZXJhcGguam9icy52MS5TdGVwUmVzdWx0EisKCWFydGlmYWN0cxgQIAMoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0EhAKCHJldmlzaW9uGBEgASgEEhcKD2NyZWF0ZWRfdW5peF9tcxgSIAEoAxIXCg91cGRhdGVkX3VuaXhfbXMYEyABKAMSEQoJc2xvdF9oZWxkGBQgASgIEioKCHJlY292ZXJ5GBUgASgLMhguc2VyYXBoLmpvYnMudjEuUmVjb3ZlcnkSEwoLbm9fbGVhcm5pbmcYFiABKAgSLwoHcmVhc29ucxgXIAMoCzIeLnNlcmFwaC5wcm9maWxlLnYxLkJsb2NrUmVhc29uEicKBWRyaWZ0GBggAygLMhguc2VyYXBoLnByb2ZpbGUudjEuRHJpZnQSEwoLYXBwcm92YWxfaWQYGSABKAkSFgoOaW5jYXJuYXRpb25faWQYGiABKAkSGAoQZGVhZGxpbmVfdW5peF9tcxgoIAEoAxIvCglwcmVmbGlnaHQYKSABKAsyHC5zZXJhcGguam9icy52MS5Kb2JQcmVmbGlnaHQSFwoPdW50cnVzdGVkX3Rlc3RzGCogAygJEhQKDHJ1bm5pbmdfc3RlcBgrIAEoCRIkChxydW5uaW5nX3N0ZXBfc3RhcnRlZF91bml4X21zGCwgASgDIoEFCgxKb2JQcmVmbGlnaHQSDwoHYmxvY2tlZBgBIAEoCBIvCgdyZWFzb25zGAIgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SDwoHbm9kZV9pZBgDIAEoCRIPCgdib290X2lkGAQgASgJEjgKCmZhY2lsaXRpZXMYBSABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydBIUCgxydW50aW1lX3BhdGgYBiABKAkSFwoPcnVudGltZV92ZXJzaW9uGAcgASgJEhYKDnJ1bnRpbWVfc2hhMjU2GAggASgJEhgKEGNvbXBpbGVyX3ZlcnNpb24YCSABKAkSFwoPY29tcGlsZXJfc2hhMjU2GAogASgJEhcKD3JlcG9zaXRvcnlfcGF0aBgLIAEoCRIXCg9yZXBvc2l0b3J5X3Jvb3QYDCABKAkSGgoScmVwb3NpdG9yeV9yb290X29rGA0gASgIEikKBmxpbWl0cxgOIAEoCzIZLnNlcmFwaC5wcm9maWxlLnYxLkxpbWl0cxIPCgdiYWNrZW5kGA8gASgJEhcKD2lzb2xhdGlvbl9jbGFpbRgQIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgRIAEoCRISCgp1bmVuZm9yY2VkGBIgAygJEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgTIAEoCRIXCg9zdGFydGVkX3VuaXhfbXMYFCABKAMSGAoQZmluaXNoZWRfdW5peF9tcxgVIAEoAxIYChBkZWFkbGluZV91bml4X21zGBYgASgDEhUKDWRyaWZ0X2NoZWNrZWQYFyABKAgigwEKEUVucXVldWVKb2JSZXF1ZXN0EhoKCG93bmVyX2lkGAEgASgJQgi6SAVyA7ABARIZCgdyb290X2lkGAIgASgJQgi6SAVyA7ABARI3CgZidW5kbGUYAyABKAsyHy5zZXJhcGguam9icy52MS5FeGVjdXRpb25CdW5kbGVCBrpIA8gBASJHChJFbnF1ZXVlSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEg8KB2NyZWF0ZWQYAiABKAgikQIKE1JlZ2lzdGVyTm9kZVJlcXVlc3QSMgoHbm9kZV9pZBgBIAEoCUIhukgechwyGl5bYS16MC05XVthLXowLTkuLV17MCw2Mn0kEhgKB2Jvb3RfaWQYAiABKAlCB7pIBHICEAESHwoOaW5jYXJuYXRpb25faWQYAyABKAlCB7pIBHICEAESHQoKc2xvdF9jb3VudBgEIAEoDUIJukgGKgQYQCgBEhgKB2FkZHJlc3MYBSABKAlCB7pIBHICEAESGAoQcmVwb3NpdG9yeV9yb290cxgGIAMoCRI4CgpmYWNpbGl0aWVzGAcgASgLMiQuc2VyYXBoLnN1cGVydmlzb3IudjEuRmFjaWxpdHlSZXBvcnQiFgoUUmVnaXN0ZXJOb2RlUmVzcG9uc2UiTQoQSGVhcnRiZWF0UmVxdWVzdBIYCgdub2RlX2lkGAEgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAIgASgJQge6SARyAhABIhMKEUhlYXJ0YmVhdFJlc3BvbnNlIi8KE0xpc3ROb2RlSm9ic1JlcXVlc3QSGAoHbm9kZV9pZBgBIAEoCUIHukgEcgIQASI5ChRMaXN0Tm9kZUpvYnNSZXNwb25zZRIhCgRqb2JzGAEgAygLMhMuc2VyYXBoLmpvYnMudjEuSm9iImYKD0NsYWltSm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEhgKB25vZGVfaWQYAiABKAlCB7pIBHICEAESHwoOaW5jYXJuYXRpb25faWQYAyABKAlCB7pIBHICEAEijgEKEENsYWltSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEg0KBWZlbmNlGAIgASgEEi8KBmJ1bmRsZRgDIAEoCzIfLnNlcmFwaC5qb2JzLnYxLkV4ZWN1dGlvbkJ1bmRsZRIYChBkZWFkbGluZV91bml4X21zGAQgASgDIroBCg9BZG9wdEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARIYCgdub2RlX2lkGAIgASgJQge6SARyAhABEh8KDmluY2FybmF0aW9uX2lkGAMgASgJQge6SARyAhABEhYKDmV4cGVjdGVkX2ZlbmNlGAQgASgEEjoKD2V4cGVjdGVkX21hcmtlchgFIAEoCzIhLnNlcmFwaC5zdXBlcnZpc29yLnYxLk93bmVyTWFya2VyIrsBChBBZG9wdEpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhINCgVmZW5jZRgCIAEoBBIvCgZidW5kbGUYAyABKAsyHy5zZXJhcGguam9icy52MS5FeGVjdXRpb25CdW5kbGUSFgoOcHJldmlvdXNfZmVuY2UYBCABKAQSEwoLY2xhaW1fZmVuY2UYBSABKAQSGAoQZGVhZGxpbmVfdW5peF9tcxgGIAEoAyJ6ChZSZWNvcmRQcmVmbGlnaHRSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSNwoJcHJlZmxpZ2h0GAMgASgLMhwuc2VyYXBoLmpvYnMudjEuSm9iUHJlZmxpZ2h0Qga6SAPIAQEiOwoXUmVjb3JkUHJlZmxpZ2h0UmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iIq8BChhSZWNvcmRPd25lck1hcmtlclJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBI5CgZtYXJrZXIYAyABKAsyIS5zZXJhcGguc3VwZXJ2aXNvci52MS5Pd25lck1hcmtlckIGukgDyAEBEi8KCXByZWZsaWdodBgEIAEoCzIcLnNlcmFwaC5qb2JzLnYxLkpvYlByZWZsaWdodCJJChlSZWNvcmRPd25lck1hcmtlclJlc3BvbnNlEgoKAmdvGAEgASgIEiAKA2pvYhgCIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYiKeAQoVUmVwb3J0UHJvZ3Jlc3NSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSJwoFc3RhdGUYAyABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZRIPCgdtZXNzYWdlGAQgASgJEiIKBHN0ZXAYBSABKAlCFLpIEXIPUgBSBWJ1aWxkUgR0ZXN0IjIKFlJlcG9ydFByb2dyZXNzUmVzcG9uc2USGAoQY2FuY2VsX3JlcXVlc3RlZBgBIAEoCCKkAQoUU3RvcmVBcnRpZmFjdFJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABARINCgVmZW5jZRgCIAEoBBIVCgRraW5kGAMgASgJQge6SARyAhABEhUKBG5hbWUYBCABKAlCB7pIBHICEAESGwoHY29udGVudBgFIAEoDEIKukgHegUYgIDACBIYCgZzaGEyNTYYBiABKAlCCLpIBXIDmAFAIkMKFVN0b3JlQXJ0aWZhY3RSZXNwb25zZRIqCghhcnRpZmFjdBgBIAEoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0IjQKE1JlYWRBcnRpZmFjdFJlcXVlc3QSHQoLYXJ0aWZhY3RfaWQYASABKAlCCLpIBXIDsAEBIlMKFFJlYWRBcnRpZmFjdFJlc3BvbnNlEioKCGFydGlmYWN0GAEgASgLMhguc2VyYXBoLmpvYnMudjEuQXJ0aWZhY3QSDwoHY29udGVudBgCIAEoDCKzAwoSQ29tcGxldGVKb2JSZXF1ZXN0EhgKBmpvYl9pZBgBIAEoCUIIukgFcgOwAQESDQoFZmVuY2UYAiABKAQSOQoFc3RhdGUYAyABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZUIQukgNggEKGAYYBxgIGAkYChIYCgdvdXRjb21lGAQgASgJQge6SARyAhABEhcKD291dGNvbWVfbWVzc2FnZRgFIAEoCRIuCgdyZWNlaXB0GAYgASgLMh0uc2VyYXBoLnN1cGVydmlzb3IudjEuUmVjZWlwdBIpCgVzdGVwcxgHIAMoCzIaLnNlcmFwaC5qb2JzLnYxLlN0ZXBSZXN1bHQSFAoMYXJ0aWZhY3RfaWRzGAggAygJEi8KB3JlYXNvbnMYCSADKAsyHi5zZXJhcGgucHJvZmlsZS52MS5CbG9ja1JlYXNvbhInCgVkcmlmdBgKIAMoCzIYLnNlcmFwaC5wcm9maWxlLnYxLkRyaWZ0EjsKCWFydGlmYWN0cxgLIAMoCzIeLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0VXBsb2FkQgi6SAWSAQIQQCJ1Cg5BcnRpZmFjdFVwbG9hZBIVCgRraW5kGAEgASgJQge6SARyAhABEhUKBG5hbWUYAiABKAlCB7pIBHICEAESGwoHY29udGVudBgDIAEoDEIKukgHegUYgIDACBIYCgZzaGEyNTYYBCABKAlCCLpIBXIDmAFAIjcKE0NvbXBsZXRlSm9iUmVzcG9uc2USIAoDam9iGAEgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iIikKDUdldEpvYlJlcXVlc3QSGAoGam9iX2lkGAEgASgJQgi6SAVyA7ABASIyCg5HZXRKb2JSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2IiXAoQQ2FuY2VsSm9iUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEh4KDHJlcXVlc3RlZF9ieRgCIAEoCUIIukgFcgOwAQESDgoGcmVhc29uGAMgASgJIksKEUNhbmNlbEpvYlJlc3BvbnNlEiAKA2pvYhgBIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIUCgxiZWZvcmVfc3RhcnQYAiABKAgiUwocUmVjb3ZlclByb2Nlc3NDbGVhbnVwUmVxdWVzdBIYCgZqb2JfaWQYASABKAlCCLpIBXIDsAEBEhkKB3Jvb3RfaWQYAiABKAlCCLpIBXIDsAEBIq8BCh1SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRIgCgNqb2IYASABKAsyEy5zZXJhcGguam9icy52MS5Kb2ISEAoIcmVsZWFzZWQYAiABKAgSFAoMcmVmdXNhbF9jb2RlGAMgASgJEhcKD3JlZnVzYWxfbWVzc2FnZRgEIAEoCRIrCg1yZWxlYXNlZF9zbG90GAUgASgLMhQuc2VyYXBoLmpvYnMudjEuU2xvdCJ3CgRTbG90Eg8KB25vZGVfaWQYASABKAkSEgoKc2xvdF9pbmRleBgCIAEoBRIoCgVzdGF0ZRgDIAEoDjIZLnNlcmFwaC5qb2JzLnYxLlNsb3RTdGF0ZRIOCgZqb2JfaWQYBCABKAkSEAoIcmV2aXNpb24YBSABKAQiyAMKBE5vZGUSDwoHbm9kZV9pZBgBIAEoCRIPCgdib290X2lkGAIgASgJEhYKDmluY2FybmF0aW9uX2lkGAMgASgJEg8KB2FkZHJlc3MYBCABKAkSEgoKc2xvdF9jb3VudBgFIAEoDRIYChByZXBvc2l0b3J5X3Jvb3RzGAYgAygJEhkKEWhlYXJ0YmVhdF91bml4X21zGAcgASgDEjgKCmZhY2lsaXRpZXMYCCABKAsyJC5zZXJhcGguc3VwZXJ2aXNvci52MS5GYWNpbGl0eVJlcG9ydBIoCgVzdGF0ZRgJIAEoDjIZLnNlcmFwaC5qb2JzLnYxLk5vZGVTdGF0ZRIYChBoZWFydGJlYXRfYWdlX21zGAogASgDEhgKEGNvcmRvbmVkX3VuaXhfbXMYCyABKAMSEwoLY29yZG9uZWRfYnkYDCABKAkSFgoOZmVuY2VkX3VuaXhfbXMYDSABKAMSEQoJZmVuY2VkX2J5GA4gASgJEhQKDGZlbmNlX3JlYXNvbhgPIAEoCRISCgpzbG90c19mcmVlGBAgASgNEhYKDnNsb3RzX3Jlc2VydmVkGBEgASgNEhIKCnNsb3RzX2hlbGQYEiABKA0iYwoQRmVuY2VOb2RlUmVxdWVzdBIYCgdub2RlX2lkGAEgASgJQge6SARyAhABEhsKCWZlbmNlZF9ieRgCIAEoCUIIukgFcgOwAQESGAoGcmVhc29uGAMgASgJQgi6SAVyAxjoByJ6ChFGZW5jZU5vZGVSZXNwb25zZRIiCgRub2RlGAEgASgLMhQuc2VyYXBoLmpvYnMudjEuTm9kZRIOCgZmZW5jZWQYAiABKAgSFwoPdW5rbm93bl9qb2JfaWRzGAMgAygJEhgKEHJlamVjdGVkX2pvYl9pZHMYBCADKAkiTAoRQ29yZG9uTm9kZVJlcXVlc3QSGAoHbm9kZV9pZBgBIAEoCUIHukgEcgIQARIdCgtjb3Jkb25lZF9ieRgCIAEoCUIIukgFcgOwAQEiZAoSQ29yZG9uTm9kZVJlc3BvbnNlEiIKBG5vZGUYASABKAsyFC5zZXJhcGguam9icy52MS5Ob2RlEhAKCGNvcmRvbmVkGAIgASgIEhgKEHJlcXVldWVkX2pvYl9pZHMYAyADKAkiLwoTVW5jb3Jkb25Ob2RlUmVxdWVzdBIYCgdub2RlX2lkGAEgASgJQge6SARyAhABIk4KFFVuY29yZG9uTm9kZVJlc3BvbnNlEiIKBG5vZGUYASABKAsyFC5zZXJhcGguam9icy52MS5Ob2RlEhIKCnVuY29yZG9uZWQYAiABKAgiEgoQTGlzdE5vZGVzUmVxdWVzdCI4ChFMaXN0Tm9kZXNSZXNwb25zZRIjCgVub2RlcxgBIAMoCzIULnNlcmFwaC5qb2JzLnYxLk5vZGUiEgoQTGlzdFNsb3RzUmVxdWVzdCI4ChFMaXN0U2xvdHNSZXNwb25zZRIjCgVzbG90cxgBIAMoCzIULnNlcmFwaC5qb2JzLnYxLlNsb3QiMQoQQ291bnRKb2JzUmVxdWVzdBIdCghvd25lcl9pZBgBIAEoCUILukgI2AEBcgOwAQEiRQoRQ291bnRKb2JzUmVzcG9uc2USDgoGcXVldWVkGAEgASgNEg8KB3J1bm5pbmcYAiABKA0SDwoHdW5rbm93bhgDIAEoDSqSAgoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1NUQVRFX1FVRVVFRBABEhYKEkpPQl9TVEFURV9SRVNFUlZFRBACEhcKE0pPQl9TVEFURV9QUkVQQVJJTkcQAxIWChJKT0JfU1RBVEVfU1RBUlRJTkcQBBIVChFKT0JfU1RBVEVfUlVOTklORxAFEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBhIUChBKT0JfU1RBVEVfRkFJTEVEEAcSFgoSSk9CX1NUQVRFX1JFSkVDVEVEEAgSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAJEhUKEUpPQl9TVEFURV9VTktOT1dOEAoqagoJU2xvdFN0YXRlEhoKFlNMT1RfU1RBVEVfVU5TUEVDSUZJRUQQABITCg9TTE9UX1NUQVRFX0ZSRUUQARIXChNTTE9UX1NUQVRFX1JFU0VSVkVEEAISEwoPU0xPVF9TVEFURV9IRUxEEAMqggEKCU5vZGVTdGF0ZRIaChZOT0RFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRTk9ERV9TVEFURV9GRU5DRUQQARIXChNOT0RFX1NUQVRFX0NPUkRPTkVEEAISFAoQTk9ERV9TVEFURV9TVEFMRRADEhMKD05PREVfU1RBVEVfTElWRRAEMtEOCgtKb2JzU2VydmljZRJTCgpFbnF1ZXVlSm9iEiEuc2VyYXBoLmpvYnMudjEuRW5xdWV1ZUpvYlJlcXVlc3QaIi5zZXJhcGguam9icy52MS5FbnF1ZXVlSm9iUmVzcG9uc2USWQoMUmVnaXN0ZXJOb2RlEiMuc2VyYXBoLmpvYnMudjEuUmVnaXN0ZXJOb2RlUmVxdWVzdBokLnNlcmFwaC5qb2JzLnYxLlJlZ2lzdGVyTm9kZVJlc3BvbnNlElAKCUhlYXJ0YmVhdBIgLnNlcmFwaC5qb2JzLnYxLkhlYXJ0YmVhdFJlcXVlc3QaIS5zZXJhcGguam9icy52MS5IZWFydGJlYXRSZXNwb25zZRJZCgxMaXN0Tm9kZUpvYnMSIy5zZXJhcGguam9icy52MS5MaXN0Tm9kZUpvYnNSZXF1ZXN0GiQuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVKb2JzUmVzcG9uc2USTQoIQ2xhaW1Kb2ISHy5zZXJhcGguam9icy52MS5DbGFpbUpvYlJlcXVlc3QaIC5zZXJhcGguam9icy52MS5DbGFpbUpvYlJlc3BvbnNlEk0KCEFkb3B0Sm9iEh8uc2VyYXBoLmpvYnMudjEuQWRvcHRKb2JSZXF1ZXN0GiAuc2VyYXBoLmpvYnMudjEuQWRvcHRKb2JSZXNwb25zZRJoChFSZWNvcmRPd25lck1hcmtlchIoLnNlcmFwaC5qb2JzLnYxLlJlY29yZE93bmVyTWFya2VyUmVxdWVzdBopLnNlcmFwaC5qb2JzLnYxLlJlY29yZE93bmVyTWFya2VyUmVzcG9uc2USXwoOUmVwb3J0UHJvZ3Jlc3MSJS5zZXJhcGguam9icy52MS5SZXBvcnRQcm9ncmVzc1JlcXVlc3QaJi5zZXJhcGguam9icy52MS5SZXBvcnRQcm9ncmVzc1Jlc3BvbnNlEmIKD1JlY29yZFByZWZsaWdodBImLnNlcmFwaC5qb2JzLnYxLlJlY29yZFByZWZsaWdodFJlcXVlc3QaJy5zZXJhcGguam9icy52MS5SZWNvcmRQcmVmbGlnaHRSZXNwb25zZRJcCg1TdG9yZUFydGlmYWN0EiQuc2VyYXBoLmpvYnMudjEuU3RvcmVBcnRpZmFjdFJlcXVlc3QaJS5zZXJhcGguam9icy52MS5TdG9yZUFydGlmYWN0UmVzcG9uc2USWQoMUmVhZEFydGlmYWN0EiMuc2VyYXBoLmpvYnMudjEuUmVhZEFydGlmYWN0UmVxdWVzdBokLnNlcmFwaC5qb2JzLnYxLlJlYWRBcnRpZmFjdFJlc3BvbnNlElYKC0NvbXBsZXRlSm9iEiIuc2VyYXBoLmpvYnMudjEuQ29tcGxldGVKb2JSZXF1ZXN0GiMuc2VyYXBoLmpvYnMudjEuQ29tcGxldGVKb2JSZXNwb25zZRJHCgZHZXRKb2ISHS5zZXJhcGguam9icy52MS5HZXRKb2JSZXF1ZXN0Gh4uc2VyYXBoLmpvYnMudjEuR2V0Sm9iUmVzcG9uc2USUAoJQ2FuY2VsSm9iEiAuc2VyYXBoLmpvYnMudjEuQ2FuY2VsSm9iUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkNhbmNlbEpvYlJlc3BvbnNlEnQKFVJlY292ZXJQcm9jZXNzQ2xlYW51cBIsLnNlcmFwaC5qb2JzLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QaLS5zZXJhcGguam9icy52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRJQCglMaXN0U2xvdHMSIC5zZXJhcGguam9icy52MS5MaXN0U2xvdHNSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuTGlzdFNsb3RzUmVzcG9uc2USUAoJTGlzdE5vZGVzEiAuc2VyYXBoLmpvYnMudjEuTGlzdE5vZGVzUmVxdWVzdBohLnNlcmFwaC5qb2JzLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlElAKCUNvdW50Sm9icxIgLnNlcmFwaC5qb2JzLnYxLkNvdW50Sm9ic1JlcXVlc3QaIS5zZXJhcGguam9icy52MS5Db3VudEpvYnNSZXNwb25zZRJQCglGZW5jZU5vZGUSIC5zZXJhcGguam9icy52MS5GZW5jZU5vZGVSZXF1ZXN0GiEuc2VyYXBoLmpvYnMudjEuRmVuY2VOb2RlUmVzcG9uc2USUwoKQ29yZG9uTm9kZRIhLnNlcmFwaC5qb2JzLnYxLkNvcmRvbk5vZGVSZXF1ZXN0GiIuc2VyYXBoLmpvYnMudjEuQ29yZG9uTm9kZVJlc3BvbnNlElkKDFVuY29yZG9uTm9kZRIjLnNlcmFwaC5qb2JzLnYxLlVuY29yZG9uTm9kZVJlcXVlc3QaJC5zZXJhcGguam9icy52MS5VbmNvcmRvbk5vZGVSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_profile_v1_profile, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * What the approval bound; the executor needs nothing else to run the job.
@@ -308,7 +308,9 @@ export type Recovery = Message<"seraph.jobs.v1.Recovery"> & {
   readbackScope: string;
 
   /**
-   * "cleanup_receipt", "host_rebooted" or "pid_namespace_gone".
+   * "cleanup_receipt", "host_rebooted", "pid_namespace_gone" or "node_fenced". The first three
+   * prove the process cleanup; "node_fenced" proves nothing about it: the instance operator
+   * fenced the job's node for good, and the slot was released without any cleanup proof.
    *
    * @generated from field: string proof = 4;
    */
@@ -323,6 +325,15 @@ export type Recovery = Message<"seraph.jobs.v1.Recovery"> & {
    * @generated from field: int64 recovered_unix_ms = 6;
    */
   recoveredUnixMs: bigint;
+
+  /**
+   * True when the slot was released with the process cleanup unproven (proof "node_fenced");
+   * false when the proof shows that nothing the job started still runs (and in records made
+   * before this field existed, whose proofs all proved cleanup).
+   *
+   * @generated from field: bool cleanup_unproven = 7;
+   */
+  cleanupUnproven: boolean;
 };
 
 /**
@@ -1622,6 +1633,62 @@ export type Node = Message<"seraph.jobs.v1.Node"> & {
    * @generated from field: seraph.supervisor.v1.FacilityReport facilities = 8;
    */
   facilities?: FacilityReport | undefined;
+
+  /**
+   * @generated from field: seraph.jobs.v1.NodeState state = 9;
+   */
+  state: NodeState;
+
+  /**
+   * Age of the last heartbeat when listed, by the database's clock.
+   *
+   * @generated from field: int64 heartbeat_age_ms = 10;
+   */
+  heartbeatAgeMs: bigint;
+
+  /**
+   * 0 when not cordoned.
+   *
+   * @generated from field: int64 cordoned_unix_ms = 11;
+   */
+  cordonedUnixMs: bigint;
+
+  /**
+   * @generated from field: string cordoned_by = 12;
+   */
+  cordonedBy: string;
+
+  /**
+   * 0 when not fenced.
+   *
+   * @generated from field: int64 fenced_unix_ms = 13;
+   */
+  fencedUnixMs: bigint;
+
+  /**
+   * @generated from field: string fenced_by = 14;
+   */
+  fencedBy: string;
+
+  /**
+   * @generated from field: string fence_reason = 15;
+   */
+  fenceReason: string;
+
+  /**
+   * @generated from field: uint32 slots_free = 16;
+   */
+  slotsFree: number;
+
+  /**
+   * @generated from field: uint32 slots_reserved = 17;
+   */
+  slotsReserved: number;
+
+  /**
+   * @generated from field: uint32 slots_held = 18;
+   */
+  slotsHeld: number;
 };
 
 /**
@@ -1630,6 +1697,167 @@ export type Node = Message<"seraph.jobs.v1.Node"> & {
  */
 export const NodeSchema: GenMessage<Node> = /*@__PURE__*/
   messageDesc(file_seraph_jobs_v1_jobs, 38);
+
+/**
+ * @generated from message seraph.jobs.v1.FenceNodeRequest
+ */
+export type FenceNodeRequest = Message<"seraph.jobs.v1.FenceNodeRequest"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * The instance operator principal who fences it.
+   *
+   * @generated from field: string fenced_by = 2;
+   */
+  fencedBy: string;
+
+  /**
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.FenceNodeRequest.
+ * Use `create(FenceNodeRequestSchema)` to create a new message.
+ */
+export const FenceNodeRequestSchema: GenMessage<FenceNodeRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 39);
+
+/**
+ * @generated from message seraph.jobs.v1.FenceNodeResponse
+ */
+export type FenceNodeResponse = Message<"seraph.jobs.v1.FenceNodeResponse"> & {
+  /**
+   * @generated from field: seraph.jobs.v1.Node node = 1;
+   */
+  node?: Node | undefined;
+
+  /**
+   * False when the node was already fenced (nothing changed).
+   *
+   * @generated from field: bool fenced = 2;
+   */
+  fenced: boolean;
+
+  /**
+   * Claimed attempts (PREPARING, STARTING, RUNNING) made UNKNOWN `node_fenced` by this fence.
+   *
+   * @generated from field: repeated string unknown_job_ids = 3;
+   */
+  unknownJobIds: string[];
+
+  /**
+   * Queued or reserved jobs bound to the node, REJECTED `node_fenced` (nothing of them ran).
+   *
+   * @generated from field: repeated string rejected_job_ids = 4;
+   */
+  rejectedJobIds: string[];
+};
+
+/**
+ * Describes the message seraph.jobs.v1.FenceNodeResponse.
+ * Use `create(FenceNodeResponseSchema)` to create a new message.
+ */
+export const FenceNodeResponseSchema: GenMessage<FenceNodeResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 40);
+
+/**
+ * @generated from message seraph.jobs.v1.CordonNodeRequest
+ */
+export type CordonNodeRequest = Message<"seraph.jobs.v1.CordonNodeRequest"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: string cordoned_by = 2;
+   */
+  cordonedBy: string;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.CordonNodeRequest.
+ * Use `create(CordonNodeRequestSchema)` to create a new message.
+ */
+export const CordonNodeRequestSchema: GenMessage<CordonNodeRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 41);
+
+/**
+ * @generated from message seraph.jobs.v1.CordonNodeResponse
+ */
+export type CordonNodeResponse = Message<"seraph.jobs.v1.CordonNodeResponse"> & {
+  /**
+   * @generated from field: seraph.jobs.v1.Node node = 1;
+   */
+  node?: Node | undefined;
+
+  /**
+   * False when the node was already cordoned (nothing changed).
+   *
+   * @generated from field: bool cordoned = 2;
+   */
+  cordoned: boolean;
+
+  /**
+   * Reservations not yet claimed that went back to the queue (they wait for uncordon).
+   *
+   * @generated from field: repeated string requeued_job_ids = 3;
+   */
+  requeuedJobIds: string[];
+};
+
+/**
+ * Describes the message seraph.jobs.v1.CordonNodeResponse.
+ * Use `create(CordonNodeResponseSchema)` to create a new message.
+ */
+export const CordonNodeResponseSchema: GenMessage<CordonNodeResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 42);
+
+/**
+ * @generated from message seraph.jobs.v1.UncordonNodeRequest
+ */
+export type UncordonNodeRequest = Message<"seraph.jobs.v1.UncordonNodeRequest"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.UncordonNodeRequest.
+ * Use `create(UncordonNodeRequestSchema)` to create a new message.
+ */
+export const UncordonNodeRequestSchema: GenMessage<UncordonNodeRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 43);
+
+/**
+ * @generated from message seraph.jobs.v1.UncordonNodeResponse
+ */
+export type UncordonNodeResponse = Message<"seraph.jobs.v1.UncordonNodeResponse"> & {
+  /**
+   * @generated from field: seraph.jobs.v1.Node node = 1;
+   */
+  node?: Node | undefined;
+
+  /**
+   * False when the node was not cordoned (nothing changed).
+   *
+   * @generated from field: bool uncordoned = 2;
+   */
+  uncordoned: boolean;
+};
+
+/**
+ * Describes the message seraph.jobs.v1.UncordonNodeResponse.
+ * Use `create(UncordonNodeResponseSchema)` to create a new message.
+ */
+export const UncordonNodeResponseSchema: GenMessage<UncordonNodeResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_jobs_v1_jobs, 44);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodesRequest
@@ -1642,7 +1870,7 @@ export type ListNodesRequest = Message<"seraph.jobs.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 39);
+  messageDesc(file_seraph_jobs_v1_jobs, 45);
 
 /**
  * @generated from message seraph.jobs.v1.ListNodesResponse
@@ -1659,7 +1887,7 @@ export type ListNodesResponse = Message<"seraph.jobs.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 40);
+  messageDesc(file_seraph_jobs_v1_jobs, 46);
 
 /**
  * @generated from message seraph.jobs.v1.ListSlotsRequest
@@ -1672,7 +1900,7 @@ export type ListSlotsRequest = Message<"seraph.jobs.v1.ListSlotsRequest"> & {
  * Use `create(ListSlotsRequestSchema)` to create a new message.
  */
 export const ListSlotsRequestSchema: GenMessage<ListSlotsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 41);
+  messageDesc(file_seraph_jobs_v1_jobs, 47);
 
 /**
  * @generated from message seraph.jobs.v1.ListSlotsResponse
@@ -1689,7 +1917,7 @@ export type ListSlotsResponse = Message<"seraph.jobs.v1.ListSlotsResponse"> & {
  * Use `create(ListSlotsResponseSchema)` to create a new message.
  */
 export const ListSlotsResponseSchema: GenMessage<ListSlotsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 42);
+  messageDesc(file_seraph_jobs_v1_jobs, 48);
 
 /**
  * @generated from message seraph.jobs.v1.CountJobsRequest
@@ -1708,7 +1936,7 @@ export type CountJobsRequest = Message<"seraph.jobs.v1.CountJobsRequest"> & {
  * Use `create(CountJobsRequestSchema)` to create a new message.
  */
 export const CountJobsRequestSchema: GenMessage<CountJobsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 43);
+  messageDesc(file_seraph_jobs_v1_jobs, 49);
 
 /**
  * @generated from message seraph.jobs.v1.CountJobsResponse
@@ -1739,7 +1967,7 @@ export type CountJobsResponse = Message<"seraph.jobs.v1.CountJobsResponse"> & {
  * Use `create(CountJobsResponseSchema)` to create a new message.
  */
 export const CountJobsResponseSchema: GenMessage<CountJobsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_jobs_v1_jobs, 44);
+  messageDesc(file_seraph_jobs_v1_jobs, 50);
 
 /**
  * @generated from enum seraph.jobs.v1.JobState
@@ -1849,6 +2077,50 @@ export enum SlotState {
  */
 export const SlotStateSchema: GenEnum<SlotState> = /*@__PURE__*/
   enumDesc(file_seraph_jobs_v1_jobs, 1);
+
+/**
+ * A node as scheduling sees it (the first state that applies, in this order).
+ *
+ * @generated from enum seraph.jobs.v1.NodeState
+ */
+export enum NodeState {
+  /**
+   * @generated from enum value: NODE_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Fenced for good by the instance operator: every call from it is refused.
+   *
+   * @generated from enum value: NODE_STATE_FENCED = 1;
+   */
+  FENCED = 1,
+
+  /**
+   * Cordoned: no new reservations; claimed jobs continue.
+   *
+   * @generated from enum value: NODE_STATE_CORDONED = 2;
+   */
+  CORDONED = 2,
+
+  /**
+   * Its heartbeat is older than the scheduling bound: no new reservations until it heartbeats.
+   *
+   * @generated from enum value: NODE_STATE_STALE = 3;
+   */
+  STALE = 3,
+
+  /**
+   * @generated from enum value: NODE_STATE_LIVE = 4;
+   */
+  LIVE = 4,
+}
+
+/**
+ * Describes the enum seraph.jobs.v1.NodeState.
+ */
+export const NodeStateSchema: GenEnum<NodeState> = /*@__PURE__*/
+  enumDesc(file_seraph_jobs_v1_jobs, 2);
 
 /**
  * Internal: called by the API and by executor nodes, never by end users.
@@ -2003,6 +2275,36 @@ export const JobsService: GenService<{
     methodKind: "unary";
     input: typeof CountJobsRequestSchema;
     output: typeof CountJobsResponseSchema;
+  },
+  /**
+   * Fences a node for good (instance operator, through the API): every later call from the
+   * node id is PERMISSION_DENIED `node_fenced`; its claimed attempts become UNKNOWN
+   * `node_fenced`, and its jobs' slots are released by recovery with proof "node_fenced".
+   *
+   * @generated from rpc seraph.jobs.v1.JobsService.FenceNode
+   */
+  fenceNode: {
+    methodKind: "unary";
+    input: typeof FenceNodeRequestSchema;
+    output: typeof FenceNodeResponseSchema;
+  },
+  /**
+   * Stops new reservations for a node; claimed jobs continue.
+   *
+   * @generated from rpc seraph.jobs.v1.JobsService.CordonNode
+   */
+  cordonNode: {
+    methodKind: "unary";
+    input: typeof CordonNodeRequestSchema;
+    output: typeof CordonNodeResponseSchema;
+  },
+  /**
+   * @generated from rpc seraph.jobs.v1.JobsService.UncordonNode
+   */
+  uncordonNode: {
+    methodKind: "unary";
+    input: typeof UncordonNodeRequestSchema;
+    output: typeof UncordonNodeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_seraph_jobs_v1_jobs, 0);
