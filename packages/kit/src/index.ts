@@ -58,9 +58,19 @@ export { standardInterceptors, withHealth, createReadinessInterceptor, bootServi
 export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown, SHUTDOWN_BUDGET_MS, LINGER_MS } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";
-export { decodeValidated, describeError, grpcCodeName, ERROR_REASON_HEADER, ERROR_DOMAIN_HEADER, ERROR_FIELD_HEADER } from "./nats-requests.js";
+export {
+  decodeValidated,
+  describeError,
+  grpcCodeName,
+  ERROR_REASON_HEADER,
+  ERROR_DOMAIN_HEADER,
+  ERROR_FIELD_HEADER,
+  DEFAULT_INBOX_PREFIX,
+  isInbox,
+  repliesOnlyToInboxes,
+} from "./nats-requests.js";
 export { assertNoNulStrings, createNulStringInterceptor, NUL_REASON, nulStringField } from "./nul-strings.js";
-export type { ErrorDescription } from "./nats-requests.js";
+export type { ErrorDescription, InboxOnlyOptions } from "./nats-requests.js";
 export { natsAuth, natsAuthOptions, natsPermissions, renderNatsAuthorization } from "./nats-auth.js";
 export type { NatsAuth, NatsPermissions, NatsRole, NatsUserEntry } from "./nats-auth.js";
 export { createLocalSignals, createNatsSignals, createDeferredSignals, subjectMatches, DRAIN_MS } from "./signals.js";
