@@ -48,13 +48,14 @@ export {
   EXECUTOR_READ_MAX_BYTES,
   JOBS_READ_MAX_BYTES,
   DEFAULT_LISTENER_LIMITS,
-  createStreamLimitInterceptor,
   createPrincipalRateLimit,
 } from "./limits.js";
 export type { ListenerLimits, RateLimitSpec, PrincipalRateLimit } from "./limits.js";
 export { startServer, listenerLimits } from "./server.js";
 export type { ServerOptions, RunningServer } from "./server.js";
-export { standardInterceptors, withHealth, createReadinessInterceptor, bootService, markNotServing } from "./service.js";
+export { createOpenStreams } from "./open-streams.js";
+export type { OpenStreams, OpenStreamLimits, StreamMatch } from "./open-streams.js";
+export { standardInterceptors, openStreamsOf, withHealth, createReadinessInterceptor, bootService, markNotServing } from "./service.js";
 export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown, SHUTDOWN_BUDGET_MS, LINGER_MS } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";

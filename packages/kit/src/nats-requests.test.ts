@@ -59,7 +59,7 @@ describe("renderNatsAuthorization", () => {
       { user: "seraph-api", password: "x", permissions: natsPermissions("api") },
     ]);
     expect(conf).toContain('{ user: "seraph-executor-node-a", password: "p\\"w", permissions: { publish: { deny: [">"] }, subscribe: { allow: ["seraph.nodes.node-a.work", "seraph.nodes.node-a.cancel"] } } }');
-    expect(conf).toContain('subscribe: { allow: ["seraph.repairs.*.state", "seraph.jobs.*.state", "seraph.operator.>", "$SRV.>"] }, allow_responses: { max: 1 } }');
+    expect(conf).toContain('subscribe: { allow: ["seraph.repairs.*.state", "seraph.jobs.*.state", "seraph.tokens.*.revoked", "seraph.operator.>", "$SRV.>"] }, allow_responses: { max: 1 } }');
     expect(conf).not.toContain("no_auth_user");
   });
 });
