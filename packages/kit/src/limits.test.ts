@@ -305,8 +305,8 @@ describe("rate limits per principal and per operator root", () => {
     const err = await limit.consume(a).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ResourceExhaustedError);
     expect((err as ResourceExhaustedError).reason).toBe("rate_limited");
-    expect((err as ResourceExhaustedError).message).toMatch(/^At most 3 goals per 60 s per operator root, all its principals together \(SERAPH_RATE_GOALS_PER_MINUTE=3\); retry in \d+ s\.$/);
-    expect((err as ResourceExhaustedError).metadata).toMatchObject({ limit: "SERAPH_RATE_GOALS_PER_MINUTE", scope: "root" });
+    expect((err as ResourceExhaustedError).message).toMatch(/^At most 3 goals per 60 s per principal \(SERAPH_RATE_GOALS_PER_MINUTE=3\); retry in \d+ s\.$/);
+    expect((err as ResourceExhaustedError).metadata).toMatchObject({ limit: "SERAPH_RATE_GOALS_PER_MINUTE", scope: "principal" });
     await limit.consume({ id: "b", rootId: "b" });
   });
 
@@ -321,11 +321,11 @@ describe("rate limits per principal and per operator root", () => {
     await limit.consume({ id: "other", rootId: "other" });
   });
 
-  it("a principal's own bound applies within a root that still has room", async () => {
+  it("a principal's own bound is checked before its root's, and named as per principal", async () => {
     const limit = createPrincipalRateLimit({ what: "tokens", setting: "SERAPH_RATE_TOKENS_PER_MINUTE", points: 2, durationSeconds: 60 });
-    // A principal belongs to one root; other roots here only isolate the principal's own count.
     await limit.consume({ id: "m1", rootId: "r" });
-    const err = await limit.consume({ id: "m1", rootId: "r2" }).then(() => limit.consume({ id: "m1", rootId: "r3" })).catch((e: unknown) => e);
+    await limit.consume({ id: "m1", rootId: "r" });
+    const err = await limit.consume({ id: "m1", rootId: "r" }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ResourceExhaustedError);
     expect((err as ResourceExhaustedError).message).toMatch(/^At most 2 tokens per 60 s per principal \(SERAPH_RATE_TOKENS_PER_MINUTE=2\)/);
     expect((err as ResourceExhaustedError).metadata).toMatchObject({ limit: "SERAPH_RATE_TOKENS_PER_MINUTE", scope: "principal" });

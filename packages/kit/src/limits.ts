@@ -51,13 +51,25 @@ export interface ListenerLimits {
   readonly streamsPerPrincipal: number;
   /** Concurrent server-streaming RPCs all principals of one operator root may hold open together on this server. */
   readonly streamsPerRoot: number;
+  /** Per listener: requests whose body is still being read (so not yet authenticated) at once. */
+  readonly unauthenticatedRequests: number;
+  /** Per listener: bytes read for those requests together (default: 16 MiB or 2 × readMaxBytes, the larger). */
+  readonly unauthenticatedBytes: number;
+  /** Concurrent grpc.health.v1.Health/Watch streams (public, unauthenticated) on this server. */
+  readonly healthWatches: number;
+  /** A Health/Watch stream ends (OK) after this many ms; the client watches again. */
+  readonly healthWatchMaxMs: number;
 }
 
 /**
  * The defaults: a public-sized read limit, 10 s for headers, 60 s for a whole request (a 1 MiB
  * body at ≥ 20 KiB/s), 30 s idle, 100 streams per h2 connection, 16 open streams per principal
  * (the UI watches one repair at a time; the CLI one per command) and 32 per operator root (its
- * members together: a root cannot multiply the bound by creating principals).
+ * members together: a root cannot multiply the bound by creating principals). Before
+ * authentication, per listener: 64 requests being read and 16 MiB read for them (the attack that
+ * set this: 150 unfinished 1 MiB bodies without a token raised the API's RSS by 107–151 MiB);
+ * 32 health watches per server, each at most 5 minutes (probes use Check; a load balancer
+ * watches once per backend).
  */
 export const DEFAULT_LISTENER_LIMITS: ListenerLimits = Object.freeze({
   readMaxBytes: PUBLIC_READ_MAX_BYTES,
@@ -67,6 +79,10 @@ export const DEFAULT_LISTENER_LIMITS: ListenerLimits = Object.freeze({
   maxConcurrentStreamsPerConnection: 100,
   streamsPerPrincipal: 16,
   streamsPerRoot: 32,
+  unauthenticatedRequests: 64,
+  unauthenticatedBytes: 16 * MiB,
+  healthWatches: 32,
+  healthWatchMaxMs: 300_000,
 });
 
 /** One rate limit, per principal and per operator root: `points` operations per `durationSeconds` for each. */
@@ -122,8 +138,9 @@ export function createPrincipalRateLimit(spec: RateLimitSpec): PrincipalRateLimi
   return {
     spec,
     async consume(who) {
-      await take(perRoot, who.rootId, "root");
+      // The principal's own bound first: a root principal hitting it is told "per principal".
       await take(perPrincipal, who.id, "principal");
+      await take(perRoot, who.rootId, "root");
     },
   };
 }

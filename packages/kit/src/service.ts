@@ -96,8 +96,8 @@ export interface BootedService {
  * `prepare` until it succeeds, then reports SERVING for the server and every service.
  */
 export async function bootService(o: BootOptions): Promise<BootedService> {
-  const health = createHealthState(o.serviceNames);
   const limits = listenerLimits(o.limits);
+  const health = createHealthState(o.serviceNames, { maxWatches: limits.healthWatches, maxWatchMs: limits.healthWatchMaxMs });
   const streams = o.streams ?? openStreamsOf(limits);
   const server = await startServer({
     name: o.name,
