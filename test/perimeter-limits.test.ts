@@ -235,9 +235,9 @@ describe("bounded listeners of the API and UI gateway processes (cluster mode)",
     process.stderr.write(
       `api under 150 unfinished 1 MiB bodies: VmRSS ${(idle.rss / MiB).toFixed(1)} → ${(loaded.rss / MiB).toFixed(1)} MiB, VmHWM ${(idle.hwm / MiB).toFixed(1)} → ${(loaded.hwm / MiB).toFixed(1)} MiB\n`,
     );
-    // At most 64 requests (unauthenticated_requests) and 16 MiB (unauthenticated_bytes) are read
+    // At most 256 requests (unauthenticated_requests) and 16 MiB (unauthenticated_bytes) are read
     // at once per listener; every other one was refused within the 3 s, not at the 60 s deadline.
-    expect(refused).toBeGreaterThanOrEqual(150 - 64);
+    expect(refused).toBeGreaterThanOrEqual(100);
   });
 
   it("limits creating goals, repositories, repairs and proposals per principal with RESOURCE_EXHAUSTED naming the limit", async () => {

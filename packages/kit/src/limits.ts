@@ -59,6 +59,12 @@ export interface ListenerLimits {
   readonly healthWatches: number;
   /** A Health/Watch stream ends (OK) after this many ms; the client watches again. */
   readonly healthWatchMaxMs: number;
+  /**
+   * h2: when one connection's answers not yet sent to a slow reader pass this many bytes, its new
+   * calls are refused RESOURCE_EXHAUSTED `overloaded` with a retry hint (instead of node's
+   * ENHANCE_YOUR_CALM resets, which clients see as INTERNAL).
+   */
+  readonly sessionBufferedBytes: number;
 }
 
 /**
@@ -66,10 +72,12 @@ export interface ListenerLimits {
  * body at ≥ 20 KiB/s), 30 s idle, 100 streams per h2 connection, 16 open streams per principal
  * (the UI watches one repair at a time; the CLI one per command) and 32 per operator root (its
  * members together: a root cannot multiply the bound by creating principals). Before
- * authentication, per listener: 64 requests being read and 16 MiB read for them (the attack that
+ * authentication, per listener: 256 requests being read (above the 100 streams one client may
+ * have in flight, so a busy client is not refused) and 16 MiB read for them (the attack that
  * set this: 150 unfinished 1 MiB bodies without a token raised the API's RSS by 107–151 MiB);
  * 32 health watches per server, each at most 5 minutes (probes use Check; a load balancer
- * watches once per backend).
+ * watches once per backend); 16 MiB of answers an h2 connection has not read yet before its new
+ * calls are shed.
  */
 export const DEFAULT_LISTENER_LIMITS: ListenerLimits = Object.freeze({
   readMaxBytes: PUBLIC_READ_MAX_BYTES,
@@ -79,10 +87,11 @@ export const DEFAULT_LISTENER_LIMITS: ListenerLimits = Object.freeze({
   maxConcurrentStreamsPerConnection: 100,
   streamsPerPrincipal: 16,
   streamsPerRoot: 32,
-  unauthenticatedRequests: 64,
+  unauthenticatedRequests: 256,
   unauthenticatedBytes: 16 * MiB,
   healthWatches: 32,
   healthWatchMaxMs: 300_000,
+  sessionBufferedBytes: 16 * MiB,
 });
 
 /** One rate limit, per principal and per operator root: `points` operations per `durationSeconds` for each. */

@@ -89,6 +89,14 @@ export function createPreAuthGate(limits: PreAuthLimits, listener: string): PreA
   };
 }
 
+/**
+ * Refuses `req` without reading its body: reading it fails at once with `err`, which the Connect
+ * handler answers in the request's own protocol (the answer is a few bytes of headers).
+ */
+export function refuseUnread(req: Request, err: Error): void {
+  req[Symbol.asyncIterator] = refusedBody(err);
+}
+
 /** A body iterator that fails at once with `err`, reading nothing. */
 function refusedBody(err: Error): Request[typeof Symbol.asyncIterator] {
   return async function* () {

@@ -6,7 +6,8 @@ import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { DEFAULT_LISTENER_LIMITS, type ListenerLimits } from "./limits.js";
 import { reachedChainInterceptor, refuseMalformedPayloads } from "./malformed-payload.js";
-import { createPreAuthGate, type PreAuthGate } from "./preauth.js";
+import { ResourceExhaustedError, toConnectError } from "./errors.js";
+import { createPreAuthGate, refuseUnread, type PreAuthGate } from "./preauth.js";
 
 /** Where and what a service serves. Port 0 picks a free port (tests). */
 export interface ServerOptions {
@@ -108,25 +109,57 @@ interface H2Listener {
   readonly port: number;
 }
 
+/**
+ * node's own per-connection memory bound (MB). When a connection's buffered answers pass it, node
+ * resets every new stream with ENHANCE_YOUR_CALM before any handler sees it, which clients report
+ * as INTERNAL; so it sits far above `sessionBufferedBytes`, where new calls are refused first with
+ * a precise RESOURCE_EXHAUSTED. (Reproduced: 200 calls answering 1 MiB each to a reader that
+ * paused got 100 ENHANCE_YOUR_CALM resets at the former 32 MB.)
+ */
+const MAX_SESSION_MEMORY_MB = 512;
+
 /** The h2c listener (gRPC), its sessions bounded by boundSession and its requests by `gate`. */
 async function startH2(opts: ServerOptions, limits: ListenerLimits, adapter: Adapter, gate: PreAuthGate): Promise<H2Listener> {
+  const open = new WeakMap<http2.Http2Session, Set<http2.ServerHttp2Stream>>();
   const server = http2.createServer(
     {
       settings: { maxConcurrentStreams: limits.maxConcurrentStreamsPerConnection, maxHeaderListSize: MAX_HEADER_BYTES },
-      maxSessionMemory: 32,
+      maxSessionMemory: MAX_SESSION_MEMORY_MB,
     },
     (req, res) => {
-      gate.admit(req);
+      const session = req.stream.session;
+      const buffered = session ? bufferedBytes(open.get(session)) : 0;
+      if (buffered > limits.sessionBufferedBytes) refuseUnread(req, overloaded(opts.name, buffered, limits.sessionBufferedBytes));
+      else gate.admit(req);
       adapter(req, res);
     },
   );
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);
+    const streams = new Set<http2.ServerHttp2Stream>();
+    open.set(s, streams);
+    s.on("stream", (stream) => {
+      streams.add(stream);
+      stream.once("close", () => streams.delete(stream));
+    });
     s.on("close", () => sessions.delete(s));
     boundSession(s, limits);
   });
   return { server, sessions, port: await listen(server, opts.host, opts.grpcPort) };
+}
+
+/** Bytes the streams of one connection have written and node has not yet sent. */
+function bufferedBytes(streams: ReadonlySet<http2.ServerHttp2Stream> | undefined): number {
+  let n = 0;
+  for (const s of streams ?? []) n += s.bufferSize;
+  return n;
+}
+
+/** The refusal of a call on a connection whose reader is behind (RESOURCE_EXHAUSTED `overloaded`, retry hint 1 s). */
+function overloaded(name: string, buffered: number, max: number): Error {
+  const msg = `The ${name} server has ${buffered} bytes of answers on this connection not yet read by the client, its bound (session_buffered_bytes=${max}); retry in 1 s.`;
+  return toConnectError(new ResourceExhaustedError("overloaded", msg, undefined, { limit: "session_buffered_bytes", retry_after_seconds: "1" }));
 }
 
 interface H1Listener {
@@ -307,9 +340,11 @@ function boundSession(s: http2.ServerHttp2Session, limits: ListenerLimits): void
       trailersPending = false;
       resetIfUnread();
     };
+    // "finish" can come long before "wantTrailers": the last DATA frame waits for flow control
+    // when the client reads slowly, and a reset then would cut a refusal's trailers off.
     stream.once("finish", () =>
       setImmediate(() => {
-        if (!trailersPending) resetIfUnread();
+        if (!trailersPending && !awaitsTrailers(stream)) resetIfUnread();
       }),
     );
     stream.once("close", () => {
@@ -319,6 +354,13 @@ function boundSession(s: http2.ServerHttp2Session, limits: ListenerLimits): void
       if (active === 0 && !s.closed && !s.destroyed) s.setTimeout(limits.idleTimeoutMs);
     });
   });
+}
+
+/** Whether a gRPC answer on `stream` still has its trailers (its status) to send. */
+function awaitsTrailers(stream: http2.ServerHttp2Stream): boolean {
+  const h = stream.sentHeaders ?? {};
+  const type = String(h["content-type"] ?? "");
+  return type.startsWith("application/grpc") && !type.startsWith("application/grpc-web") && h["grpc-status"] === undefined && stream.sentTrailers === undefined;
 }
 
 function listen(server: http.Server | http2.Http2Server, host: string, port: number): Promise<number> {
