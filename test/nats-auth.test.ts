@@ -89,6 +89,17 @@ describe("NATS authentication and per-service permissions", () => {
     expect(await delivered(jobs, reader, "seraph.repairs.x.state")).toBe(false);
   });
 
+  it("only the API publishes and hears token revocations (seraph.tokens.<id>.revoked ends the token's streams on every replica)", async () => {
+    const api = await as(nats.users.api);
+    const other = await as(nats.users.api);
+    expect(await delivered(api, other, "seraph.tokens.t1.revoked")).toBe(true);
+    // Nobody else can end another principal's streams with a forged revocation.
+    for (const who of [nats.users.jobs, nats.users.ops, nats.executor("node-a")]) {
+      expect(await delivered(await as(who), other, "seraph.tokens.t1.revoked")).toBe(false);
+    }
+    expect(await subscribeError(await as(nats.users.ops), "seraph.tokens.*.revoked")).toBeInstanceOf(errors.PermissionViolationError);
+  });
+
   it(".ci/run starts no nats-server of its own (it started one on 4222 that accepted anonymous clients)", () => {
     const script = readFileSync(new URL("../.ci/run", import.meta.url), "utf8");
     const starts = script.split("\n").filter((l) => !l.trimStart().startsWith("#") && /nats-server/.test(l) && !/apt_install|--version|-x \/usr\/sbin\/nats-server/.test(l));

@@ -238,21 +238,36 @@ describe("operator requests over NATS", () => {
   });
 
   it("a request whose reply subject is not an inbox gets no answer and does nothing: the API cannot be made to publish onto another subject", async () => {
-    // allow_responses lets a responder publish to whatever reply subject a request names, so a
-    // requester could have the API publish onto a subject other services listen on.
-    const forged = "seraph.jobs.forged-reply";
-    const before = events.filter((e) => e.subject === forged).length;
-    const h = headers();
-    h.set("authorization", `Bearer ${tokens.a}`);
-    ops.publish(SUBJECT("status"), new Uint8Array(), { reply: forged, headers: h });
-    ops.publish(SUBJECT("cancel"), cancelBody(jobId), { reply: forged, headers: h });
-    await ops.flush();
-    await new Promise((r) => setTimeout(r, 1500));
-    expect(events.filter((e) => e.subject === forged).length).toBe(before);
-    const job = (await repairOf(tokens.a, repairId)).job!;
-    expect([JobState[job.state], job.cancelRequested]).toEqual(["RUNNING", false]);
-    // The same requests from an inbox are answered as usual.
-    expect((await ok(GetOperatorStatusResponseSchema, "status", new Uint8Array(), tokens.a)).running).toBe(1);
+    // Issue 24 item 6: allow_responses lets a responder publish to whatever reply subject a
+    // request names, so a requester could have the API publish onto subjects other services act
+    // on. The node's own cancel subject is heard here as the executor node hears it.
+    const node = await connect({ servers: cluster.nats.url, user: cluster.nats.executor("node-o").user, pass: cluster.nats.executor("node-o").password, reconnect: false });
+    const heard: string[] = [];
+    node.subscribe("seraph.nodes.node-o.cancel", { callback: (_err, m) => void heard.push(new TextDecoder().decode(m.data)) });
+    await node.flush();
+    const forged = ["seraph.nodes.node-o.cancel", "seraph.work.queued", "seraph.slots.node-o.0", `seraph.jobs.${jobId}.state`];
+    const before = events.length;
+    try {
+      const h = headers();
+      h.set("authorization", `Bearer ${tokens.a}`);
+      for (const reply of forged) {
+        ops.publish(SUBJECT("status"), new Uint8Array(), { reply, headers: h });
+        ops.publish(SUBJECT("cancel"), cancelBody(jobId), { reply, headers: h });
+        // The micro protocol's own discovery handlers answer inside @nats-io/services.
+        for (const discovery of ["$SRV.PING", "$SRV.INFO.seraph-operator", "$SRV.STATS.seraph-operator"]) ops.publish(discovery, new Uint8Array(), { reply });
+      }
+      await ops.flush();
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(heard).toEqual([]);
+      expect(events.slice(before).filter((e) => forged.includes(e.subject))).toEqual([]);
+      const job = (await repairOf(tokens.a, repairId)).job!;
+      expect([JobState[job.state], job.cancelRequested]).toEqual(["RUNNING", false]);
+      // The same requests from an inbox are answered as usual.
+      expect((await ok(GetOperatorStatusResponseSchema, "status", new Uint8Array(), tokens.a)).running).toBe(1);
+      expect(JSON.parse(new TextDecoder().decode((await ops.request("$SRV.PING.seraph-operator", new Uint8Array(), { timeout: 5000 })).data)).name).toBe("seraph-operator");
+    } finally {
+      await node.close();
+    }
   });
 
   it("bad payloads are INVALID_ARGUMENT naming the field, and change nothing", async () => {

@@ -199,6 +199,47 @@ describe("bounded listeners of the API and UI gateway processes (cluster mode)",
     }
   });
 
+  it("150 connections each holding an unfinished 1 MiB body without a token: past the listener's bounds each is refused RESOURCE_EXHAUSTED at once (RSS printed)", async () => {
+    const pid = api.child.pid!;
+    await new Promise((r) => setTimeout(r, 300));
+    const idle = await memoryOf(pid);
+    const sessions: http2.ClientHttp2Session[] = [];
+    const results: Promise<{ status: string | undefined; at: number }>[] = [];
+    const t0 = Date.now();
+    for (let i = 0; i < 150; i++) {
+      const session = http2.connect(api.grpcUrl);
+      session.on("error", () => {});
+      sessions.push(session);
+      const stream = session.request({ ":method": "POST", ":path": "/seraph.api.v1.GoalService/CreateGoal", "content-type": "application/grpc", te: "trailers" });
+      const prefix = Buffer.alloc(5);
+      prefix.writeUInt32BE(MiB - 5, 1);
+      // All of the body but its last bytes, then nothing: the request never completes.
+      stream.write(Buffer.concat([prefix, Buffer.alloc(MiB - 1024)]));
+      stream.on("data", () => {});
+      stream.on("error", () => {});
+      results.push(
+        new Promise((resolve) => {
+          let status: string | undefined;
+          stream.on("response", (h) => (status ??= h["grpc-status"] as string | undefined));
+          stream.on("trailers", (h) => (status ??= h["grpc-status"] as string | undefined));
+          stream.on("close", () => resolve({ status, at: Date.now() - t0 }));
+        }),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 3000));
+    const loaded = await memoryOf(pid);
+    let refused = 0;
+    for (const r of results) void r.then((x) => void (x.status === String(Code.ResourceExhausted) && (refused += 1)));
+    await new Promise((r) => setTimeout(r, 100));
+    for (const s of sessions) s.destroy();
+    process.stderr.write(
+      `api under 150 unfinished 1 MiB bodies: VmRSS ${(idle.rss / MiB).toFixed(1)} → ${(loaded.rss / MiB).toFixed(1)} MiB, VmHWM ${(idle.hwm / MiB).toFixed(1)} → ${(loaded.hwm / MiB).toFixed(1)} MiB\n`,
+    );
+    // At most 256 requests (unauthenticated_requests) and 16 MiB (unauthenticated_bytes) are read
+    // at once per listener; every other one was refused within the 3 s, not at the 60 s deadline.
+    expect(refused).toBeGreaterThanOrEqual(100);
+  });
+
   it("limits creating goals, repositories, repairs and proposals per principal with RESOURCE_EXHAUSTED naming the limit", async () => {
     const bearer: Interceptor = (next) => (req) => {
       req.header.set("authorization", `Bearer ${operatorToken}`);

@@ -10,13 +10,16 @@ export class SeraphError extends Error {
   readonly field: string | undefined;
   /** A stable snake_case reason code. */
   readonly reason: string;
+  /** Further ErrorInfo metadata (e.g. `limit`: the setting of the bound that was hit). */
+  readonly metadata: Readonly<Record<string, string>>;
 
-  constructor(code: Code, reason: string, message: string, options?: { field?: string; cause?: unknown }) {
+  constructor(code: Code, reason: string, message: string, options?: { field?: string; cause?: unknown; metadata?: Record<string, string> }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
     this.reason = reason;
     this.field = options?.field;
+    this.metadata = options?.metadata ?? {};
   }
 }
 
@@ -76,19 +79,23 @@ export class UnavailableError extends SeraphError {
   }
 }
 
-/** A bound was exceeded. */
+/**
+ * A bound was exceeded. `metadata` travels in the ErrorInfo detail: Seraph's bounds put their
+ * setting under `limit` (e.g. `SERAPH_RATE_GOALS_PER_MINUTE`) and, where a bound counts per
+ * principal and per operator root, which one was hit under `scope`.
+ */
 export class ResourceExhaustedError extends SeraphError {
-  constructor(reason: string, message: string, field?: string) {
-    super(Code.ResourceExhausted, reason, message, field === undefined ? undefined : { field });
+  constructor(reason: string, message: string, field?: string, metadata?: Record<string, string>) {
+    super(Code.ResourceExhausted, reason, message, { ...(field === undefined ? {} : { field }), ...(metadata === undefined ? {} : { metadata }) });
   }
 }
 
 /** The `google.rpc.ErrorInfo` domain of every reason code a Seraph service decides. */
 export const ERROR_DOMAIN = "seraph.dev";
 
-/** The ErrorInfo detail of a domain error: its reason, {@link ERROR_DOMAIN}, and its field (if any) under metadata "field". */
+/** The ErrorInfo detail of a domain error: its reason, {@link ERROR_DOMAIN}, its field (if any) under metadata "field", and its other metadata. */
 export function errorInfoOf(err: SeraphError): ErrorInfo {
-  return create(ErrorInfoSchema, { reason: err.reason, domain: ERROR_DOMAIN, metadata: err.field ? { field: err.field } : {} });
+  return create(ErrorInfoSchema, { reason: err.reason, domain: ERROR_DOMAIN, metadata: { ...err.metadata, ...(err.field ? { field: err.field } : {}) } });
 }
 
 /**

@@ -48,19 +48,30 @@ export {
   EXECUTOR_READ_MAX_BYTES,
   JOBS_READ_MAX_BYTES,
   DEFAULT_LISTENER_LIMITS,
-  createStreamLimitInterceptor,
   createPrincipalRateLimit,
 } from "./limits.js";
 export type { ListenerLimits, RateLimitSpec, PrincipalRateLimit } from "./limits.js";
 export { startServer, listenerLimits } from "./server.js";
 export type { ServerOptions, RunningServer } from "./server.js";
-export { standardInterceptors, withHealth, createReadinessInterceptor, bootService, markNotServing } from "./service.js";
+export { createOpenStreams } from "./open-streams.js";
+export type { OpenStreams, OpenStreamLimits, StreamMatch } from "./open-streams.js";
+export { standardInterceptors, openStreamsOf, withHealth, createReadinessInterceptor, bootService, markNotServing } from "./service.js";
 export type { BootOptions, BootedService } from "./service.js";
 export { installShutdown, SHUTDOWN_BUDGET_MS, LINGER_MS } from "./shutdown.js";
 export type { ShutdownStep } from "./shutdown.js";
-export { decodeValidated, describeError, grpcCodeName, ERROR_REASON_HEADER, ERROR_DOMAIN_HEADER, ERROR_FIELD_HEADER } from "./nats-requests.js";
+export {
+  decodeValidated,
+  describeError,
+  grpcCodeName,
+  ERROR_REASON_HEADER,
+  ERROR_DOMAIN_HEADER,
+  ERROR_FIELD_HEADER,
+  DEFAULT_INBOX_PREFIX,
+  isInbox,
+  repliesOnlyToInboxes,
+} from "./nats-requests.js";
 export { assertNoNulStrings, createNulStringInterceptor, NUL_REASON, nulStringField } from "./nul-strings.js";
-export type { ErrorDescription } from "./nats-requests.js";
+export type { ErrorDescription, InboxOnlyOptions } from "./nats-requests.js";
 export { natsAuth, natsAuthOptions, natsPermissions, renderNatsAuthorization } from "./nats-auth.js";
 export type { NatsAuth, NatsPermissions, NatsRole, NatsUserEntry } from "./nats-auth.js";
 export { createLocalSignals, createNatsSignals, createDeferredSignals, subjectMatches, DRAIN_MS } from "./signals.js";

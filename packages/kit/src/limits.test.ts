@@ -297,14 +297,37 @@ describe("listener limits", () => {
   });
 });
 
-describe("per-principal rate limits", () => {
+describe("rate limits per principal and per operator root", () => {
   it("allows `points` per window and then refuses with RESOURCE_EXHAUSTED naming the limit and its setting", async () => {
     const limit = createPrincipalRateLimit({ what: "goals", setting: "SERAPH_RATE_GOALS_PER_MINUTE", points: 3, durationSeconds: 60 });
-    for (let i = 0; i < 3; i++) await limit.consume("a");
-    const err = await limit.consume("a").catch((e: unknown) => e);
+    const a = { id: "a", rootId: "a" };
+    for (let i = 0; i < 3; i++) await limit.consume(a);
+    const err = await limit.consume(a).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ResourceExhaustedError);
     expect((err as ResourceExhaustedError).reason).toBe("rate_limited");
     expect((err as ResourceExhaustedError).message).toMatch(/^At most 3 goals per 60 s per principal \(SERAPH_RATE_GOALS_PER_MINUTE=3\); retry in \d+ s\.$/);
-    await limit.consume("b");
+    expect((err as ResourceExhaustedError).metadata).toMatchObject({ limit: "SERAPH_RATE_GOALS_PER_MINUTE", scope: "principal" });
+    await limit.consume({ id: "b", rootId: "b" });
+  });
+
+  it("a root's members share its bound: a member it creates cannot continue past it", async () => {
+    const limit = createPrincipalRateLimit({ what: "goals", setting: "SERAPH_RATE_GOALS_PER_MINUTE", points: 3, durationSeconds: 60 });
+    await limit.consume({ id: "root", rootId: "root" });
+    await limit.consume({ id: "root", rootId: "root" });
+    await limit.consume({ id: "member-1", rootId: "root" });
+    const err = await limit.consume({ id: "member-2", rootId: "root" }).catch((e: unknown) => e);
+    expect((err as ResourceExhaustedError).metadata).toMatchObject({ scope: "root" });
+    // Another root is not affected.
+    await limit.consume({ id: "other", rootId: "other" });
+  });
+
+  it("a principal's own bound is checked before its root's, and named as per principal", async () => {
+    const limit = createPrincipalRateLimit({ what: "tokens", setting: "SERAPH_RATE_TOKENS_PER_MINUTE", points: 2, durationSeconds: 60 });
+    await limit.consume({ id: "m1", rootId: "r" });
+    await limit.consume({ id: "m1", rootId: "r" });
+    const err = await limit.consume({ id: "m1", rootId: "r" }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ResourceExhaustedError);
+    expect((err as ResourceExhaustedError).message).toMatch(/^At most 2 tokens per 60 s per principal \(SERAPH_RATE_TOKENS_PER_MINUTE=2\)/);
+    expect((err as ResourceExhaustedError).metadata).toMatchObject({ limit: "SERAPH_RATE_TOKENS_PER_MINUTE", scope: "principal" });
   });
 });

@@ -1,7 +1,5 @@
-import type { Interceptor, StreamResponse } from "@connectrpc/connect";
 import { RateLimiterMemory, RateLimiterRes } from "rate-limiter-flexible";
-import { principalKey } from "./auth.js";
-import { ResourceExhaustedError, toConnectError } from "./errors.js";
+import { ResourceExhaustedError } from "./errors.js";
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -51,12 +49,35 @@ export interface ListenerLimits {
   readonly maxConcurrentStreamsPerConnection: number;
   /** Concurrent server-streaming RPCs (WatchRepair…) one principal may hold open on this server. */
   readonly streamsPerPrincipal: number;
+  /** Concurrent server-streaming RPCs all principals of one operator root may hold open together on this server. */
+  readonly streamsPerRoot: number;
+  /** Per listener: requests whose body is still being read (so not yet authenticated) at once. */
+  readonly unauthenticatedRequests: number;
+  /** Per listener: bytes read for those requests together (default: 16 MiB or 2 × readMaxBytes, the larger). */
+  readonly unauthenticatedBytes: number;
+  /** Concurrent grpc.health.v1.Health/Watch streams (public, unauthenticated) on this server. */
+  readonly healthWatches: number;
+  /** A Health/Watch stream ends (OK) after this many ms; the client watches again. */
+  readonly healthWatchMaxMs: number;
+  /**
+   * h2: when one connection's answers not yet sent to a slow reader pass this many bytes, its new
+   * calls are refused RESOURCE_EXHAUSTED `overloaded` with a retry hint (instead of node's
+   * ENHANCE_YOUR_CALM resets, which clients see as INTERNAL).
+   */
+  readonly sessionBufferedBytes: number;
 }
 
 /**
  * The defaults: a public-sized read limit, 10 s for headers, 60 s for a whole request (a 1 MiB
  * body at ≥ 20 KiB/s), 30 s idle, 100 streams per h2 connection, 16 open streams per principal
- * (the UI watches one repair at a time; the CLI one per command).
+ * (the UI watches one repair at a time; the CLI one per command) and 32 per operator root (its
+ * members together: a root cannot multiply the bound by creating principals). Before
+ * authentication, per listener: 256 requests being read (above the 100 streams one client may
+ * have in flight, so a busy client is not refused) and 16 MiB read for them (the attack that
+ * set this: 150 unfinished 1 MiB bodies without a token raised the API's RSS by 107–151 MiB);
+ * 32 health watches per server, each at most 5 minutes (probes use Check; a load balancer
+ * watches once per backend); 16 MiB of answers an h2 connection has not read yet before its new
+ * calls are shed.
  */
 export const DEFAULT_LISTENER_LIMITS: ListenerLimits = Object.freeze({
   readMaxBytes: PUBLIC_READ_MAX_BYTES,
@@ -65,98 +86,70 @@ export const DEFAULT_LISTENER_LIMITS: ListenerLimits = Object.freeze({
   idleTimeoutMs: 30_000,
   maxConcurrentStreamsPerConnection: 100,
   streamsPerPrincipal: 16,
+  streamsPerRoot: 32,
+  unauthenticatedRequests: 256,
+  unauthenticatedBytes: 16 * MiB,
+  healthWatches: 32,
+  healthWatchMaxMs: 300_000,
+  sessionBufferedBytes: 16 * MiB,
 });
 
-/**
- * Caps the server-streaming (and bidi) RPCs each authenticated principal holds open at once;
- * one more is RESOURCE_EXHAUSTED `stream_limit` naming the limit. Runs after authentication
- * (it needs the principal); unauthenticated streams never reach it. A stream is released when
- * its response ends, fails or the caller goes away.
- */
-export function createStreamLimitInterceptor(maxPerPrincipal: number, setting = "streams_per_principal"): Interceptor {
-  const open = new Map<string, number>();
-  return (next) => async (req) => {
-    if (req.method.methodKind !== "server_streaming" && req.method.methodKind !== "bidi_streaming") return next(req);
-    const principal = req.contextValues.get(principalKey);
-    if (principal === undefined) return next(req);
-    const key = principal.id;
-    const count = open.get(key) ?? 0;
-    if (count >= maxPerPrincipal) {
-      throw toConnectError(
-        new ResourceExhaustedError(
-          "stream_limit",
-          `At most ${maxPerPrincipal} concurrent streams per principal (${setting}=${maxPerPrincipal}); ${count} are open. Close one and retry.`,
-        ),
-      );
-    }
-    open.set(key, count + 1);
-    let released = false;
-    const release = () => {
-      if (released) return;
-      released = true;
-      const left = (open.get(key) ?? 1) - 1;
-      if (left <= 0) open.delete(key);
-      else open.set(key, left);
-    };
-    req.signal.addEventListener("abort", release, { once: true });
-    try {
-      const res = await next(req);
-      if (!res.stream) {
-        release();
-        return res;
-      }
-      return { ...res, message: releasing(res.message, release) } as StreamResponse;
-    } catch (err) {
-      release();
-      throw err;
-    }
-  };
-}
-
-async function* releasing<T>(source: AsyncIterable<T>, release: () => void): AsyncIterable<T> {
-  try {
-    yield* source;
-  } finally {
-    release();
-  }
-}
-
-/** One per-principal rate limit: `points` operations per `durationSeconds`. */
+/** One rate limit, per principal and per operator root: `points` operations per `durationSeconds` for each. */
 export interface RateLimitSpec {
   /** What is limited, in the plural ("goals", "repositories", ...). */
   readonly what: string;
-  /** The setting that configures it (named in the refusal). */
+  /** The setting that configures it (named in the refusal and as the ErrorInfo metadata `limit`). */
   readonly setting: string;
   readonly points: number;
   readonly durationSeconds: number;
 }
 
-/** A per-principal rate limit; `consume` throws RESOURCE_EXHAUSTED `rate_limited` naming the limit. */
+/** Who takes a point: a principal and the operator root it belongs to. */
+export interface RateLimitKey {
+  readonly id: string;
+  readonly rootId: string;
+}
+
+/** A rate limit per principal and per root; `consume` throws RESOURCE_EXHAUSTED `rate_limited` naming the limit. */
 export interface PrincipalRateLimit {
   readonly spec: RateLimitSpec;
-  /** Takes one point for `principalId`, or throws ResourceExhaustedError when none is left. */
-  consume(principalId: string): Promise<void>;
+  /**
+   * Takes one point for the principal and one for its root, or throws ResourceExhaustedError
+   * (metadata `limit`: the setting, `scope`: "principal" or "root") when either has none left.
+   */
+  consume(who: RateLimitKey): Promise<void>;
 }
 
 /**
- * A fixed-window per-principal limit kept in this process's memory (rate-limiter-flexible's
- * RateLimiterMemory): each API process counts on its own, so N replicas allow N × the limit.
+ * A fixed-window limit kept in this process's memory (rate-limiter-flexible's RateLimiterMemory),
+ * counted twice: per principal, and per operator root over all its principals together, so a
+ * tenant cannot pass its bound through members it creates itself. Each API process counts on its
+ * own, so N replicas allow N × the limit.
  */
 export function createPrincipalRateLimit(spec: RateLimitSpec): PrincipalRateLimit {
-  const limiter = new RateLimiterMemory({ keyPrefix: spec.what, points: spec.points, duration: spec.durationSeconds });
+  const perPrincipal = new RateLimiterMemory({ keyPrefix: `${spec.what}:principal`, points: spec.points, duration: spec.durationSeconds });
+  const perRoot = new RateLimiterMemory({ keyPrefix: `${spec.what}:root`, points: spec.points, duration: spec.durationSeconds });
+  const take = async (limiter: RateLimiterMemory, key: string, scope: "principal" | "root") => {
+    try {
+      await limiter.consume(key, 1);
+    } catch (err) {
+      if (!(err instanceof RateLimiterRes)) throw err;
+      const retry = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
+      const who = scope === "principal" ? "per principal" : "per operator root, all its principals together";
+      throw new ResourceExhaustedError(
+        "rate_limited",
+        `At most ${spec.points} ${spec.what} per ${spec.durationSeconds} s ${who} (${spec.setting}=${spec.points}); retry in ${retry} s.`,
+        undefined,
+        { limit: spec.setting, scope, retry_after_seconds: String(retry) },
+      );
+    }
+  };
   return {
     spec,
-    async consume(principalId) {
-      try {
-        await limiter.consume(principalId, 1);
-      } catch (err) {
-        if (!(err instanceof RateLimiterRes)) throw err;
-        const retry = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
-        throw new ResourceExhaustedError(
-          "rate_limited",
-          `At most ${spec.points} ${spec.what} per ${spec.durationSeconds} s per principal (${spec.setting}=${spec.points}); retry in ${retry} s.`,
-        );
-      }
+    async consume(who) {
+      // The principal's own bound first: a root principal hitting it is told "per principal".
+      await take(perPrincipal, who.id, "principal");
+      await take(perRoot, who.rootId, "root");
     },
   };
 }

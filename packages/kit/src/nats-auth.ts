@@ -59,9 +59,10 @@ export type NatsRole = "jobs" | "api" | "executor" | "ops";
  * exactly these):
  *
  * - `jobs` publishes job, slot, node and queue signals and hears the queue wake-up;
- * - `api` publishes repair events, hears repair and job events, and hosts the operator micro
- *   services (`seraph.operator.*` and the `$SRV.*` discovery subjects), answering on reply
- *   subjects only;
+ * - `api` publishes repair events and token revocations (`seraph.tokens.<id>.revoked`, which
+ *   every API replica hears to end the token's open streams), hears repair and job events, and
+ *   hosts the operator micro services (`seraph.operator.*` and the `$SRV.*` discovery subjects),
+ *   answering on inbox reply subjects only;
  * - `executor` (one user per node) hears only its own node's work and cancel signals and
  *   publishes nothing;
  * - `ops` (operator tooling, `seraph ops`) sends requests to the operator services and
@@ -77,8 +78,8 @@ export function natsPermissions(role: NatsRole, nodeId = "*"): NatsPermissions {
       };
     case "api":
       return {
-        publish: ["seraph.repairs.*.state"],
-        subscribe: ["seraph.repairs.*.state", "seraph.jobs.*.state", "seraph.operator.>", "$SRV.>"],
+        publish: ["seraph.repairs.*.state", "seraph.tokens.*.revoked"],
+        subscribe: ["seraph.repairs.*.state", "seraph.jobs.*.state", "seraph.tokens.*.revoked", "seraph.operator.>", "$SRV.>"],
         allowResponses: true,
       };
     case "executor":

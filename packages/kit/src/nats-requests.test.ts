@@ -5,7 +5,8 @@ import { CancelOperatorJobRequestSchema } from "@seraph/proto/seraph/api/v1/oper
 import { describe, expect, it } from "vitest";
 import { InvalidArgumentError, NotFoundError, toConnectError } from "./errors.js";
 import { natsPermissions, renderNatsAuthorization } from "./nats-auth.js";
-import { decodeValidated, describeError, grpcCodeName } from "./nats-requests.js";
+import type { Msg, NatsConnection, Subscription, SubscriptionOptions } from "@nats-io/transport-node";
+import { decodeValidated, describeError, grpcCodeName, isInbox, repliesOnlyToInboxes } from "./nats-requests.js";
 
 describe("decodeValidated", () => {
   const uuid = "0b9f4c1e-1111-4222-8333-444455556666";
@@ -58,7 +59,67 @@ describe("renderNatsAuthorization", () => {
       { user: "seraph-api", password: "x", permissions: natsPermissions("api") },
     ]);
     expect(conf).toContain('{ user: "seraph-executor-node-a", password: "p\\"w", permissions: { publish: { deny: [">"] }, subscribe: { allow: ["seraph.nodes.node-a.work", "seraph.nodes.node-a.cancel"] } } }');
-    expect(conf).toContain('subscribe: { allow: ["seraph.repairs.*.state", "seraph.jobs.*.state", "seraph.operator.>", "$SRV.>"] }, allow_responses: { max: 1 } }');
+    expect(conf).toContain('subscribe: { allow: ["seraph.repairs.*.state", "seraph.jobs.*.state", "seraph.tokens.*.revoked", "seraph.operator.>", "$SRV.>"] }, allow_responses: { max: 1 } }');
     expect(conf).not.toContain("no_auth_user");
+  });
+});
+
+describe("isInbox", () => {
+  it("admits only subjects under the inbox prefix", () => {
+    expect(isInbox("_INBOX.abc123")).toBe(true);
+    expect(isInbox("_INBOX.abc.def")).toBe(true);
+    expect(isInbox("_INBOX.")).toBe(false);
+    expect(isInbox("_INBOX")).toBe(false);
+    expect(isInbox("_INBOXES.x")).toBe(false);
+    expect(isInbox("seraph.nodes.node-a.cancel")).toBe(false);
+    expect(isInbox(undefined)).toBe(false);
+    expect(isInbox("")).toBe(false);
+    expect(isInbox("tools.inbox.1", "tools.inbox")).toBe(true);
+    expect(isInbox("_INBOX.1", "tools.inbox")).toBe(false);
+  });
+});
+
+describe("repliesOnlyToInboxes", () => {
+  type Cb = NonNullable<SubscriptionOptions["callback"]>;
+  const fakeNc = () => {
+    const subs: { subject: string; cb: Cb }[] = [];
+    const nc = {
+      subscribe: (subject: string, opts?: SubscriptionOptions) => {
+        subs.push({ subject, cb: opts!.callback! });
+        return { subject } as unknown as Subscription;
+      },
+      getServer: function (this: unknown) {
+        return this === nc ? "bound" : "unbound";
+      },
+    };
+    return { nc: nc as unknown as NatsConnection, subs };
+  };
+  const msg = (subject: string, reply?: string) => ({ subject, reply, data: new Uint8Array() }) as unknown as Msg;
+
+  it("hands a handler only requests that reply to an inbox, and reports each dropped one", () => {
+    const { nc, subs } = fakeNc();
+    const refused: string[] = [];
+    const guarded = repliesOnlyToInboxes(nc, { onRefused: (s, r) => refused.push(`${s} -> ${r}`) });
+    const got: string[] = [];
+    guarded.subscribe("$SRV.PING", { callback: (_e, m) => void got.push(m.reply ?? "") });
+    const cb = subs[0]!.cb;
+    cb(null, msg("$SRV.PING", "_INBOX.abc"));
+    cb(null, msg("$SRV.PING", "seraph.nodes.node-a.cancel"));
+    cb(null, msg("$SRV.PING"));
+    expect(got).toEqual(["_INBOX.abc"]);
+    expect(refused).toEqual(["$SRV.PING -> seraph.nodes.node-a.cancel", "$SRV.PING -> "]);
+    // Everything else is the connection itself, bound to it.
+    expect(guarded.getServer()).toBe("bound");
+  });
+
+  it("honours a configured prefix and refuses iterator subscriptions, which it could not filter", () => {
+    const { nc, subs } = fakeNc();
+    const guarded = repliesOnlyToInboxes(nc, { inboxPrefix: "tools.inbox", onRefused: () => undefined });
+    const got: string[] = [];
+    guarded.subscribe("x", { callback: (_e, m) => void got.push(m.reply ?? "") });
+    subs[0]!.cb(null, msg("x", "_INBOX.abc"));
+    subs[0]!.cb(null, msg("x", "tools.inbox.1"));
+    expect(got).toEqual(["tools.inbox.1"]);
+    expect(() => guarded.subscribe("y")).toThrow(/callback/);
   });
 });

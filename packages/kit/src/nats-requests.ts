@@ -3,6 +3,7 @@ import { pathToString } from "@bufbuild/protobuf/reflect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createValidator } from "@bufbuild/protovalidate";
 import { errorInfo, InvalidArgumentError, SeraphError } from "./errors.js";
+import type { NatsConnection, Subscription, SubscriptionOptions } from "@nats-io/transport-node";
 import { assertNoNulStrings } from "./nul-strings.js";
 
 const validator = createValidator();
@@ -85,4 +86,55 @@ export function describeError(err: unknown, requestId: string): ErrorDescription
     return { code: err.code, codeName: grpcCodeName(err.code), reason, field, message, unexpected: false };
   }
   return { code: Code.Internal, codeName: "INTERNAL", reason: "internal", field: "", message: `internal error (request ${requestId})`, unexpected: true };
+}
+
+/** nats.js's default inbox prefix: requesters wait for answers on `_INBOX.<unique>`. */
+export const DEFAULT_INBOX_PREFIX = "_INBOX";
+
+/** Whether `reply` is a subject under the inbox prefix (`_INBOX.…` by default), where requesters wait for answers. */
+export function isInbox(reply: string | undefined, prefix = DEFAULT_INBOX_PREFIX): boolean {
+  return reply !== undefined && reply.startsWith(`${prefix}.`) && reply.length > prefix.length + 1;
+}
+
+/** Options of {@link repliesOnlyToInboxes}. */
+export interface InboxOnlyOptions {
+  /** The inbox prefix requesters use (default `_INBOX`). */
+  readonly inboxPrefix?: string;
+  /** Called for each request dropped because its reply subject is not an inbox (log it). */
+  readonly onRefused: (subject: string, reply: string) => void;
+}
+
+/**
+ * The connection a NATS responder (a micro service, any request/reply handler) subscribes
+ * through: every message whose reply subject is not an inbox is dropped before any handler
+ * sees it, so nothing runs and nothing is published onto that subject. nats-server's
+ * `allow_responses` lets a responder publish to whatever reply subject a request names; a
+ * requester could otherwise have the responder publish onto a subject other services act on
+ * (`seraph.nodes.<node>.cancel`). This covers the micro protocol's own `$SRV.PING|INFO|STATS`
+ * handlers too, which answer inside `@nats-io/services`. Subscriptions must use a callback (as
+ * `@nats-io/services` does); an iterator subscription would bypass the check and is refused.
+ */
+export function repliesOnlyToInboxes(nc: NatsConnection, o: InboxOnlyOptions): NatsConnection {
+  const prefix = o.inboxPrefix ?? DEFAULT_INBOX_PREFIX;
+  const subscribe = (subject: string, opts?: SubscriptionOptions): Subscription => {
+    const callback = opts?.callback;
+    if (!callback) throw new Error(`a responder subscribes with a callback, so that requests not replying to an inbox can be dropped (${subject})`);
+    return nc.subscribe(subject, {
+      ...opts,
+      callback: (err, msg) => {
+        if (!err && !isInbox(msg.reply, prefix)) {
+          o.onRefused(msg.subject, msg.reply ?? "");
+          return;
+        }
+        callback(err, msg);
+      },
+    });
+  };
+  return new Proxy(nc, {
+    get(target, prop) {
+      if (prop === "subscribe") return subscribe;
+      const v: unknown = Reflect.get(target, prop, target);
+      return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
 }

@@ -6,6 +6,8 @@ import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { DEFAULT_LISTENER_LIMITS, type ListenerLimits } from "./limits.js";
 import { reachedChainInterceptor, refuseMalformedPayloads } from "./malformed-payload.js";
+import { ResourceExhaustedError, toConnectError } from "./errors.js";
+import { createPreAuthGate, refuseUnread, type PreAuthGate } from "./preauth.js";
 
 /** Where and what a service serves. Port 0 picks a free port (tests). */
 export interface ServerOptions {
@@ -34,27 +36,56 @@ export interface RunningServer {
   close(deadlineMs?: number): Promise<void>;
 }
 
-/** The limits of a server: `given` over the defaults. */
+/**
+ * The limits of a server: `given` over the defaults. The pre-authentication byte bound, unless
+ * given, is 16 MiB or two largest messages, whichever is larger (the jobs service reads 17 MiB
+ * artifacts).
+ */
 export function listenerLimits(given: Partial<ListenerLimits> | undefined): ListenerLimits {
   const l = { ...DEFAULT_LISTENER_LIMITS };
   for (const [k, v] of Object.entries(given ?? {})) if (v !== undefined) (l as Record<string, number>)[k] = v;
+  if (given?.unauthenticatedBytes === undefined) l.unauthenticatedBytes = Math.max(DEFAULT_LISTENER_LIMITS.unauthenticatedBytes, 2 * l.readMaxBytes);
   return l;
 }
 
 /** Largest header block either listener accepts (node's default for HTTP/1.1, made explicit for h2). */
 const MAX_HEADER_BYTES = 16 * 1024;
 
+/** What a refused pre-authentication request is told to wait. */
+const PREAUTH_RETRY_AFTER_SECONDS = 1;
+
 /**
  * Serves one Connect handler on an h2c listener (gRPC) and an HTTP/1.1 listener (Connect,
  * gRPC-Web), bounded against large and slow clients (see ListenerLimits): every handler reads
  * at most `readMaxBytes` per message, counted while reading and before any interceptor (so
- * before authentication); an HTTP/1.1 request refused before its body was read closes the
- * connection instead of draining the rest; headers and whole requests have deadlines; idle
- * connections close.
+ * before authentication); each listener reads at most `unauthenticatedRequests` requests and
+ * `unauthenticatedBytes` for them at once (createPreAuthGate); an HTTP/1.1 request refused before
+ * its body was read closes the connection instead of draining the rest; headers and whole
+ * requests have deadlines; idle connections close.
  */
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const limits = listenerLimits(opts.limits);
-  const adapter = connectNodeAdapter({
+  const adapter = connectAdapter(opts, limits);
+  const gate = (listener: string) =>
+    createPreAuthGate({ maxRequests: limits.unauthenticatedRequests, maxBytes: limits.unauthenticatedBytes, retryAfterSeconds: PREAUTH_RETRY_AFTER_SECONDS }, `${opts.name} ${listener}`);
+  const h2 = await startH2(opts, limits, adapter, gate("gRPC"));
+  const h1 = opts.httpPort === undefined ? undefined : await startH1(opts, opts.httpPort, limits, adapter, gate("HTTP/1.1"));
+  const hostForUrl = opts.host.includes(":") ? `[${opts.host}]` : opts.host;
+  opts.log.info({ grpcPort: h2.port, httpPort: h1?.port }, `${opts.name} listening`);
+  return {
+    grpcPort: h2.port,
+    httpPort: h1?.port,
+    grpcUrl: `http://${hostForUrl}:${h2.port}`,
+    httpUrl: h1 === undefined ? undefined : `http://${hostForUrl}:${h1.port}`,
+    close: (deadlineMs = 10_000) => closeListeners(opts.log, h2, h1, deadlineMs),
+  };
+}
+
+type Adapter = ReturnType<typeof connectNodeAdapter>;
+
+/** The Connect handler of every protocol over `opts.routes`, bounded by `limits.readMaxBytes`. */
+function connectAdapter(opts: ServerOptions, limits: ListenerLimits): Adapter {
+  return connectNodeAdapter({
     routes: (router) => {
       opts.routes(router);
       // A body that is not the method's message is the caller's error (INVALID_ARGUMENT), not INTERNAL.
@@ -70,79 +101,122 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     // have is INVALID_ARGUMENT naming it, not silently dropped.
     jsonOptions: { ignoreUnknownFields: false },
   });
-  const h2 = http2.createServer(
+}
+
+interface H2Listener {
+  readonly server: http2.Http2Server;
+  readonly sessions: Set<http2.ServerHttp2Session>;
+  readonly port: number;
+}
+
+/**
+ * node's own per-connection memory bound (MB). When a connection's buffered answers pass it, node
+ * resets every new stream with ENHANCE_YOUR_CALM before any handler sees it, which clients report
+ * as INTERNAL; so it sits far above `sessionBufferedBytes`, where new calls are refused first with
+ * a precise RESOURCE_EXHAUSTED. (Reproduced: 200 calls answering 1 MiB each to a reader that
+ * paused got 100 ENHANCE_YOUR_CALM resets at the former 32 MB.)
+ */
+const MAX_SESSION_MEMORY_MB = 512;
+
+/** The h2c listener (gRPC), its sessions bounded by boundSession and its requests by `gate`. */
+async function startH2(opts: ServerOptions, limits: ListenerLimits, adapter: Adapter, gate: PreAuthGate): Promise<H2Listener> {
+  const open = new WeakMap<http2.Http2Session, Set<http2.ServerHttp2Stream>>();
+  const server = http2.createServer(
     {
       settings: { maxConcurrentStreams: limits.maxConcurrentStreamsPerConnection, maxHeaderListSize: MAX_HEADER_BYTES },
-      maxSessionMemory: 32,
+      maxSessionMemory: MAX_SESSION_MEMORY_MB,
     },
-    adapter,
+    (req, res) => {
+      const session = req.stream.session;
+      const buffered = session ? bufferedBytes(open.get(session)) : 0;
+      if (buffered > limits.sessionBufferedBytes) refuseUnread(req, overloaded(opts.name, buffered, limits.sessionBufferedBytes));
+      else gate.admit(req);
+      adapter(req, res);
+    },
   );
   const sessions = new Set<http2.ServerHttp2Session>();
-  h2.on("session", (s) => {
+  server.on("session", (s) => {
     sessions.add(s);
+    const streams = new Set<http2.ServerHttp2Stream>();
+    open.set(s, streams);
+    s.on("stream", (stream) => {
+      streams.add(stream);
+      stream.once("close", () => streams.delete(stream));
+    });
     s.on("close", () => sessions.delete(s));
     boundSession(s, limits);
   });
-  const grpcPort = await listen(h2, opts.host, opts.grpcPort);
+  return { server, sessions, port: await listen(server, opts.host, opts.grpcPort) };
+}
 
-  let h1: http.Server | undefined;
-  let httpPort: number | undefined;
-  const sockets = new Set<Socket>();
-  if (opts.httpPort !== undefined) {
-    const fallback = opts.httpFallback;
-    h1 = http.createServer(
-      {
-        headersTimeout: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs),
-        requestTimeout: limits.requestTimeoutMs,
-        keepAliveTimeout: limits.idleTimeoutMs,
-        // node checks the two timeouts on this interval (default 30 s, far too coarse for them)
-        connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(limits.headersTimeoutMs / 2))),
-        maxHeaderSize: MAX_HEADER_BYTES,
-      },
-      (req, res) => {
-        closeIfAnsweredEarly(req, res);
-        stopReadingPast(req, limits.readMaxBytes + READ_SLACK_BYTES);
-        if (fallback && fallback(req, res)) return;
-        adapter(req, res);
-      },
-    );
-    h1.on("connection", (s: Socket) => {
-      sockets.add(s);
-      s.on("close", () => sockets.delete(s));
-    });
-    httpPort = await listen(h1, opts.host, opts.httpPort);
-  }
-  const hostForUrl = opts.host.includes(":") ? `[${opts.host}]` : opts.host;
-  opts.log.info({ grpcPort, httpPort }, `${opts.name} listening`);
+/** Bytes the streams of one connection have written and node has not yet sent. */
+function bufferedBytes(streams: ReadonlySet<http2.ServerHttp2Stream> | undefined): number {
+  let n = 0;
+  for (const s of streams ?? []) n += s.bufferSize;
+  return n;
+}
 
-  return {
-    grpcPort,
-    httpPort,
-    grpcUrl: `http://${hostForUrl}:${grpcPort}`,
-    httpUrl: httpPort === undefined ? undefined : `http://${hostForUrl}:${httpPort}`,
-    async close(deadlineMs = 10_000) {
-      const closing: Promise<void>[] = [new Promise((r) => h2.close(() => r()))];
-      for (const s of sessions) s.close();
-      if (h1) {
-        const server = h1;
-        closing.push(new Promise((r) => server.close(() => r())));
-        server.closeIdleConnections();
-      }
-      let timer: NodeJS.Timeout | undefined;
-      const expired = new Promise<"expired">((r) => {
-        timer = setTimeout(() => r("expired"), deadlineMs);
-        timer.unref();
-      });
-      const result = await Promise.race([Promise.all(closing).then(() => "done" as const), expired]);
-      clearTimeout(timer);
-      if (result === "expired") {
-        opts.log.warn({ sessions: sessions.size, sockets: sockets.size }, "shutdown deadline reached; cutting connections");
-        for (const s of sessions) s.destroy();
-        for (const s of sockets) s.destroy();
-        await Promise.all(closing);
-      }
+/** The refusal of a call on a connection whose reader is behind (RESOURCE_EXHAUSTED `overloaded`, retry hint 1 s). */
+function overloaded(name: string, buffered: number, max: number): Error {
+  const msg = `The ${name} server has ${buffered} bytes of answers on this connection not yet read by the client, its bound (session_buffered_bytes=${max}); retry in 1 s.`;
+  return toConnectError(new ResourceExhaustedError("overloaded", msg, undefined, { limit: "session_buffered_bytes", retry_after_seconds: "1" }));
+}
+
+interface H1Listener {
+  readonly server: http.Server;
+  readonly sockets: Set<Socket>;
+  readonly port: number;
+}
+
+/** The HTTP/1.1 listener (Connect, gRPC-Web, the optional fallback), with node's timeouts and `gate`. */
+async function startH1(opts: ServerOptions, port: number, limits: ListenerLimits, adapter: Adapter, gate: PreAuthGate): Promise<H1Listener> {
+  const fallback = opts.httpFallback;
+  const server = http.createServer(
+    {
+      headersTimeout: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs),
+      requestTimeout: limits.requestTimeoutMs,
+      keepAliveTimeout: limits.idleTimeoutMs,
+      // node checks the two timeouts on this interval (default 30 s, far too coarse for them)
+      connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(limits.headersTimeoutMs / 2))),
+      maxHeaderSize: MAX_HEADER_BYTES,
     },
-  };
+    (req, res) => {
+      closeIfAnsweredEarly(req, res);
+      stopReadingPast(req, limits.readMaxBytes + READ_SLACK_BYTES);
+      if (fallback && fallback(req, res)) return;
+      gate.admit(req);
+      adapter(req, res);
+    },
+  );
+  const sockets = new Set<Socket>();
+  server.on("connection", (s: Socket) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  return { server, sockets, port: await listen(server, opts.host, port) };
+}
+
+/** Stops accepting, lets in-flight RPCs finish until `deadlineMs`, then cuts what is left. */
+async function closeListeners(log: Logger, h2: H2Listener, h1: H1Listener | undefined, deadlineMs: number): Promise<void> {
+  const closing: Promise<void>[] = [new Promise((r) => h2.server.close(() => r()))];
+  for (const s of h2.sessions) s.close();
+  if (h1) {
+    closing.push(new Promise((r) => h1.server.close(() => r())));
+    h1.server.closeIdleConnections();
+  }
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<"expired">((r) => {
+    timer = setTimeout(() => r("expired"), deadlineMs);
+    timer.unref();
+  });
+  const result = await Promise.race([Promise.all(closing).then(() => "done" as const), expired]);
+  clearTimeout(timer);
+  if (result === "expired") {
+    log.warn({ sessions: h2.sessions.size, sockets: h1?.sockets.size ?? 0 }, "shutdown deadline reached; cutting connections");
+    for (const s of h2.sessions) s.destroy();
+    for (const s of h1?.sockets ?? []) s.destroy();
+    await Promise.all(closing);
+  }
 }
 
 /**
@@ -266,9 +340,11 @@ function boundSession(s: http2.ServerHttp2Session, limits: ListenerLimits): void
       trailersPending = false;
       resetIfUnread();
     };
+    // "finish" can come long before "wantTrailers": the last DATA frame waits for flow control
+    // when the client reads slowly, and a reset then would cut a refusal's trailers off.
     stream.once("finish", () =>
       setImmediate(() => {
-        if (!trailersPending) resetIfUnread();
+        if (!trailersPending && !awaitsTrailers(stream)) resetIfUnread();
       }),
     );
     stream.once("close", () => {
@@ -278,6 +354,13 @@ function boundSession(s: http2.ServerHttp2Session, limits: ListenerLimits): void
       if (active === 0 && !s.closed && !s.destroyed) s.setTimeout(limits.idleTimeoutMs);
     });
   });
+}
+
+/** Whether a gRPC answer on `stream` still has its trailers (its status) to send. */
+function awaitsTrailers(stream: http2.ServerHttp2Stream): boolean {
+  const h = stream.sentHeaders ?? {};
+  const type = String(h["content-type"] ?? "");
+  return type.startsWith("application/grpc") && !type.startsWith("application/grpc-web") && h["grpc-status"] === undefined && stream.sentTrailers === undefined;
 }
 
 function listen(server: http.Server | http2.Http2Server, host: string, port: number): Promise<number> {

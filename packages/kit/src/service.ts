@@ -4,7 +4,8 @@ import { Health } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import type { Logger } from "pino";
 import { createAuthInterceptor, type Authenticate } from "./auth.js";
 import { createHealthState, ServingStatus, type HealthState } from "./health.js";
-import { createStreamLimitInterceptor, type ListenerLimits } from "./limits.js";
+import type { ListenerLimits } from "./limits.js";
+import { createOpenStreams, type OpenStreams } from "./open-streams.js";
 import { listenerLimits, startServer, type RunningServer, type ServerOptions } from "./server.js";
 import { createErrorInterceptor } from "./interceptors.js";
 import { createNulStringInterceptor } from "./nul-strings.js";
@@ -12,7 +13,8 @@ import { retry } from "./retry.js";
 
 /**
  * The interceptor chain every service uses, outermost first: errors and per-RPC logging,
- * bearer authentication (health is public), the per-principal cap on open streams, then
+ * bearer authentication (health is public), the open-stream table (per-principal and per-root
+ * caps; `streams`, default a table with the default caps), then
  * protovalidate rules from the proto, then the refusal of U+0000 in any string (which PostgreSQL
  * cannot store), so a bad request is INVALID_ARGUMENT naming the field and reaches no handler. (The request body was already read within readMaxBytes by then.)
  */
@@ -20,16 +22,21 @@ export function standardInterceptors(
   log: Logger,
   authenticate: Authenticate,
   health: HealthState,
-  streamsPerPrincipal: number = listenerLimits(undefined).streamsPerPrincipal,
+  streams: OpenStreams = openStreamsOf(listenerLimits(undefined)),
   validateRequests = true,
 ): Interceptor[] {
   return [
     createErrorInterceptor(log),
     createReadinessInterceptor(health),
     createAuthInterceptor(authenticate),
-    createStreamLimitInterceptor(streamsPerPrincipal),
+    streams.interceptor,
     ...(validateRequests ? [createValidateInterceptor(), createNulStringInterceptor()] : []),
   ];
+}
+
+/** The open-stream table with the stream caps of `limits`. */
+export function openStreamsOf(limits: Pick<ListenerLimits, "streamsPerPrincipal" | "streamsPerRoot">): OpenStreams {
+  return createOpenStreams({ perPrincipal: limits.streamsPerPrincipal, perRoot: limits.streamsPerRoot });
 }
 
 /** Answers UNAVAILABLE (except health) until the server's overall health is SERVING. */
@@ -65,8 +72,10 @@ export interface BootOptions {
   readonly prepare: () => Promise<void>;
   readonly signal?: AbortSignal;
   readonly httpFallback?: ServerOptions["httpFallback"];
-  /** Read limits, timeouts and the per-principal stream cap; unset fields take the defaults. */
+  /** Read limits, timeouts and the stream caps; unset fields take the defaults. */
   readonly limits?: Partial<ListenerLimits> | undefined;
+  /** The open-stream table (so the service can end a revoked token's streams); default: one with the caps of `limits`. */
+  readonly streams?: OpenStreams;
   /**
    * Whether this hop checks requests against the proto's rules (default true). A forwarding hop
    * that cannot authenticate (the UI gateway) sets false, so that a request with an unknown
@@ -79,6 +88,7 @@ export interface BootOptions {
 export interface BootedService {
   readonly server: RunningServer;
   readonly health: HealthState;
+  readonly streams: OpenStreams;
 }
 
 /**
@@ -86,15 +96,16 @@ export interface BootedService {
  * `prepare` until it succeeds, then reports SERVING for the server and every service.
  */
 export async function bootService(o: BootOptions): Promise<BootedService> {
-  const health = createHealthState(o.serviceNames);
   const limits = listenerLimits(o.limits);
+  const health = createHealthState(o.serviceNames, { maxWatches: limits.healthWatches, maxWatchMs: limits.healthWatchMaxMs });
+  const streams = o.streams ?? openStreamsOf(limits);
   const server = await startServer({
     name: o.name,
     host: o.host,
     grpcPort: o.grpcPort,
     httpPort: o.httpPort,
     routes: withHealth(o.routes, health),
-    interceptors: standardInterceptors(o.log, o.authenticate, health, limits.streamsPerPrincipal, o.validateRequests ?? true),
+    interceptors: standardInterceptors(o.log, o.authenticate, health, streams, o.validateRequests ?? true),
     log: o.log,
     httpFallback: o.httpFallback,
     limits,
@@ -136,7 +147,7 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
   health.set("", ServingStatus.SERVING);
   for (const s of o.serviceNames) health.set(s, ServingStatus.SERVING);
   o.log.info("serving");
-  return { server, health };
+  return { server, health, streams };
 }
 
 /** Marks everything NOT_SERVING (first step of a graceful shutdown). */

@@ -1,5 +1,5 @@
 import { DEFAULT_LISTENER_LIMITS, int, natsAuth, optionalStr, readConfig, str } from "@seraph/kit";
-import { DEFAULT_API_RATE_LIMITS } from "./limits.js";
+import { DEFAULT_API_COUNT_LIMITS, DEFAULT_API_RATE_LIMITS } from "./limits.js";
 
 /** API service configuration (cluster mode reads it from the environment). */
 export type ApiConfig = ReturnType<typeof loadApiConfig>;
@@ -19,13 +19,21 @@ export function loadApiConfig(env: Readonly<Record<string, string | undefined>>)
     SERAPH_OPERATOR_TOKEN_FILE: optionalStr(),
     /** WatchRepair's slow poll; signals (NATS) deliver changes sooner, the poll covers lost ones. */
     SERAPH_WATCH_POLL_MS: int(2000, 100, 600_000),
-    /** Per-principal creation rates per minute (RESOURCE_EXHAUSTED rate_limited above them). */
+    /** Creation rates per minute, per principal and per operator root (RESOURCE_EXHAUSTED rate_limited above them). */
     SERAPH_RATE_GOALS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.goalsPerMinute, 1, 1_000_000),
     SERAPH_RATE_REPOSITORIES_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.repositoriesPerMinute, 1, 1_000_000),
     SERAPH_RATE_REPAIRS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.repairsPerMinute, 1, 1_000_000),
     SERAPH_RATE_PROPOSALS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.proposalsPerMinute, 1, 1_000_000),
+    SERAPH_RATE_PRINCIPALS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.principalsPerMinute, 1, 1_000_000),
+    SERAPH_RATE_TOKENS_PER_MINUTE: int(DEFAULT_API_RATE_LIMITS.tokensPerMinute, 1, 1_000_000),
+    /** Principals and unrevoked tokens that may exist (RESOURCE_EXHAUSTED principal_limit / token_limit). */
+    SERAPH_MAX_TOKENS_PER_PRINCIPAL: int(DEFAULT_API_COUNT_LIMITS.tokensPerPrincipal, 1, 1_000_000),
+    SERAPH_MAX_TOKENS_PER_ROOT: int(DEFAULT_API_COUNT_LIMITS.tokensPerRoot, 1, 1_000_000),
+    SERAPH_MAX_PRINCIPALS_PER_ROOT: int(DEFAULT_API_COUNT_LIMITS.principalsPerRoot, 1, 1_000_000),
     /** Concurrent WatchRepair (server) streams one principal may hold open (RESOURCE_EXHAUSTED stream_limit above). */
     SERAPH_STREAMS_PER_PRINCIPAL: int(DEFAULT_LISTENER_LIMITS.streamsPerPrincipal, 1, 10_000),
+    /** Concurrent server streams all principals of one operator root may hold open together. */
+    SERAPH_STREAMS_PER_ROOT: int(DEFAULT_LISTENER_LIMITS.streamsPerRoot, 1, 100_000),
     LOG_LEVEL: str("info"),
   });
 }

@@ -32,8 +32,16 @@ const api = await startApi({
     repositoriesPerMinute: config.SERAPH_RATE_REPOSITORIES_PER_MINUTE,
     repairsPerMinute: config.SERAPH_RATE_REPAIRS_PER_MINUTE,
     proposalsPerMinute: config.SERAPH_RATE_PROPOSALS_PER_MINUTE,
+    principalsPerMinute: config.SERAPH_RATE_PRINCIPALS_PER_MINUTE,
+    tokensPerMinute: config.SERAPH_RATE_TOKENS_PER_MINUTE,
+  },
+  countLimits: {
+    tokensPerPrincipal: config.SERAPH_MAX_TOKENS_PER_PRINCIPAL,
+    tokensPerRoot: config.SERAPH_MAX_TOKENS_PER_ROOT,
+    principalsPerRoot: config.SERAPH_MAX_PRINCIPALS_PER_ROOT,
   },
   streamsPerPrincipal: config.SERAPH_STREAMS_PER_PRINCIPAL,
+  streamsPerRoot: config.SERAPH_STREAMS_PER_ROOT,
   onOperatorCreated: async (secret) => {
     if (tokenFile) {
       await writeFile(tokenFile, `${secret}\n`, { mode: 0o600, flag: "wx" });

@@ -10,13 +10,14 @@ import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService, type SandboxSettings } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import type { ApiDatabase } from "./db/schema.js";
-import { createApiLimiters, type ApiRateLimits } from "./limits.js";
+import { apiCountLimits, createApiLimiters, type ApiCountLimits, type ApiRateLimits } from "./limits.js";
 import { createGoalService } from "./goals/goal-service.js";
 import { createJobsClient, createNodeDirectory } from "./nodes/node-directory.js";
 import { createNodeService } from "./nodes/node-service.js";
 import { createOperatorOps, type OperatorOps } from "./operator/operator-ops.js";
 import { createOperatorService } from "./operator/operator-service.js";
 import { createPrincipalService } from "./principals/principal-service.js";
+import type { Revocation } from "./principals/revocation.js";
 import { createRepairService } from "./repairs/repair-service.js";
 import { createRepositoryService } from "./repositories/repository-service.js";
 import { resolvePinnedPython } from "./settings/defaults.js";
@@ -34,8 +35,10 @@ export interface ApiDeps {
   readonly internalToken: string;
   /** WatchRepair's slow poll in ms (default 2000). */
   readonly watchPollMs?: number;
-  /** Per-principal creation rates; unset fields take DEFAULT_API_RATE_LIMITS. */
+  /** Creation rates (per principal and per root); unset fields take DEFAULT_API_RATE_LIMITS. */
   readonly rateLimits?: Partial<ApiRateLimits> | undefined;
+  /** Bounds on principals and tokens; unset fields take DEFAULT_API_COUNT_LIMITS. */
+  readonly countLimits?: Partial<ApiCountLimits> | undefined;
   /** Runtime path of the default settings (the Python profile); default: /usr/bin/python3 when installed. */
   readonly defaultRuntimePath?: string;
   /** The operator requests (shared with the NATS micro service); default: built from these deps. */
@@ -44,6 +47,8 @@ export interface ApiDeps {
   readonly jobs?: Client<typeof JobsService>;
   /** The transport to one executor node; default: gRPC to its address with the internal token (unit tests pass an in-memory one). */
   readonly executorTransport?: (node: Node) => Transport;
+  /** Ends revoked tokens' open streams on every replica (start.ts starts it over the server's open-stream table). */
+  readonly revocation?: Pick<Revocation, "revoked"> | undefined;
 }
 
 /** Registers the public API. */
@@ -55,7 +60,7 @@ export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void 
   const operatorOps = deps.operatorOps ?? createOperatorOps({ ...deps, jobs });
   const limiters = createApiLimiters(deps.rateLimits);
   return (router) => {
-    router.service(PrincipalService, createPrincipalService(deps));
+    router.service(PrincipalService, createPrincipalService({ ...deps, limiters, countLimits: apiCountLimits(deps.countLimits) }));
     router.service(GoalService, createGoalService({ ...deps, limiters }));
     router.service(SettingsService, createSettingsService({ ...deps, nodes, jobs, defaults }));
     router.service(RepositoryService, createRepositoryService({ ...deps, nodes, defaults, limiters }));

@@ -1,4 +1,4 @@
-import { bootService, markNotServing, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger, type Signals } from "@seraph/kit";
+import { bootService, listenerLimits, markNotServing, openStreamsOf, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger, type Signals } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
@@ -8,8 +8,9 @@ import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/
 import type { Kysely } from "kysely";
 import { migrateApi } from "./db/migrate.js";
 import type { ApiDatabase } from "./db/schema.js";
-import type { ApiRateLimits } from "./limits.js";
+import type { ApiCountLimits, ApiRateLimits } from "./limits.js";
 import { ensureOperator, findPrincipalByToken } from "./principals/principal.repository.js";
+import { startRevocation } from "./principals/revocation.js";
 import { createJobsClient } from "./nodes/node-directory.js";
 import { startOperatorNatsService, type OperatorNatsService } from "./operator/operator-nats.js";
 import { createOperatorOps } from "./operator/operator-ops.js";
@@ -41,10 +42,16 @@ export interface ApiRuntime {
   readonly signal?: AbortSignal;
   /** WatchRepair's slow poll in ms (default 2000). */
   readonly watchPollMs?: number;
-  /** Per-principal creation rates; unset fields take DEFAULT_API_RATE_LIMITS. */
+  /** Creation rates (per principal and per root); unset fields take DEFAULT_API_RATE_LIMITS. */
   readonly rateLimits?: Partial<ApiRateLimits> | undefined;
+  /** Bounds on principals and tokens; unset fields take DEFAULT_API_COUNT_LIMITS. */
+  readonly countLimits?: Partial<ApiCountLimits> | undefined;
   /** Concurrent server streams (WatchRepair) per principal (default 16). */
   readonly streamsPerPrincipal?: number | undefined;
+  /** Concurrent server streams per operator root, its principals together (default 32). */
+  readonly streamsPerRoot?: number | undefined;
+  /** How often open streams' tokens are re-checked against the token table, in ms (default 5000). */
+  readonly revocationRecheckMs?: number | undefined;
 }
 
 /** A running API service. */
@@ -64,6 +71,9 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
   let waitingForNats = false;
   let stopped = false;
   const operatorLog = rt.log.child({ component: "operator-nats" });
+  const limits = listenerLimits({ readMaxBytes: PUBLIC_READ_MAX_BYTES, streamsPerPrincipal: rt.streamsPerPrincipal, streamsPerRoot: rt.streamsPerRoot });
+  const streams = openStreamsOf(limits);
+  const revocation = startRevocation({ db: rt.db, signals: rt.signals, streams, log: rt.log.child({ component: "revocation" }), recheckMs: rt.revocationRecheckMs });
   const booted = await bootService({
     name: "api",
     log: rt.log,
@@ -80,8 +90,11 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
       watchPollMs: rt.watchPollMs,
       operatorOps,
       rateLimits: rt.rateLimits,
+      countLimits: rt.countLimits,
+      revocation,
     }),
-    limits: { readMaxBytes: PUBLIC_READ_MAX_BYTES, streamsPerPrincipal: rt.streamsPerPrincipal },
+    limits,
+    streams,
     authenticate,
     signal: rt.signal,
     prepare: async () => {
@@ -107,12 +120,16 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
         });
       }
     },
+  }).catch(async (err: unknown) => {
+    await revocation.stop();
+    throw err;
   });
   return {
     ...booted,
     async stop() {
       markNotServing(booted.health, API_SERVICE_NAMES);
       stopped = true;
+      await revocation.stop();
       await operatorNats?.stop();
       await booted.server.close();
     },

@@ -1,6 +1,18 @@
 import { randomBytes } from "node:crypto";
 import { Code, ConnectError, createClient, createRouterTransport, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createHealthState, createLocalSignals, createRootLogger, openDatabase, reasonOf, PUBLIC_READ_MAX_BYTES, ServingStatus, standardInterceptors, withHealth } from "@seraph/kit";
+import {
+  createHealthState,
+  createLocalSignals,
+  createOpenStreams,
+  createRootLogger,
+  openDatabase,
+  reasonOf,
+  PUBLIC_READ_MAX_BYTES,
+  ServingStatus,
+  standardInterceptors,
+  withHealth,
+  type OpenStreams,
+} from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
@@ -14,8 +26,9 @@ import type { Kysely } from "kysely";
 import { expect } from "vitest";
 import { migrateApi } from "../src/db/migrate.js";
 import type { ApiDatabase } from "../src/db/schema.js";
-import type { ApiRateLimits } from "../src/limits.js";
+import type { ApiCountLimits, ApiRateLimits } from "../src/limits.js";
 import { ensureOperator, findPrincipalByToken } from "../src/principals/principal.repository.js";
+import { startRevocation } from "../src/principals/revocation.js";
 import { createApiRoutes } from "../src/routes.js";
 import { API_SERVICE_NAMES } from "../src/start.js";
 import { createFakeExecutor, type FakeExecutor } from "./fake-executor.js";
@@ -55,7 +68,35 @@ export interface ApiHarness {
   principal(name: string, options?: { newRoot?: boolean }): Promise<TestPrincipal>;
   /** Every row of the given tables, to compare before and after a refusal. */
   rows(...tables: ApiTable[]): Promise<Record<string, unknown[]>>;
+  /** The open-stream table of the first replica (the one `clients` reach). */
+  readonly streams: OpenStreams;
+  /**
+   * Another API replica over the same database and the same signals (the in-process event bus
+   * standing in for NATS), with its own open-stream table and revocation listener.
+   */
+  replica(): ApiReplica;
   stop(): Promise<void>;
+}
+
+/** A second API replica of the harness. */
+export interface ApiReplica {
+  clients(token: string | undefined): ApiClients;
+  readonly streams: OpenStreams;
+}
+
+/** Options of {@link startApiHarness}. */
+export interface ApiHarnessOptions {
+  /**
+   * Creation rates; unset fields take the API's defaults, except principals and tokens, which
+   * the harness sets to 1,000 a minute (its tests create many principals in the operator's root;
+   * the tests of those limits set them).
+   */
+  readonly rateLimits?: Partial<ApiRateLimits>;
+  readonly countLimits?: Partial<ApiCountLimits>;
+  readonly streamsPerPrincipal?: number;
+  readonly streamsPerRoot?: number;
+  /** How often open streams' tokens are re-checked (default: the API's 5 s). */
+  readonly revocationRecheckMs?: number;
 }
 
 /** The absolute directory the harness's node serves repositories under. */
@@ -69,7 +110,7 @@ export const RUNTIME_PATH = "/opt/node24/bin/node";
  * limit) over a fresh PostgreSQL database, reached through createRouterTransport. The jobs
  * service and the executor node are in-memory fakes behind the API's own client boundary.
  */
-export async function startApiHarness(options: { rateLimits?: Partial<ApiRateLimits>; streamsPerPrincipal?: number } = {}): Promise<ApiHarness> {
+export async function startApiHarness(options: ApiHarnessOptions = {}): Promise<ApiHarness> {
   const database = await createTestDatabase();
   const db = await openDatabase<ApiDatabase>({ url: database.url }, { poolSize: 4 });
   const log = createRootLogger({ name: "api-unit", level: process.env["SERAPH_TEST_LOG_LEVEL"] ?? "silent" });
@@ -81,37 +122,49 @@ export async function startApiHarness(options: { rateLimits?: Partial<ApiRateLim
   const executor = createFakeExecutor();
   const executorTransport: Transport = createRouterTransport((r) => r.service(ExecutorService, executor.impl));
   const jobsClient = createClient(JobsService, createRouterTransport((r) => r.service(JobsService, jobs.impl)));
-  const routes = createApiRoutes({
-    db,
-    signals,
-    log,
-    jobsUrl: "http://jobs.invalid",
-    internalToken: randomBytes(16).toString("hex"),
-    watchPollMs: 100,
-    rateLimits: options.rateLimits,
-    defaultRuntimePath: "/usr/bin/python3",
-    jobs: jobsClient,
-    executorTransport: () => executorTransport,
-  });
   const health = createHealthState(API_SERVICE_NAMES);
   health.set("", ServingStatus.SERVING);
-  const interceptors = standardInterceptors(log, (token) => findPrincipalByToken(db, token), health, options.streamsPerPrincipal ?? 16);
-  const clients = (token: string | undefined): ApiClients => {
-    const bearer: Interceptor = (next) => (req) => {
-      if (token !== undefined) req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
+  const stops: (() => Promise<void>)[] = [];
+  const internalToken = randomBytes(16).toString("hex");
+  const startReplica = (): ApiReplica => {
+    const streams = createOpenStreams({ perPrincipal: options.streamsPerPrincipal ?? 16, perRoot: options.streamsPerRoot ?? 32 });
+    const revocation = startRevocation({ db, signals, streams, log, ...(options.revocationRecheckMs === undefined ? {} : { recheckMs: options.revocationRecheckMs }) });
+    stops.push(() => revocation.stop());
+    const routes = createApiRoutes({
+      db,
+      signals,
+      log,
+      jobsUrl: "http://jobs.invalid",
+      internalToken,
+      watchPollMs: 100,
+      rateLimits: { principalsPerMinute: 1000, tokensPerMinute: 1000, ...options.rateLimits },
+      countLimits: options.countLimits,
+      defaultRuntimePath: "/usr/bin/python3",
+      jobs: jobsClient,
+      executorTransport: () => executorTransport,
+      revocation,
+    });
+    const interceptors = standardInterceptors(log, (token) => findPrincipalByToken(db, token), health, streams);
+    const clients = (token: string | undefined): ApiClients => {
+      const bearer: Interceptor = (next) => (req) => {
+        if (token !== undefined) req.header.set("authorization", `Bearer ${token}`);
+        return next(req);
+      };
+      const t = createRouterTransport(withHealth(routes, health), { router: { interceptors, readMaxBytes: PUBLIC_READ_MAX_BYTES }, transport: { interceptors: [bearer] } });
+      return {
+        principals: createClient(PrincipalService, t),
+        goals: createClient(GoalService, t),
+        settings: createClient(SettingsService, t),
+        repositories: createClient(RepositoryService, t),
+        repairs: createClient(RepairService, t),
+        operator: createClient(OperatorService, t),
+        nodes: createClient(NodeService, t),
+      };
     };
-    const t = createRouterTransport(withHealth(routes, health), { router: { interceptors, readMaxBytes: PUBLIC_READ_MAX_BYTES }, transport: { interceptors: [bearer] } });
-    return {
-      principals: createClient(PrincipalService, t),
-      goals: createClient(GoalService, t),
-      settings: createClient(SettingsService, t),
-      repositories: createClient(RepositoryService, t),
-      repairs: createClient(RepairService, t),
-      operator: createClient(OperatorService, t),
-      nodes: createClient(NodeService, t),
-    };
+    return { clients, streams };
   };
+  const first = startReplica();
+  const clients = first.clients;
   const operatorPrincipal = await findPrincipalByToken(db, created.secret);
   if (!operatorPrincipal) throw new Error("the operator's token does not authenticate");
   const operator: TestPrincipal = { id: operatorPrincipal.id, rootId: operatorPrincipal.rootId, secret: created.secret, c: clients(created.secret) };
@@ -121,6 +174,8 @@ export async function startApiHarness(options: { rateLimits?: Partial<ApiRateLim
     executor,
     operator,
     clients,
+    streams: first.streams,
+    replica: startReplica,
     async principal(name, o = {}) {
       const res = await operator.c.principals.createPrincipal({ name, newRoot: o.newRoot ?? false });
       return { id: res.principal!.id, rootId: res.principal!.rootId, secret: res.secret, c: clients(res.secret) };
@@ -131,6 +186,7 @@ export async function startApiHarness(options: { rateLimits?: Partial<ApiRateLim
       return out;
     },
     async stop() {
+      for (const stop of stops) await stop();
       await signals.close();
       await db.destroy();
       await database.drop();

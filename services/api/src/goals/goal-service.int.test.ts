@@ -104,7 +104,7 @@ describe("GoalService (in-memory transport, real PostgreSQL)", () => {
   });
 
   it("CreateGoal is rate limited per principal (RESOURCE_EXHAUSTED rate_limited) without storing the refused goal", async () => {
-    const flooder = await h.principal("flooder");
+    const flooder = await h.principal("flooder", { newRoot: true });
     for (let i = 0; i < 40; i++) await flooder.c.goals.createGoal({ title: `g${i}` });
     await expectRefused(flooder.c.goals.createGoal({ title: "one too many" }), Code.ResourceExhausted, "rate_limited");
     expect(await h.db.selectFrom("goals").select("id").where("owner_id", "=", flooder.id).execute()).toHaveLength(40);

@@ -34,7 +34,7 @@ export function createGoalService(deps: { db: Kysely<ApiDatabase>; signals: Sign
   return {
     async createGoal(req, ctx) {
       const p = requirePrincipal(ctx);
-      await deps.limiters.goals.consume(p.id);
+      await deps.limiters.goals.consume(p);
       const row = await db.transaction().execute((trx) => insertGoal(trx, { id: newId(), ownerId: p.id, title: req.title, objective: req.objective }));
       return { goal: goalMessage(row) };
     },

@@ -11,6 +11,7 @@ import {
   ERROR_FIELD_HEADER,
   ERROR_REASON_HEADER,
   InvalidArgumentError,
+  repliesOnlyToInboxes,
   UnauthenticatedError,
   type Authenticate,
   type AuthenticatedPrincipal,
@@ -55,11 +56,6 @@ export interface OperatorNatsDeps {
   readonly inboxPrefix?: string;
 }
 
-/** Whether `reply` is a subject under the inbox prefix (`_INBOX.…` by default), where requesters wait for answers. */
-export function isInbox(reply: string | undefined, prefix = "_INBOX"): boolean {
-  return reply !== undefined && reply.startsWith(`${prefix}.`) && reply.length > prefix.length + 1;
-}
-
 /** A running micro service. */
 export interface OperatorNatsService {
   readonly service: Service;
@@ -77,10 +73,19 @@ export interface OperatorNatsService {
  * error headers (`Nats-Service-Error-Code`: the gRPC code number, `Nats-Service-Error`:
  * "<CODE> <reason>: <message>") and the reason as `Seraph-Error-Reason`/`-Domain`/`-Field`
  * headers (kit's ERROR_*_HEADER). A refused request changes nothing.
+ *
+ * Every subscription of the service, the endpoints and the micro protocol's `$SRV.*` handlers
+ * alike, goes through kit's `repliesOnlyToInboxes`: a request whose reply subject is not an
+ * inbox is dropped and logged, unread and unanswered.
  */
 export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<OperatorNatsService> {
-  const { nc, ops, log } = deps;
-  const inboxPrefix = deps.inboxPrefix ?? "_INBOX";
+  const { ops, log } = deps;
+  const refusedLog = log.child({ component: "operator-nats" });
+  const nc = repliesOnlyToInboxes(deps.nc, {
+    ...(deps.inboxPrefix === undefined ? {} : { inboxPrefix: deps.inboxPrefix }),
+    onRefused: (subject, reply) =>
+      refusedLog.warn({ nats: subject, reply }, "NATS request refused: its reply subject is not an inbox; nothing done, no answer"),
+  });
   const svc = await new Svcm(nc).add({
     name: OPERATOR_SERVICE_NAME,
     version: deps.version ?? "0.1.0",
@@ -101,7 +106,7 @@ export async function startOperatorNatsService(deps: OperatorNatsDeps): Promise<
     group.addEndpoint(name, {
       handler: (err, msg) => {
         if (err) return;
-        void answerRequest(deps, inboxPrefix, spec, msg);
+        void answerRequest(deps, spec, msg);
       },
       metadata: { request: input.typeName, response: output.typeName, error: OperatorErrorSchema.typeName },
     });
@@ -134,19 +139,13 @@ interface EndpointSpec<I extends DescMessage, O extends DescMessage> {
 }
 
 /**
- * Answers one request of `spec`'s endpoint: dropped unless its reply subject is an inbox; then
- * bounded, authenticated, validated and run, answered with the response or an OperatorError.
+ * Answers one request of `spec`'s endpoint (its reply subject is an inbox: see
+ * repliesOnlyToInboxes): bounded, authenticated, validated and run, answered with the response
+ * or an OperatorError.
  */
-async function answerRequest<I extends DescMessage, O extends DescMessage>(deps: OperatorNatsDeps, inboxPrefix: string, spec: EndpointSpec<I, O>, msg: ServiceMsg): Promise<void> {
+async function answerRequest<I extends DescMessage, O extends DescMessage>(deps: OperatorNatsDeps, spec: EndpointSpec<I, O>, msg: ServiceMsg): Promise<void> {
   const requestId = msg.headers?.get("x-request-id") || randomUUID();
   const child = deps.log.child({ nats: `${OPERATOR_SUBJECT_PREFIX}.${spec.name}`, requestId });
-  // allow_responses lets this user publish to any reply subject a request names: answering
-  // "seraph.jobs.x" would publish onto a subject other services act on. Only an inbox gets an
-  // answer; anything else is dropped before the request is read, so it also changes nothing.
-  if (!isInbox(msg.reply, inboxPrefix)) {
-    child.warn({ reply: msg.reply ?? "" }, `operator request refused: its reply subject is not an inbox (${inboxPrefix}.*); nothing done, no answer`);
-    return;
-  }
   try {
     if (msg.data.length > MAX_OPERATOR_REQUEST_BYTES) {
       throw new InvalidArgumentError("", "request_too_large", `the request body has ${msg.data.length} bytes; at most ${MAX_OPERATOR_REQUEST_BYTES} are accepted`);

@@ -4,7 +4,10 @@ import { FailedPreconditionError, NotFoundError, PermissionDeniedError, requireP
 import { ApiTokenSchema, PrincipalSchema, PrincipalService, type ApiToken } from "@seraph/proto/seraph/api/v1/principals_pb.js";
 import type { Kysely } from "kysely";
 import type { ApiDatabase } from "../db/schema.js";
-import { insertPrincipal, insertToken, isInstanceOperator } from "./principal.repository.js";
+import { apiCountLimits, createApiLimiters, type ApiCountLimits, type ApiLimiters } from "../limits.js";
+import { checkPrincipalRoom, checkTokenRoom } from "./principal-limits.js";
+import { insertPrincipal, insertToken, isInstanceOperator, lockRootCounts } from "./principal.repository.js";
+import type { Revocation } from "./revocation.js";
 
 interface TokenRow {
   id: string;
@@ -26,12 +29,28 @@ function tokenMessage(row: TokenRow): ApiToken {
   });
 }
 
+/** What the principal service needs. */
+export interface PrincipalServiceDeps {
+  readonly db: Kysely<ApiDatabase>;
+  /** Ends a revoked token's open streams on every replica (see startRevocation). */
+  readonly revocation?: Pick<Revocation, "revoked"> | undefined;
+  /** CreatePrincipal and CreateToken rates (per principal and per root); default: the API's defaults. */
+  readonly limiters?: Pick<ApiLimiters, "principals" | "tokens">;
+  /** Bounds on principals and unrevoked tokens; default DEFAULT_API_COUNT_LIMITS. */
+  readonly countLimits?: ApiCountLimits;
+}
+
 /**
  * Principals and tokens: a caller manages only its own tokens (another's is NOT_FOUND); secrets
- * are returned once and stored as SHA-256; a principal's last live token cannot be revoked.
+ * are returned once and stored as SHA-256; a principal's last live token cannot be revoked; a
+ * revoked token's open streams end at once with UNAUTHENTICATED, on every replica. Creating
+ * principals and tokens is rate-limited and bounded in count, per principal and per operator
+ * root (RESOURCE_EXHAUSTED naming the limit; a refusal stores nothing).
  */
-export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): ServiceImpl<typeof PrincipalService> {
+export function createPrincipalService(deps: PrincipalServiceDeps): ServiceImpl<typeof PrincipalService> {
   const { db } = deps;
+  const limiters = deps.limiters ?? createApiLimiters();
+  const counts = deps.countLimits ?? apiCountLimits();
   return {
     async whoAmI(_req, ctx) {
       const p = requirePrincipal(ctx);
@@ -40,7 +59,11 @@ export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): Servi
     },
     async createToken(req, ctx) {
       const p = requirePrincipal(ctx);
-      const { row, secret } = await insertToken(db, p.id, req.name);
+      await limiters.tokens.consume(p);
+      const { row, secret } = await db.transaction().execute(async (trx) => {
+        checkTokenRoom(counts, await lockRootCounts(trx, p.rootId, p.id));
+        return insertToken(trx, p.id, req.name);
+      });
       return { token: tokenMessage(row), secret };
     },
     async listTokens(_req, ctx) {
@@ -66,6 +89,8 @@ export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): Servi
           .returningAll()
           .executeTakeFirstOrThrow();
       });
+      // After the commit: a stream ended now could otherwise re-authenticate against the old row.
+      deps.revocation?.revoked([row.id]);
       return { token: tokenMessage(row) };
     },
     async createPrincipal(req, ctx) {
@@ -75,7 +100,9 @@ export function createPrincipalService(deps: { db: Kysely<ApiDatabase> }): Servi
       if (req.newRoot && !(p.id === p.rootId && (await isInstanceOperator(db, p.id)))) {
         throw new PermissionDeniedError("operator_required", "Only the instance operator may create a new operator root.");
       }
+      await limiters.principals.consume(p);
       return db.transaction().execute(async (trx) => {
+        if (!req.newRoot) checkPrincipalRoom(counts, await lockRootCounts(trx, p.rootId));
         const row = await insertPrincipal(trx, req.name, req.newRoot ? undefined : p.rootId);
         const { row: token, secret } = await insertToken(trx, row.id, `${req.name} (created by ${p.name})`);
         return {

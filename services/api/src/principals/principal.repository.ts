@@ -58,3 +58,37 @@ export async function isInstanceOperator(db: Db, principalId: string): Promise<b
   const row = await db.selectFrom("principals").select("instance_operator").where("id", "=", principalId).executeTakeFirst();
   return row?.instance_operator === true;
 }
+
+/** How many principals and unrevoked tokens one root (and one of its principals) has. */
+export interface RootCounts {
+  readonly principals: number;
+  readonly rootTokens: number;
+  readonly principalTokens: number;
+}
+
+/**
+ * Locks the root's principal row, so creations in one root are counted one at a time (two
+ * concurrent CreateToken calls cannot both see room for one more), then counts the root's
+ * principals and unrevoked tokens, and `principalId`'s unrevoked tokens (0 when undefined).
+ */
+export async function lockRootCounts(trx: Transaction<ApiDatabase>, rootId: string, principalId?: string): Promise<RootCounts> {
+  await trx.selectFrom("principals").select("id").where("id", "=", rootId).forUpdate().executeTakeFirst();
+  const principals = await trx.selectFrom("principals").select((eb) => eb.fn.countAll<string>().as("n")).where("root_id", "=", rootId).executeTakeFirstOrThrow();
+  const rootTokens = await trx
+    .selectFrom("api_tokens")
+    .innerJoin("principals", "principals.id", "api_tokens.principal_id")
+    .select((eb) => eb.fn.countAll<string>().as("n"))
+    .where("principals.root_id", "=", rootId)
+    .where("api_tokens.revoked_at", "is", null)
+    .executeTakeFirstOrThrow();
+  const mine =
+    principalId === undefined
+      ? { n: "0" }
+      : await trx
+          .selectFrom("api_tokens")
+          .select((eb) => eb.fn.countAll<string>().as("n"))
+          .where("principal_id", "=", principalId)
+          .where("revoked_at", "is", null)
+          .executeTakeFirstOrThrow();
+  return { principals: Number(principals.n), rootTokens: Number(rootTokens.n), principalTokens: Number(mine.n) };
+}

@@ -134,7 +134,7 @@ describe("RepairService: create, read, list, watch (in-memory transport, real Po
     await expectRefused(alice.c.repairs.createRepair(repairRequest(goal, repository.id)), Code.FailedPrecondition, "settings_disabled");
     expect(await h.rows("repairs")).toEqual(before);
     await h.operator.c.settings.updateSandboxSettings({ expectedRevision: disabled.revision, settings: { ...disabled, enabled: true } });
-    const flooder = await h.principal("flooder");
+    const flooder = await h.principal("flooder", { newRoot: true });
     const repo = await registeredRepository(h, flooder);
     const g = (await flooder.c.goals.createGoal({ title: "g" })).goal!;
     for (let i = 0; i < 25; i++) await flooder.c.repairs.createRepair(repairRequest(g, repo.id));

@@ -45,7 +45,7 @@ interface Inspected {
  */
 export async function createRepair(deps: RepairDeps, req: CreateRepairRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof CreateRepairResponseSchema>> {
   const p = requirePrincipal(ctx);
-  await deps.limiters.repairs.consume(p.id);
+  await deps.limiters.repairs.consume(p);
   const checked = await checkRequest(deps, p, req);
   const node = await deps.nodes.get(checked.repo.node_id);
   await checkRegisteredDirectory(deps, node, checked.repo, ctx.signal);

@@ -122,7 +122,7 @@ describe("RepairService: source, consent, proposals (in-memory transport, real P
   });
 
   it("ProposePatch is rate limited per principal (RESOURCE_EXHAUSTED rate_limited)", async () => {
-    const flooder = await h.principal("flooder");
+    const flooder = await h.principal("flooder", { newRoot: true });
     const { repair } = await createPendingRepair(h, flooder);
     const outside = FIX_DIFF.replaceAll("src/math.js", "test/a.test.js");
     for (let i = 0; i < 20; i++) await expectRefused(flooder.c.repairs.proposePatch({ repairId: repair.id, route: { case: "manualDiff", value: outside } }), Code.InvalidArgument);

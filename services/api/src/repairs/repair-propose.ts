@@ -27,7 +27,7 @@ interface Patch {
  */
 export async function proposePatch(deps: RepairDeps, req: ProposePatchRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ProposePatchResponseSchema>> {
   const p = requirePrincipal(ctx);
-  await deps.limiters.proposals.consume(p.id);
+  await deps.limiters.proposals.consume(p);
   const row = await ownedRepair(deps, p, req.repairId);
   requireForward(row);
   const inspection = repairInspection(row);

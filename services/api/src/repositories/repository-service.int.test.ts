@@ -85,7 +85,7 @@ describe("RepositoryService (in-memory transport, real PostgreSQL, fake node)", 
   });
 
   it("is rate limited per principal (RESOURCE_EXHAUSTED rate_limited), even for repeats, storing nothing more", async () => {
-    const flooder = await h.principal("flooder");
+    const flooder = await h.principal("flooder", { newRoot: true });
     for (let i = 0; i < 12; i++) await flooder.c.repositories.registerRepository({ path: `${REPOS_ROOT}/many` });
     await expectRefused(flooder.c.repositories.registerRepository({ path: `${REPOS_ROOT}/b` }), Code.ResourceExhausted, "rate_limited");
     expect((await flooder.c.repositories.listRepositories({})).repositories.map((r) => r.path)).toEqual([`${REPOS_ROOT}/many`]);

@@ -31,7 +31,7 @@ export function createRepositoryService(deps: { db: Kysely<ApiDatabase>; nodes: 
   return {
     async registerRepository(req, ctx) {
       const p = requirePrincipal(ctx);
-      await deps.limiters.repositories.consume(p.id);
+      await deps.limiters.repositories.consume(p);
       if (!isNormalizedAbsolute(req.path)) {
         throw new InvalidArgumentError("path", "path_not_normalized", `The repository path "${req.path}" must be absolute and normalized (no "..", ".", "//" or trailing "/").`);
       }
