@@ -14,6 +14,7 @@ WORKDIR /src
 # Dependencies first (cached while only sources change); every workspace's package.json.
 COPY package.json package-lock.json ./
 COPY packages/postgres-server/package.json packages/postgres-server/
+COPY packages/attestation/package.json packages/attestation/
 COPY packages/proto/package.json packages/proto/
 COPY packages/kit/package.json packages/kit/
 COPY packages/profiles/package.json packages/profiles/
