@@ -1,5 +1,5 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
-import type { Logger } from "@seraph/kit";
+import { reasonOf, type Logger } from "@seraph/kit";
 import type { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 
@@ -66,7 +66,8 @@ export interface Heartbeat {
 /**
  * Heartbeats every `intervalMs`. When the jobs service answers that this incarnation was
  * superseded (another process registered the same node id) `onSuperseded` runs once and the
- * heartbeat stops; other failures are logged and retried on the next tick.
+ * heartbeat stops, as it does when the node was fenced (PERMISSION_DENIED `node_fenced`: the node
+ * can never report again); other failures are logged and retried on the next tick.
  */
 export function startHeartbeat(
   jobs: Client<typeof JobsService>,
@@ -82,8 +83,10 @@ export function startHeartbeat(
       await jobs.heartbeat({ nodeId: id.nodeId, incarnationId: id.incarnationId }, { timeoutMs: Math.max(1000, intervalMs) });
       failures = 0;
     } catch (err) {
-      if (err instanceof ConnectError && err.code === Code.FailedPrecondition) {
-        log.error({ err }, "this executor incarnation was superseded; it stops taking work");
+      const fenced = err instanceof ConnectError && err.code === Code.PermissionDenied && reasonOf(err) === "node_fenced";
+      if (fenced || (err instanceof ConnectError && err.code === Code.FailedPrecondition)) {
+        if (fenced) log.error({ err, nodeId: id.nodeId }, "this node was fenced by the instance operator (seraph nodes fence): it can never report again and stops taking work; replace the node under a new id");
+        else log.error({ err }, "this executor incarnation was superseded; it stops taking work");
         stopped = true;
         clearInterval(timer);
         onSuperseded();
