@@ -165,6 +165,7 @@ export function jobDetails(j: Job, indent = "    "): string[] {
     const rc = j.recovery;
     out.push(`${indent}recovery: physical slot released by ${rc.recoveredBy} at ${time(rc.recoveredUnixMs)} (proof ${rc.proof}; the task outcome stays ${j.outcome || "unknown"})`);
     out.push(`${indent}  cleanup_receipt_verified=${rc.cleanupReceiptVerified} process_cleanup_readback_sha256=${rc.processCleanupReadbackSha256} readback_scope=${rc.readbackScope}`);
+    if (rc.cleanupUnproven) out.push(`${indent}  cleanup NOT proved: the slot was released because its node was fenced (${rc.proof}); processes the job started may still run on that host`);
   }
   return out;
 }

@@ -37,6 +37,17 @@ function capacityView(job: Job): HTMLElement {
             ["Recovered", time(rec.recoveredUnixMs)],
           ]),
         ]
+      : rec?.cleanupUnproven === true && !job.slotHeld
+      ? [
+          h("h3", null, "Physical capacity released: cleanup NOT proved (node fenced)"),
+          h("p", null, `The instance operator fenced node ${job.nodeId || "?"}; its slot was released without any proof that the job's processes ended. They may still run on that host.`),
+          kv([
+            ["Proof", h("code", null, rec.proof || "node_fenced")],
+            ["cleanup_receipt_verified", yesNo(rec.cleanupReceiptVerified)],
+            ["Recovered by", h("code", null, rec.recoveredBy)],
+            ["Recovered", time(rec.recoveredUnixMs)],
+          ]),
+        ]
       : [
           h("h3", null, job.slotHeld ? "Physical capacity held" : "Physical capacity: cleanup not verified"),
           h("p", null, job.slotHeld ? `Slot ${job.slotIndex} on node ${job.nodeId || "?"} stays held: other accepted jobs may queue and be approved but cannot start there until cleanup is proved.` : "No verified cleanup receipt is recorded."),
