@@ -1,5 +1,6 @@
 import { Code } from "@connectrpc/connect";
 import { FailedPreconditionError, SeraphError, UnavailableError, type Logger } from "@seraph/kit";
+import { backoffDelay } from "@seraph/kit/retry";
 import { fetch as undiciFetch } from "undici";
 import { transportCause } from "./transport-cause.js";
 import { isNonPublicAddress, NonPublicAddressError, publicOnlyDispatcher } from "./public-only.js";
@@ -73,9 +74,9 @@ async function readBounded(res: Response): Promise<string> {
   return Buffer.concat(chunks).toString("utf8");
 }
 
+/** The wait before retry `attempt` (1 for the first): kit's backoff shape (exponential, full jitter), 250 ms doubling to 4 s. */
 function backoffMs(attempt: number): number {
-  const base = 250 * 2 ** (attempt - 1);
-  return Math.min(base, 4000) + Math.floor(Math.random() * 100);
+  return backoffDelay(attempt - 1, { initialMs: 250, maxMs: 4000 });
 }
 
 /** The fetch a route is asked with: for a public-only route, one whose connections resolve only to public addresses. */

@@ -1,5 +1,6 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { reasonOf, type Logger } from "@seraph/kit";
+import { retry } from "@seraph/kit/retry";
 import type { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { FacilityReport } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 
@@ -43,19 +44,15 @@ export async function registerNodeOnce(jobs: Client<typeof JobsService>, input: 
  * aborts (the jobs service may still be migrating).
  */
 export async function registerNode(jobs: Client<typeof JobsService>, input: RegistrationInput, log: Logger, signal?: AbortSignal): Promise<void> {
-  let delay = 200;
-  for (;;) {
-    try {
-      await registerNodeOnce(jobs, input, log);
-      return;
-    } catch (err) {
-      if (signal?.aborted) throw err;
-      if (err instanceof ConnectError && err.code === Code.InvalidArgument) throw err;
-      log.warn({ err, retryInMs: delay }, "node registration failed; retrying");
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 5000);
-    }
-  }
+  // Kit's one retry policy, without a deadline: every failure but a refused registration
+  // (INVALID_ARGUMENT: a malformed node, never better on a retry) is repeated until `signal` aborts.
+  await retry(() => registerNodeOnce(jobs, input, log), {
+    initialMs: 200,
+    maxMs: 5000,
+    retryable: (err) => !(err instanceof ConnectError && err.code === Code.InvalidArgument),
+    ...(signal ? { signal } : {}),
+    onRetry: (err, _attempt, delayMs) => log.warn({ err, retryInMs: delayMs }, "node registration failed; retrying"),
+  });
 }
 
 /** A running heartbeat. */
