@@ -77,6 +77,8 @@ export interface SourceWalkOptions {
   readonly skippedNames?: ReadonlySet<string>;
   /** What the excluded directory (`outputDir`) is, for messages (default "the build output directory"). */
   readonly excludedLabel?: string;
+  /** Repository-relative directories never walked, without a reason of their own (a refusal elsewhere covers them). */
+  readonly excludedDirs?: readonly string[];
 }
 
 type LinkResolution = { readonly ok: true; readonly link: SourceLink } | { readonly ok: false; readonly reason: BlockReason };
@@ -234,7 +236,7 @@ class SourceWalk {
       if (name === ".git") continue;
       const st = stats[i] as Stats;
       if (st.isDirectory()) {
-        if (this.#skipped.has(name) || (this.outputDir !== undefined && rel === this.outputDir)) continue;
+        if (this.#skipped.has(name) || (this.outputDir !== undefined && rel === this.outputDir) || this.options.excludedDirs?.includes(rel)) continue;
         await this.walk(rel);
         if (this.truncated) return;
       } else if (st.isFile()) {

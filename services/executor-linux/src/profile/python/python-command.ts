@@ -53,6 +53,7 @@ export async function readVenv(run: PythonRun): Promise<void> {
   const venvs = VENV_DIR_NAMES.filter((d) => reader.kind(`${d}/pyvenv.cfg`) === "file");
   if (venvs.length > 1) {
     b.reasons.push(blockReason("python_venv_ambiguous", `The repository has several virtual environments (${venvs.join(", ")}); keep exactly one.`, venvs[0]));
+    run.ambiguousVenvs = venvs;
     return;
   }
   if (venvs.length !== 1) return;
@@ -145,9 +146,10 @@ export async function readFramework(run: PythonRun): Promise<void> {
   }
   if (run.form === "pytest") {
     run.framework = "pytest";
-    if (run.sitePackages === "") {
+    // With several environments the ambiguity is the one reason: which one has pytest is moot.
+    if (run.sitePackages === "" && run.ambiguousVenvs === undefined) {
       b.reasons.push(blockReason("python_framework_missing", "pytest is admitted only from a virtual environment inside the repository (.venv/, venv/, env/ or .env/ with a pyvenv.cfg); the system's pytest is never used.", "pytest"));
-    } else {
+    } else if (run.sitePackages !== "") {
       if (run.reader.kind(`${run.sitePackages}/pytest/__init__.py`) !== "file" || run.reader.kind(`${run.sitePackages}/_pytest`) !== "directory") {
         b.reasons.push(blockReason("python_framework_missing", `${run.sitePackages} has no pytest package (pytest/__init__.py and _pytest/ as regular entries).`, run.sitePackages));
       }

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
@@ -177,6 +178,12 @@ describe.skipIf(!python || facilitiesMissing !== undefined)("repo-python3-v1 und
   it("never uses the system's pytest: without a virtual environment pytest is blocked", async () => {
     const repo = await project();
     expect(codes(await inspect(repo.dir, "pytest tests/test_ops.py"))).toEqual(["python_framework_missing"]);
+  });
+
+  it("two virtual environments are refused as ambiguous, with no link-escape reasons from walking them as source (issue 26 item 9)", async () => {
+    const repo = await project({ venv: true });
+    execFileSync(python!, ["-m", "venv", "--without-pip", join(repo.dir, "venv")], { stdio: "ignore", env: { PATH: "/usr/bin:/bin" } });
+    expect(codes(await inspect(repo.dir, "python -m pytest tests/test_ops.py"))).toEqual(["python_venv_ambiguous"]);
   });
 
   it("refuses a repository file that would shadow the framework", async () => {

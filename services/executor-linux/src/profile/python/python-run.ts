@@ -21,6 +21,8 @@ export interface PythonRun {
   framework: string;
   frameworkVersion: string;
   venvDir: string;
+  /** Every root directory holding a pyvenv.cfg when there are several (refused as ambiguous): none of them is walked as source. */
+  ambiguousVenvs?: readonly string[];
   readonly configFiles: Set<string>;
   form: PythonForm | undefined;
   testPaths: string[];

@@ -24,7 +24,12 @@ export interface PythonListing {
 export async function listPythonSnapshot(run: PythonRun): Promise<PythonListing> {
   const { b } = run;
   const root = run.reader.root;
-  const sources = await listSourceSet(root, root, b.namedSources, run.venvDir === "" ? undefined : run.venvDir, { skippedNames: PYTHON_SKIPPED, excludedLabel: "the virtual environment" });
+  const sources = await listSourceSet(root, root, b.namedSources, run.venvDir === "" ? undefined : run.venvDir, {
+    skippedNames: PYTHON_SKIPPED,
+    excludedLabel: "the virtual environment",
+    // Several environments are refused as ambiguous; walking them as source would only add their interpreter links' escapes.
+    excludedDirs: run.ambiguousVenvs ?? [],
+  });
   b.reasons.push(...sources.reasons);
   const sourceFiles = new Map(sources.files.map((f) => [f.rel, f]));
   for (const rel of [...run.testPaths, ...run.configFiles]) {
