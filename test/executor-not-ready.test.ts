@@ -117,6 +117,8 @@ describe("an executor that cannot run jobs says so at start", () => {
       .catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(ConnectError);
     expect((refused as ConnectError).code).toBe(Code.Unavailable);
+    // Every refused call carries the fix too (what `seraph settings check` shows for a node it knows).
+    expect((refused as ConnectError).rawMessage).toMatch(/not serving yet: .*supervisor bundle .* is missing; run `npm run build`/);
 
     // Built (here: the real bundle linked in), it serves without a restart and registers.
     await mkdir(dirname(entry), { recursive: true });

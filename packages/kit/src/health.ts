@@ -17,6 +17,11 @@ export interface HealthState {
   set(service: string, status: ServingStatus): void;
   /** The current status, or undefined for an unknown service. */
   get(service: string): ServingStatus | undefined;
+  /**
+   * Why the server is not serving yet (the dependency or prerequisite start-up is waiting for),
+   * told to every refused call; "" clears it.
+   */
+  notServingReason: string;
   /** The grpc.health.v1.Health implementation over this state. */
   readonly impl: ServiceImpl<typeof Health>;
 }
@@ -47,6 +52,7 @@ export function createHealthState(services: readonly string[], watchLimits: Heal
       for (const w of watchers) w();
     },
     get: (service) => statuses.get(service),
+    notServingReason: "",
     impl: {
       check(req) {
         const status = statuses.get(req.service);

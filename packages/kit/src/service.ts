@@ -43,7 +43,8 @@ export function openStreamsOf(limits: Pick<ListenerLimits, "streamsPerPrincipal"
 export function createReadinessInterceptor(health: HealthState): Interceptor {
   return (next) => async (req) => {
     if (req.service.typeName !== "grpc.health.v1.Health" && health.get("") !== ServingStatus.SERVING) {
-      throw new ConnectError("the service is starting or stopping; retry shortly", Code.Unavailable);
+      const why = health.notServingReason;
+      throw new ConnectError(why === "" ? "the service is starting or stopping; retry shortly" : `the service is not serving yet: ${why}`, Code.Unavailable);
     }
     return next(req);
   };
@@ -127,6 +128,7 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
         // One clear line per distinct problem (not one every 5 s): a missing database says so.
         const missing = missingDatabase(err);
         const problem = missing ? `missing database ${missing}` : String((err as Error)?.message ?? err);
+        health.notServingReason = missing ? `database "${missing}" does not exist` : problem.slice(0, 500);
         if (problem === lastProblem) {
           o.log.debug({ err, retryInMs }, "dependencies still not ready; retrying");
         } else if (missing) {
@@ -144,6 +146,7 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
     await server.close(1000);
     throw err;
   }
+  health.notServingReason = "";
   health.set("", ServingStatus.SERVING);
   for (const s of o.serviceNames) health.set(s, ServingStatus.SERVING);
   o.log.info("serving");
