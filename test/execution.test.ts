@@ -6,7 +6,8 @@ import { ApprovalDocumentSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.j
 import { JobEventSchema, SlotEventSchema, WorkSignalSchema, type JobEvent, type SlotEvent } from "@seraph/proto/seraph/events/v1/events_pb.js";
 import { JobState, SlotState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { chmod, readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -245,6 +246,45 @@ describe("durable execution (real PostgreSQL, NATS, executor and supervisor proc
       expect(row.start_token_at).toBeNull();
       expect(done.slotHeld).toBe(false);
     }
+  });
+
+  it("a later tenant's job on the same slot (same job uid) can neither list, read nor write the stage an UNKNOWN job left behind (issue 24 item 1)", async () => {
+    // Tenant B: a running job cancelled after GO is UNKNOWN; its stage is retained; recovery frees the slot.
+    const tenantB = newId();
+    stack.liveRoots.add(tenantB);
+    const slow = await repo({ failing: false, slowMs: 60_000 });
+    const b = (await stack.client.enqueueJob({ ownerId: owner, rootId: tenantB, bundle: await bundleFor(stack, slow.dir) })).job!;
+    const running = await waitForState(stack, b.id, [JobState.RUNNING]);
+    await stack.client.cancelJob({ jobId: b.id, requestedBy: owner, reason: "stop" });
+    expect(JobState[(await waitForState(stack, b.id, [JobState.UNKNOWN, JobState.FAILED, JobState.SUCCEEDED])).state]).toBe("UNKNOWN");
+    expect((await stack.client.recoverProcessCleanup({ jobId: b.id, rootId: tenantB })).released).toBe(true);
+    const stage = join(tmpdir(), "seraph-jobs", `${b.id.slice(0, 8)}-${running.fence}`);
+    expect(readFileSync(join(stage, "pkg", "src", "math.js"), "utf8")).toContain("add");
+    // Tenant A's job runs as the slot's uid and probes B's stage: it passes only if every access is refused.
+    const probe = await createJsTestProject({
+      failing: false,
+      parent: stack.repoRoot,
+      scripts: { test: "node --test test/probe.test.js" },
+      extraFiles: {
+        "test/probe.test.js": [
+          'import test from "node:test";',
+          'import assert from "node:assert/strict";',
+          'import { readdirSync, readFileSync, writeFileSync } from "node:fs";',
+          `const stage = ${JSON.stringify(stage)};`,
+          'test("another tenant\'s stage is out of reach", () => {',
+          '  for (const f of [() => readdirSync(`${stage}/pkg`), () => readFileSync(`${stage}/pkg/src/math.js`), () => writeFileSync(`${stage}/pkg/INJECTED`, "x")]) {',
+          '    assert.throws(f, (e) => e.code === "EACCES", String(f));',
+          "  }",
+          "});",
+          "",
+        ].join("\n"),
+      },
+    });
+    repos.push(probe);
+    const a = (await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, probe.dir) })).job!;
+    const done = await waitForState(stack, a.id, [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN, JobState.CANCELLED]);
+    expect([JobState[done.state], done.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    expect(existsSync(join(stage, "pkg", "INJECTED"))).toBe(false);
   });
 
   it("a cancel signal is a hint: one with no cancellation recorded for the job (forged or replayed) changes nothing, and the job succeeds (issue 24 item 7)", async () => {

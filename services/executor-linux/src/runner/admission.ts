@@ -4,7 +4,7 @@ import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js"
 import { deadlineBudget, limitValues } from "../profile/index.js";
 import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment } from "../supervisor-client/node-containment.js";
 import { reason, stageDirOf, type Ctx } from "./attempt.js";
-import { ensureJobRoot, jobUserStageDir } from "./job-user-staging.js";
+import { closeRetainedStages, ensureJobRoot, jobUserStageDir } from "./job-user-staging.js";
 import { rootOf } from "./preflight.js";
 
 /** Why a claimed attempt is refused before anything is staged: its outcome, message and reasons. */
@@ -88,10 +88,13 @@ export function applyContainment(ctx: Ctx): void {
 export async function stageDirFor(ctx: Ctx, create = true): Promise<string> {
   const containment = ctx.deps.containment;
   if (ctx.jobUser === undefined || containment === undefined) return stageDirOf(ctx.base);
+  ctx.jobStageDir = jobUserStageDir(containment.settings.jobRoot, ctx.base);
   if (create) {
     await ensureJobRoot(containment.settings.jobRoot);
     await mkdir(stageDirOf(ctx.base), { recursive: true, mode: 0o700 });
+    // The slot's uid is about to be used again: no earlier stage of it stays within its reach.
+    const closed = await closeRetainedStages(containment.settings.jobRoot, ctx.jobUser.uid, ctx.jobStageDir);
+    if (closed.length > 0) ctx.log.info({ closed, uid: ctx.jobUser.uid }, "retained stages of this job uid closed to it (root, 0700) before its reuse");
   }
-  ctx.jobStageDir = jobUserStageDir(containment.settings.jobRoot, ctx.base);
   return ctx.jobStageDir;
 }

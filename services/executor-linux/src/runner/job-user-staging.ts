@@ -53,3 +53,28 @@ export async function handStageToJobUser(jobDir: string, user: JobUser, shared: 
   for (const name of await readdir(jobDir)) await chownTree(join(jobDir, name), user.uid, user.gid, keep);
   await chmod(jobDir, 0o711);
 }
+
+/**
+ * Before a job user's uid is used again (job users are per slot), every stage still under the
+ * job root that holds files of that uid (an UNKNOWN job's retained stage, or one whose removal
+ * failed) is closed to it: its top directory becomes root's, mode 0700, so the next job of that
+ * uid, perhaps another tenant's, can neither traverse, list, read nor write it. The executor
+ * (root) still reads it as evidence. Returns the stages closed.
+ */
+export async function closeRetainedStages(jobRoot: string, uid: number, except: string): Promise<string[]> {
+  const closed: string[] = [];
+  for (const name of await readdir(jobRoot).catch(() => [] as string[])) {
+    // Dot entries (the dependency store) are the executor's own, never a job's stage.
+    const dir = join(jobRoot, name);
+    if (name.startsWith(".") || dir === except) continue;
+    const st = await lstat(dir).catch(() => undefined);
+    if (!st?.isDirectory() || (st.mode & 0o777) === 0o700) continue;
+    const children = await readdir(dir).catch(() => [] as string[]);
+    const owned = await Promise.all(children.map(async (c) => (await lstat(join(dir, c)).catch(() => undefined))?.uid === uid));
+    if (!owned.includes(true)) continue;
+    await lchown(dir, process.geteuid?.() ?? 0, process.getegid?.() ?? 0);
+    await chmod(dir, 0o700);
+    closed.push(dir);
+  }
+  return closed;
+}
