@@ -46,6 +46,8 @@ export interface JourneyStack {
   readonly operatorToken: string;
   readonly operator: ApiClients;
   clients(token: string): ApiClients;
+  /** Starts another executor node on this machine with the same repository root (stopped with the stack). */
+  startNode(nodeId: string): Promise<ExecutorHandle>;
   /** Counts rows of an API table (a refused request must store nothing). */
   count(table: "repairs" | "proposals" | "approvals" | "approval_documents" | "goals" | "repositories" | "api_tokens"): Promise<number>;
   stop(): Promise<void>;
@@ -109,6 +111,7 @@ export async function startJourneyStack(
       operatorToken = secret;
     },
   });
+  const extraNodes: { handle: ExecutorHandle; dataDir: string }[] = [];
   const executor = await startExecutor({
     host: "127.0.0.1",
     grpcPort: 0,
@@ -149,6 +152,12 @@ export async function startJourneyStack(
     operatorToken,
     operator: clients(operatorToken),
     clients,
+    async startNode(nodeId) {
+      const nodeDir = await mkdtemp(join(tmpdir(), `seraph-journey-${nodeId}-`));
+      const handle = await startExecutor({ host: "127.0.0.1", grpcPort: 0, nodeId, slotCount: 1, repositoryRoots: [root], dataDir: nodeDir, jobsUrl: jobs.server.grpcUrl, internalToken, signals, log: log.child({ service: "executor", nodeId }) });
+      extraNodes.push({ handle, dataDir: nodeDir });
+      return handle;
+    },
     async count(table) {
       const r = await db.selectFrom(table).select((eb) => eb.fn.countAll<string>().as("n")).executeTakeFirstOrThrow();
       return Number(r.n);
@@ -156,6 +165,11 @@ export async function startJourneyStack(
     async stop() {
       const t0 = Date.now();
       const lap = (what: string) => process.env["SERAPH_TEST_STOP_TIMING"] && process.stderr.write(`stop ${what} +${Date.now() - t0}ms\n`);
+      for (const n of extraNodes) {
+        await n.handle.stop();
+        await endProcessesUnder(n.dataDir);
+        await rm(n.dataDir, { recursive: true, force: true });
+      }
       await executor.stop();
       // Supervisors the executor left behind (a job the test did not wait for): ended by pid.
       await endProcessesUnder(dataDir);

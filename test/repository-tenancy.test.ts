@@ -167,4 +167,20 @@ describe("repository tenancy between operator roots", () => {
     expect(await stack.count("repairs")).toBe(before);
   });
 
+  // Last: from here on two nodes are registered, so every registration must name its node.
+  it("a second node id on the same machine cannot be used to register A's directory (tenancy per host, issue 24 item 2)", async () => {
+    await stack.startNode("node-b");
+    const before = await stack.count("repositories");
+    for (const path of [aDir, join(aDir, "src"), join(stack.root, "a")]) {
+      const refused = await expectRefused(b.repositories.registerRepository({ path, nodeId: "node-b" }), Code.PermissionDenied, "repository_path_not_allowed");
+      expect(refused.rawMessage).not.toContain(aDir);
+    }
+    expect(await stack.count("repositories")).toBe(before);
+    // B's own directory on node-b is fine, and A may use its own directory on either node.
+    const own = await createJsTestProject({ parent: join(stack.root, "b"), failing: true, name: "b-own" });
+    expect((await b.repositories.registerRepository({ path: own.dir, nodeId: "node-b" })).repository?.nodeId).toBe("node-b");
+    expect((await a.repositories.registerRepository({ path: aDir, nodeId: "node-b" })).repository?.nodeId).toBe("node-b");
+    // And A cannot take B's directory through node-a either.
+    await expectRefused(a.repositories.registerRepository({ path: own.dir, nodeId: "node-a" }), Code.PermissionDenied, "repository_path_not_allowed");
+  });
 });

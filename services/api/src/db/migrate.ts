@@ -8,6 +8,7 @@ import { nodeContainment } from "./migrations/2026-12-01-0101-node-containment.j
 import { repositoryTenancy } from "./migrations/2026-12-01-0201-repository-tenancy.js";
 import { baselineRuns } from "./migrations/2026-12-01-0301-baseline-runs.js";
 import { jobsAuthorityViews } from "./migrations/2026-12-02-0101-jobs-authority-views.js";
+import { repositoryHost } from "./migrations/2026-12-04-0101-repository-host.js";
 import type { ApiDatabase } from "./schema.js";
 
 /** Every API migration, by dated name. Append only; never edit one that has shipped. */
@@ -20,6 +21,7 @@ export const API_MIGRATIONS: Record<string, Migration> = {
   "2026-12-01-0201-repository-tenancy": repositoryTenancy,
   "2026-12-01-0301-baseline-runs": baselineRuns,
   "2026-12-02-0101-jobs-authority-views": jobsAuthorityViews,
+  "2026-12-04-0101-repository-host": repositoryHost,
 };
 
 /** Brings the API tables to the latest schema under Kysely's migration lock. */

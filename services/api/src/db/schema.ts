@@ -49,6 +49,8 @@ export interface ApiDatabase {
     real_path: ColumnType<string | null, string | null | undefined, string | null>;
     /** JSON array of "dev:ino": the directory, then each ancestor (null before 2026-12-01-0201). */
     directory_ids: ColumnType<string | null, string | null | undefined, string | null>;
+    /** The node's machine (a digest; "" when the node reports none, null before 2026-12-04-0101). */
+    host_id: ColumnType<string | null, string | null | undefined, string | null>;
     created_at: Timestamp;
   };
   sandbox_settings: {

@@ -53,10 +53,10 @@ export function createRepositoryService(deps: { db: Kysely<ApiDatabase>; nodes: 
       }
       const place = { realPath: check.realPath, directoryIds: check.directoryIds };
       const row = await db.transaction().execute(async (trx) => {
-        await lockNodeRepositories(trx, node.nodeId);
+        await lockNodeRepositories(trx, node.nodeId, check.hostId);
         // The directory belongs to the operator root that registered it first: no other root may
         // register it, a directory inside it or one above it, by any spelling.
-        for (const other of await listOtherRootsRepositories(trx, node.nodeId, p.rootId)) {
+        for (const other of await listOtherRootsRepositories(trx, node.nodeId, check.hostId, p.rootId)) {
           if (placesOverlap(place, placeOf(other))) throw pathNotAllowed();
         }
         return insertRepositoryOnce(trx, {
@@ -67,6 +67,7 @@ export function createRepositoryService(deps: { db: Kysely<ApiDatabase>; nodes: 
           name: req.name || basename(req.path),
           real_path: check.realPath,
           directory_ids: JSON.stringify(check.directoryIds),
+          host_id: check.hostId,
         });
       });
       return { repository: repositoryMessage(row) };

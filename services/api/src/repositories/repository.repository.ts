@@ -21,7 +21,7 @@ export async function listOwnedRepositories(db: Db, ownerId: string): Promise<Re
  */
 export async function insertRepositoryOnce(
   db: Db,
-  row: { id: string; owner_id: string; node_id: string; path: string; name: string; real_path?: string | null; directory_ids?: string | null },
+  row: { id: string; owner_id: string; node_id: string; path: string; name: string; real_path?: string | null; directory_ids?: string | null; host_id?: string | null },
 ): Promise<RepositoryRow> {
   const inserted = await db
     .insertInto("repositories")
@@ -40,17 +40,26 @@ export async function insertRepositoryOnce(
 }
 
 /** Repositories on `nodeId` whose owners belong to an operator root other than `rootId`. */
-export async function listOtherRootsRepositories(db: Db, nodeId: string, rootId: string): Promise<RepositoryRow[]> {
+/**
+ * Other operator roots' repositories that could be the same directories: those on the node, and,
+ * when the node reports its machine (`hostId`), those of every node on that machine.
+ */
+export async function listOtherRootsRepositories(db: Db, nodeId: string, hostId: string, rootId: string): Promise<RepositoryRow[]> {
   return db
     .selectFrom("repositories")
     .innerJoin("principals", "principals.id", "repositories.owner_id")
     .selectAll("repositories")
-    .where("repositories.node_id", "=", nodeId)
+    .where((eb) => (hostId === "" ? eb("repositories.node_id", "=", nodeId) : eb.or([eb("repositories.node_id", "=", nodeId), eb("repositories.host_id", "=", hostId)])))
     .where("principals.root_id", "!=", rootId)
     .execute();
 }
 
-/** Serializes registrations on one node for the rest of the transaction (PostgreSQL advisory lock). */
-export async function lockNodeRepositories(db: Db, nodeId: string): Promise<void> {
+/**
+ * Serializes registrations on one node, and on its machine when it reports one, for the rest of
+ * the transaction (PostgreSQL advisory locks, the node's first, then the host's, always in that
+ * order).
+ */
+export async function lockNodeRepositories(db: Db, nodeId: string, hostId = ""): Promise<void> {
   await sql`SELECT pg_advisory_xact_lock(hashtext(${`seraph.repositories:${nodeId}`}))`.execute(db);
+  if (hostId !== "") await sql`SELECT pg_advisory_xact_lock(hashtext(${`seraph.repositories.host:${hostId}`}))`.execute(db);
 }

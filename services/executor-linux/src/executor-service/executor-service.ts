@@ -7,7 +7,7 @@ import { defaultContainmentSettings, nodeContainment } from "../supervisor-clien
 import { inspect } from "./inspect.js";
 import { checkPrerequisites } from "./prerequisites.js";
 import { checkProposal } from "./proposal-check.js";
-import { checkRepositoryPath, readInspectedFile, requireRepository } from "./repository-roots.js";
+import { checkRepositoryPath, hostIdOf, readInspectedFile, requireRepository } from "./repository-roots.js";
 import type { ExecutorServiceContext, ExecutorServiceDeps } from "./service-context.js";
 
 export type { ExecutorServiceDeps, SlotJobUser } from "./service-context.js";
@@ -54,6 +54,7 @@ async function checkRepository(c: ExecutorServiceContext, repositoryPath: string
     hasPackageJson: checked.hasPackageJson,
     realPath: checked.realPath,
     directoryIds: [...checked.directoryIds],
+    hostId: hostIdOf(),
   };
 }
 

@@ -1,4 +1,5 @@
-import { constants } from "node:fs";
+import { constants, readFileSync } from "node:fs";
+import { createHash } from "node:crypto";
 import { lstat, open, realpath, stat } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { FailedPreconditionError, sha256Hex } from "@seraph/kit";
@@ -57,6 +58,23 @@ export async function checkRepositoryPath(path: string, roots: readonly string[]
   if (!st.isDirectory()) return { ok: false, code: "not_directory", message: `The repository path ${path} is not a directory.` };
   const pkg = await lstat(join(real, "package.json")).catch(() => undefined);
   return { ok: true, path, realPath: real, hasPackageJson: pkg?.isFile() ?? false, directoryIds: await directoryIdsOf(real) };
+}
+
+/**
+ * The machine this node runs on, as a digest (the raw machine id is not shown to the API):
+ * SERAPH_HOST_ID when set (a pod gives it the Kubernetes node name, since /etc/machine-id inside
+ * a container is the image's), else /etc/machine-id; "" when neither exists.
+ */
+export function hostIdOf(env: NodeJS.ProcessEnv = process.env, machineIdFile = "/etc/machine-id"): string {
+  let id = (env["SERAPH_HOST_ID"] ?? "").trim();
+  if (id === "") {
+    try {
+      id = readFileSync(machineIdFile, "utf8").trim();
+    } catch {
+      id = "";
+    }
+  }
+  return id === "" ? "" : createHash("sha256").update(`seraph-host:${id}`).digest("hex");
 }
 
 /**
