@@ -141,6 +141,8 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_JOB_MEMORY_BYTES: ceiling(defaults.memoryBytes, MIN_MEMORY_CEILING_BYTES, 2 ** 50),
     SERAPH_JOB_PIDS: ceiling(defaults.pids, MIN_PIDS_CEILING, 4_194_304),
     SERAPH_JOB_CPU_MILLICORES: ceiling(defaults.cpuMillicores, MIN_CPU_MILLICORES, 1_024_000),
+    /** The machine this node runs on, for repository tenancy across node ids (default: /etc/machine-id; read by hostIdOf). */
+    SERAPH_HOST_ID: str(""),
     NATS_URL: str(),
     /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
     NATS_AUTH: natsAuth(),
