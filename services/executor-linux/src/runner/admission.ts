@@ -1,4 +1,5 @@
 import { mkdir, realpath } from "node:fs/promises";
+import { dirname } from "node:path";
 import type { ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { deadlineBudget, limitValues } from "../profile/index.js";
@@ -93,7 +94,7 @@ export async function stageDirFor(ctx: Ctx, create = true): Promise<string> {
     await ensureJobRoot(containment.settings.jobRoot);
     await mkdir(stageDirOf(ctx.base), { recursive: true, mode: 0o700 });
     // The slot's uid is about to be used again: no earlier stage of it stays within its reach.
-    const closed = await closeRetainedStages(containment.settings.jobRoot, ctx.jobUser.uid, ctx.jobStageDir);
+    const closed = await closeRetainedStages(containment.settings.jobRoot, ctx.jobUser.uid, ctx.jobStageDir, dirname(ctx.base));
     if (closed.length > 0) ctx.log.info({ closed, uid: ctx.jobUser.uid }, "retained stages of this job uid closed to it (root, 0700) before its reuse");
   }
   return ctx.jobStageDir;

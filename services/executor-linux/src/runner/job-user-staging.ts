@@ -59,14 +59,18 @@ export async function handStageToJobUser(jobDir: string, user: JobUser, shared: 
  * job root that holds files of that uid (an UNKNOWN job's retained stage, or one whose removal
  * failed) is closed to it: its top directory becomes root's, mode 0700, so the next job of that
  * uid, perhaps another tenant's, can neither traverse, list, read nor write it. The executor
- * (root) still reads it as evidence. Returns the stages closed.
+ * (root) still reads it as evidence. Only this executor's own attempts' stages are considered.
+ * Returns the stages closed.
  */
-export async function closeRetainedStages(jobRoot: string, uid: number, except: string): Promise<string[]> {
+export async function closeRetainedStages(jobRoot: string, uid: number, except: string, attemptsDir: string): Promise<string[]> {
   const closed: string[] = [];
   for (const name of await readdir(jobRoot).catch(() => [] as string[])) {
-    // Dot entries (the dependency store) are the executor's own, never a job's stage.
+    // Dot entries (the dependency store) are the executor's own, never a job's stage; and only
+    // this executor's own earlier attempts (an attempt directory of the same name in its data
+    // directory): a job root shared with another node is never touched.
     const dir = join(jobRoot, name);
     if (name.startsWith(".") || dir === except) continue;
+    if (!(await lstat(join(attemptsDir, name)).catch(() => undefined))?.isDirectory()) continue;
     const st = await lstat(dir).catch(() => undefined);
     if (!st?.isDirectory() || (st.mode & 0o777) === 0o700) continue;
     const children = await readdir(dir).catch(() => [] as string[]);
