@@ -60,7 +60,9 @@ describe("requestPatch", () => {
     }) as unknown as typeof globalThis.fetch;
     expect((await requestPatch(route, [], { log, fetch: flaky, sleep })).attempts).toBe(3);
     expect(sleeps).toHaveLength(2);
-    expect(sleeps[1]!).toBeGreaterThan(sleeps[0]!);
+    // Kit's backoff with full jitter: each wait is within its doubling cap (250 ms, then 500 ms).
+    expect(sleeps[0]!).toBeLessThanOrEqual(250);
+    expect(sleeps[1]!).toBeLessThanOrEqual(500);
 
     let m = 0;
     const always500 = (async () => {
