@@ -2,7 +2,8 @@ import { Code } from "@connectrpc/connect";
 import { FailedPreconditionError, SeraphError, UnavailableError, type Logger } from "@seraph/kit";
 import { backoffDelay } from "@seraph/kit/retry";
 import { fetch as undiciFetch } from "undici";
-import { transportCause } from "./transport-cause.js";
+import { isIP } from "node:net";
+import { causeChain, transportCause } from "./transport-cause.js";
 import { isNonPublicAddress, NonPublicAddressError, publicOnlyDispatcher } from "./public-only.js";
 import { extractUnifiedDiff } from "./diff-extract.js";
 
@@ -83,7 +84,8 @@ function backoffMs(attempt: number): number {
 function fetchFor(route: ModelRouteConfig, url: string, deps: ModelClientDeps): typeof fetch {
   if (route.publicOnly !== true) return deps.fetch ?? fetch;
   const host = new URL(url).hostname.replace(/^\[(.*)\]$/, "$1");
-  if (isNonPublicAddress(host) && /^[0-9.]+$|:/.test(host)) throw notPublic(route, new NonPublicAddressError(host, host));
+  // An IP literal is never looked up: it is checked here.
+  if (isIP(host) !== 0 && isNonPublicAddress(host)) throw notPublic(route, new NonPublicAddressError(host, host));
   const dispatcher = publicOnlyDispatcher();
   return ((input: string, init: RequestInit) => undiciFetch(input, { ...(init as object), dispatcher } as never)) as unknown as typeof fetch;
 }
@@ -94,8 +96,7 @@ function notPublic(route: ModelRouteConfig, e: NonPublicAddressError): ModelRout
 
 /** The NonPublicAddressError in an error's cause chain, if any. */
 function nonPublicIn(err: unknown): NonPublicAddressError | undefined {
-  for (let e: unknown = err, n = 0; e instanceof Error && n < 8; e = e.cause, n++) if (e instanceof NonPublicAddressError) return e;
-  return undefined;
+  return causeChain(err).find((e): e is NonPublicAddressError => e instanceof NonPublicAddressError);
 }
 
 /**

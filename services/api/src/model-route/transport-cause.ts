@@ -1,13 +1,17 @@
+/** An error and its `cause`s, outermost first (at most 8). */
+export function causeChain(err: unknown): Error[] {
+  const out: Error[] = [];
+  for (let e: unknown = err; e instanceof Error && out.length < 8; e = e.cause) out.push(e);
+  return out;
+}
+
 /**
  * Why a request to a model route never got an HTTP answer, in words an operator can act on:
  * fetch (undici) reports every transport failure as `TypeError: fetch failed`, with the real
  * error in its `cause` chain (a system call's errno code, an undici or OpenSSL code).
  */
 export function transportCause(err: unknown): string {
-  const chain: { code: string; name: string; message: string }[] = [];
-  for (let e: unknown = err; e instanceof Error && chain.length < 8; e = e.cause) {
-    chain.push({ code: String((e as { code?: unknown }).code ?? ""), name: e.name, message: e.message });
-  }
+  const chain = causeChain(err).map((e) => ({ code: String((e as { code?: unknown }).code ?? ""), name: e.name, message: e.message }));
   // The innermost error that says something: a code, or undici's parser error (whose code some Node versions leave unset).
   const root = [...chain].reverse().find((c) => c.code !== "" || c.name === "HTTPParserError") ?? chain.at(-1) ?? { code: "", name: "", message: String(err) };
   const { code, message } = root;
