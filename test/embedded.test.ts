@@ -2,10 +2,12 @@ import { readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startEmbedded, type Embedded } from "@seraph/embedded";
 import { createRootLogger } from "@seraph/kit";
+import { parsePromText, promSample } from "@seraph/kit/testing";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
@@ -65,6 +67,34 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
     const out = Buffer.from((await repairs.readArtifact({ repairId: repair!.id, artifactId: stdout.id })).content).toString();
     expect(out).toContain(`uid=${process.getuid?.()}`);
   }, 120_000);
+
+  it("serves Prometheus metrics of all four services on one port, and the example Grafana dashboard asks only for names it exports", async () => {
+    expect(embedded.metricsUrl).toBe(`http://127.0.0.1:${portBase + 9}/metrics`);
+    const text = await (await fetch(embedded.metricsUrl)).text();
+    // The job above: its transitions, its slot back, its RPCs on the internal and public planes.
+    expect(promSample(text, "seraph_jobs", { state: "succeeded" })).toBe(1);
+    expect(promSample(text, "seraph_jobs_finished_total", { state: "succeeded" })).toBe(1);
+    expect(promSample(text, "seraph_job_approve_to_start_seconds_count")).toBe(1);
+    expect(promSample(text, "seraph_job_verdict_seconds_count")).toBe(1);
+    expect(promSample(text, "seraph_supervisor_cleanup_seconds_count")).toBe(1);
+    expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "free" })).toBe(1);
+    expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "unknown" })).toBe(0);
+    expect(promSample(text, "seraph_jobs_unknown_waiting")).toBe(0);
+    expect(promSample(text, "grpc_server_handled_total", { grpc_service: "seraph.jobs.v1.JobsService", grpc_method: "ClaimJob", grpc_code: "OK" })).toBeGreaterThanOrEqual(1);
+    expect(promSample(text, "grpc_server_handled_total", { grpc_service: "seraph.api.v1.RepairService", grpc_method: "Approve", grpc_code: "OK" })).toBe(1);
+    // Bounded labels: no sample is labelled with an id.
+    expect(parsePromText(text).flatMap((x) => Object.keys(x.labels)).filter((k) => /id$/.test(k))).toEqual([]);
+
+    const exported = new Set<string>();
+    for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
+      exported.add(m[1]!);
+      if (m[2] === "histogram") for (const suffix of ["_bucket", "_sum", "_count"]) exported.add(`${m[1]}${suffix}`);
+    }
+    const dashboard = JSON.parse(readFileSync(fileURLToPath(new URL("../deploy/grafana/seraph-dashboard.json", import.meta.url)), "utf8")) as { panels: { title: string; targets: { expr: string }[] }[] };
+    const asked = dashboard.panels.flatMap((panel) => panel.targets.flatMap((t) => [...t.expr.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)[{[]/g)].map((m) => `${panel.title}: ${m[1]}`)));
+    expect(asked.length).toBeGreaterThanOrEqual(dashboard.panels.length);
+    expect(asked.filter((a) => !exported.has(a.split(": ")[1]!))).toEqual([]);
+  });
 
   it("stops with nothing of its own left running: no supervisor (warm or not) outlives the stop", async () => {
     await embedded.stop();

@@ -49,6 +49,7 @@ const lines = [
   `  jobs       gRPC h2c  http://${config.SERAPH_HOST}:${b + 10}  (internal)`,
   `  executor   gRPC h2c  http://${config.SERAPH_HOST}:${b + 20}  (internal, node ${config.SERAPH_NODE_ID})`,
   `  UI         http://${config.SERAPH_HOST}:${b + 80}           gateway gRPC h2c http://${config.SERAPH_HOST}:${b + 30}`,
+  `  metrics    ${embedded.metricsUrl}  (Prometheus, all four services)`,
   `  data       ${embedded.operatorTokenFile.replace(/\/operator-token$/, "")}`,
   `  database   ${embedded.database}`,
   `  repos      ${roots.join(", ")}${defaultRoot ? "   (the default root: put repositories here, or set SERAPH_REPOSITORY_ROOTS)" : "   (SERAPH_REPOSITORY_ROOTS)"}`,

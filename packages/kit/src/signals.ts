@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import type { Metrics } from "./metrics.js";
 import { natsAuthOptions, type NatsAuth } from "./nats-auth.js";
 
 /** A received signal. */
@@ -79,6 +80,8 @@ export function createLocalSignals(): Signals {
 export interface NatsSignalsOptions {
   /** How long to wait between background connection attempts while NATS is unreachable (ms). */
   readonly retryMs?: number;
+  /** The process's metrics: `seraph_nats_connected`, `seraph_nats_reconnects_total`. */
+  readonly metrics?: Metrics | undefined;
 }
 
 /** Whether a failed first connect means "the server is not there (yet)" rather than a refusal. */
@@ -103,7 +106,7 @@ function isUnreachable(err: unknown): boolean {
 export async function createNatsSignals(url: string, name: string, log: Logger, auth: NatsAuth, options: NatsSignalsOptions = {}): Promise<Signals> {
   const connectOptions = { servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500, ...(await natsAuthOptions(auth)) };
   try {
-    return natsSignalsOver(await connect(connectOptions), log);
+    return natsSignalsOver(await connect(connectOptions), log, options.metrics);
   } catch (err) {
     if (!isUnreachable(err)) throw err;
     log.warn({ err, url }, "NATS is unreachable: starting on polling alone, connecting in the background");
@@ -124,7 +127,7 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
           return;
         }
         log.info({ url }, "NATS connected; signals attached");
-        deferred.attach(natsSignalsOver(nc, log));
+        deferred.attach(natsSignalsOver(nc, log, options.metrics));
         for (const cb of waiting.splice(0)) cb(nc);
         return;
       } catch (err) {
@@ -157,9 +160,12 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
 }
 
 /** Signals over an open NATS connection. */
-function natsSignalsOver(nc: NatsConnection, log: Logger): Signals {
+function natsSignalsOver(nc: NatsConnection, log: Logger, metrics?: Metrics): Signals {
+  metrics?.natsStatus("connect");
+  void nc.closed().then(() => metrics?.natsStatus("close"), () => metrics?.natsStatus("close"));
   void (async () => {
     for await (const s of nc.status()) {
+      metrics?.natsStatus(s.type);
       if (s.type === "error") log.warn({ nats: s.type, err: s.error }, "nats status error");
       else log.info({ nats: s.type }, "nats status");
     }

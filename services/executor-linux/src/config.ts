@@ -95,6 +95,8 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_EXECUTOR_HOST: str("127.0.0.1"),
     SERAPH_EXECUTOR_GRPC_PORT: int(7420, 0, 65535),
     SERAPH_EXECUTOR_HTTP_PORT: int(7421, 0, 65535),
+    // Prometheus `GET /metrics` on its own port (0 = a free port, logged at start).
+    SERAPH_EXECUTOR_METRICS_PORT: int(7429, 0, 65535),
     /** URL other services use to reach this node's gRPC listener; defaults to http://host:grpcPort. */
     SERAPH_EXECUTOR_ADVERTISE_URL: optionalStr(),
     SERAPH_NODE_ID: str(defaultNodeId()),

@@ -1,4 +1,4 @@
-import { ConfigError, createNatsSignals, createRootLogger, installShutdown } from "@seraph/kit";
+import { ConfigError, serveProcessMetrics, createNatsSignals, createRootLogger, installShutdown } from "@seraph/kit";
 import { containmentSettingsOf, loadExecutorConfig } from "./config.js";
 import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
 import { startExecutor } from "./start.js";
@@ -13,8 +13,10 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "executor", level: config.LOG_LEVEL });
-const signals = await createNatsSignals(config.NATS_URL, `seraph-executor-${config.SERAPH_NODE_ID}`, log, config.NATS_AUTH);
+const { metrics, server: metricsServer } = await serveProcessMetrics(log, config.SERAPH_EXECUTOR_HOST, config.SERAPH_EXECUTOR_METRICS_PORT);
+const signals = await createNatsSignals(config.NATS_URL, `seraph-executor-${config.SERAPH_NODE_ID}`, log, config.NATS_AUTH, { metrics });
 const executor = await startExecutor({
+  metrics,
   host: config.SERAPH_EXECUTOR_HOST,
   grpcPort: config.SERAPH_EXECUTOR_GRPC_PORT,
   httpPort: config.SERAPH_EXECUTOR_HTTP_PORT,
@@ -39,4 +41,5 @@ const executor = await startExecutor({
 installShutdown(log, [
   { name: "stop accepting and drain RPCs", run: () => executor.stop() },
   { name: "drain NATS", run: () => signals.close() },
+  { name: "close the metrics listener", run: () => metricsServer.close() },
 ]);

@@ -27,10 +27,11 @@ export interface EventPublisher {
   publish(changes: Changes): void;
 }
 
-/** The publisher over `signals`; `onSchedule` wakes the local scheduler at once. */
-export function createEventPublisher(signals: Signals, onSchedule: () => void): EventPublisher {
+/** The publisher over `signals`; `onSchedule` wakes the local scheduler at once; `observer` sees every committed change set first. */
+export function createEventPublisher(signals: Signals, onSchedule: () => void, observer?: { committed(c: Changes): void }): EventPublisher {
   return {
     publish(c) {
+      observer?.committed(c);
       const at = BigInt(Date.now());
       for (const j of c.jobs) {
         const ev = create(JobEventSchema, {

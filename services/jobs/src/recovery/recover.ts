@@ -168,7 +168,10 @@ export async function recoverProcessCleanup(core: JobsCore, req: RecoverProcessC
   core.publisher.publish(changes);
   const log = core.log.child({ jobId: out.job.id, attempt: out.job.attempt });
   if (out.refusal) log.info({ refusal: out.refusal.code }, "process cleanup recovery refused; slot stays held");
-  else log.info("process cleanup recovered; physical slot released, task outcome unchanged");
+  else {
+    log.info("process cleanup recovered; physical slot released, task outcome unchanged");
+    if (changes.slots.length > 0) core.metrics?.recovered(readReport(out.job).recovery?.proof ?? "");
+  }
   // After commit: the reservation as read afresh, for the caller to compare with the dispatch.
   const after = out.released && out.job.slot_index !== null ? await findSlot(core.db, out.job.node_id, out.job.slot_index) : undefined;
   return create(RecoverProcessCleanupResponseSchema, {
