@@ -63,6 +63,16 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
       job = (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
     }
     expect([JobState[job?.state ?? 0], job?.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    // Where its time went: contiguous phases from creation to the last before completion.
+    const phases = job!.phases;
+    expect(phases.map((p) => p.name)).toEqual(expect.arrayContaining(["queue and claim", "admit", "stage", "patch", "launch supervisor", "owner marker", "go", "command and cleanup", "store evidence"]));
+    expect(phases[0]!.name).toBe("queue and claim");
+    expect(phases[0]!.startUnixMs).toBe(job!.createdUnixMs);
+    for (let i = 0; i < phases.length; i++) {
+      expect(phases[i]!.endUnixMs, phases[i]!.name).toBeGreaterThanOrEqual(phases[i]!.startUnixMs);
+      if (i > 0) expect(phases[i]!.startUnixMs, phases[i]!.name).toBe(phases[i - 1]!.endUnixMs);
+    }
+    expect(phases.at(-1)!.endUnixMs).toBeLessThanOrEqual(job!.updatedUnixMs);
     const stdout = job!.artifacts.find((a) => a.name === "test.stdout")!;
     const out = Buffer.from((await repairs.readArtifact({ repairId: repair!.id, artifactId: stdout.id })).content).toString();
     expect(out).toContain(`uid=${process.getuid?.()}`);

@@ -368,6 +368,12 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(await page.locator("body").innerText()).not.toMatch(/\((GetRepair|WatchRepair|ProposePatch|Approve|GiveConsent|CancelRepair|ReadArtifact)\)/);
     await waitText(page, "log-note-test-stdout", /^Complete: \d+ bytes/);
     expect(await page.getByTestId("log-test-stdout").innerText()).toMatch(/pass 1/);
+    // Where the job's time went: the phase timeline beside the steps, each phase with a bar.
+    const phases = page.getByTestId("job-phases");
+    await expect.poll(() => phases.locator("tbody tr").count(), { timeout: 10_000 }).toBeGreaterThanOrEqual(8);
+    expect(await phases.locator("tbody tr th").allInnerTexts()).toEqual(expect.arrayContaining(["queue and claim", "stage", "command and cleanup"]));
+    for (const w of await phases.locator(".phase-bar").evaluateAll((bars) => bars.map((b) => (b as HTMLElement).getBoundingClientRect().width))) expect(w).toBeGreaterThan(0);
+    await phases.screenshot({ path: join(SCREENSHOTS, "job-phases.png") });
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(SCREENSHOTS, "inspector-job-succeeded.png"), fullPage: false });
     await expectAccessible(page, "inspector: job succeeded");

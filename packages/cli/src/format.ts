@@ -6,6 +6,7 @@ import { SandboxBackend, type ProfileOption, type Repository, type SandboxSettin
 import type { PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, Selection, type BlockReason, type Identity, type Limits, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { phasesText } from "./phases-text.js";
 
 function time(ms: bigint): string {
   return ms === 0n ? "-" : new Date(Number(ms)).toISOString();
@@ -161,6 +162,7 @@ export function jobDetails(j: Job, indent = "    "): string[] {
     out.push(`${indent}artifacts (${j.artifacts.length}):`);
     for (const a of j.artifacts) out.push(`${indent}  ${a.id}  ${a.kind.padEnd(14)} ${a.name}  ${a.size} B  sha256 ${a.sha256}  ${a.readbackVerified ? "read back" : "NOT read back"}`);
   }
+  out.push(...phasesText(j, indent));
   if (j.recovery) {
     const rc = j.recovery;
     out.push(`${indent}recovery: physical slot released by ${rc.recoveredBy} at ${time(rc.recoveredUnixMs)} (proof ${rc.proof}; the task outcome stays ${j.outcome || "unknown"})`);

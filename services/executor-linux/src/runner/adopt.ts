@@ -53,7 +53,7 @@ export async function adoptClaimed(
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
   // The attempt's private directory is named by the fence it was claimed with; every write
   // from here on carries the new fence the adoption took (active.fence).
-  const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined, adopted: true };
+  const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined, adopted: true, phases: [{ name: "adopted", atMs: Date.now() }] };
   // A job user's staged tree of this attempt (if one was made) goes with the attempt at the end.
   if (deps.containment !== undefined && (bundle.containment?.isolationClaim ?? "none") !== "none") {
     ctx.jobStageDir = jobUserStageDir(deps.containment.settings.jobRoot, ctx.base);

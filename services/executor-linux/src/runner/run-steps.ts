@@ -4,7 +4,7 @@ import { SupervisorSpecSchema, type Receipt, type SupervisorSpec } from "@seraph
 import { validateBuildOutput, type StagedRepository } from "../profile/index.js";
 import type { SupervisorConnection, SupervisorHandle } from "../supervisor-client/index.js";
 import { stepReserveMs } from "./admission.js";
-import { phase, reason, store, type Ctx } from "./attempt.js";
+import { mark, reason, store, type Ctx } from "./attempt.js";
 import { complete } from "./completion.js";
 import { finish } from "./finish.js";
 import { repositoryDigest } from "./repository-check.js";
@@ -95,9 +95,9 @@ async function startStep(ctx: Ctx, spec: SupervisorSpec, i: number, name: string
     return undefined;
   }
   const handle = launch.handle;
-  phase(log, "supervisor_launched");
+  mark(ctx, "supervisor_launched");
   const conn = await handle.connect(deps.identity.incarnationId);
-  phase(log, "supervisor_connected");
+  mark(ctx, "supervisor_connected");
   log.debug({ step: name, launchMs: Date.now() - tLaunch }, "supervisor launched");
   const launched = handle.marker.supervisorSourceSha256;
   if (launched !== bundle.supervisorSourceSha256) {
@@ -155,7 +155,7 @@ async function afterStep(ctx: Ctx, stage: StagedRepository, i: number, run: Step
   const { mismatch, stderr } = await storeStepEvidenceOf(ctx, step.name, run.runDir, run.receipt);
   if (!mismatch) await storeTestResults(ctx, stage.jobDir, step, run.receipt, stderr);
   ctx.deferEvidence = false;
-  phase(ctx.log, "evidence_stored");
+  mark(ctx, "evidence_stored");
   const verdict = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, i === 0, lastStep);
   if (!verdict.next) {
     await finish(ctx, verdict, state.last, state.steps);

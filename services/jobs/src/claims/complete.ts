@@ -3,6 +3,7 @@ import { FailedPreconditionError, InvalidArgumentError, sha256Hex } from "@serap
 import { provedBeforeDeadline, sameMarkerIdentity } from "@seraph/profiles";
 import {
   CompleteJobResponseSchema,
+  JobPhasesSchema,
   type CompleteJobRequest,
   type CompleteJobResponse,
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -73,6 +74,7 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
       message: req.outcomeMessage,
       receipt: req.receipt ? toBinary(ReceiptSchema, req.receipt) : job.receipt,
       report: reportOf(job, req),
+      phases: phasesOf(req),
     });
     await endAttempt(trx, job.id, job.attempt, job.fence);
     changes.jobs.push(updated);
@@ -152,6 +154,14 @@ async function storeAndProveArtifacts(trx: Db, job: JobRow, target: JobStateName
   const needed = [...REQUIRED_FOR_SUCCESS, ...req.steps.map((s) => `${s.name}_output`)];
   const missing = needed.filter((k) => !verified.includes(k));
   if (missing.length > 0) throw new FailedPreconditionError("artifacts_missing", `artifacts not stored and read back: ${missing.join(", ")}`);
+}
+
+/** The executor's phases as stored (JobPhases), refused when one ends before it starts. */
+function phasesOf(req: CompleteJobRequest): Uint8Array | null {
+  if (req.phases.length === 0) return null;
+  const i = req.phases.findIndex((p) => p.endUnixMs < p.startUnixMs);
+  if (i >= 0) throw new InvalidArgumentError(`phases[${i}]`, "phase_ends_before_start", `phase ${req.phases[i]!.name} ends before it starts`);
+  return toBinary(JobPhasesSchema, create(JobPhasesSchema, { phases: req.phases }));
 }
 
 /** The job's report with the completion's steps, reasons and drift. */
