@@ -87,6 +87,8 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
     expect(promSample(text, "seraph_job_approve_to_start_seconds_count")).toBe(1);
     expect(promSample(text, "seraph_job_verdict_seconds_count")).toBe(1);
     expect(promSample(text, "seraph_supervisor_cleanup_seconds_count")).toBe(1);
+    expect(promSample(text, "seraph_job_phase_seconds_count", { phase: "stage" })).toBe(1);
+    expect(promSample(text, "seraph_job_phase_seconds_count", { phase: "command and cleanup" })).toBe(1);
     expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "free" })).toBe(1);
     expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "unknown" })).toBe(0);
     expect(promSample(text, "seraph_jobs_unknown_waiting")).toBe(0);

@@ -1,5 +1,6 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { JOB_SECONDS_BUCKETS, type Logger, type Metrics } from "@seraph/kit";
+import { JobPhasesSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { createHash } from "node:crypto";
 import { Counter, Gauge, Histogram } from "@seraph/kit";
@@ -38,6 +39,7 @@ export function createJobsMetrics(metrics: Metrics, db: Kysely<JobsDatabase>, lo
   const finished = m((registers) => new Counter({ name: "seraph_jobs_finished_total", help: "Jobs that reached a terminal state, by state.", labelNames: ["state"], registers }), "seraph_jobs_finished_total");
   const cleanup = m((registers) => new Histogram({ name: "seraph_supervisor_cleanup_seconds", help: "The supervisor's cleanup to ECHILD, from each finished job's receipt.", buckets: JOB_SECONDS_BUCKETS, registers }), "seraph_supervisor_cleanup_seconds");
   const leftovers = m((registers) => new Counter({ name: "seraph_supervisor_leftovers_found_total", help: "Descendants a supervisor found still running after the commands ended (and then ended), from receipts.", registers }), "seraph_supervisor_leftovers_found_total");
+  const phases = m((registers) => new Histogram({ name: "seraph_job_phase_seconds", help: "Each job's phases (Job.phases: stage, go, command and cleanup, store evidence, …), by phase name, observed at completion.", labelNames: ["phase"], buckets: JOB_SECONDS_BUCKETS, registers }), "seraph_job_phase_seconds");
   const recoveries = m((registers) => new Counter({ name: "seraph_recoveries_total", help: "Held slots released by RecoverProcessCleanup, by the kind of proof.", labelNames: ["proof"], registers }), "seraph_recoveries_total");
   return {
     committed(c) {
@@ -46,6 +48,13 @@ export function createJobsMetrics(metrics: Metrics, db: Kysely<JobsDatabase>, lo
         if (j.state === "starting" && j.start_token_at) toStart.observe(Math.max(0, new Date(j.start_token_at).getTime() - new Date(j.created_at).getTime()) / 1000);
         if (!(TERMINAL_STATES as readonly string[]).includes(j.state)) continue;
         finished.inc({ state: j.state });
+        if (j.phases) {
+          try {
+            for (const p of fromBinary(JobPhasesSchema, j.phases).phases) phases.observe({ phase: p.name }, Math.max(0, Number(p.endUnixMs - p.startUnixMs)) / 1000);
+          } catch (err) {
+            log.debug({ err, jobId: j.id }, "metrics: phases not decodable");
+          }
+        }
         if (!j.receipt) continue;
         try {
           const r = fromBinary(ReceiptSchema, j.receipt);
