@@ -3,17 +3,13 @@ import { mkdtemp, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
 import { startEmbedded, type Embedded } from "@seraph/embedded";
 import { createRootLogger } from "@seraph/kit";
 import { parsePromText, promSample } from "@seraph/kit/testing";
-import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
-import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
-import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
+import { createJsTestProject, type FixtureRepo } from "@seraph/executor-linux/testing";
+import { runFixRepair } from "./harness/embedded-repair.js";
 import { freeEmbeddedPortBase } from "./harness/ports.js";
 
 // `npm start`'s own shape: the embedded composition on the PostgreSQL server it starts and owns
@@ -42,26 +38,8 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
   }, 60_000);
 
   it("approves a manual patch and runs it to SUCCEEDED; with jobUser none the node claims no job user and the command runs as this process's uid", async () => {
-    const headers = { authorization: `Bearer ${embedded.operatorTokenCreated}` };
-    const transport = createGrpcTransport({ baseUrl: `http://127.0.0.1:${portBase}`, interceptors: [(next) => (req) => { for (const [k, v] of Object.entries(headers)) req.header.set(k, v); return next(req); }] });
-    const settings = createClient(SettingsService, transport);
-    const current = (await settings.getSandboxSettings({})).settings!;
-    await settings.updateSandboxSettings({ settings: { ...current, enabled: true, profile: "repo-node24-npm-v1", runtimePath: (await pinnedNodeForTests())!, repositoryRoots: [root] }, expectedRevision: current.revision });
-    const { goal } = await createClient(GoalService, transport).createGoal({ title: "add adds" });
-    const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
-    const repairs = createClient(RepairService, transport);
-    const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "add(2, 3) === 5", selection: "npm test" });
-    const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
-    expect(proposal?.valid).toBe(true);
-    const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
-    expect(document?.isolationClaim).toBe("none");
-    const approved = await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 }, { timeoutMs: 30_000 });
-    expect(approved.approval?.documentSha256).toBe(document!.documentSha256);
-    let job = approved.repair?.job;
-    for (const end = Date.now() + 60_000; Date.now() < end && !(job && [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN].includes(job.state)); ) {
-      await new Promise((r) => setTimeout(r, 200));
-      job = (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
-    }
+    const { repairs, repairId, document, job } = await runFixRepair(`http://127.0.0.1:${portBase}`, embedded.operatorTokenCreated!, root, repo);
+    expect(document.isolationClaim).toBe("none");
     expect([JobState[job?.state ?? 0], job?.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
     // Where its time went: contiguous phases from creation to the last before completion.
     const phases = job!.phases;
@@ -74,7 +52,7 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
     }
     expect(phases.at(-1)!.endUnixMs).toBeLessThanOrEqual(job!.updatedUnixMs);
     const stdout = job!.artifacts.find((a) => a.name === "test.stdout")!;
-    const out = Buffer.from((await repairs.readArtifact({ repairId: repair!.id, artifactId: stdout.id })).content).toString();
+    const out = Buffer.from((await repairs.readArtifact({ repairId, artifactId: stdout.id })).content).toString();
     expect(out).toContain(`uid=${process.getuid?.()}`);
   }, 120_000);
 

@@ -1,6 +1,6 @@
 import { mkdirSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
-import { ConfigError, createRootLogger, installShutdown, int, readConfig, str } from "@seraph/kit";
+import { ConfigError, setupTracing, createRootLogger, installShutdown, int, readConfig, str } from "@seraph/kit";
 import { defaultNodeId, jobUserSetting } from "@seraph/executor-linux";
 import { startEmbedded } from "./compose.js";
 
@@ -23,6 +23,8 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "seraph", level: config.LOG_LEVEL });
+// OpenTelemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set.
+const tracing = setupTracing("seraph");
 // Without SERAPH_REPOSITORY_ROOTS the node serves one root of its own, <data dir>/repos (created
 // here), so a first start works as the README shows: put a repository there and register it.
 let roots = config.SERAPH_REPOSITORY_ROOTS.split(":").filter((p) => p !== "");
@@ -62,4 +64,7 @@ if (embedded.operatorTokenCreated) {
 }
 lines.push("Press Ctrl-C to stop.", "");
 process.stdout.write(lines.join("\n"));
-installShutdown(log, [{ name: "stop all services", run: () => embedded.stop() }]);
+installShutdown(log, [
+  { name: "stop all services", run: () => embedded.stop() },
+  { name: "flush traces", run: () => tracing.shutdown() },
+]);

@@ -82,3 +82,5 @@ export { createMetrics, startMetricsServer, serveProcessMetrics, RPC_SECONDS_BUC
 export type { Metrics, MetricsServer, PoolCounts } from "./metrics.js";
 // One prom-client for every workspace, so each metric registers on the process's registry.
 export { Counter, Gauge, Histogram } from "prom-client";
+export { setupTracing, inSpan, tracerOf, traceparentOf, contextFromTraceparent, createServerTracingInterceptor, createClientTracingInterceptor, logTraceFields } from "./tracing.js";
+export type { Tracing, RecordSpan } from "./tracing.js";

@@ -9,6 +9,7 @@ import { createOpenStreams, type OpenStreams } from "./open-streams.js";
 import { listenerLimits, startServer, type RunningServer, type ServerOptions } from "./server.js";
 import { createErrorInterceptor } from "./interceptors.js";
 import type { Metrics } from "./metrics.js";
+import { createServerTracingInterceptor } from "./tracing.js";
 import { createNulStringInterceptor } from "./nul-strings.js";
 import { retry } from "./retry.js";
 
@@ -109,7 +110,7 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
     grpcPort: o.grpcPort,
     httpPort: o.httpPort,
     routes: withHealth(o.routes, health),
-    interceptors: [...(o.metrics ? [o.metrics.rpcInterceptor] : []), ...standardInterceptors(o.log, o.authenticate, health, streams, o.validateRequests ?? true)],
+    interceptors: [...(o.metrics ? [o.metrics.rpcInterceptor] : []), createServerTracingInterceptor(o.name), ...standardInterceptors(o.log, o.authenticate, health, streams, o.validateRequests ?? true)],
     log: o.log,
     httpFallback: o.httpFallback,
     limits,

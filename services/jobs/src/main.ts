@@ -1,4 +1,4 @@
-import { ConfigError, serveProcessMetrics, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
+import { ConfigError, setupTracing, serveProcessMetrics, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
 import { loadJobsConfig } from "./config.js";
 import type { JobsDatabase } from "./db/schema.js";
 import { startJobs } from "./start.js";
@@ -13,6 +13,8 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "jobs", level: config.LOG_LEVEL });
+// OpenTelemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set.
+const tracing = setupTracing("seraph-jobs");
 const { metrics, server: metricsServer } = await serveProcessMetrics(log, config.SERAPH_JOBS_HOST, config.SERAPH_JOBS_METRICS_PORT);
 const db = await openDatabase<JobsDatabase>({ url: config.DATABASE_URL }, { metrics });
 const signals = await createNatsSignals(config.NATS_URL, "seraph-jobs", log, config.NATS_AUTH, { metrics });
@@ -33,4 +35,5 @@ installShutdown(log, [
   { name: "drain NATS", run: () => signals.close() },
   { name: "close the database pool", run: () => db.destroy() },
   { name: "close the metrics listener", run: () => metricsServer.close() },
+  { name: "flush traces", run: () => tracing.shutdown() },
 ]);

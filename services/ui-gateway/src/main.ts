@@ -1,4 +1,4 @@
-import { ConfigError, serveProcessMetrics, createRootLogger, installShutdown } from "@seraph/kit";
+import { ConfigError, setupTracing, serveProcessMetrics, createRootLogger, installShutdown } from "@seraph/kit";
 import { loadGatewayConfig } from "./config.js";
 import { startGateway } from "./start.js";
 
@@ -12,6 +12,8 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "ui-gateway", level: config.LOG_LEVEL });
+// OpenTelemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set.
+const tracing = setupTracing("seraph-ui-gateway");
 const { metrics, server: metricsServer } = await serveProcessMetrics(log, config.SERAPH_GATEWAY_HOST, config.SERAPH_GATEWAY_METRICS_PORT);
 const gateway = await startGateway({
   metrics,
@@ -21,4 +23,4 @@ const gateway = await startGateway({
   apiUrl: config.SERAPH_API_URL,
   log,
 });
-installShutdown(log, [{ name: "stop accepting and drain RPCs", run: () => gateway.stop() }, { name: "close the metrics listener", run: () => metricsServer.close() }]);
+installShutdown(log, [{ name: "stop accepting and drain RPCs", run: () => gateway.stop() }, { name: "close the metrics listener", run: () => metricsServer.close() }, { name: "flush traces", run: () => tracing.shutdown() }]);

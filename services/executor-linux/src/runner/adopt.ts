@@ -1,4 +1,5 @@
 import { readFile, readdir } from "node:fs/promises";
+import { inJobTrace } from "./job-trace.js";
 import { approvedExecution } from "./approved-document.js";
 import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
@@ -59,7 +60,8 @@ export async function adoptClaimed(
     ctx.jobStageDir = jobUserStageDir(deps.containment.settings.jobRoot, ctx.base);
   }
   let last: Receipt | undefined;
-  await boundedByDeadline(ctx, () => last, async () => {
+  // The adopted attempt is a span of the job's trace too (its phases since the adoption).
+  await inJobTrace(ctx, job.traceParent, () => last, () => boundedByDeadline(ctx, () => last, async () => {
     const marker = job.marker;
     if (!marker) {
       await abandonUnstarted(ctx, unstarted);
@@ -79,7 +81,7 @@ export async function adoptClaimed(
     const ends = resumed.index === (bundle.inspection?.steps.length ?? 0) - 1 || last.outcome !== Outcome.SUCCEEDED;
     if (ends || deadlinePassed(ctx)) grantLateEvidence(ctx, last, adoptedAtMs);
     await continueAfterAdoptedStep(ctx, resumed, (r) => (last = r));
-  });
+  }));
 }
 
 /** Margin between the executor's evidence window and the jobs service's, which starts at AdoptJob (a little earlier). */

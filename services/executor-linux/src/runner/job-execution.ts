@@ -7,6 +7,7 @@ import type { ExecutionBundle, Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.
 import type { Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { wallMsOf } from "./admission.js";
 import { boundedByDeadline } from "./completion.js";
+import { inJobTrace } from "./job-trace.js";
 import { attemptDir, type ActiveJob, type Ctx, type ExecutionDeps, type PhaseMark } from "./attempt.js";
 import { approvedExecution } from "./approved-document.js";
 import { prepareAttempt } from "./prepare.js";
@@ -46,11 +47,13 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, rec
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
   const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, active.fence), deadlineMs, slotIndex: job?.slotIndex ?? -1, markerRecorded: false, phases: firstMarks(job, "claimed") };
   let last: Receipt | undefined;
-  await boundedByDeadline(ctx, () => last, async () => {
-    const prepared = await prepareAttempt(ctx);
-    if (prepared === undefined) return;
-    // A cancellation committed meanwhile is seen by RecordOwnerMarker (no start token: the
-    // supervisor is cancelled before GO and proves its cleanup).
-    await runSteps(ctx, prepared.stage, 0, [], undefined, prepared.outputLimit, (r) => (last = r), prepared.early);
-  });
+  await inJobTrace(ctx, job?.traceParent ?? "", () => last, () =>
+    boundedByDeadline(ctx, () => last, async () => {
+      const prepared = await prepareAttempt(ctx);
+      if (prepared === undefined) return;
+      // A cancellation committed meanwhile is seen by RecordOwnerMarker (no start token: the
+      // supervisor is cancelled before GO and proves its cleanup).
+      await runSteps(ctx, prepared.stage, 0, [], undefined, prepared.outputLimit, (r) => (last = r), prepared.early);
+    }),
+  );
 }

@@ -153,7 +153,7 @@ function subscribeSignals(core: RunnerCore): () => void {
       // malformed: the poll finds the work
     }
     if (jobId === "" || core.isStopped()) core.wake();
-    else if (!active.has(jobId)) claimJob(core, { id: jobId, attempt: 0 });
+    else if (!active.has(jobId)) claimJob(core, { id: jobId, attempt: 0 }, m.headers?.["traceparent"]);
   });
   const offCancel = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.cancel`, (m) => {
     let jobId = "";

@@ -57,7 +57,11 @@ export function createEventPublisher(signals: Signals, onSchedule: () => void, o
         });
         signals.publish(Subjects.slot(s.node_id, s.slot_index), toBinary(SlotEventSchema, ev));
       }
-      for (const w of c.work) signals.publish(Subjects.nodeWork(w.nodeId), toBinary(WorkSignalSchema, create(WorkSignalSchema, w)));
+      // A work signal carries its job's trace context, so the executor's claim joins the job's trace.
+      for (const w of c.work) {
+        const traceparent = c.jobs.find((j) => j.id === w.jobId)?.trace_parent ?? "";
+        signals.publish(Subjects.nodeWork(w.nodeId), toBinary(WorkSignalSchema, create(WorkSignalSchema, w)), traceparent ? { traceparent } : undefined);
+      }
       for (const w of c.cancels) signals.publish(Subjects.nodeCancel(w.nodeId), toBinary(WorkSignalSchema, create(WorkSignalSchema, w)));
       if (c.schedule) {
         signals.publish(Subjects.workQueued, toBinary(WorkSignalSchema, create(WorkSignalSchema, {})));

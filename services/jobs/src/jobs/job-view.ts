@@ -99,6 +99,7 @@ export function toJobProto(row: JobRow, slot: SlotRow | undefined, artifacts: re
     deadlineUnixMs: row.deadline_at ? BigInt(new Date(row.deadline_at).getTime()) : 0n,
     preflight: row.preflight ? fromBinary(JobPreflightSchema, row.preflight) : undefined,
     phases: row.phases ? fromBinary(JobPhasesSchema, row.phases).phases : [],
+    traceParent: row.trace_parent ?? "",
     untrustedTests: bundleSummary(row.bundle).patchChangedTests,
     runningStep: row.running_step ?? "",
     runningStepStartedUnixMs: row.running_step_started_at ? BigInt(new Date(row.running_step_started_at).getTime()) : 0n,
