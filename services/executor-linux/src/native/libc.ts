@@ -7,6 +7,7 @@ import {
   type CallResult,
   type FdResult,
   type NativeSystem,
+  type NetworkNamespaceCalls,
   type PeerCredentials,
   type ReadableWatch,
   type SpawnRequest,
@@ -94,6 +95,60 @@ export function createNativeSystem(): NativeSystem {
           handle.close();
         },
       };
+    },
+  };
+}
+
+const CLONE_NEWNET = 0x40000000;
+const AF_INET = 2;
+const SOCK_DGRAM = 2;
+const SIOCGIFFLAGS = 0x8913;
+const SIOCSIFFLAGS = 0x8914;
+const IFF_UP = 0x1;
+const IFNAMSIZ = 16;
+// struct ifreq: char ifr_name[IFNAMSIZ], then a 24-byte union whose first member here is short ifr_flags.
+const IFREQ_BYTES = 40;
+
+/**
+ * Loads libc and returns the network-namespace calls (unshare, setns, SIOCSIFFLAGS). Throws
+ * NativeCallError as createNativeSystem does. Linux x86_64 only.
+ */
+export function createNetworkNamespaceCalls(): NetworkNamespaceCalls {
+  if (process.platform !== "linux" || process.arch !== "x64") throw new NativeCallError("platform", Errno.ENOSYS);
+  const koffi = loadKoffi();
+  let lib: LibraryHandle;
+  let fns: Record<"unshare" | "setns" | "socket" | "ioctl" | "close", NativeFn>;
+  try {
+    lib = koffi.load("libc.so.6");
+    fns = {
+      unshare: lib.func("int unshare(int flags)"),
+      setns: lib.func("int setns(int fd, int nstype)"),
+      socket: lib.func("int socket(int domain, int type, int protocol)"),
+      // ioctl is variadic in glibc: the request argument is passed with its exact C type.
+      ioctl: lib.func("int ioctl(int fd, unsigned long request, ...)"),
+      close: lib.func("int close(int fd)"),
+    };
+  } catch (err) {
+    throw new NativeCallError("dlsym(unshare, setns, socket, ioctl)", Errno.ENOSYS, { cause: err });
+  }
+  const result = (rc: unknown): CallResult => (rc === 0 ? { ok: true } : { ok: false, errno: koffi.errno() });
+  return {
+    unshareNetwork: () => result(fns.unshare(CLONE_NEWNET)),
+    enterNetwork: (fd) => result(fns.setns(fd, CLONE_NEWNET)),
+    interfaceUp(name) {
+      const nameBytes = Buffer.from(name, "utf8");
+      if (nameBytes.length === 0 || nameBytes.length >= IFNAMSIZ) return { ok: false, errno: Errno.EINVAL };
+      const sock = fns.socket(AF_INET, SOCK_DGRAM | O_CLOEXEC, 0) as number;
+      if (sock < 0) return { ok: false, errno: koffi.errno() };
+      try {
+        const ifreq = Buffer.alloc(IFREQ_BYTES);
+        nameBytes.copy(ifreq);
+        if ((fns.ioctl(sock, SIOCGIFFLAGS, "void *", ifreq) as number) !== 0) return { ok: false, errno: koffi.errno() };
+        ifreq.writeUInt16LE(ifreq.readUInt16LE(IFNAMSIZ) | IFF_UP, IFNAMSIZ);
+        return result(fns.ioctl(sock, SIOCSIFFLAGS, "void *", ifreq));
+      } finally {
+        fns.close(sock);
+      }
     },
   };
 }
