@@ -209,6 +209,14 @@ export function preflightText(j: Job, indent = "    "): string[] {
   return out;
 }
 
+/** The approval's network claim and what it means ("" from before the claim existed is the host's network). */
+function networkText(d: ApprovalDocument): string {
+  const claim = d.containment?.networkClaim || "host_network";
+  return claim === "own_loopback_only"
+    ? `${claim}   (each step runs in a network namespace of its own: only its loopback, no port of the host, nothing outside)`
+    : `${claim}   (code has the host's network: every port on its loopback, such as a database, and everything outside)`;
+}
+
 function ceilingsText(d: ApprovalDocument): string {
   const k = d.containment?.ceilings;
   if (k === undefined || d.containment?.enforced.length === 0) return "";
@@ -238,6 +246,7 @@ export function documentText(d: ApprovalDocument): string {
     `  supervisor source   sha256 ${d.supervisorSourceSha256 || "(not bound)"}`,
     `  allowed patch paths ${d.allowedPatchPaths.join(", ")}`,
     `  isolation_claim     ${d.isolationClaim}   (${d.isolationClaim === "none" ? "code runs as the Seraph host user, with host file and network access" : `code runs as job user ${d.containment?.jobUser ?? "?"}, uid range ${d.containment?.jobUidRange ?? "?"}`})`,
+    `  network_claim       ${networkText(d)}`,
     `  resource_enforcement ${d.resourceEnforcement}${ceilingsText(d)}`,
     `  unenforced          ${d.unenforced.join(", ")}`,
     ...(d.containment !== undefined && d.containment.protects.length > 0 ? ["  protects:", ...d.containment.protects.map((p) => `    ${p}`)] : []),
