@@ -50,6 +50,19 @@ const FILE_ACTIONS_BYTES = 256;
 const SPAWNATTR_BYTES = 512;
 const SIGSET_BYTES = 128;
 
+/** koffi and libc.so.6, on Linux x86_64 only (NativeCallError "platform" elsewhere, "dlopen(libc.so.6)" when it does not load). */
+function openLibc(): { koffi: Koffi; lib: LibraryHandle } {
+  if (process.platform !== "linux" || process.arch !== "x64") {
+    throw new NativeCallError("platform", Errno.ENOSYS);
+  }
+  const koffi = loadKoffi();
+  try {
+    return { koffi, lib: koffi.load("libc.so.6") };
+  } catch (err) {
+    throw new NativeCallError("dlopen(libc.so.6)", Errno.ENOENT, { cause: err });
+  }
+}
+
 /**
  * Loads libc through koffi and returns the real NativeSystem. Throws NativeCallError
  * (call "dlsym") when a required symbol is missing (e.g. glibc older than 2.34, which lacks
@@ -57,16 +70,7 @@ const SIGSET_BYTES = 128;
  * the x86_64 ABI.
  */
 export function createNativeSystem(): NativeSystem {
-  if (process.platform !== "linux" || process.arch !== "x64") {
-    throw new NativeCallError("platform", Errno.ENOSYS);
-  }
-  const koffi = loadKoffi();
-  let lib: LibraryHandle;
-  try {
-    lib = koffi.load("libc.so.6");
-  } catch (err) {
-    throw new NativeCallError("dlopen(libc.so.6)", Errno.ENOENT, { cause: err });
-  }
+  const { koffi, lib } = openLibc();
   const libc = bindLibc(koffi, lib);
   const errno = (): number => koffi.errno();
   return {
@@ -114,12 +118,9 @@ const IFREQ_BYTES = 40;
  * NativeCallError as createNativeSystem does. Linux x86_64 only.
  */
 export function createNetworkNamespaceCalls(): NetworkNamespaceCalls {
-  if (process.platform !== "linux" || process.arch !== "x64") throw new NativeCallError("platform", Errno.ENOSYS);
-  const koffi = loadKoffi();
-  let lib: LibraryHandle;
+  const { koffi, lib } = openLibc();
   let fns: Record<"unshare" | "setns" | "socket" | "ioctl" | "close", NativeFn>;
   try {
-    lib = koffi.load("libc.so.6");
     fns = {
       unshare: lib.func("int unshare(int flags)"),
       setns: lib.func("int setns(int fd, int nstype)"),
