@@ -52,6 +52,7 @@ function own(){const s=net.createServer(k=>k.end("pong")).listen(0,"127.0.0.1",(
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toContain("host=ECONNREFUSED");
       expect(r.stdout).toContain("own=pong");
+      expect(r.stderr).toMatch(/; without the network \(own namespace net:\[\d+\], only lo\)/);
       const j = lastJson((await cli(["run", "--json", "--no-network", "--job-user", "64093:64093", "--", "/bin/true"])).stdout);
       expect(j["containment"]).toMatchObject({ networkIsolated: true, networkInterfaces: ["lo"] });
       expect(j["containment"]["networkNamespace"]).toMatch(/^net:\[\d+\]$/);
