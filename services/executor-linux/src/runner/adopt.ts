@@ -13,6 +13,7 @@ import { attemptDir, call, deadlinePassed, stageDirOf, storeLater, type ActiveJo
 import { boundedByDeadline, complete } from "./completion.js";
 import { finish } from "./finish.js";
 import { jobUserStageDir } from "./job-user-staging.js";
+import { withCgroupProof } from "./lost-supervisor.js";
 import { repositoryBeforeWritten, repositoryDigest, writeRepositoryBefore } from "./repository-check.js";
 import { runSteps } from "./run-steps.js";
 import { decodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
@@ -143,11 +144,10 @@ async function resumeRecordedStep(ctx: Ctx, marker: OwnerMarker): Promise<Resume
     if (file) run = { receipt: file.receipt, marker, runDir: marker.runDir, markerRecorded: true };
   }
   if (!run?.receipt || index < 0) {
-    await complete(ctx, {
-      state: JobState.UNKNOWN,
-      outcome: `unknown_${run?.lost ?? "supervisor_lost"}`,
-      message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt; cleanup cannot be proved`,
-    });
+    const lost = { state: JobState.UNKNOWN, outcome: `unknown_${run?.lost ?? "supervisor_lost"}`, message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt` };
+    // Without a cgroup (or with a receipt for a step the bundle does not name) nothing changes.
+    const proved = run?.receipt ? lost : await withCgroupProof(ctx, marker, lost);
+    await complete(ctx, proved === lost ? { ...lost, message: `${lost.message}; cleanup cannot be proved` } : proved);
     return undefined;
   }
   return { run: { ...run, receipt: run.receipt }, stepName, index };
