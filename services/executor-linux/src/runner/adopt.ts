@@ -29,8 +29,8 @@ import { driveStep, journalMismatchVerdict, readReceiptFile, stepResultOf, store
  * naming the marker is finished from that receipt and its journals. When that step was a build
  * with a later test step, the stage is restored from its stored pre-build manifest, the build
  * output is validated and the test step runs. A supervisor that is gone without a receipt,
- * reused, or from another boot makes the job UNKNOWN (`unknown_supervisor_lost`, slot held, no
- * replay). Without a recorded marker the start token was never given: any supervisor found is
+ * reused, or from another boot makes the job UNKNOWN (`unknown_supervisor_lost`, no replay), the
+ * slot held unless the job's own cgroup proves the cleanup (lost-supervisor.ts). Without a recorded marker the start token was never given: any supervisor found is
  * cancelled and the job rejected.
  */
 export async function adoptClaimed(

@@ -152,7 +152,10 @@ class RecoveryReadbackError extends Error {
  * (else `supervisor_source_mismatch`). It releases the slot (CAS on the job revision) only on a verified
  * cleanup receipt, or on proof that the host rebooted since the marker was written (the node
  * re-registered with a different boot id), or on an executor's observation that the
- * supervisor's PID namespace no longer exists (namespaceProof); or, for a job whose node the
+ * supervisor's PID namespace no longer exists (namespaceProof), or on its observation that it
+ * killed the job's own cgroup and saw it empty and every recorded pid gone (cgroupProof, proof
+ * `cleanup_proved_by_cgroup`; refusal `cgroup_cleanup_unproven` says why one does not hold);
+ * or, for a job whose node the
  * instance operator fenced, with proof `node_fenced` and `cleanup_unproven` set (fencedProof:
  * the slot comes back, the cleanup stays unproven). It records cleanup_receipt_verified,
  * process_cleanup_readback_sha256 and readback_scope=process_cleanup_only and never changes the
