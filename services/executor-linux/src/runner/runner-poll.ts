@@ -35,25 +35,19 @@ export async function pollNodeJobs(core: RunnerCore, warm: WarmPool | undefined)
  */
 async function recordLateEvidence(core: RunnerCore, job: Job): Promise<void> {
   const { exec, log } = core;
-  const stored = await recordLateReceipt(exec, job).catch((err: unknown) => {
-    log.warn({ err, jobId: job.id }, "late receipt not recorded");
-    return false;
-  });
-  if (stored) {
-    core.lateChecked.add(job.id);
-    return;
+  const recorders = [
+    ["late receipt", recordLateReceipt],
+    ["PID namespace observation", recordPidNamespaceGone],
+    ["cgroup cleanup proof", recordCgroupCleanup],
+  ] as const;
+  for (const [what, record] of recorders) {
+    const stored = await record(exec, job).catch((err: unknown) => {
+      log.warn({ err, jobId: job.id }, `${what} not recorded`);
+      return false;
+    });
+    if (stored) {
+      core.lateChecked.add(job.id);
+      return;
+    }
   }
-  const gone = await recordPidNamespaceGone(exec, job).catch((err: unknown) => {
-    log.warn({ err, jobId: job.id }, "PID namespace observation not recorded");
-    return false;
-  });
-  if (gone) {
-    core.lateChecked.add(job.id);
-    return;
-  }
-  const swept = await recordCgroupCleanup(exec, job).catch((err: unknown) => {
-    log.warn({ err, jobId: job.id }, "cgroup cleanup proof not recorded");
-    return false;
-  });
-  if (swept) core.lateChecked.add(job.id);
 }
