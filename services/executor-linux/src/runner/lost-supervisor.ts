@@ -12,6 +12,9 @@ import { DetachedError } from "./retry.js";
 // slot with Recovery.proof `cleanup_proved_by_cgroup` (the outcome stays UNKNOWN: the results
 // are not proven, only that nothing the job started still runs).
 
+/** The sweep's wait for an empty cgroup when the runner's poll makes it (the completion's is CGROUP_SWEEP_BUDGET_MS). */
+const POLL_SWEEP_BUDGET_MS = 1000;
+
 function proofSummary(e: CgroupCleanupEvidence): string {
   const how = e.cgroups.map((d) => `v${d.version} ${d.method === "procs" ? "pid by pid" : d.method}`).join(", ");
   const empty = e.cgroups.some((d) => d.version === 1) ? "populated 0 in v2, cgroup.procs empty in v1" : "populated 0";
@@ -68,7 +71,8 @@ export async function recordCgroupCleanup(deps: ExecutionDeps, job: Job): Promis
   const marker = job.marker;
   if (!marker || job.recovery || !job.slotHeld) return false;
   if (job.artifacts.some((a) => a.kind === CGROUP_CLEANUP_KIND)) return true;
-  const proof = await proveCgroupCleanup(deps, marker);
+  // A short wait here: this runs in the runner's poll, and a cgroup that does not empty now is tried again on the next one.
+  const proof = await proveCgroupCleanup({ ...deps, budgetMs: POLL_SWEEP_BUDGET_MS }, marker);
   if ("code" in proof) {
     // The next poll tries again (a cgroup may empty, a supervisor may exit).
     if (proof.code !== "no_cgroup") deps.log.debug({ jobId: job.id, code: proof.code }, proof.message);
