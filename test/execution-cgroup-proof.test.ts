@@ -69,11 +69,11 @@ async function escapingRepo(): Promise<FixtureRepo> {
 }
 
 /** Runs the escaping job until both sleeps exist; returns the job, its supervisor and every descendant (with start times). */
-async function runUntilEscaped(cgroups: boolean): Promise<{ job: Job; supervisorPid: number; tree: { pid: number; start: string }[] }> {
+async function runUntilEscaped(cgroups: boolean, limits?: string[]): Promise<{ job: Job; supervisorPid: number; tree: { pid: number; start: string }[] }> {
   const facilities = (await readFacilityReport()).containment;
   const containment = nodeContainment({ ...defaultContainmentSettings(1), cgroups, cgroupParent: PARENT }, facilities);
   expect(containment.perJobCgroup).toBe(cgroups);
-  const { job } = await stack.client.enqueueJob({ ownerId: EXECUTION_TEST_OWNER, rootId: root, bundle: await bundleFor(stack, (await escapingRepo()).dir, { containment }) });
+  const { job } = await stack.client.enqueueJob({ ownerId: EXECUTION_TEST_OWNER, rootId: root, bundle: await bundleFor(stack, (await escapingRepo()).dir, { containment, ...(limits ? { limits } : {}) }) });
   const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
   const supervisorPid = running.marker!.supervisor!.pid;
   let tree: { pid: number; start: string }[] = [];
@@ -87,6 +87,15 @@ async function runUntilEscaped(cgroups: boolean): Promise<{ job: Job; supervisor
   );
   leftovers.push(...tree);
   return { job: running, supervisorPid, tree };
+}
+
+let executorCgroups: boolean | undefined;
+/** Runs the stack's executor with per-job cgroups on or off (restarting it when it runs otherwise). */
+async function executorWith(cgroups: boolean): Promise<void> {
+  if (stack.executors.has(stack.node) && executorCgroups === cgroups) return;
+  await stack.killExecutor(stack.node, "SIGTERM");
+  await stack.startExecutor(stack.node, cgroups ? CGROUPS : {});
+  executorCgroups = cgroups;
 }
 
 beforeAll(async () => {
@@ -109,7 +118,7 @@ afterAll(async () => {
 
 describe.skipIf(!isRoot || layout === undefined)("a lost supervisor's cleanup proved by its cgroup", () => {
   it("SIGKILL of the supervisor: every detached descendant is killed, the cgroup is empty and removed, the slot comes back (cleanup_proved_by_cgroup), the outcome stays UNKNOWN", async () => {
-    await stack.startExecutor(stack.node, CGROUPS);
+    await executorWith(true);
     const { job, supervisorPid, tree } = await runUntilEscaped(true);
     const t0 = Date.now();
     process.kill(supervisorPid, "SIGKILL");
@@ -147,6 +156,7 @@ describe.skipIf(!isRoot || layout === undefined)("a lost supervisor's cleanup pr
   }, 90_000);
 
   it("SIGKILL of the executor and then of the supervisor: the restarted executor re-adopts, sweeps the cgroup and the slot comes back", async () => {
+    await executorWith(true);
     const { job, supervisorPid, tree } = await runUntilEscaped(true);
     await stack.killExecutor(stack.node, "SIGKILL");
     process.kill(supervisorPid, "SIGKILL");
@@ -159,9 +169,27 @@ describe.skipIf(!isRoot || layout === undefined)("a lost supervisor's cleanup pr
     expect(tree.filter(stillRuns)).toEqual([]);
   }, 90_000);
 
+  it("a supervisor that is stopped, not dead, is never swept (the deadline makes the job UNKNOWN, slot held, recovery refused: no observation); once it dies the executor's poll records the proof and recovery releases the slot", async () => {
+    await executorWith(true);
+    const { job, supervisorPid, tree } = await runUntilEscaped(true, ["wall_ms=6000"]);
+    process.kill(supervisorPid, "SIGSTOP");
+    leftovers.push({ pid: supervisorPid, start: startOf(supervisorPid) });
+    const held = await waitForState(stack, job.id, [JobState.UNKNOWN, JobState.SUCCEEDED, JobState.FAILED], 30_000);
+    expect([JobState[held.state], held.slotHeld, held.recovery]).toEqual(["UNKNOWN", true, undefined]);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(tree.some(stillRuns)).toBe(true);
+    const refused = await stack.client.recoverProcessCleanup({ jobId: job.id, rootId: root });
+    expect([refused.released, refused.refusalCode]).toEqual([false, "cgroup_cleanup_unproven"]);
+    expect(refused.refusalMessage).toBe("no cleanup receipt, and no cgroup cleanup observation is stored");
+    process.kill(supervisorPid, "SIGKILL");
+    await pollUntil(async () => (await stack.client.getJob({ jobId: job.id })).job!.artifacts.some((a) => a.kind === "cgroup_cleanup"), 15_000, "the poll's cgroup_cleanup observation");
+    expect(tree.filter(stillRuns)).toEqual([]);
+    const rec = await stack.client.recoverProcessCleanup({ jobId: job.id, rootId: root });
+    expect([rec.released, rec.job?.recovery?.proof, rec.job?.recovery?.recoveredBy, rec.job?.state]).toEqual([true, "cleanup_proved_by_cgroup", root, JobState.UNKNOWN]);
+  }, 90_000);
+
   it("without a cgroup the same loss keeps the slot held and the orphans run on", async () => {
-    await stack.killExecutor(stack.node, "SIGTERM");
-    await stack.startExecutor(stack.node);
+    await executorWith(false);
     const { job, supervisorPid, tree } = await runUntilEscaped(false);
     process.kill(supervisorPid, "SIGKILL");
     const lost = await waitForState(stack, job.id, [JobState.UNKNOWN, JobState.SUCCEEDED, JobState.FAILED], 20_000);
