@@ -316,6 +316,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await consentPatchApprove(true);
     // The node's own claims: none as a plain user; a separate job uid per slot when it runs as root.
     expect(await page.getByTestId("isolation-claim").innerText()).toBe(process.getuid?.() === 0 ? "separate_job_uid" : "none");
+    expect(await page.getByTestId("network-claim").innerText()).toBe(process.getuid?.() === 0 ? "own_loopback_only" : "host_network");
     expect(await page.getByTestId("resource-enforcement").innerText()).toMatch(/^admission_and_wall_timeout_only$|^admission_wall_timeout_and_cgroup:/);
     // As root the document also says who the job user is and exactly what that does and does not protect.
     if (process.getuid?.() === 0) expect(await page.getByTestId("containment").innerText()).toMatch(/Job user: uid = gid = 64000 \+ slot index[\s\S]*Protects:[\s\S]*signal, stop or ptrace[\s\S]*Does not protect:[\s\S]*network/);

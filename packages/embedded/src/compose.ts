@@ -23,6 +23,8 @@ export interface EmbeddedOptions {
   readonly databaseUrl?: string;
   /** Who the node's commands run as when root (SERAPH_JOB_USER); default auto (a uid per slot). */
   readonly jobUser?: JobUserSetting;
+  /** SERAPH_JOB_NETWORK: "auto" (default: each step without the network where the node can enforce it) or "host". */
+  readonly jobNetwork?: "auto" | "host";
 }
 
 /** The running composition. */
@@ -125,7 +127,9 @@ async function startServices(
     signals,
     log: log("executor"),
     metrics,
-    ...(o.jobUser !== undefined ? { containment: { ...defaultContainmentSettings(1), jobUser: o.jobUser } } : {}),
+    ...(o.jobUser !== undefined || o.jobNetwork !== undefined
+      ? { containment: { ...defaultContainmentSettings(1), ...(o.jobUser !== undefined ? { jobUser: o.jobUser } : {}), ...(o.jobNetwork !== undefined ? { network: o.jobNetwork } : {}) } }
+      : {}),
   }));
   const gateway = track(await startGateway({ host: o.host, grpcPort: o.portBase + 30, httpPort: o.portBase + 80, apiUrl: url(o.portBase), log: log("ui-gateway"), metrics }));
   return { api, jobs, executor, gateway };

@@ -1,6 +1,6 @@
 import { mkdirSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
-import { ConfigError, setupTracing, createRootLogger, installShutdown, int, readConfig, str } from "@seraph/kit";
+import { ConfigError, setupTracing, createRootLogger, installShutdown, int, oneOf, readConfig, str } from "@seraph/kit";
 import { defaultNodeId, jobUserSetting } from "@seraph/executor-linux";
 import { startEmbedded } from "./compose.js";
 
@@ -15,6 +15,8 @@ try {
     SERAPH_NODE_ID: str(defaultNodeId()),
     // As root: who commands run as (auto: uid 64000 + slot; none: root, isolation_claim=none).
     SERAPH_JOB_USER: jobUserSetting(),
+    // auto: each step in a network namespace of its own (only loopback) where the node can enforce it; host: the host's network.
+    SERAPH_JOB_NETWORK: oneOf(["auto", "host"] as const, "auto"),
     LOG_LEVEL: str("info"),
   });
 } catch (err) {
@@ -41,6 +43,7 @@ const embedded = await startEmbedded({
   repositoryRoots: roots,
   nodeId: config.SERAPH_NODE_ID,
   jobUser: config.SERAPH_JOB_USER,
+  jobNetwork: config.SERAPH_JOB_NETWORK,
   log,
 });
 const b = config.SERAPH_PORT_BASE;

@@ -139,6 +139,12 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     /** Per-job cgroups with enforced ceilings (opt-in). */
     SERAPH_CGROUPS: oneOf(["off", "on"] as const, "off"),
     SERAPH_CGROUP_PARENT: cgroupParent(defaults.cgroupParent),
+    /**
+     * "auto": each step's commands run in a network namespace of their own with only its loopback
+     * wherever the node can enforce it (root, a job user, the probe made one); "host": the host's
+     * network (test suites that need it). The approval's network_claim says which applies.
+     */
+    SERAPH_JOB_NETWORK: oneOf(["auto", "host"] as const, defaults.network),
     /** Ceilings enforced through the per-job cgroup; 0 = none for that resource. */
     SERAPH_JOB_MEMORY_BYTES: ceiling(defaults.memoryBytes, MIN_MEMORY_CEILING_BYTES, 2 ** 50),
     SERAPH_JOB_PIDS: ceiling(defaults.pids, MIN_PIDS_CEILING, 4_194_304),
@@ -165,5 +171,6 @@ export function containmentSettingsOf(c: ExecutorConfig): ContainmentSettings {
     pids: c.SERAPH_JOB_PIDS,
     cpuMillicores: c.SERAPH_JOB_CPU_MILLICORES,
     jobRoot: c.SERAPH_JOB_ROOT,
+    network: c.SERAPH_JOB_NETWORK,
   };
 }

@@ -1,5 +1,4 @@
 import type { Logger } from "@seraph/kit";
-import type { JobsMetrics } from "./metrics.js";
 import type { Kysely } from "kysely";
 import type { AuthorityReader } from "./admission/authority.js";
 import type { JobsDatabase } from "./db/schema.js";
@@ -15,6 +14,4 @@ export interface JobsCore {
   readonly now: () => number;
   /** Heartbeat age beyond which a node gets no reservations (scheduling only; never releases a held slot). */
   readonly nodeStaleMs: number;
-  /** Metrics of committed transitions and recoveries (none when the process exports no metrics). */
-  readonly metrics?: JobsMetrics | undefined;
 }

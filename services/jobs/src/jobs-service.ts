@@ -28,7 +28,6 @@ import { jobView } from "./jobs/job-queries.js";
 import { toSlotProto } from "./jobs/job-view.js";
 import { cordonNode, fenceNode, uncordonNode } from "./nodes/node-admin.js";
 import { heartbeat, listAllNodes, listNodeJobs, registerNode } from "./nodes/node-operations.js";
-import type { JobsMetrics } from "./metrics.js";
 import { recoverProcessCleanup } from "./recovery/recover.js";
 import { DEFAULT_NODE_STALE_MS } from "./scheduler/reserve.js";
 import { listSlots } from "./slots/slot.repository.js";
@@ -43,7 +42,6 @@ export interface JobsServiceDeps {
   readonly now?: () => number;
   /** Heartbeat staleness bound for scheduling (default DEFAULT_NODE_STALE_MS). */
   readonly nodeStaleMs?: number | undefined;
-  readonly metrics?: JobsMetrics | undefined;
 }
 
 /** Builds the core every jobs operation uses. */
@@ -55,7 +53,6 @@ export function createJobsCore(deps: JobsServiceDeps): JobsCore {
     authority: deps.authority ?? createSharedTableAuthority(),
     now: deps.now ?? Date.now,
     nodeStaleMs: deps.nodeStaleMs ?? DEFAULT_NODE_STALE_MS,
-    metrics: deps.metrics,
   };
 }
 

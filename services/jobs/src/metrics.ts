@@ -8,6 +8,7 @@ import { sql, type Kysely } from "kysely";
 import type { JobsDatabase } from "./db/schema.js";
 import type { Changes } from "./events/publisher.js";
 import { JOB_STATES, TERMINAL_STATES } from "./jobs/job-state.js";
+import { readReport } from "./jobs/job-view.js";
 
 /** Buckets an operator root is counted in for `seraph_job_queue_depth` (bounded cardinality: never the root id itself). */
 export const ROOT_BUCKETS = 16;
@@ -16,8 +17,6 @@ export const ROOT_BUCKETS = 16;
 export interface JobsMetrics {
   /** Called after every committed change set, with the rows it wrote. */
   committed(changes: Changes): void;
-  /** A RecoverProcessCleanup released a slot, with the proof's kind. */
-  recovered(proof: string): void;
 }
 
 /** The root's bucket: the first hex digit of sha256(root id) — stable, and names no tenant. */
@@ -40,13 +39,18 @@ export function createJobsMetrics(metrics: Metrics, db: Kysely<JobsDatabase>, lo
   const cleanup = m((registers) => new Histogram({ name: "seraph_supervisor_cleanup_seconds", help: "The supervisor's cleanup to ECHILD, from each finished job's receipt.", buckets: JOB_SECONDS_BUCKETS, registers }), "seraph_supervisor_cleanup_seconds");
   const leftovers = m((registers) => new Counter({ name: "seraph_supervisor_leftovers_found_total", help: "Descendants a supervisor found still running after the commands ended (and then ended), from receipts.", registers }), "seraph_supervisor_leftovers_found_total");
   const phases = m((registers) => new Histogram({ name: "seraph_job_phase_seconds", help: "Each job's phases (Job.phases: stage, go, command and cleanup, store evidence, …), by phase name, observed at completion.", labelNames: ["phase"], buckets: JOB_SECONDS_BUCKETS, registers }), "seraph_job_phase_seconds");
-  const recoveries = m((registers) => new Counter({ name: "seraph_recoveries_total", help: "Held slots released by RecoverProcessCleanup, by the kind of proof.", labelNames: ["proof"], registers }), "seraph_recoveries_total");
+  const recoveries = m((registers) => new Counter({ name: "seraph_recoveries_total", help: "Held slots of UNKNOWN jobs released (RecoverProcessCleanup, or a cgroup proof at completion), by the kind of proof.", labelNames: ["proof"], registers }), "seraph_recoveries_total");
   return {
     committed(c) {
       const now = Date.now();
       for (const j of c.jobs) {
         if (j.state === "starting" && j.start_token_at) toStart.observe(Math.max(0, new Date(j.start_token_at).getTime() - new Date(j.created_at).getTime()) / 1000);
         if (!(TERMINAL_STATES as readonly string[]).includes(j.state)) continue;
+        // An UNKNOWN job whose slot this change set freed was recovered (RecoverProcessCleanup,
+        // or the executor's cgroup proof inside its completion), by the proof it records.
+        if (j.state === "unknown" && c.slots.some((s) => s.node_id === j.node_id && s.slot_index === j.slot_index && s.state === "free")) {
+          recoveries.inc({ proof: readReport(j).recovery?.proof || "unspecified" });
+        }
         finished.inc({ state: j.state });
         if (j.phases) {
           try {
@@ -68,7 +72,6 @@ export function createJobsMetrics(metrics: Metrics, db: Kysely<JobsDatabase>, lo
         }
       }
     },
-    recovered: (proof) => recoveries.inc({ proof: proof || "unspecified" }),
   };
 }
 

@@ -53,7 +53,7 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
   let scheduler: Scheduler | undefined;
   const metrics = rt.metrics ? createJobsMetrics(rt.metrics, rt.db, rt.log) : undefined;
   const publisher = createEventPublisher(rt.signals, () => scheduler?.wake(), metrics);
-  const core = createJobsCore({ db: rt.db, publisher, log: rt.log, authority: rt.authority, nodeStaleMs: rt.nodeStaleMs, metrics });
+  const core = createJobsCore({ db: rt.db, publisher, log: rt.log, authority: rt.authority, nodeStaleMs: rt.nodeStaleMs });
   const booted = await bootService({
     name: "jobs",
     log: rt.log,

@@ -90,6 +90,7 @@ export async function printReceipt(
         `stdout ${humanBytes(json.stdout.bytes)}${elided(json.stdout)}, ` +
         `stderr ${humanBytes(json.stderr.bytes)}${elided(json.stderr)}` +
         `${json.containment?.jobUser ? `; as job user ${json.containment.jobUser.uid}:${json.containment.jobUser.gid}` : ""}` +
+        `${json.containment?.networkIsolated ? `; without the network (own namespace ${json.containment.networkNamespace}, only ${json.containment.networkInterfaces.join(", ")})` : ""}` +
         `${keep ? `; run dir ${runDir}` : ""}\n` +
         `seraph-exec: ${json.message}\n`,
     );

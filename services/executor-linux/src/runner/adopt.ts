@@ -14,6 +14,7 @@ import { attemptDir, call, deadlinePassed, stageDirOf, storeLater, type ActiveJo
 import { boundedByDeadline, complete } from "./completion.js";
 import { finish } from "./finish.js";
 import { jobUserStageDir } from "./job-user-staging.js";
+import { withCgroupProof } from "./lost-supervisor.js";
 import { repositoryBeforeWritten, repositoryDigest, writeRepositoryBefore } from "./repository-check.js";
 import { runSteps } from "./run-steps.js";
 import { decodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
@@ -29,8 +30,8 @@ import { driveStep, journalMismatchVerdict, readReceiptFile, stepResultOf, store
  * naming the marker is finished from that receipt and its journals. When that step was a build
  * with a later test step, the stage is restored from its stored pre-build manifest, the build
  * output is validated and the test step runs. A supervisor that is gone without a receipt,
- * reused, or from another boot makes the job UNKNOWN (`unknown_supervisor_lost`, slot held, no
- * replay). Without a recorded marker the start token was never given: any supervisor found is
+ * reused, or from another boot makes the job UNKNOWN (`unknown_supervisor_lost`, no replay), the
+ * slot held unless the job's own cgroup proves the cleanup (lost-supervisor.ts). Without a recorded marker the start token was never given: any supervisor found is
  * cancelled and the job rejected.
  */
 export async function adoptClaimed(
@@ -145,11 +146,10 @@ async function resumeRecordedStep(ctx: Ctx, marker: OwnerMarker): Promise<Resume
     if (file) run = { receipt: file.receipt, marker, runDir: marker.runDir, markerRecorded: true };
   }
   if (!run?.receipt || index < 0) {
-    await complete(ctx, {
-      state: JobState.UNKNOWN,
-      outcome: `unknown_${run?.lost ?? "supervisor_lost"}`,
-      message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt; cleanup cannot be proved`,
-    });
+    const lost = { state: JobState.UNKNOWN, outcome: `unknown_${run?.lost ?? "supervisor_lost"}`, message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt` };
+    // Without a cgroup (or with a receipt for a step the bundle does not name) nothing changes.
+    const proved = run?.receipt ? lost : await withCgroupProof(ctx, marker, lost);
+    await complete(ctx, proved === lost ? { ...lost, message: `${lost.message}; cleanup cannot be proved` } : proved);
     return undefined;
   }
   return { run: { ...run, receipt: run.receipt }, stepName, index };

@@ -132,6 +132,8 @@ export interface Ctx {
   /** The job user and cgroup every step's supervisor is asked for. */
   jobUser?: JobUser | undefined;
   cgroup?: CgroupRequest | undefined;
+  /** Every step's commands run in a network namespace of their own (the approval's network_claim). */
+  isolateNetwork?: boolean;
   /** The job user's staged directory under the job root, when there is one. */
   jobStageDir?: string | undefined;
   /**

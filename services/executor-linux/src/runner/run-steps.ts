@@ -7,6 +7,7 @@ import { stepReserveMs } from "./admission.js";
 import { mark, reason, store, type Ctx } from "./attempt.js";
 import { complete } from "./completion.js";
 import { finish } from "./finish.js";
+import { withCgroupProof } from "./lost-supervisor.js";
 import { repositoryDigest } from "./repository-check.js";
 import { encodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
 import { launchStep, setAsideStrayRunDir, stopEarlyLaunch, type EarlyLaunch } from "./step-launch.js";
@@ -137,7 +138,8 @@ async function afterStep(ctx: Ctx, stage: StagedRepository, i: number, run: Step
     return "ended";
   }
   if (!run.receipt) {
-    await complete(ctx, { state: JobState.UNKNOWN, outcome: `unknown_${run.lost ?? "supervisor_lost"}`, message: lostMessage(run.lost), steps: state.steps, receipt: state.last });
+    const lost = { state: JobState.UNKNOWN, outcome: `unknown_${run.lost ?? "supervisor_lost"}`, message: lostMessage(run.lost), steps: state.steps, receipt: state.last };
+    await complete(ctx, await withCgroupProof(ctx, run.marker, lost));
     return "ended";
   }
   state.last = run.receipt;

@@ -133,6 +133,7 @@ export function stepSpecFor(ctx: Ctx, stage: StagePlan, index: number, outputLef
     startBarrier: true,
     jobUser: ctx.jobUser,
     cgroup: ctx.cgroup,
+    isolateNetwork: ctx.isolateNetwork === true,
     // The executor re-adopts its supervisors after a restart: a lost connection changes nothing.
     controllerLossPolicy: ControllerLossPolicy.KEEP,
     declaredOutputDir: step.name === "build" && stage.outputDir !== "" ? join(stage.packageDir, stage.outputDir) : "",

@@ -78,7 +78,10 @@ export class CommandRunner {
     c.pid = pid;
     c.startedUnixMs = Date.now();
     reaper.track(pid);
-    log.info({ event: "spawned", command: c.index, name: c.spec.name, childPid: pid }, "command started");
+    // The start time beside the pid (an unreaped child: the pid is still its own), so an executor
+    // that finds this supervisor dead can tell the command's process from a later one on that pid.
+    const childStartTimeTicks = this.#o.proc.readStat(pid)?.startTimeTicks ?? "";
+    log.info({ event: "spawned", command: c.index, name: c.spec.name, childPid: pid, childStartTimeTicks }, "command started");
     if ((await this.#watch(pid, stopRequested, commandsEnd)) === "stop") return "stop";
     const exit = reaper.exitOf(pid);
     c.exit = exit?.status;

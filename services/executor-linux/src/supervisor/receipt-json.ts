@@ -69,6 +69,11 @@ export interface ContainmentJson {
   readonly memoryPeakBytes: number;
   readonly cgroupsRemoved: boolean;
   readonly problem: string;
+  /** The commands ran in a network namespace of the job's own (only its loopback). */
+  readonly networkIsolated: boolean;
+  /** That namespace ("net:[inode]"), "" when not isolated. */
+  readonly networkNamespace: string;
+  readonly networkInterfaces: readonly string[];
 }
 
 /** The receipt as printed by `seraph-exec run --json` (and written to receipt.json). */
@@ -94,7 +99,7 @@ export interface ReceiptJson {
   readonly goUnixMs: number;
   readonly finishedUnixMs: number;
   readonly commands: readonly CommandResultJson[];
-  /** Job user and cgroup: what held and what the kernel counted; null without containment. */
+  /** Job user, cgroup and network namespace: what held and what the kernel counted; null without containment. */
   readonly containment: ContainmentJson | null;
   readonly cleanup: {
     readonly descendantsFound: number;
@@ -205,6 +210,9 @@ function containmentJson(c: ContainmentReport | undefined): ContainmentJson | nu
     memoryPeakBytes: Number(c.memoryPeakBytes),
     cgroupsRemoved: c.cgroupsRemoved,
     problem: c.problem,
+    networkIsolated: c.networkIsolated,
+    networkNamespace: c.networkNamespace,
+    networkInterfaces: [...c.networkInterfaces],
   };
 }
 

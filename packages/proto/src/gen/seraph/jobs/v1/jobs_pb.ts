@@ -249,8 +249,9 @@ export type Artifact = Message<"seraph.jobs.v1.Artifact"> & {
 
   /**
    * "build_output", "test_output", "applied_diff", "receipt", "step_receipt", "stage_manifest",
-   * "cleanup_receipt", "test_report" (the raw per-test report) and "test_results" (TestResults
-   * parsed from it, protobuf JSON).
+   * "cleanup_receipt", "test_report" (the raw per-test report), "test_results" (TestResults
+   * parsed from it, protobuf JSON), "pid_namespace_gone" and "cgroup_cleanup" (the executor's
+   * observations for recovery, JSON).
    *
    * @generated from field: string kind = 2;
    */
@@ -308,9 +309,13 @@ export type Recovery = Message<"seraph.jobs.v1.Recovery"> & {
   readbackScope: string;
 
   /**
-   * "cleanup_receipt", "host_rebooted", "pid_namespace_gone" or "node_fenced". The first three
-   * prove the process cleanup; "node_fenced" proves nothing about it: the instance operator
-   * fenced the job's node for good, and the slot was released without any cleanup proof.
+   * "cleanup_receipt", "host_rebooted", "pid_namespace_gone", "cleanup_proved_by_cgroup" or
+   * "node_fenced". The first four prove the process cleanup; "cleanup_proved_by_cgroup": the
+   * supervisor died without a receipt and its executor killed the job's own cgroup, saw it empty
+   * and every recorded pid gone (the executor records it with the UNKNOWN completion, by
+   * "executor:<node>", or a root's recovery accepts the stored observation); "node_fenced"
+   * proves nothing about it: the instance operator fenced the job's node for good, and the slot
+   * was released without any cleanup proof.
    *
    * @generated from field: string proof = 4;
    */
