@@ -21,6 +21,8 @@ export interface EmbeddedOptions {
   readonly log: Logger;
   /** A PostgreSQL the caller runs (tests); when absent, the instance starts its own under dataDir/postgres. */
   readonly databaseUrl?: string;
+  /** Prometheus metrics on port base + 9 (default true; the overhead benchmark turns them off to compare). */
+  readonly metrics?: boolean;
   /** Who the node's commands run as when root (SERAPH_JOB_USER); default auto (a uid per slot). */
   readonly jobUser?: JobUserSetting;
   /** SERAPH_JOB_NETWORK: "auto" (default: each step without the network where the node can enforce it) or "host". */
@@ -40,7 +42,7 @@ export interface Embedded {
   /** Set when this start created the operator principal: the secret, shown once. */
   readonly operatorTokenCreated: string | undefined;
   readonly operatorTokenFile: string;
-  /** Prometheus `GET /metrics` of all four services (one registry: their RPC series differ by grpc_service). */
+  /** Prometheus `GET /metrics` of all four services (one registry: their RPC series differ by grpc_service); "" with metrics off. */
   readonly metricsUrl: string;
   /** Graceful stop in reverse order, then closes signals and the database. */
   stop(): Promise<void>;
@@ -59,12 +61,12 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
   const signals = createLocalSignals();
   // Stopped in reverse order on a failed start, so no service or database server outlives it.
   const stops: Array<() => Promise<void>> = [() => database.close(), () => signals.close()];
-  const metrics = createMetrics();
-  const metricsServer = await startMetricsServer({ host: o.host, port: o.portBase + 9, metrics, log: o.log.child({ service: "metrics" }) }).catch(async (err: unknown) => {
+  const metrics = o.metrics === false ? undefined : createMetrics();
+  const metricsServer = !metrics ? undefined : await startMetricsServer({ host: o.host, port: o.portBase + 9, metrics, log: o.log.child({ service: "metrics" }) }).catch(async (err: unknown) => {
     for (const stop of [...stops].reverse()) await stop().catch(() => undefined);
     throw err;
   });
-  stops.push(() => metricsServer.close());
+  if (metricsServer) stops.push(() => metricsServer.close());
   const track = <T extends { stop(): Promise<void> }>(handle: T): T => (stops.push(() => handle.stop()), handle);
   const operatorTokenFile = join(dataDir, "operator-token");
   const started: { operatorTokenCreated?: string } = {};
@@ -79,7 +81,7 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
       importedFrom: database.importedFrom,
       operatorTokenCreated: started.operatorTokenCreated,
       operatorTokenFile,
-      metricsUrl: metricsServer.url,
+      metricsUrl: metricsServer?.url ?? "",
       async stop() {
         for (const stop of [...stops].reverse()) await stop();
       },
@@ -103,7 +105,7 @@ async function startServices(
   dataDir: string,
   database: EmbeddedDatabase,
   signals: ReturnType<typeof createLocalSignals>,
-  metrics: Metrics,
+  metrics: Metrics | undefined,
   track: <T extends { stop(): Promise<void> }>(handle: T) => T,
   onOperatorCreated: (secret: string) => Promise<void>,
 ) {
