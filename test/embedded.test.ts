@@ -70,6 +70,8 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
     expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "free" })).toBe(1);
     expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "unknown" })).toBe(0);
     expect(promSample(text, "seraph_jobs_unknown_waiting")).toBe(0);
+    // The instance's own PostgreSQL pool.
+    expect(promSample(text, "seraph_db_pool_connections", { state: "total" })).toBeGreaterThanOrEqual(1);
     expect(promSample(text, "grpc_server_handled_total", { grpc_service: "seraph.jobs.v1.JobsService", grpc_method: "ClaimJob", grpc_code: "OK" })).toBeGreaterThanOrEqual(1);
     expect(promSample(text, "grpc_server_handled_total", { grpc_service: "seraph.api.v1.RepairService", grpc_method: "Approve", grpc_code: "OK" })).toBe(1);
     // Bounded labels: no sample is labelled with an id.

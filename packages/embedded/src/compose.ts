@@ -57,11 +57,11 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
   const dataDir = resolve(o.dataDir);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
-  const database = await openDatabaseOf(o, dataDir);
+  const metrics = o.metrics === false ? undefined : createMetrics();
+  const database = await openDatabaseOf(o, dataDir, metrics);
   const signals = createLocalSignals();
   // Stopped in reverse order on a failed start, so no service or database server outlives it.
   const stops: Array<() => Promise<void>> = [() => database.close(), () => signals.close()];
-  const metrics = o.metrics === false ? undefined : createMetrics();
   const metricsServer = !metrics ? undefined : await startMetricsServer({ host: o.host, port: o.portBase + 9, metrics, log: o.log.child({ service: "metrics" }) }).catch(async (err: unknown) => {
     for (const stop of [...stops].reverse()) await stop().catch(() => undefined);
     throw err;
@@ -93,9 +93,9 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
 }
 
 /** One database for all four services (each is typed to see only its own tables): the given URL, or a PostgreSQL server of its own. */
-async function openDatabaseOf(o: EmbeddedOptions, dataDir: string): Promise<EmbeddedDatabase> {
-  if (!o.databaseUrl) return openEmbeddedDatabase(dataDir, o.log.child({ service: "database" }));
-  const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: o.databaseUrl });
+async function openDatabaseOf(o: EmbeddedOptions, dataDir: string, metrics: Metrics | undefined): Promise<EmbeddedDatabase> {
+  if (!o.databaseUrl) return openEmbeddedDatabase(dataDir, o.log.child({ service: "database" }), metrics);
+  const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: o.databaseUrl }, { metrics });
   return { db, describe: "PostgreSQL (given)", importedFrom: undefined, close: () => db.destroy() };
 }
 
