@@ -17,6 +17,7 @@ import { readPidNamespace } from "../native/pid-namespace.js";
 import type { ProcFs } from "../native/proc-fs.js";
 import { writeFileAtomic } from "../supervisor/atomic-file.js";
 import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
+import { EXIT_NO_SPACE } from "../supervisor/receipt-reserve.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { assertValidSpec } from "../supervisor/spec.js";
 import { connectSupervisor, type ConnectOptions, type SupervisorConnection } from "./connection.js";
@@ -230,7 +231,7 @@ export async function spawnDetached(
       r();
     });
     child.once("exit", (code, signal) => {
-      exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}`;
+      exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}${code === EXIT_NO_SPACE ? ` (no space in ${runDir} for its owner marker and receipt reserve; nothing started)` : ""}`;
       if (child.pid !== undefined) options.onExit?.(child.pid);
       if (child.pid !== undefined) ownChildren.delete(child.pid);
       r();

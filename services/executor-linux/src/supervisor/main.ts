@@ -9,7 +9,8 @@
  *
  * Started by launchSupervisor (detached: own session, stdio ignored). Exit status: 0 once a
  * receipt was written; 64 usage (or not the bundle); 65 invalid spec; 69 facility missing
- * (the pinned runtime included); 70 internal error.
+ * (the pinned runtime included); 70 internal error; 73 no space in the run directory for the
+ * owner marker and the receipt's reserve (before any marker: nothing started).
  */
 import { resolve } from "node:path";
 import { performance } from "node:perf_hooks";
