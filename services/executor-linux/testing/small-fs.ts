@@ -56,8 +56,10 @@ export function mountSmallFs(sizeBytes: number, inodes?: number): SmallFs {
       const path = join(dir, name ?? `filler-${fillers++}`);
       const fd = openSync(path, "a", 0o600);
       try {
-        const chunk = Buffer.alloc(4096, 0x66);
-        while (free() > leaveBytes) writeSync(fd, chunk);
+        const big = Buffer.alloc(1024 * 1024, 0x66);
+        while (free() > leaveBytes + big.length) writeSync(fd, big);
+        const page = big.subarray(0, 4096);
+        while (free() > leaveBytes) writeSync(fd, page);
       } finally {
         closeSync(fd);
       }

@@ -110,8 +110,21 @@ describe.skipIf(skipReason !== undefined)("a supervisor on a full disk", () => {
     const launched = launchSupervisor(spec);
     await expect(launched).rejects.toBeInstanceOf(SupervisorLaunchError);
     await expect(launched).rejects.toThrow(/status 73.*no space/);
+    await expect(launched).rejects.toMatchObject({ noSpace: true });
     expect(existsSync(join(spec.runDir, RunDirFiles.marker))).toBe(false);
     expect(existsSync(join(spec.runDir, "started"))).toBe(false);
+    expect(processesTagged(tag)).toEqual([]);
+  });
+
+  test("full before the launch (0 bytes free): the spec cannot be written, a noSpace launch error, no supervisor started", async () => {
+    const fs = mount(1 * MiB);
+    const tag = newTag();
+    const spec = specOn(fs, "r", { tag, commands: [{ script: "true" }] });
+    fs.fill(0);
+    const launched = launchSupervisor(spec);
+    await expect(launched).rejects.toThrow(`no space in ${spec.runDir} for the supervisor's spec: ENOSPC`);
+    await expect(launched).rejects.toMatchObject({ noSpace: true });
+    expect(readdirSync(spec.runDir)).toEqual([]);
     expect(processesTagged(tag)).toEqual([]);
   });
 });
