@@ -71,3 +71,18 @@ export function mountSmallFs(sizeBytes: number, inodes?: number): SmallFs {
     },
   };
 }
+
+/** The mounts of one test file: `mount` as mountSmallFs, `unmountAll` (from afterAll) unmounts each by its path. */
+export function smallFsPool(): { mount(sizeBytes: number, inodes?: number): SmallFs; unmountAll(): void } {
+  const mounts: SmallFs[] = [];
+  return {
+    mount(sizeBytes, inodes) {
+      const fs = mountSmallFs(sizeBytes, inodes);
+      mounts.push(fs);
+      return fs;
+    },
+    unmountAll() {
+      for (const m of mounts.splice(0)) m.unmount();
+    },
+  };
+}

@@ -5,7 +5,7 @@ import { ExecutionBundleSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, describe, expect, it } from "vitest";
 import { defaultLimits } from "../profile/index.js";
-import { mountSmallFs, smallFsGate, type SmallFs } from "../../testing/small-fs.js";
+import { smallFsGate, smallFsPool } from "../../testing/small-fs.js";
 import type { Ctx } from "./attempt.js";
 import { spaceRefusal } from "./free-space.js";
 
@@ -26,15 +26,8 @@ function ctxOf(dataDir: string, o: { jobRoot?: string; floor?: number } = {}): P
 }
 
 describe.skipIf(noSmallFs !== undefined)("the free-space floor (spaceRefusal) on small tmpfs mounts", () => {
-  const mounts: SmallFs[] = [];
-  const mount = (size: number): SmallFs => {
-    const fs = mountSmallFs(size);
-    mounts.push(fs);
-    return fs;
-  };
-  afterAll(() => {
-    for (const m of mounts) m.unmount();
-  });
+  const { mount, unmountAll } = smallFsPool();
+  afterAll(unmountAll);
 
   it("one filesystem for run directories and staging: the needs add up (16 MiB output + 2 × 1 MiB + the 16 MiB floor = 34 MiB)", async () => {
     const fs = mount(48 * MiB);

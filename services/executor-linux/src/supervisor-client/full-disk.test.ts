@@ -12,7 +12,7 @@ import { RunDirFiles } from "../supervisor/run-dir.js";
 import { readVerifiedJournal } from "./journals.js";
 import { launchSupervisor, SupervisorLaunchError } from "./launch.js";
 import { facilityGate, newTag, processesTagged, removeScenarioRunDirs, scenarioSpec } from "../../testing/supervisor-test-kit.js";
-import { mountSmallFs, smallFsGate, type SmallFs } from "../../testing/small-fs.js";
+import { smallFsGate, smallFsPool, type SmallFs } from "../../testing/small-fs.js";
 
 const skipReason = (await facilityGate()) ?? smallFsGate();
 const KiB = 1024;
@@ -28,20 +28,26 @@ function specOn(fs: SmallFs, name: string, o: Parameters<typeof scenarioSpec>[0]
   return spec;
 }
 
+/** Launches, releases GO, waits for the receipt; the supervisor must then exit. */
+async function goToReceipt(spec: SupervisorSpec) {
+  const handle = await launchSupervisor(spec);
+  const conn = await handle.connect();
+  await conn.go();
+  const receipt = await conn.receipt(true);
+  await conn.close();
+  expect(await handle.waitGone(5000)).toBe(true);
+  return receipt;
+}
+
 /** The receipt the supervisor left on disk (it must decode and equal what it served). */
 function receiptOnDisk(runDir: string) {
   return fromBinary(ReceiptSchema, readFileSync(join(runDir, RunDirFiles.receipt)));
 }
 
 describe.skipIf(skipReason !== undefined)("a supervisor on a full disk", () => {
-  const mounts: SmallFs[] = [];
-  const mount = (size: number): SmallFs => {
-    const fs = mountSmallFs(size);
-    mounts.push(fs);
-    return fs;
-  };
+  const { mount, unmountAll } = smallFsPool();
   afterAll(() => {
-    for (const m of mounts) m.unmount();
+    unmountAll();
     removeScenarioRunDirs();
   });
 
@@ -50,12 +56,7 @@ describe.skipIf(skipReason !== undefined)("a supervisor on a full disk", () => {
     const tag = newTag();
     const spec = specOn(fs, "r", { tag, commands: [{ script: "head -c 3000000 /dev/zero | tr '\\0' a; echo done >&2" }] });
     fs.fill(256 * KiB);
-    const handle = await launchSupervisor(spec);
-    const conn = await handle.connect();
-    await conn.go();
-    const receipt = await conn.receipt(true);
-    await conn.close();
-    expect(await handle.waitGone(5000)).toBe(true);
+    const receipt = await goToReceipt(spec);
     expect(receipt?.outcome, receipt?.message).toBe(Outcome.SUCCEEDED);
     const out = receipt?.commands[0]?.stdout;
     expect(out?.bytes).toBe(3000000n);
@@ -81,12 +82,7 @@ describe.skipIf(skipReason !== undefined)("a supervisor on a full disk", () => {
       tag,
       commands: [{ script: `echo before; head -c 8000000 /dev/zero > "$PWD/fill" 2>/dev/null; [ "$(stat -f -c %a .)" = 0 ] || exit 3; head -c 9000 /dev/zero | tr '\\0' b; echo err >&2` }],
     });
-    const handle = await launchSupervisor(spec);
-    const conn = await handle.connect();
-    await conn.go();
-    const receipt = await conn.receipt(true);
-    await conn.close();
-    expect(await handle.waitGone(5000)).toBe(true);
+    const receipt = await goToReceipt(spec);
     expect(receipt?.outcome, receipt?.message).toBe(Outcome.SUCCEEDED);
     // 9000 bytes need pages the full disk does not have; stderr's journal had none at all.
     expect(receipt?.commands[0]?.stdout).toMatchObject({ storageError: "ENOSPC", bytes: 9007n });

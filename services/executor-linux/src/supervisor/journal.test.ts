@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { mountSmallFs, smallFsGate, type SmallFs } from "../../testing/small-fs.js";
+import { smallFsGate, smallFsPool } from "../../testing/small-fs.js";
 import { OutputBudget, StreamJournal } from "./journal.js";
 import { StorageNotes } from "./storage.js";
 
@@ -117,15 +117,8 @@ describe("StreamJournal", () => {
 const noSmallFs = smallFsGate();
 
 describe.skipIf(noSmallFs !== undefined)("StreamJournal on a full disk (a small tmpfs)", () => {
-  const mounts: SmallFs[] = [];
-  const mount = (size: number, inodes?: number): SmallFs => {
-    const fs = mountSmallFs(size, inodes);
-    mounts.push(fs);
-    return fs;
-  };
-  afterAll(() => {
-    for (const m of mounts) m.unmount();
-  });
+  const { mount, unmountAll } = smallFsPool();
+  afterAll(unmountAll);
   const bytes = (n: number, seed: number): Buffer => Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + seed) % 251));
 
   test("the disk fills during the head: what was written stays, the rest is counted and hashed, not kept, and nothing throws", async () => {

@@ -1,22 +1,15 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { mountSmallFs, smallFsGate, type SmallFs } from "../../testing/small-fs.js";
+import { smallFsGate, smallFsPool } from "../../testing/small-fs.js";
 import { InsufficientSpaceError, ReceiptReserve } from "./receipt-reserve.js";
 import { RunDirFiles } from "./run-dir.js";
 
 const noSmallFs = smallFsGate();
 
 describe.skipIf(noSmallFs !== undefined)("the receipt reserve on a small tmpfs", () => {
-  const mounts: SmallFs[] = [];
-  const mount = (size: number): SmallFs => {
-    const fs = mountSmallFs(size);
-    mounts.push(fs);
-    return fs;
-  };
-  afterAll(() => {
-    for (const m of mounts) m.unmount();
-  });
+  const { mount, unmountAll } = smallFsPool();
+  afterAll(unmountAll);
 
   test("taken before the disk fills, the receipt is written into it with 0 bytes free, atomically, and the rest of the reserve is freed", async () => {
     const fs = mount(256 * 1024);
