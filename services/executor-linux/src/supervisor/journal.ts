@@ -223,7 +223,14 @@ export class StreamJournal {
     this.#finalized = true;
     let tail = this.#tailBytes();
     if (tail.length > 0 && !this.#writeAt(tail, this.#head)) tail = Buffer.alloc(0);
-    if (this.#fd !== undefined && this.#storageError === undefined) ftruncateSync(this.#fd, this.#head + tail.length);
+    try {
+      if (this.#fd !== undefined && this.#storageError === undefined) ftruncateSync(this.#fd, this.#head + tail.length);
+    } catch (err) {
+      const code = storageErrno(err);
+      if (code === undefined) throw err;
+      this.#giveUp(code);
+      tail = Buffer.alloc(0);
+    }
     this.#keptDigest = this.#headHash.copy().update(tail).digest("hex");
     this.#producedDigest = this.#produced.digest("hex");
     this.#ring = undefined;

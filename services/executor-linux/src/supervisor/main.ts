@@ -15,7 +15,7 @@
 import { resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { printFacilityReport, printSource } from "./info-commands.js";
-import { sinceStart } from "./job-start.js";
+import { sinceStart, stderrLine } from "./job-start.js";
 import { runFromSpec } from "./spec-start.js";
 import { warm } from "./warm-start.js";
 
@@ -47,7 +47,8 @@ async function main(args: readonly string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(`supervisor: ${(err as Error)?.stack ?? String(err)}\n`);
+    // supervisor.stderr may be on the full disk too: a line that cannot be written is dropped.
+    stderrLine(`supervisor: ${(err as Error)?.stack ?? String(err)}`);
     process.exit(70);
   },
 );
