@@ -1,6 +1,7 @@
 import { hostname } from "node:os";
 import { bool, int, natsAuth, oneOf, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
 import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
+import { DEFAULT_MIN_FREE_BYTES, MIN_FREE_BYTES_MIN } from "./runner/space-floor.js";
 import { MIN_CPU_MILLICORES, MIN_MEMORY_CEILING_BYTES, MIN_PIDS_CEILING } from "./supervisor/containment.js";
 import {
   defaultContainmentSettings,
@@ -149,6 +150,12 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_JOB_MEMORY_BYTES: ceiling(defaults.memoryBytes, MIN_MEMORY_CEILING_BYTES, 2 ** 50),
     SERAPH_JOB_PIDS: ceiling(defaults.pids, MIN_PIDS_CEILING, 4_194_304),
     SERAPH_JOB_CPU_MILLICORES: ceiling(defaults.cpuMillicores, MIN_CPU_MILLICORES, 1_024_000),
+    /**
+     * Free space (bytes) the job's staging filesystem must have for a job to start; the run
+     * directories' filesystem must also hold the job's output limit + 1 MiB per step (added up
+     * when both are one filesystem). Below it: REJECTED rejected_insufficient_space.
+     */
+    SERAPH_MIN_FREE_BYTES: int(DEFAULT_MIN_FREE_BYTES, MIN_FREE_BYTES_MIN, 2 ** 50),
     /** The machine this node runs on, for repository tenancy across node ids (default: /etc/machine-id; read by hostIdOf). */
     SERAPH_HOST_ID: str(""),
     NATS_URL: str(),

@@ -37,6 +37,7 @@ const executor = await startExecutor({
   supervisorRuntime: config.SERAPH_SUPERVISOR_RUNTIME || undefined,
   warmSupervisors: config.SERAPH_WARM_SUPERVISORS === "on",
   containment: containmentSettingsOf(config),
+  minFreeBytes: config.SERAPH_MIN_FREE_BYTES,
   signals,
   log,
 });

@@ -71,6 +71,8 @@ export interface ExecutorRuntime {
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
   /** Job users and per-job cgroups (default: job users when root, per-slot uids; cgroups off). */
   readonly containment?: ContainmentSettings | undefined;
+  /** Free space a job's staging filesystem must have for it to start (SERAPH_MIN_FREE_BYTES; default 256 MiB). */
+  readonly minFreeBytes?: number | undefined;
 }
 
 /** A running executor node. */

@@ -58,6 +58,8 @@ export interface ExecutionDeps {
   readonly dependencyStore?: (() => Promise<DependencyStore | undefined>) | undefined;
   /** The node's signing key: every result is stored with a signed receipt (absent: none is signed). */
   readonly signingKey?: NodeKey | undefined;
+  /** SERAPH_MIN_FREE_BYTES: free space the staging filesystem needs for a job to start (free-space.ts; default 256 MiB). */
+  readonly minFreeBytes?: number | undefined;
   /** Job users and per-job cgroups: the settings and what the facility probe found (default: none). */
   readonly containment?: { readonly settings: ContainmentSettings; readonly facilities: ContainmentFacilities | undefined } | undefined;
 }

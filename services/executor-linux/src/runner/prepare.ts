@@ -6,6 +6,7 @@ import { admissionRefusal, applyContainment, stageDirFor, stepReserveMs } from "
 import { mark, reason, storeLater, type Ctx } from "./attempt.js";
 import { complete } from "./completion.js";
 import { handStageToJobUser } from "./job-user-staging.js";
+import { spaceRefusal } from "./free-space.js";
 import { beginPreflight, finishedPreflight, recordPreflight, withStagedIdentities } from "./preflight.js";
 import { repositoryDigest, writeRepositoryBefore } from "./repository-check.js";
 import { launchStep, stopEarlyLaunch, type EarlyLaunch } from "./step-launch.js";
@@ -57,6 +58,12 @@ export async function prepareAttempt(ctx: Ctx): Promise<Prepared | undefined> {
     return undefined;
   }
   applyContainment(ctx);
+  // Before anything of the attempt is written: a full disk refuses the job, it does not start it.
+  const noSpace = await spaceRefusal(ctx);
+  if (noSpace !== undefined) {
+    await reject(ctx, p, noSpace.outcome, noSpace.message, noSpace.reasons);
+    return undefined;
+  }
   mark(ctx, "admitted");
   await mkdir(ctx.base, { recursive: true, mode: 0o700 });
   const jobDir = await stageDirFor(ctx);

@@ -45,8 +45,18 @@ export interface StepVerdict {
   readonly next: boolean;
 }
 
-/** Maps a step's receipt to the job's state (conservative: anything unproved is UNKNOWN). */
+/**
+ * Maps a step's receipt to the job's state (conservative: anything unproved is UNKNOWN). Output
+ * the storage refused to keep (a full disk: the receipt's storage_errors) changes no outcome,
+ * as the output limit does not: the outcome message says what was not kept.
+ */
 export function verdictOf(receipt: Receipt, firstStep: boolean, lastStep: boolean): StepVerdict {
+  const v = outcomeOf(receipt, firstStep, lastStep);
+  if (receipt.storageErrors.length === 0 || v.next) return v;
+  return { ...v, message: `${v.message} Not kept (the run directory's storage refused the write): ${receipt.storageErrors.join("; ")}.`.trim().slice(0, 2000) };
+}
+
+function outcomeOf(receipt: Receipt, firstStep: boolean, lastStep: boolean): StepVerdict {
   if (!receipt.echildObserved || receipt.outcome === Outcome.UNKNOWN || receipt.outcome === Outcome.UNSPECIFIED) {
     return { state: JobState.UNKNOWN, outcome: "unknown_cleanup_unproven", message: receipt.message || "the supervisor did not prove cleanup to ECHILD", next: false };
   }

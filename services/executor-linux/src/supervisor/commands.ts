@@ -9,6 +9,7 @@ import type { Logger } from "./log.js";
 import { DescendantLedger, findDescendants, liveOnly } from "./process-tree.js";
 import type { Reaper } from "./reaper.js";
 import { journalFileName } from "./run-dir.js";
+import type { StorageNotes } from "./storage.js";
 import type { Wake } from "./wake.js";
 
 const SIGCHLD = 17;
@@ -26,6 +27,8 @@ export interface CommandRunnerOptions {
   readonly selfPid: number;
   readonly budget: OutputBudget;
   readonly streamLimit: number;
+  /** Where the journals note writes the storage refused. */
+  readonly storage: StorageNotes;
   readonly containment: Containment | undefined;
   /** Backup reap poll while a command runs (ms). */
   readonly reapIntervalMs: number;
@@ -136,8 +139,8 @@ export class CommandRunner {
     if (signalDisposition(proc.readSelfStatus(), SIGCHLD) !== "default") {
       throw new Error("SIGCHLD is no longer at its default disposition in the supervisor");
     }
-    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#o.streamLimit, this.#o.budget);
-    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#o.streamLimit, this.#o.budget);
+    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#o.streamLimit, this.#o.budget, this.#o.storage);
+    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#o.streamLimit, this.#o.budget, this.#o.storage);
     const [outR, outW] = native.pipe();
     const [errR, errW] = native.pipe();
     c.stdout.attach(outR);

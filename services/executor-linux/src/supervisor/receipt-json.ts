@@ -34,6 +34,8 @@ export interface StreamStatsJson {
   readonly tailBytes: number;
   /** Produced bytes dropped between head and tail. */
   readonly elidedBytes: number;
+  /** "" or the errno of the first journal write the storage refused (ENOSPC, EDQUOT, EIO): nothing more was kept. */
+  readonly storageError: string;
 }
 
 /** One command's result as JSON. */
@@ -125,6 +127,8 @@ export interface ReceiptJson {
   readonly controllerLossPolicy: "keep" | "cancel";
   /** The supervisor cancelled because its controller was gone (policy cancel). */
   readonly controllerLost: boolean;
+  /** Every supervisor write the storage refused up to the receipt (journals, log), one line each. */
+  readonly storageErrors: readonly string[];
 }
 
 /** Maps the proto enum to its lowercase JSON name (unspecified → "unknown"). */
@@ -171,6 +175,7 @@ function streamJson(s: StreamStats | undefined): StreamStatsJson {
     headBytes: Number(s?.headBytes ?? 0n),
     tailBytes: Number(s?.tailBytes ?? 0n),
     elidedBytes: Number(s?.elidedBytes ?? 0n),
+    storageError: s?.storageError ?? "",
   };
 }
 
@@ -266,5 +271,6 @@ export function receiptToJson(receipt: Receipt): ReceiptJson {
     fence: String(marker?.fence ?? 0n),
     controllerLossPolicy: receipt.controllerLossPolicy === ControllerLossPolicy.CANCEL ? "cancel" : "keep",
     controllerLost: receipt.controllerLost,
+    storageErrors: [...receipt.storageErrors],
   };
 }
