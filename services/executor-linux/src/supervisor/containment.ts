@@ -8,6 +8,7 @@ import {
   type SupervisorSpec,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Logger } from "./log.js";
+import { clampText, MAX_INTERFACE_NAME_CHARS, MAX_NETWORK_INTERFACES, MAX_NETWORK_NAMESPACE_CHARS } from "./receipt-bound.js";
 import { DEFAULT_CGROUP_FS_ROOT, JobCgroup, detectCgroupLayout, type CgroupCounters } from "../native/cgroup.js";
 import { createNetworkNamespaceCalls } from "../native/libc.js";
 import type { NetworkNamespaceCalls, SpawnRequest, SpawnResult } from "../native/native-system.js";
@@ -280,8 +281,8 @@ export class Containment {
       cgroupsRemoved: this.#removed,
       problem: this.#problem,
       networkIsolated: this.#network !== undefined,
-      networkNamespace: this.#network?.namespace ?? "",
-      networkInterfaces: [...(this.#network?.interfaces ?? [])],
+      networkNamespace: clampText(this.#network?.namespace ?? "", MAX_NETWORK_NAMESPACE_CHARS),
+      networkInterfaces: (this.#network?.interfaces ?? []).slice(0, MAX_NETWORK_INTERFACES).map((i) => clampText(i, MAX_INTERFACE_NAME_CHARS)),
     });
   }
 

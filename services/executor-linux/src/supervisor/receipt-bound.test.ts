@@ -67,7 +67,7 @@ describe("the receipt's size bound (the space reserved before GO)", () => {
     expect(names(CleanupStatsSchema)).toEqual(["descendants_found", "signalled_term", "signalled_kill", "reaped", "identity_refusals", "echild_observed", "cleanup_ms", "rounds"]);
     expect(names(ContainmentReportSchema)).toEqual([
       "job_user", "cgroup_path", "cgroup_layout", "enforced", "ceilings", "cgroup_kill_used", "populated_zero_observed", "oom_kills", "pid_limit_hits",
-      "memory_limit_hits", "memory_peak_bytes", "cgroups_removed", "problem",
+      "memory_limit_hits", "memory_peak_bytes", "cgroups_removed", "problem", "network_isolated", "network_namespace", "network_interfaces",
     ]);
   });
 

@@ -26,6 +26,12 @@ export const MAX_RECEIPT_MESSAGE_CHARS = 2000;
 export const MAX_RECEIPT_REASON_CHARS = 64;
 /** Longest containment problem. */
 export const MAX_CONTAINMENT_PROBLEM_CHARS = 500;
+/** Longest network namespace link recorded ("net:[4026532512]"). */
+export const MAX_NETWORK_NAMESPACE_CHARS = 32;
+/** Most interfaces recorded for the job's namespace (a new one has only lo). */
+export const MAX_NETWORK_INTERFACES = 16;
+/** Longest interface name (IFNAMSIZ - 1). */
+export const MAX_INTERFACE_NAME_CHARS = 15;
 /** Longest signal name (SIGVTALRM, or SIG<n> for an unnamed one). */
 const MAX_SIGNAL_CHARS = 16;
 /** Longest storage errno name (ENOSPC, EDQUOT, EIO). */
@@ -115,6 +121,9 @@ function worstCase(t: Receipt, fill: string): Receipt {
             memoryPeakBytes: U64,
             cgroupsRemoved: true,
             problem: text(MAX_CONTAINMENT_PROBLEM_CHARS),
+            networkIsolated: true,
+            networkNamespace: text(MAX_NETWORK_NAMESPACE_CHARS),
+            networkInterfaces: Array.from({ length: MAX_NETWORK_INTERFACES }, () => text(MAX_INTERFACE_NAME_CHARS)),
           }),
     controllerLossPolicy: Math.max(...Object.values(ControllerLossPolicy).filter((v): v is number => typeof v === "number")) as ControllerLossPolicy,
     controllerLost: true,
