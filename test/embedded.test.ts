@@ -83,6 +83,11 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
       if (m[2] === "histogram") for (const suffix of ["_bucket", "_sum", "_count"]) exported.add(`${m[1]}${suffix}`);
     }
     const dashboard = JSON.parse(readFileSync(fileURLToPath(new URL("../deploy/grafana/seraph-dashboard.json", import.meta.url)), "utf8")) as { panels: { title: string; targets: { expr: string }[] }[] };
+    // Cluster-only series (embedded mode has no NATS connection): checked by kit's metrics test.
+    for (const name of ["seraph_nats_connected", "seraph_nats_reconnects_total"]) {
+      expect(exported.has(name), `${name} is not exported without NATS`).toBe(false);
+      exported.add(name);
+    }
     const asked = dashboard.panels.flatMap((panel) => panel.targets.flatMap((t) => [...t.expr.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)[{[]/g)].map((m) => `${panel.title}: ${m[1]}`)));
     expect(asked.length).toBeGreaterThanOrEqual(dashboard.panels.length);
     expect(asked.filter((a) => !exported.has(a.split(": ")[1]!))).toEqual([]);

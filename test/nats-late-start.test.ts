@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect, errors, type NatsConnection } from "@nats-io/transport-node";
 import { createNatsSignals, createRootLogger, type Signals } from "@seraph/kit";
-import { createTestDatabase } from "@seraph/kit/testing";
+import { createTestDatabase, promSample } from "@seraph/kit/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawnService, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { startTestNats, type TestNatsServer } from "./harness/nats-server.js";
@@ -78,9 +78,9 @@ describe("a service started while NATS is down", () => {
 
   it("jobs and api processes reach SERVING with NATS down; once it is up, the API's NATS operator service answers $SRV.PING", async () => {
     await nats.stop();
-    const [jg, jh, ag, ah] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+    const [jg, jh, ag, ah, jm] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
     const common = { DATABASE_URL: db.url, SERAPH_INTERNAL_TOKEN: "t".repeat(64) };
-    const jobs = spawnService("jobs", "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg!, jh!);
+    const jobs = spawnService("jobs", "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}`, SERAPH_JOBS_METRICS_PORT: `${jm}` }, dir, jg!, jh!);
     processes.push(jobs);
     const api = spawnService(
       "api",
@@ -92,7 +92,11 @@ describe("a service started while NATS is down", () => {
     );
     processes.push(api);
     await Promise.all([waitServing(jobs), waitServing(api)]);
+    // The jobs process's /metrics says NATS is down, then up (cluster mode's NATS series).
+    const natsConnected = async () => promSample(await (await fetch(`http://127.0.0.1:${jm}/metrics`)).text(), "seraph_nats_connected");
+    expect(await natsConnected()).toBe(0);
     await nats.start();
+    expect(await until(async () => (await natsConnected()) === 1, 20_000)).toBe(true);
     const ops = await connect({ servers: nats.url, user: nats.users.ops.user, pass: nats.users.ops.password });
     conns.push(ops);
     const answered = await until(async () => {

@@ -70,6 +70,8 @@ describe("process metrics", () => {
   });
 
   it("tracks the NATS connection and pool connections it is told of", async () => {
+    // No NATS series until the process has a connection (embedded mode never does).
+    expect(await scrape()).not.toContain("seraph_nats_");
     metrics.natsStatus("connect");
     metrics.natsStatus("disconnect");
     metrics.natsStatus("reconnect");

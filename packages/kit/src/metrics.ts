@@ -45,8 +45,13 @@ export function createMetrics(): Metrics {
   const started = new Counter({ name: "grpc_server_started_total", help: "RPCs started on the server.", labelNames, registers: [registry] });
   const handled = new Counter({ name: "grpc_server_handled_total", help: "RPCs completed on the server, by status code.", labelNames: [...labelNames, "grpc_code"], registers: [registry] });
   const seconds = new Histogram({ name: "grpc_server_handling_seconds", help: "Time from an RPC's start to its answer (unary) or its end (streams).", labelNames, buckets: RPC_SECONDS_BUCKETS, registers: [registry] });
-  const natsConnected = new Gauge({ name: "seraph_nats_connected", help: "1 while the NATS connection is up, 0 while it is down or reconnecting.", registers: [registry] });
-  const natsReconnects = new Counter({ name: "seraph_nats_reconnects_total", help: "NATS reconnections after a lost connection.", registers: [registry] });
+  // Only a process that has a NATS connection exports these (embedded mode has none).
+  let nats: { connected: Gauge; reconnects: Counter } | undefined;
+  const natsMetrics = () =>
+    (nats ??= {
+      connected: new Gauge({ name: "seraph_nats_connected", help: "1 while the NATS connection is up, 0 while it is down or reconnecting.", registers: [registry] }),
+      reconnects: new Counter({ name: "seraph_nats_reconnects_total", help: "NATS reconnections after a lost connection.", registers: [registry] }),
+    });
   const pools = new Set<PoolCounts>();
   new Gauge({
     name: "seraph_db_pool_connections",
@@ -101,11 +106,12 @@ export function createMetrics(): Metrics {
     metric,
     observePool: (pool) => void pools.add(pool),
     natsStatus(type) {
-      if (type === "connect") natsConnected.set(1);
+      const m = natsMetrics();
+      if (type === "connect") m.connected.set(1);
       else if (type === "reconnect") {
-        natsReconnects.inc();
-        natsConnected.set(1);
-      } else if (type === "disconnect" || type === "close") natsConnected.set(0);
+        m.reconnects.inc();
+        m.connected.set(1);
+      } else if (type === "disconnect" || type === "close") m.connected.set(0);
     },
   };
 }

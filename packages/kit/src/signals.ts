@@ -112,6 +112,7 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
   } catch (err) {
     if (!isUnreachable(err)) throw err;
     log.warn({ err, url }, "NATS is unreachable: starting on polling alone, connecting in the background");
+    options.metrics?.natsStatus("disconnect");
   }
   const deferred = createDeferredSignals();
   const waiting: ((nc: NatsConnection) => void)[] = [];
