@@ -8,6 +8,7 @@ import type { RepairDeps } from "./repair-deps.js";
 import { jobSubject } from "./repair-events.js";
 import { fetchJob, FINAL_JOB_STATES, ownedRepair } from "./repair-read.js";
 import { waitFor } from "./repair-watch.js";
+import { listApprovals } from "./repair.repository.js";
 
 /** Largest data of one StreamOutput message. */
 const OUTPUT_CHUNK = 256 * 1024;
@@ -18,12 +19,16 @@ const LIVE_JOB_STATES: ReadonlySet<JobState> = new Set([JobState.RESERVED, JobSt
 
 type OutputMessage = MessageInitShape<typeof StreamOutputResponseSchema>;
 
-/** ReadArtifact: one artifact of the repair's own job, as the jobs service stored it (anything else is NOT_FOUND). */
+/**
+ * ReadArtifact: one artifact of one of the repair's own jobs (any attempt's), as the jobs service
+ * stored it (anything else is NOT_FOUND).
+ */
 export async function readArtifact(deps: RepairDeps, req: ReadArtifactRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ReadArtifactResponseSchema>> {
   const p = requirePrincipal(ctx);
   const row = await ownedRepair(deps, p, req.repairId);
-  const job = await fetchJob(deps, row.job_id);
-  if (!job || !job.artifacts.some((a) => a.id === req.artifactId)) throw new NotFoundError("artifact", req.artifactId);
+  const ids = [row.job_id, ...(await listApprovals(deps.db, row.id)).map((a) => a.job_id)].filter((id): id is string => id !== null);
+  const jobs = await Promise.all([...new Set(ids)].map((id) => fetchJob(deps, id)));
+  if (!jobs.some((job) => job?.artifacts.some((a) => a.id === req.artifactId))) throw new NotFoundError("artifact", req.artifactId);
   const res = await deps.jobs.readArtifact({ artifactId: req.artifactId }, { timeoutMs: 60_000 });
   return { artifact: res.artifact, content: res.content };
 }
