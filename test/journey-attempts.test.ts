@@ -124,6 +124,11 @@ describe("repair attempts journey (CLI, real stack)", () => {
       [1, 0],
     ]);
     expect((await seraph(["repair", "results", id, "--attempt", "2"])).out).toContain(`RESULTS of repair ${id}, attempt 2`);
+    // Each attempt keeps its job's output too.
+    expect((await ok(["repair", "logs", id, "--attempt", "2", "--step", "test"])).out).toContain("8 !== 2");
+    expect((await ok(["repair", "logs", id, "--step", "test"])).out).not.toContain("8 !== 2");
+    const noLogs = await seraph(["repair", "logs", id, "--attempt", "9", "--step", "test"]);
+    expect([noLogs.code, noLogs.err]).toEqual([1, expect.stringContaining("(no_such_attempt)")]);
     const noSuch = await seraph(["repair", "results", id, "--attempt", "4"]);
     expect(noSuch.code).toBe(1);
     expect(noSuch.err).toContain("(no_such_attempt)");
