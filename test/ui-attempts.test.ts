@@ -136,7 +136,13 @@ describe.skipIf(!haveChromium)("browser UI: attempts of a repair", () => {
     const second = page.getByTestId("proposal").filter({ hasText: "— attempt 2 —" });
     await second.waitFor({ timeout: 15_000 });
     // The first attempt's proposal stays shown, marked earlier; it is not approvable now.
-    expect(await page.getByTestId("proposal").filter({ hasText: "— attempt 1 (earlier) —" }).count()).toBe(1);
+    const earlier = page.getByTestId("proposal").filter({ hasText: "— attempt 1 (earlier) —" });
+    expect(await earlier.count()).toBe(1);
+    // Its document (as approved) is readable, and Approve is withheld: that approval ran once.
+    await earlier.getByRole("button", { name: "Show the approval document" }).click();
+    await waitText(page, "approve-withheld", /this is attempt 1's document; the repair is at attempt 2/);
+    expect(await page.getByRole("button", { name: /^Approve exactly this document/ }).isDisabled()).toBe(true);
+    await page.getByRole("tab", { name: /^Consent & proposal/ }).click();
     await second.getByRole("button", { name: "Show the approval document" }).click();
     await page.getByTestId("isolation-claim").waitFor({ timeout: 10_000 });
     const approveButton = page.getByRole("button", { name: /^Approve exactly this document/ });
