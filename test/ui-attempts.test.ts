@@ -160,6 +160,13 @@ describe.skipIf(!haveChromium)("browser UI: attempts of a repair", () => {
       [2, JobState.SUCCEEDED],
     ]);
     expect(r.attempts[0]!.approval!.id).not.toBe(r.attempts[1]!.approval!.id);
+    // Each attempt keeps its results: the Test results tab reads the one chosen.
+    await page.getByRole("tab", { name: /^Test results/ }).click();
+    await waitText(page, "results-run-patched", new RegExp(`Patched run \\(attempt 2\\)[\\s\\S]*job ${r.attempts[1]!.jobId.slice(0, 8)}`));
+    await page.getByLabel("Attempt", { exact: true }).selectOption("1");
+    await waitText(page, "results-run-patched", new RegExp(`job ${r.attempts[0]!.jobId.slice(0, 8)} — failed`, "i"));
+    await expectAccessible(page, "results of attempt 1");
+    await page.getByRole("tab", { name: /^Attempts/ }).click();
     await page.screenshot({ path: join(SCREENSHOTS, "attempts-1280x800.png"), fullPage: false });
     await expectAccessible(page, "attempts: failed then succeeded");
     await page.setViewportSize({ width: 390, height: 844 });
