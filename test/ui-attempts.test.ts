@@ -1,7 +1,5 @@
 /// <reference lib="dom" />
 import { spawnSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { startEmbedded, type Embedded } from "@seraph/embedded";
 import { createRootLogger } from "@seraph/kit";
 import { createTestDatabase } from "@seraph/kit/testing";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
@@ -18,6 +16,7 @@ import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ADD_BUGGY, createJsTestProject, fixAddPatch, fixturePatch, pinnedNodeForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
+import { expectAccessible, haveChromium, launchBrowser, waitText } from "./harness/browser.js";
 import { freeEmbeddedPortBase } from "./harness/ports.js";
 
 // The browser UI's attempts (issue 26): a repair whose first run failed lists its attempts with
@@ -26,28 +25,11 @@ import { freeEmbeddedPortBase } from "./harness/ports.js";
 // repair form with the repair's inputs. Embedded composition in this process on real PostgreSQL,
 // Debian's Chromium driven by playwright-core, axe-core over every state shown.
 
-const CHROMIUM = process.env["SERAPH_TEST_CHROMIUM"] ?? "/usr/bin/chromium";
 const repoRoot = fileURLToPath(new URL("..", import.meta.url));
 const SCREENSHOTS = process.env["SERAPH_UI_SCREENSHOT_DIR"] ?? join(repoRoot, "test", "screenshots");
-const AXE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 const MATH = `export function add(a, b) {\n${ADD_BUGGY}\n}\n`;
 
-async function expectAccessible(page: Page, state: string): Promise<void> {
-  if (!(await page.evaluate("typeof window.axe === 'object'"))) await page.evaluate(AXE);
-  const violations = (await page.evaluate("window.axe.run(document, { resultTypes: ['violations'] }).then((r) => r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ') + ' :: ' + n.failureSummary) })))")) as unknown[];
-  expect(violations, `axe violations in state "${state}":\n${JSON.stringify(violations, null, 2)}`).toEqual([]);
-}
-
-async function waitText(page: Page, testId: string, text: RegExp | string, timeout = 20_000): Promise<void> {
-  await expect.poll(async () => (await page.getByTestId(testId).first().textContent()) ?? "", { timeout, interval: 200 }).toMatch(text);
-}
-
-const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium && process.env["CI"] === "true") {
-  throw new Error(`${CHROMIUM} is missing: CI must install Chromium for the browser tests (apt-get install -y chromium)`);
-}
-
-describe.skipIf(!haveChromium)("browser UI: attempts of a repair", () => {
+describe.skipIf(!haveChromium())("browser UI: attempts of a repair", () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>> | undefined;
   let dataDir = "";
   let reposDir = "";
@@ -57,6 +39,7 @@ describe.skipIf(!haveChromium)("browser UI: attempts of a repair", () => {
   let page: Page;
   let baseUrl = "";
   let token = "";
+  let transport: ReturnType<typeof createConnectTransport>;
   let repairs: Client<typeof RepairService>;
   const fixtures: FixtureRepo[] = [];
   const pageErrors: string[] = [];
@@ -74,22 +57,12 @@ describe.skipIf(!haveChromium)("browser UI: attempts of a repair", () => {
     embedded = await startEmbedded({ dataDir, portBase, host: "127.0.0.1", repositoryRoots: [reposDir], nodeId: "ui-attempts-node", log: createRootLogger({ name: "ui-attempts", level: "warn" }), databaseUrl: db.url });
     token = embedded.operatorTokenCreated ?? "";
     baseUrl = `http://127.0.0.1:${portBase + 80}`;
-    const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [(next) => (req) => { req.header.set("authorization", `Bearer ${token}`); return next(req); }] });
+    transport = createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [(next) => (req) => { req.header.set("authorization", `Bearer ${token}`); return next(req); }] });
     repairs = createClient(RepairService, transport);
     const settings = createClient(SettingsService, transport);
     const current = (await settings.getSandboxSettings({})).settings!;
     await settings.updateSandboxSettings({ expectedRevision: current.revision, settings: { ...current, profile: "repo-node24-npm-v1", runtimePath: node, enabled: true, repositoryRoots: [reposDir] } });
-    context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-      viewport: { width: 1280, height: 800 },
-    });
-    page = context.pages()[0] ?? (await context.newPage());
-    page.on("pageerror", (e) => pageErrors.push(`${e.message}\n${e.stack ?? ""}`));
-    page.on("console", (m) => {
-      if (m.type() === "error" && !/Failed to load resource/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
-    });
+    ({ context, page } = await launchBrowser(userDataDir, pageErrors));
     await mkdir(SCREENSHOTS, { recursive: true });
   }, 90_000);
 
@@ -103,7 +76,6 @@ describe.skipIf(!haveChromium)("browser UI: attempts of a repair", () => {
   });
 
   it("lists a failed attempt, proposes another patch as attempt 2 with its own approval and job, and starts a new repair from this one", async () => {
-    const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [(next) => (req) => { req.header.set("authorization", `Bearer ${token}`); return next(req); }] });
     const [goals, repos] = [createClient(GoalService, transport), createClient(RepositoryService, transport)];
     const fixture = await createJsTestProject({ parent: reposDir, failing: true });
     fixtures.push(fixture);
