@@ -161,14 +161,15 @@ async function approvableDocument(deps: RepairDeps, row: RepairRow, documentSha2
     throw new FailedPreconditionError("document_mismatch", `No approval document with SHA-256 ${documentSha256} was issued for repair ${row.id}; fetch the document again and approve the hash it shows.`, { field: "document_sha256" });
   }
   const doc: ApprovalDocument = fromBinary(ApprovalDocumentSchema, docRow.document);
+  const proposalRow = await findProposal(deps.db, row.id, doc.proposalId);
+  // An earlier attempt's document is refused as that, whether or not it has expired since.
+  if (proposalRow) requireCurrentAttempt(row, proposalRow.attempt, proposalRow.id, "document_sha256");
   requireIssued(deps, doc, docRow.expires_at, documentSha256, "approval ");
   requireForward(row);
   if (row.state !== "proposed") throw new FailedPreconditionError("not_proposed", `Repair ${row.id} has no valid proposal to approve.`);
-  const proposalRow = await findProposal(deps.db, row.id, doc.proposalId);
   if (!proposalRow || !proposalRow.valid || proposalRow.diff_sha256 !== doc.proposalSha256) {
     throw new FailedPreconditionError("proposal_invalid", "The document's proposal is not a valid proposal of this repair.", { field: "document_sha256" });
   }
-  requireCurrentAttempt(row, proposalRow.attempt, proposalRow.id, "document_sha256");
   return { doc, docRow };
 }
 

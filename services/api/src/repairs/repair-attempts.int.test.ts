@@ -57,7 +57,12 @@ describe("RepairService: attempts (in-memory transport, real PostgreSQL, fake jo
     expect(oldDoc.documentSha256).toBe(a.document.documentSha256);
     const snapshot = await h.rows(...TABLES);
     await expectRefused(alice.c.repairs.approve({ repairId: a.repair.id, documentSha256: a.document.documentSha256 }), Code.FailedPrecondition, "proposal_not_current", "document_sha256");
-    expect(await h.rows(...TABLES)).toEqual(snapshot);
+    // Also once it has expired: the reason is that it is an earlier attempt's, not its age.
+    await h.db.updateTable("approval_documents").set({ expires_at: new Date(Date.now() - 1000) }).where("repair_id", "=", a.repair.id).execute();
+    await expectRefused(alice.c.repairs.approve({ repairId: a.repair.id, documentSha256: a.document.documentSha256 }), Code.FailedPrecondition, "proposal_not_current", "document_sha256");
+    const expired = await h.rows(...TABLES);
+    expect(expired.repairs).toEqual(snapshot.repairs);
+    expect(expired.approvals).toEqual(snapshot.approvals);
 
     const doc2 = (await alice.c.repairs.getApprovalDocument({ repairId: a.repair.id, proposalId: second.proposal!.id })).document!;
     expect(doc2.documentSha256).not.toBe(a.document.documentSha256);
