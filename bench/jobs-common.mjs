@@ -4,6 +4,12 @@ import { existsSync, realpathSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { root } from "./supervisor-common.mjs";
 
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+
 export { fmt, loadAverages, machine, median, percentile, root, sleep } from "./supervisor-common.mjs";
 
 /** Imports a compiled module under the repository root, failing clearly when it was not built. */
@@ -115,3 +121,56 @@ export async function stopProcess(child, graceMs = 10_000) {
   await exited;
   clearTimeout(t);
 }
+
+/** The public API clients of an instance, as `token`. */
+export function apiClients(apiUrl, token) {
+  const bearer = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+  const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer] });
+  return {
+    goals: createClient(GoalService, transport),
+    repos: createClient(RepositoryService, transport),
+    settings: createClient(SettingsService, transport),
+    repairs: createClient(RepairService, transport),
+  };
+}
+
+/** One approved repair through the API; resolves the timings of its job. */
+export async function oneJob(fixtures, c, parent, suite, ahead) {
+  const repo = ahead ?? (await fixtures.createJsTestProject({ parent, failing: true, git: false, ...suite.options }));
+  const { goal } = await c.goals.createGoal({ title: "bench", objective: "add adds" });
+  const { repository } = await c.repos.registerRepository({ path: repo.dir });
+  const { repair } = await c.repairs.createRepair({
+    goalId: goal.id,
+    goalRevision: 1,
+    repositoryId: repository.id,
+    sourcePaths: ["src", "test"],
+    allowedPatchPaths: ["src"],
+    acceptanceCriteria: "tests pass",
+    selection: "npm test",
+  });
+  const proposed = await c.repairs.proposePatch({ repairId: repair.id, route: { case: "manualDiff", value: fixtures.fixAddPatch("js") } });
+  const { document } = await c.repairs.getApprovalDocument({ repairId: repair.id, proposalId: proposed.proposal.id });
+  const t0 = Date.now();
+  const p0 = performance.now();
+  await c.repairs.approve({ repairId: repair.id, documentSha256: document.documentSha256 });
+  const approvedAt = Date.now();
+  let job;
+  for (;;) {
+    job = (await c.repairs.getRepair({ repairId: repair.id })).repair?.job;
+    if (job && TERMINAL.has(job.state)) break;
+    // Slow polling: the observer must not load the services it measures (SUCCEEDED is timed by
+    // the job's own completion time, below, not by when this loop sees it).
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  const seen = performance.now() - p0;
+  const done = Number(job.updatedUnixMs) - t0;
+  if (job.state !== 6) throw new Error(`job ended ${job.state} ${job.outcome}: ${job.outcomeMessage}`);
+  const started = Number(job.receipt?.commands?.[0]?.startedUnixMs ?? 0n);
+  const ended = Number(job.receipt?.commands?.[0]?.endedUnixMs ?? 0n);
+  await repo.cleanup();
+  return { suite: suite.name, jobId: job.id, t0, approvedMs: approvedAt - t0, startMs: started - t0, exitMs: ended - t0, totalMs: done, seenMs: seen, commandMs: ended - started };
+}
+

@@ -22,12 +22,8 @@ import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
-import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
-import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
-import { fmt, freePort, importBuilt, importTesting, loadAverages, machine, median, percentile, spawnService, stopProcess, TERMINAL, timeBare, waitServing } from "./jobs-common.mjs";
+import { SandboxBackend } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { apiClients as clients, fmt, freePort, importBuilt, importTesting, loadAverages, machine, median, oneJob, percentile, spawnService, stopProcess, timeBare, waitServing } from "./jobs-common.mjs";
 
 const N = Number(process.argv[2] ?? 8);
 const fixtures = await importTesting("services/executor-linux/testing/index.ts");
@@ -41,20 +37,6 @@ const node = await fixtures.pinnedNodeForTests({ CI: "true" });
 
 function newIdHex() {
   return randomBytes(32).toString("hex");
-}
-
-function clients(apiUrl, token) {
-  const bearer = (next) => (req) => {
-    req.header.set("authorization", `Bearer ${token}`);
-    return next(req);
-  };
-  const transport = createGrpcTransport({ baseUrl: apiUrl, interceptors: [bearer] });
-  return {
-    goals: createClient(GoalService, transport),
-    repos: createClient(RepositoryService, transport),
-    settings: createClient(SettingsService, transport),
-    repairs: createClient(RepairService, transport),
-  };
 }
 
 /**
@@ -85,43 +67,6 @@ async function repositoriesAhead(parent, suites) {
   return made;
 }
 
-/** One approved repair through the API; resolves the timings of its job. */
-async function oneJob(c, parent, suite, ahead) {
-  const repo = ahead ?? (await fixtures.createJsTestProject({ parent, failing: true, git: false, ...suite.options }));
-  const { goal } = await c.goals.createGoal({ title: "bench", objective: "add adds" });
-  const { repository } = await c.repos.registerRepository({ path: repo.dir });
-  const { repair } = await c.repairs.createRepair({
-    goalId: goal.id,
-    goalRevision: 1,
-    repositoryId: repository.id,
-    sourcePaths: ["src", "test"],
-    allowedPatchPaths: ["src"],
-    acceptanceCriteria: "tests pass",
-    selection: "npm test",
-  });
-  const proposed = await c.repairs.proposePatch({ repairId: repair.id, route: { case: "manualDiff", value: fixtures.fixAddPatch("js") } });
-  const { document } = await c.repairs.getApprovalDocument({ repairId: repair.id, proposalId: proposed.proposal.id });
-  const t0 = Date.now();
-  const p0 = performance.now();
-  await c.repairs.approve({ repairId: repair.id, documentSha256: document.documentSha256 });
-  const approvedAt = Date.now();
-  let job;
-  for (;;) {
-    job = (await c.repairs.getRepair({ repairId: repair.id })).repair?.job;
-    if (job && TERMINAL.has(job.state)) break;
-    // Slow polling: the observer must not load the services it measures (SUCCEEDED is timed by
-    // the job's own completion time, below, not by when this loop sees it).
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  const seen = performance.now() - p0;
-  const done = Number(job.updatedUnixMs) - t0;
-  if (job.state !== 6) throw new Error(`job ended ${job.state} ${job.outcome}: ${job.outcomeMessage}`);
-  const started = Number(job.receipt?.commands?.[0]?.startedUnixMs ?? 0n);
-  const ended = Number(job.receipt?.commands?.[0]?.endedUnixMs ?? 0n);
-  await repo.cleanup();
-  return { suite: suite.name, jobId: job.id, t0, approvedMs: approvedAt - t0, startMs: started - t0, exitMs: ended - t0, totalMs: done, seenMs: seen, commandMs: ended - started };
-}
-
 async function measure(label, apiUrl, token, parent) {
   const c = clients(apiUrl, token);
   await c.settings.updateSandboxSettings({
@@ -132,14 +77,14 @@ async function measure(label, apiUrl, token, parent) {
   const ahead = await repositoriesAhead(parent, planned);
   let next = 0;
   const take = () => ahead?.[next++]?.repo;
-  await oneJob(c, parent, SUITES[0], take()); // warm-up (module caches, first supervisor)
+  await oneJob(fixtures, c, parent, SUITES[0], take()); // warm-up (module caches, first supervisor)
   const runs = [];
   const bareHere = new Map(SUITES.map((s) => [s.name, []]));
   // Suites interleaved, so load changes hit them alike; after each job its command once bare,
   // so the ratio's baseline saw the same load as the jobs of this mode.
   for (let i = 0; i < N; i++) {
     for (const suite of SUITES) {
-      runs.push(await oneJob(c, parent, suite, take()));
+      runs.push(await oneJob(fixtures, c, parent, suite, take()));
       bareHere.get(suite.name).push(await timeBare(bareArgv.get(suite.name), bareStage.get(suite.name).packageDir, bareStage.get(suite.name).env));
     }
   }

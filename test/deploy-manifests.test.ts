@@ -240,7 +240,7 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
     }
   });
 
-  it("every Seraph server listens on 0.0.0.0 at exactly its declared container ports (grpc, http)", () => {
+  it("every Seraph server listens on 0.0.0.0 at exactly its declared container ports (grpc, http, metrics), and its pod's scrape annotations name the metrics port", () => {
     const objs = withPlatform(overlay);
     let servers = 0;
     for (const w of workloads(objs).filter((x) => containersOf(x).some(isSeraph))) {
@@ -256,7 +256,11 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
         expect(cfg[key("_HOST")!], `${where} ${key("_HOST")}`).toBe("0.0.0.0");
         expect(cfg[key("_GRPC_PORT")!], `${where} ${key("_GRPC_PORT")}`).toBe(portOf(c, "grpc"));
         expect(cfg[key("_HTTP_PORT")!], `${where} ${key("_HTTP_PORT")}`).toBe(portOf(c, "http"));
-        expect((c.ports as any[]).map((p) => p.name).sort(), where).toEqual(["grpc", "http"]);
+        expect(cfg[key("_METRICS_PORT")!], `${where} ${key("_METRICS_PORT")}`).toBe(portOf(c, "metrics"));
+        expect((c.ports as any[]).map((p) => p.name).sort(), where).toEqual(["grpc", "http", "metrics"]);
+        // Prometheus's pod annotations name the same port.
+        const annotations = w["spec"].template.metadata.annotations ?? {};
+        expect([annotations["prometheus.io/scrape"], annotations["prometheus.io/port"], annotations["prometheus.io/path"]], `${where} scrape annotations`).toEqual(["true", String(portOf(c, "metrics")), "/metrics"]);
       }
     }
     expect(servers).toBe(4);
@@ -270,7 +274,7 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
         (p) =>
           selectedBy(objs, p["spec"].podSelector).includes(callee) &&
           (p["spec"].ingress ?? []).some(
-            (r: any) => (r.from === undefined || r.from.some((f: any) => selectedBy(objs, f.podSelector).includes(caller))) && (r.ports ?? []).some((rp: any) => rp.port === port),
+            (r: any) => (r.from === undefined || r.from.some((f: any) => f.podSelector !== undefined && selectedBy(objs, f.podSelector).includes(caller))) && (r.ports ?? []).some((rp: any) => rp.port === port),
           ),
       );
     const edges: string[] = [];
@@ -322,6 +326,8 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
       expect(targets.length, `${p.metadata.name} selects pods`).toBeGreaterThan(0);
       for (const r of p["spec"].ingress ?? []) {
         for (const f of r.from ?? []) {
+          // The one rule from outside the namespace: Prometheus's, checked below.
+          if (f.namespaceSelector !== undefined) continue;
           const sources = selectedBy(objs, f.podSelector);
           const wanted = f.podSelector.matchLabels?.app ? [f.podSelector.matchLabels.app] : f.podSelector.matchExpressions[0].values;
           expect(sources.map((x) => x.metadata.name).sort(), `${p.metadata.name}: every source it names exists`).toEqual([...wanted].sort());
@@ -389,7 +395,19 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
     expect(sourcesOf("seraph-ui-gateway")).toEqual(["*"]);
     expect(sourcesOf("seraph-jobs")).toEqual(["seraph-api,seraph-executor"]);
     expect(sourcesOf("seraph-executor")).toEqual(["seraph-api"]);
-    for (const p of policies) for (const r of p["spec"].ingress ?? []) for (const f of r.from ?? []) expect(f.namespaceSelector ?? f.ipBlock, `${p.metadata.name} stays in the namespace`).toBeUndefined();
+    // Only Prometheus comes from outside the namespace, and only to the metrics ports.
+    const metricsPorts = workloads(objs()).flatMap((w) => containersOf(w).map((c) => portOf(c, "metrics")).filter((x) => x !== undefined));
+    expect(metricsPorts.sort()).toEqual([7409, 7419, 7429, 7439]);
+    for (const p of policies) {
+      for (const r of p["spec"].ingress ?? []) {
+        for (const f of r.from ?? []) {
+          expect(f.ipBlock, `${p.metadata.name}: no ipBlock`).toBeUndefined();
+          if (f.namespaceSelector === undefined) continue;
+          expect([p.metadata.name, f.namespaceSelector, f.podSelector], `${p.metadata.name}: only the metrics policy admits another namespace`).toEqual(["seraph-metrics-ingress", { matchLabels: { "kubernetes.io/metadata.name": "monitoring" } }, undefined]);
+          expect((r.ports as any[]).map((rp) => rp.port), `${p.metadata.name}: the metrics port only`).toEqual(["metrics"]);
+        }
+      }
+    }
     if (overlay === "dev") {
       expect(sourcesOf("seraph-postgres")).toEqual(["seraph-api,seraph-jobs"]);
       expect(sourcesOf("seraph-nats")).toEqual(["seraph-api,seraph-executor,seraph-jobs"]);

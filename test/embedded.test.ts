@@ -2,16 +2,14 @@ import { readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { fileURLToPath } from "node:url";
 import { startEmbedded, type Embedded } from "@seraph/embedded";
 import { createRootLogger } from "@seraph/kit";
-import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
-import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
-import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
+import { parsePromText, promSample } from "@seraph/kit/testing";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJsTestProject, fixAddPatch, pinnedNodeForTests, type FixtureRepo } from "@seraph/executor-linux/testing";
+import { createJsTestProject, type FixtureRepo } from "@seraph/executor-linux/testing";
+import { runFixRepair } from "./harness/embedded-repair.js";
 import { freeEmbeddedPortBase } from "./harness/ports.js";
 
 // `npm start`'s own shape: the embedded composition on the PostgreSQL server it starts and owns
@@ -40,31 +38,55 @@ describe("embedded on its own PostgreSQL (npm start)", () => {
   }, 60_000);
 
   it("approves a manual patch and runs it to SUCCEEDED; with jobUser none the node claims no job user and the command runs as this process's uid", async () => {
-    const headers = { authorization: `Bearer ${embedded.operatorTokenCreated}` };
-    const transport = createGrpcTransport({ baseUrl: `http://127.0.0.1:${portBase}`, interceptors: [(next) => (req) => { for (const [k, v] of Object.entries(headers)) req.header.set(k, v); return next(req); }] });
-    const settings = createClient(SettingsService, transport);
-    const current = (await settings.getSandboxSettings({})).settings!;
-    await settings.updateSandboxSettings({ settings: { ...current, enabled: true, profile: "repo-node24-npm-v1", runtimePath: (await pinnedNodeForTests())!, repositoryRoots: [root] }, expectedRevision: current.revision });
-    const { goal } = await createClient(GoalService, transport).createGoal({ title: "add adds" });
-    const { repository } = await createClient(RepositoryService, transport).registerRepository({ path: repo.dir });
-    const repairs = createClient(RepairService, transport);
-    const { repair } = await repairs.createRepair({ goalId: goal!.id, goalRevision: 1, repositoryId: repository!.id, sourcePaths: ["src", "test"], allowedPatchPaths: ["src"], acceptanceCriteria: "add(2, 3) === 5", selection: "npm test" });
-    const { proposal } = await repairs.proposePatch({ repairId: repair!.id, route: { case: "manualDiff", value: fixAddPatch("js") } });
-    expect(proposal?.valid).toBe(true);
-    const { document } = await repairs.getApprovalDocument({ repairId: repair!.id, proposalId: proposal!.id });
-    expect(document?.isolationClaim).toBe("none");
-    const approved = await repairs.approve({ repairId: repair!.id, documentSha256: document!.documentSha256 }, { timeoutMs: 30_000 });
-    expect(approved.approval?.documentSha256).toBe(document!.documentSha256);
-    let job = approved.repair?.job;
-    for (const end = Date.now() + 60_000; Date.now() < end && !(job && [JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.UNKNOWN].includes(job.state)); ) {
-      await new Promise((r) => setTimeout(r, 200));
-      job = (await repairs.getRepair({ repairId: repair!.id })).repair?.job;
-    }
+    const { repairs, repairId, document, job } = await runFixRepair(`http://127.0.0.1:${portBase}`, embedded.operatorTokenCreated!, root, repo);
+    expect(document.isolationClaim).toBe("none");
     expect([JobState[job?.state ?? 0], job?.outcome]).toEqual(["SUCCEEDED", "succeeded"]);
+    // Where its time went: contiguous phases from creation to the last before completion.
+    const phases = job!.phases;
+    expect(phases.map((p) => p.name)).toEqual(expect.arrayContaining(["queue and claim", "admit", "stage", "patch", "launch supervisor", "owner marker", "go", "command and cleanup", "store evidence"]));
+    expect(phases[0]!.name).toBe("queue and claim");
+    expect(phases[0]!.startUnixMs).toBe(job!.createdUnixMs);
+    for (let i = 0; i < phases.length; i++) {
+      expect(phases[i]!.endUnixMs, phases[i]!.name).toBeGreaterThanOrEqual(phases[i]!.startUnixMs);
+      if (i > 0) expect(phases[i]!.startUnixMs, phases[i]!.name).toBe(phases[i - 1]!.endUnixMs);
+    }
+    expect(phases.at(-1)!.endUnixMs).toBeLessThanOrEqual(job!.updatedUnixMs);
     const stdout = job!.artifacts.find((a) => a.name === "test.stdout")!;
-    const out = Buffer.from((await repairs.readArtifact({ repairId: repair!.id, artifactId: stdout.id })).content).toString();
+    const out = Buffer.from((await repairs.readArtifact({ repairId, artifactId: stdout.id })).content).toString();
     expect(out).toContain(`uid=${process.getuid?.()}`);
   }, 120_000);
+
+  it("serves Prometheus metrics of all four services on one port, and the example Grafana dashboard asks only for names it exports", async () => {
+    expect(embedded.metricsUrl).toBe(`http://127.0.0.1:${portBase + 9}/metrics`);
+    const text = await (await fetch(embedded.metricsUrl)).text();
+    // The job above: its transitions, its slot back, its RPCs on the internal and public planes.
+    expect(promSample(text, "seraph_jobs", { state: "succeeded" })).toBe(1);
+    expect(promSample(text, "seraph_jobs_finished_total", { state: "succeeded" })).toBe(1);
+    expect(promSample(text, "seraph_job_approve_to_start_seconds_count")).toBe(1);
+    expect(promSample(text, "seraph_job_verdict_seconds_count")).toBe(1);
+    expect(promSample(text, "seraph_supervisor_cleanup_seconds_count")).toBe(1);
+    expect(promSample(text, "seraph_job_phase_seconds_count", { phase: "stage" })).toBe(1);
+    expect(promSample(text, "seraph_job_phase_seconds_count", { phase: "command and cleanup" })).toBe(1);
+    expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "free" })).toBe(1);
+    expect(promSample(text, "seraph_slots", { node: "embedded-node", state: "unknown" })).toBe(0);
+    expect(promSample(text, "seraph_jobs_unknown_waiting")).toBe(0);
+    // The instance's own PostgreSQL pool.
+    expect(promSample(text, "seraph_db_pool_connections", { state: "total" })).toBeGreaterThanOrEqual(1);
+    expect(promSample(text, "grpc_server_handled_total", { grpc_service: "seraph.jobs.v1.JobsService", grpc_method: "ClaimJob", grpc_code: "OK" })).toBeGreaterThanOrEqual(1);
+    expect(promSample(text, "grpc_server_handled_total", { grpc_service: "seraph.api.v1.RepairService", grpc_method: "Approve", grpc_code: "OK" })).toBe(1);
+    // Bounded labels: no sample is labelled with an id.
+    expect(parsePromText(text).flatMap((x) => Object.keys(x.labels)).filter((k) => /id$/.test(k))).toEqual([]);
+
+    const exported = new Set<string>();
+    for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
+      exported.add(m[1]!);
+      if (m[2] === "histogram") for (const suffix of ["_bucket", "_sum", "_count"]) exported.add(`${m[1]}${suffix}`);
+    }
+    const dashboard = JSON.parse(readFileSync(fileURLToPath(new URL("../deploy/grafana/seraph-dashboard.json", import.meta.url)), "utf8")) as { panels: { title: string; targets: { expr: string }[] }[] };
+    const asked = dashboard.panels.flatMap((panel) => panel.targets.flatMap((t) => [...t.expr.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)[{[]/g)].map((m) => `${panel.title}: ${m[1]}`)));
+    expect(asked.length).toBeGreaterThanOrEqual(dashboard.panels.length);
+    expect(asked.filter((a) => !exported.has(a.split(": ")[1]!))).toEqual([]);
+  });
 
   it("stops with nothing of its own left running: no supervisor (warm or not) outlives the stop", async () => {
     await embedded.stop();

@@ -249,7 +249,9 @@ describe("restarts: executor SIGKILL re-adoption, supervisor loss, recovery", ()
   }
 
   it("reused supervisor identity (the recorded start time names another process on that pid): UNKNOWN unknown_supervisor_lost, slot held, the live process is never signalled", async () => {
-    const r = await slowRepo(5000);
+    // Long enough that the executor's restart (seconds on a loaded machine) comes while the
+    // supervisor still runs its command: the identity check must see the live process.
+    const r = await slowRepo(12_000);
     const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir) });
     const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
     const marker = running.marker!;
@@ -270,7 +272,7 @@ describe("restarts: executor SIGKILL re-adoption, supervisor loss, recovery", ()
   });
 
   it("unreadable ownership (the capability token is gone): the restarted executor cannot prove it owns the supervisor, the job is UNKNOWN with the slot held, no replay", async () => {
-    const r = await slowRepo(5000);
+    const r = await slowRepo(12_000);
     const { job } = await stack.client.enqueueJob({ ownerId: owner, rootId: root, bundle: await bundleFor(stack, r.dir) });
     const running = await waitForState(stack, job!.id, [JobState.RUNNING]);
     await stack.killExecutor(stack.node, "SIGKILL");

@@ -11,7 +11,7 @@ import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/prot
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { findInPidNamespace, createJsTestProject, createPythonProject, fixAddPatch, fixPythonAddPatch } from "@seraph/executor-linux/testing";
-import { stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
+import { FREE_METRICS_PORTS, stopProcess, waitServing, type ServiceProcess } from "./harness/cluster.js";
 import { byBaseName, containerEnv, imageConfig, podSpec, renderOverlays, REPO as repo, workloads, type Obj } from "./harness/deploy.js";
 import { NATS_SERVER_BIN } from "./harness/nats-server.js";
 import { freePort } from "./harness/ports.js";
@@ -124,7 +124,7 @@ function podEnv(w: Obj, c: any, volumes: Record<string, string>, local: Record<s
   const env: Record<string, string> = { PATH: IMAGE_PATH, HOME: "/nonexistent" };
   for (const [k, v] of Object.entries(image.env)) env[k] = v.startsWith("/opt/") ? inLayout(v) : v;
   for (const [k, v] of Object.entries(rendered)) env[k] = map(v);
-  for (const [k, v] of Object.entries(local)) {
+  for (const [k, v] of Object.entries({ ...FREE_METRICS_PORTS, ...local })) {
     expect(Object.keys(LOCAL_OVERRIDES), `${k} is a named local override`).toContain(k);
     env[k] = v;
   }
@@ -146,6 +146,10 @@ const LOCAL_OVERRIDES: Record<string, string> = {
   SERAPH_EXECUTOR_ADVERTISE_URL: "http://$(POD_IP):7420 with the free port",
   SERAPH_GATEWAY_GRPC_PORT: "",
   SERAPH_GATEWAY_HTTP_PORT: "",
+  SERAPH_API_METRICS_PORT: "",
+  SERAPH_JOBS_METRICS_PORT: "",
+  SERAPH_EXECUTOR_METRICS_PORT: "",
+  SERAPH_GATEWAY_METRICS_PORT: "",
 };
 
 /** Starts a container's command from the layout as uid:gid `as`, until its gRPC health is SERVING. */

@@ -115,6 +115,8 @@ describe("seraph CLI journey", () => {
     // As root (CI) the node runs commands as a per-slot job user and the document says exactly that.
     const claim = process.geteuid?.() === 0 ? "separate_job_uid" : "none";
     expect(refused.out).toContain(`isolation_claim     ${claim}`);
+    // As root the node runs each step in a network namespace of its own, and the document says so.
+    expect(refused.out).toContain(`network_claim       ${claim === "none" ? "host_network" : "own_loopback_only"}   (`);
     // The patch is inside the approval: the diff itself, and its sha256 equal to the one the document binds.
     const fixSha = createHash("sha256").update(fixAddPatch("js")).digest("hex");
     expect(refused.out).toContain(`  diff sha256         ${fixSha}   (computed here from the diff below)\n  proposal sha256     ${fixSha}   (in the document: matches)\n`);

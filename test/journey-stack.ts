@@ -66,6 +66,10 @@ export async function startJourneyStack(
     containment?: ContainmentSettings;
     /** The executor's Linux facility probe (default: probe this host); tests simulate a host without the facilities. */
     facilities?: () => Promise<FacilityReport>;
+    /** The executor's data directory, created by the caller (default: a fresh temp directory); removed at stop. */
+    dataDir?: string;
+    /** The executor's free-space floor for staging (SERAPH_MIN_FREE_BYTES; default 256 MiB). */
+    minFreeBytes?: number;
   } = {},
 ): Promise<JourneyStack> {
   const node = await pinnedNodeForTests();
@@ -76,7 +80,7 @@ export async function startJourneyStack(
   const internalToken = randomBytes(32).toString("hex");
   const log = createRootLogger({ name: "journey", level: process.env["SERAPH_TEST_LOG_LEVEL"] ?? "silent" });
   const root = await realpath(await mkdtemp(join(tmpdir(), "seraph-journey-root-")));
-  const dataDir = await mkdtemp(join(tmpdir(), "seraph-journey-data-"));
+  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "seraph-journey-data-")));
   const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: db as unknown as Kysely<JobsDatabase>, signals, log: log.child({ service: "jobs" }), internalToken });
   let jobsUrlForApi = jobs.server.grpcUrl;
   let front: RunningServer | undefined;
@@ -125,6 +129,7 @@ export async function startJourneyStack(
     log: log.child({ service: "executor" }),
     ...(options.containment !== undefined ? { containment: options.containment } : {}),
     ...(options.facilities !== undefined ? { facilities: options.facilities } : {}),
+    ...(options.minFreeBytes !== undefined ? { minFreeBytes: options.minFreeBytes } : {}),
   });
   const clients = (token: string): ApiClients => {
     const bearer: Interceptor = (next) => (req) => {

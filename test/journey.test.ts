@@ -165,6 +165,9 @@ describe("repair journey up to an approved, queued job", () => {
       expect(doc.containment?.jobUidRange).toBe("64000");
       expect(doc.containment?.protects.join("\n")).toMatch(/cannot signal, stop or ptrace/);
       expect(doc.containment?.doesNotProtect.join("\n")).toMatch(/world-readable/);
+      expect(doc.containment?.networkClaim).toBe("own_loopback_only");
+    } else {
+      expect(doc.containment?.networkClaim).toBe("host_network");
     }
     expect(doc.steps[0]?.argv).toEqual(inspection.steps[0]?.argv);
     expect(doc.identities).toEqual(inspection.identities);

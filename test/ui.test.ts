@@ -316,6 +316,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await consentPatchApprove(true);
     // The node's own claims: none as a plain user; a separate job uid per slot when it runs as root.
     expect(await page.getByTestId("isolation-claim").innerText()).toBe(process.getuid?.() === 0 ? "separate_job_uid" : "none");
+    expect(await page.getByTestId("network-claim").innerText()).toBe(process.getuid?.() === 0 ? "own_loopback_only" : "host_network");
     expect(await page.getByTestId("resource-enforcement").innerText()).toMatch(/^admission_and_wall_timeout_only$|^admission_wall_timeout_and_cgroup:/);
     // As root the document also says who the job user is and exactly what that does and does not protect.
     if (process.getuid?.() === 0) expect(await page.getByTestId("containment").innerText()).toMatch(/Job user: uid = gid = 64000 \+ slot index[\s\S]*Protects:[\s\S]*signal, stop or ptrace[\s\S]*Does not protect:[\s\S]*network/);
@@ -368,6 +369,12 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(await page.locator("body").innerText()).not.toMatch(/\((GetRepair|WatchRepair|ProposePatch|Approve|GiveConsent|CancelRepair|ReadArtifact)\)/);
     await waitText(page, "log-note-test-stdout", /^Complete: \d+ bytes/);
     expect(await page.getByTestId("log-test-stdout").innerText()).toMatch(/pass 1/);
+    // Where the job's time went: the phase timeline beside the steps, each phase with a bar.
+    const phases = page.getByTestId("job-phases");
+    await expect.poll(() => phases.locator("tbody tr").count(), { timeout: 10_000 }).toBeGreaterThanOrEqual(8);
+    expect(await phases.locator("tbody tr th").allInnerTexts()).toEqual(expect.arrayContaining(["queue and claim", "stage", "command and cleanup"]));
+    for (const w of await phases.locator(".phase-bar").evaluateAll((bars) => bars.map((b) => (b as HTMLElement).getBoundingClientRect().width))) expect(w).toBeGreaterThan(0);
+    await phases.screenshot({ path: join(SCREENSHOTS, "job-phases.png") });
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(SCREENSHOTS, "inspector-job-succeeded.png"), fullPage: false });
     await expectAccessible(page, "inspector: job succeeded");

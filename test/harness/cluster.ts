@@ -71,12 +71,15 @@ function entry(service: string): string {
   return file;
 }
 
+/** Every service's `/metrics` on a free port (the defaults, 7409-7439, would collide between test files). */
+export const FREE_METRICS_PORTS = { SERAPH_API_METRICS_PORT: "0", SERAPH_JOBS_METRICS_PORT: "0", SERAPH_EXECUTOR_METRICS_PORT: "0", SERAPH_GATEWAY_METRICS_PORT: "0" } as const;
+
 /** Starts a service process with exactly `env` (plus PATH/HOME for node itself). */
 export function spawnService(name: string, service: string, env: Record<string, string>, dir: string, grpcPort: number, httpPort: number): ServiceProcess {
   const logFile = join(dir, `${name}.log`);
   const out = createWriteStream(logFile);
   const child = spawn(process.execPath, [entry(service)], {
-    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: dir, LOG_LEVEL: "info", ...env },
+    env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: dir, LOG_LEVEL: "info", ...FREE_METRICS_PORTS, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   child.stdout?.pipe(out);

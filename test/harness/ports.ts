@@ -28,7 +28,7 @@ async function portFree(port: number): Promise<boolean> {
 export async function freeEmbeddedPortBase(): Promise<number> {
   for (let i = 0; i < 50; i++) {
     const base = 20000 + Math.floor(Math.random() * 120) * 100;
-    const all = await Promise.all([0, 1, 10, 11, 20, 21, 30, 80].map((o) => portFree(base + o)));
+    const all = await Promise.all([0, 1, 9, 10, 11, 20, 21, 30, 80].map((o) => portFree(base + o)));
     if (all.every(Boolean)) return base;
   }
   throw new Error("no free port base");

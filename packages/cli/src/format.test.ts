@@ -24,6 +24,21 @@ describe("repair show", () => {
   });
 });
 
+describe("repair show: a slot released by a cgroup proof", () => {
+  it("says cleanup proved by cgroup and results unknown, not RECOVERY NEEDED", () => {
+    const recovery = { cleanupReceiptVerified: false, processCleanupReadbackSha256: "c".repeat(64), readbackScope: "process_cleanup_only", proof: "cleanup_proved_by_cgroup", recoveredBy: "executor:node-a", recoveredUnixMs: 1n };
+    const released = create(JobSchema, { id: "j1", state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", attempt: 1, slotHeld: false, recovery });
+    const text = repairText(create(RepairSchema, { id: "r1", job: released }));
+    expect(text).not.toContain("RECOVERY NEEDED");
+    expect(text).toContain("RECOVERED: slot released, cleanup proved by cgroup (its supervisor died without a receipt; the executor killed the job's own cgroup, saw it empty and every recorded pid gone); the job's outcome stays unknown (its results are not proven).");
+    expect(text).toContain("recovery: physical slot released by executor:node-a at 1970-01-01T00:00:00.001Z (proof cleanup_proved_by_cgroup; the task outcome stays unknown_supervisor_lost)");
+    expect(text).toContain("cleanup_receipt_verified=false");
+    expect(text).toMatch(/cleanup proved by cgroup .*; results unknown/);
+    const held = create(JobSchema, { id: "j2", state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", attempt: 1, slotHeld: true });
+    expect(repairText(create(RepairSchema, { id: "r2", job: held }))).toContain("RECOVERY NEEDED");
+  });
+});
+
 describe("repair show: the recorded job preflight", () => {
   const preflight = {
     nodeId: "node-a",

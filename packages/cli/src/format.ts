@@ -6,6 +6,7 @@ import { SandboxBackend, type ProfileOption, type Repository, type SandboxSettin
 import type { PrerequisiteReport } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { IdentityKind, Selection, type BlockReason, type Identity, type Limits, type Step } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
+import { phasesText } from "./phases-text.js";
 
 function time(ms: bigint): string {
   return ms === 0n ? "-" : new Date(Number(ms)).toISOString();
@@ -99,12 +100,14 @@ export function repairText(r: Repair, colour = false): string {
   const status = statusOf(r);
   const lines = [
     `repair ${r.id}  ${badge(status, colour).trimEnd()}`,
-    ...(status === "unknown"
-      ? [
-          "  RECOVERY NEEDED: the job's outcome is unknown and its slot stays held until process cleanup is proved.",
-          `  next step: seraph repair recover ${r.id.slice(0, 8)}   (releases the slot; the outcome stays unknown)`,
-        ]
-      : []),
+    ...(status !== "unknown"
+      ? []
+      : r.job?.recovery && !r.job.slotHeld
+        ? [`  RECOVERED: ${recoveredWhy(r.job.recovery.proof)}; the job's outcome stays unknown (its results are not proven).`]
+        : [
+            "  RECOVERY NEEDED: the job's outcome is unknown and its slot stays held until process cleanup is proved.",
+            `  next step: seraph repair recover ${r.id.slice(0, 8)}   (releases the slot; the outcome stays unknown)`,
+          ]),
     `  state        ${enumName(RepairState, r.state)}${r.staleReason ? `   stale: ${r.staleReason}` : ""}`,
     `  attempt      ${r.attempt}${r.attempt > 1 ? ` (the state, approval and job shown are attempt ${r.attempt}'s; seraph repair attempts ${r.id.slice(0, 8)} lists all)` : ""}`,
     ...(r.waitReason ? [`  waiting      ${r.waitReason}`] : []),
@@ -145,6 +148,24 @@ export function repairText(r: Repair, colour = false): string {
   return `${lines.join("\n")}\n`;
 }
 
+/** What a recovery's proof says about the slot's release, in words. */
+export function recoveredWhy(proof: string): string {
+  switch (proof) {
+    case "cleanup_proved_by_cgroup":
+      return "slot released, cleanup proved by cgroup (its supervisor died without a receipt; the executor killed the job's own cgroup, saw it empty and every recorded pid gone)";
+    case "cleanup_receipt":
+      return "slot released on a verified cleanup receipt";
+    case "host_rebooted":
+      return "slot released: the host rebooted since the job started";
+    case "pid_namespace_gone":
+      return "slot released: the supervisor's PID namespace no longer exists";
+    case "node_fenced":
+      return "slot released WITHOUT a cleanup proof: the node was fenced";
+    default:
+      return `slot released (proof ${proof})`;
+  }
+}
+
 /** A job's results under its summary line: reasons, steps, artifacts (sha256, readback) and recovery. */
 export function jobDetails(j: Job, indent = "    "): string[] {
   const out: string[] = [];
@@ -162,11 +183,13 @@ export function jobDetails(j: Job, indent = "    "): string[] {
     out.push(`${indent}artifacts (${j.artifacts.length}):`);
     for (const a of j.artifacts) out.push(`${indent}  ${a.id}  ${a.kind.padEnd(14)} ${a.name}  ${a.size} B  sha256 ${a.sha256}  ${a.readbackVerified ? "read back" : "NOT read back"}`);
   }
+  out.push(...phasesText(j, indent));
   if (j.recovery) {
     const rc = j.recovery;
     out.push(`${indent}recovery: physical slot released by ${rc.recoveredBy} at ${time(rc.recoveredUnixMs)} (proof ${rc.proof}; the task outcome stays ${j.outcome || "unknown"})`);
     out.push(`${indent}  cleanup_receipt_verified=${rc.cleanupReceiptVerified} process_cleanup_readback_sha256=${rc.processCleanupReadbackSha256} readback_scope=${rc.readbackScope}`);
     if (rc.cleanupUnproven) out.push(`${indent}  cleanup NOT proved: the slot was released because its node was fenced (${rc.proof}); processes the job started may still run on that host`);
+    else if (rc.proof === "cleanup_proved_by_cgroup") out.push(`${indent}  ${recoveredWhy(rc.proof)}; results unknown`);
   }
   return out;
 }
@@ -210,6 +233,14 @@ export function preflightText(j: Job, indent = "    "): string[] {
   return out;
 }
 
+/** The approval's network claim and what it means ("" from before the claim existed is the host's network). */
+function networkText(d: ApprovalDocument): string {
+  const claim = d.containment?.networkClaim || "host_network";
+  return claim === "own_loopback_only"
+    ? `${claim}   (each step runs in a network namespace of its own: only its loopback, no port of the host, nothing outside)`
+    : `${claim}   (code has the host's network: every port on its loopback, such as a database, and everything outside)`;
+}
+
 function ceilingsText(d: ApprovalDocument): string {
   const k = d.containment?.ceilings;
   if (k === undefined || d.containment?.enforced.length === 0) return "";
@@ -239,6 +270,7 @@ export function documentText(d: ApprovalDocument): string {
     `  supervisor source   sha256 ${d.supervisorSourceSha256 || "(not bound)"}`,
     `  allowed patch paths ${d.allowedPatchPaths.join(", ")}`,
     `  isolation_claim     ${d.isolationClaim}   (${d.isolationClaim === "none" ? "code runs as the Seraph host user, with host file and network access" : `code runs as job user ${d.containment?.jobUser ?? "?"}, uid range ${d.containment?.jobUidRange ?? "?"}`})`,
+    `  network_claim       ${networkText(d)}`,
     `  resource_enforcement ${d.resourceEnforcement}${ceilingsText(d)}`,
     `  unenforced          ${d.unenforced.join(", ")}`,
     ...(d.containment !== undefined && d.containment.protects.length > 0 ? ["  protects:", ...d.containment.protects.map((p) => `    ${p}`)] : []),

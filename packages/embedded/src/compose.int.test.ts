@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { readFile, rename, stat, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -26,6 +27,19 @@ async function options() {
   // Below Linux's ephemeral range (32768 up), where other tests' port-0 binds land (one took 48310).
   const portBase = 20000 + Math.floor(Math.random() * 120) * 100;
   return { dataDir, portBase, host: "127.0.0.1", repositoryRoots: [], nodeId: "test-node", log };
+}
+
+/** What a process of job uid `uid` gets when it connects to the server's socket and reads its password. */
+function asJobUid(uid: number, socketDir: string, passwordFile: string): Promise<unknown> {
+  const probe = `
+    const out = {};
+    try { require("fs").readFileSync(process.argv[2]); out.password = "read"; } catch (e) { out.password = e.code; }
+    const c = require("net").connect(process.argv[1] + "/.s.PGSQL.5432");
+    c.on("connect", () => { out.socket = "connected"; c.destroy(); console.log(JSON.stringify(out)); });
+    c.on("error", (e) => { out.socket = e.code; console.log(JSON.stringify(out)); });`;
+  return new Promise((resolve, reject) =>
+    execFile(process.execPath, ["-e", probe, socketDir, passwordFile], { uid, gid: uid }, (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout)))),
+  );
 }
 
 const whoAmI = (portBase: number, token: string) =>
@@ -62,6 +76,10 @@ describe("embedded composition", () => {
       expect((await c.query("show listen_addresses")).rows).toEqual([{ listen_addresses: "" }]);
       await c.end();
       await expect(asUser("wrong").connect()).rejects.toThrow(/password authentication failed/);
+      // Issue 24: an approved job connected to a database that trusted it. As root a job runs as a
+      // job uid, which can neither reach this server's socket nor read its password (and there
+      // is no TCP listener), with the network on or off.
+      if (user) expect(await asJobUid(64_123, socket, join(o.dataDir, "postgres-password"))).toEqual({ socket: "EACCES", password: "EACCES" });
     } finally {
       await first.stop();
     }

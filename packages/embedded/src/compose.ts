@@ -5,7 +5,7 @@ import type { Kysely } from "kysely";
 import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
 import { defaultContainmentSettings, startExecutor, type ExecutorHandle, type JobUserSetting } from "@seraph/executor-linux";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
-import { createLocalSignals, openDatabase, type Logger } from "@seraph/kit";
+import { createLocalSignals, createMetrics, openDatabase, startMetricsServer, type Logger, type Metrics } from "@seraph/kit";
 import { startGateway, type GatewayHandle } from "@seraph/ui-gateway";
 import { openEmbeddedDatabase, type EmbeddedDatabase } from "./database.js";
 
@@ -13,7 +13,7 @@ import { openEmbeddedDatabase, type EmbeddedDatabase } from "./database.js";
 export interface EmbeddedOptions {
   /** Holds the instance's PostgreSQL (postgres/, its password), the operator token and executor run directories. */
   readonly dataDir: string;
-  /** Ports: api base+0 (gRPC) / +1 (HTTP), jobs +10/+11, executor +20/+21, gateway +30 (gRPC) / +80 (HTTP, UI). */
+  /** Ports: api base+0 (gRPC) / +1 (HTTP), metrics of all four +9, jobs +10/+11, executor +20/+21, gateway +30 (gRPC) / +80 (HTTP, UI). */
   readonly portBase: number;
   readonly host: string;
   readonly repositoryRoots: readonly string[];
@@ -21,8 +21,12 @@ export interface EmbeddedOptions {
   readonly log: Logger;
   /** A PostgreSQL the caller runs (tests); when absent, the instance starts its own under dataDir/postgres. */
   readonly databaseUrl?: string;
+  /** Prometheus metrics on port base + 9 (default true; the overhead benchmark turns them off to compare). */
+  readonly metrics?: boolean;
   /** Who the node's commands run as when root (SERAPH_JOB_USER); default auto (a uid per slot). */
   readonly jobUser?: JobUserSetting;
+  /** SERAPH_JOB_NETWORK: "auto" (default: each step without the network where the node can enforce it) or "host". */
+  readonly jobNetwork?: "auto" | "host";
 }
 
 /** The running composition. */
@@ -38,6 +42,8 @@ export interface Embedded {
   /** Set when this start created the operator principal: the secret, shown once. */
   readonly operatorTokenCreated: string | undefined;
   readonly operatorTokenFile: string;
+  /** Prometheus `GET /metrics` of all four services (one registry: their RPC series differ by grpc_service); "" with metrics off. */
+  readonly metricsUrl: string;
   /** Graceful stop in reverse order, then closes signals and the database. */
   stop(): Promise<void>;
 }
@@ -51,15 +57,21 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
   const dataDir = resolve(o.dataDir);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await chmod(dataDir, 0o700);
-  const database = await openDatabaseOf(o, dataDir);
+  const metrics = o.metrics === false ? undefined : createMetrics();
+  const database = await openDatabaseOf(o, dataDir, metrics);
   const signals = createLocalSignals();
   // Stopped in reverse order on a failed start, so no service or database server outlives it.
   const stops: Array<() => Promise<void>> = [() => database.close(), () => signals.close()];
+  const metricsServer = !metrics ? undefined : await startMetricsServer({ host: o.host, port: o.portBase + 9, metrics, log: o.log.child({ service: "metrics" }) }).catch(async (err: unknown) => {
+    for (const stop of [...stops].reverse()) await stop().catch(() => undefined);
+    throw err;
+  });
+  if (metricsServer) stops.push(() => metricsServer.close());
   const track = <T extends { stop(): Promise<void> }>(handle: T): T => (stops.push(() => handle.stop()), handle);
   const operatorTokenFile = join(dataDir, "operator-token");
   const started: { operatorTokenCreated?: string } = {};
   try {
-    const services = await startServices(o, dataDir, database, signals, track, async (secret) => {
+    const services = await startServices(o, dataDir, database, signals, metrics, track, async (secret) => {
       await writeFile(operatorTokenFile, `${secret}\n`, { mode: 0o600 });
       started.operatorTokenCreated = secret;
     });
@@ -69,6 +81,7 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
       importedFrom: database.importedFrom,
       operatorTokenCreated: started.operatorTokenCreated,
       operatorTokenFile,
+      metricsUrl: metricsServer?.url ?? "",
       async stop() {
         for (const stop of [...stops].reverse()) await stop();
       },
@@ -80,9 +93,9 @@ export async function startEmbedded(o: EmbeddedOptions): Promise<Embedded> {
 }
 
 /** One database for all four services (each is typed to see only its own tables): the given URL, or a PostgreSQL server of its own. */
-async function openDatabaseOf(o: EmbeddedOptions, dataDir: string): Promise<EmbeddedDatabase> {
-  if (!o.databaseUrl) return openEmbeddedDatabase(dataDir, o.log.child({ service: "database" }));
-  const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: o.databaseUrl });
+async function openDatabaseOf(o: EmbeddedOptions, dataDir: string, metrics: Metrics | undefined): Promise<EmbeddedDatabase> {
+  if (!o.databaseUrl) return openEmbeddedDatabase(dataDir, o.log.child({ service: "database" }), metrics);
+  const db = await openDatabase<ApiDatabase & JobsDatabase>({ url: o.databaseUrl }, { metrics });
   return { db, describe: "PostgreSQL (given)", importedFrom: undefined, close: () => db.destroy() };
 }
 
@@ -92,6 +105,7 @@ async function startServices(
   dataDir: string,
   database: EmbeddedDatabase,
   signals: ReturnType<typeof createLocalSignals>,
+  metrics: Metrics | undefined,
   track: <T extends { stop(): Promise<void> }>(handle: T) => T,
   onOperatorCreated: (secret: string) => Promise<void>,
 ) {
@@ -100,8 +114,8 @@ async function startServices(
   const url = (port: number) => `http://${o.host}:${port}`;
   const jobsUrl = url(o.portBase + 10);
   const log = (service: string) => o.log.child({ service });
-  const jobs = track(await startJobs({ host: o.host, grpcPort: o.portBase + 10, httpPort: o.portBase + 11, db: database.db as unknown as Kysely<JobsDatabase>, signals, log: log("jobs"), internalToken }));
-  const api = track(await startApi({ host: o.host, grpcPort: o.portBase, httpPort: o.portBase + 1, db: database.db as unknown as Kysely<ApiDatabase>, signals, log: log("api"), jobsUrl, internalToken, onOperatorCreated }));
+  const jobs = track(await startJobs({ host: o.host, grpcPort: o.portBase + 10, httpPort: o.portBase + 11, db: database.db as unknown as Kysely<JobsDatabase>, signals, log: log("jobs"), internalToken, metrics }));
+  const api = track(await startApi({ host: o.host, grpcPort: o.portBase, httpPort: o.portBase + 1, db: database.db as unknown as Kysely<ApiDatabase>, signals, log: log("api"), jobsUrl, internalToken, onOperatorCreated, metrics }));
   const executor = track(await startExecutor({
     host: o.host,
     grpcPort: o.portBase + 20,
@@ -114,8 +128,11 @@ async function startServices(
     internalToken,
     signals,
     log: log("executor"),
-    ...(o.jobUser !== undefined ? { containment: { ...defaultContainmentSettings(1), jobUser: o.jobUser } } : {}),
+    metrics,
+    ...(o.jobUser !== undefined || o.jobNetwork !== undefined
+      ? { containment: { ...defaultContainmentSettings(1), ...(o.jobUser !== undefined ? { jobUser: o.jobUser } : {}), ...(o.jobNetwork !== undefined ? { network: o.jobNetwork } : {}) } }
+      : {}),
   }));
-  const gateway = track(await startGateway({ host: o.host, grpcPort: o.portBase + 30, httpPort: o.portBase + 80, apiUrl: url(o.portBase), log: log("ui-gateway") }));
+  const gateway = track(await startGateway({ host: o.host, grpcPort: o.portBase + 30, httpPort: o.portBase + 80, apiUrl: url(o.portBase), log: log("ui-gateway"), metrics }));
   return { api, jobs, executor, gateway };
 }

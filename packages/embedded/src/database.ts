@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { sql, type Kysely } from "kysely";
 import { migrateApi, type ApiDatabase } from "@seraph/api";
 import { migrateJobs, type JobsDatabase } from "@seraph/jobs";
-import { openDatabase, type Logger } from "@seraph/kit";
+import { openDatabase, type Logger, type Metrics } from "@seraph/kit";
 import { serverUser, startPostgresServer, type PostgresServer } from "@seraph/postgres-server";
 
 /** The embedded instance's database: a PostgreSQL server it owns, and one pool on it. */
@@ -83,7 +83,7 @@ async function importPglite(pgliteDir: string, target: Kysely<ApiDatabase & Jobs
  * may pass through it, nobody else may). An earlier instance's `pglite/` is imported into an empty
  * database, then renamed `pglite.imported/` (kept until the operator removes it).
  */
-export async function openEmbeddedDatabase(dataDir: string, log: Logger): Promise<EmbeddedDatabase> {
+export async function openEmbeddedDatabase(dataDir: string, log: Logger, metrics?: Metrics): Promise<EmbeddedDatabase> {
   const user = serverUser();
   if (user) {
     await chown(dataDir, 0, user.gid);
@@ -99,7 +99,7 @@ export async function openEmbeddedDatabase(dataDir: string, log: Logger): Promis
   });
   let db: Kysely<ApiDatabase & JobsDatabase> | undefined;
   try {
-    db = await openDatabase<ApiDatabase & JobsDatabase>({ url: server.url("postgres") });
+    db = await openDatabase<ApiDatabase & JobsDatabase>({ url: server.url("postgres") }, { metrics });
     const pgliteDir = join(dataDir, "pglite");
     let importedFrom: string | undefined;
     if (await exists(pgliteDir)) {

@@ -1,6 +1,6 @@
 import { mkdirSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
-import { ConfigError, createRootLogger, installShutdown, int, readConfig, str } from "@seraph/kit";
+import { ConfigError, setupTracing, createRootLogger, installShutdown, int, oneOf, readConfig, str } from "@seraph/kit";
 import { defaultNodeId, jobUserSetting } from "@seraph/executor-linux";
 import { startEmbedded } from "./compose.js";
 
@@ -15,6 +15,8 @@ try {
     SERAPH_NODE_ID: str(defaultNodeId()),
     // As root: who commands run as (auto: uid 64000 + slot; none: root, isolation_claim=none).
     SERAPH_JOB_USER: jobUserSetting(),
+    // auto: each step in a network namespace of its own (only loopback) where the node can enforce it; host: the host's network.
+    SERAPH_JOB_NETWORK: oneOf(["auto", "host"] as const, "auto"),
     LOG_LEVEL: str("info"),
   });
 } catch (err) {
@@ -23,6 +25,8 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "seraph", level: config.LOG_LEVEL });
+// OpenTelemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set.
+const tracing = setupTracing("seraph");
 // Without SERAPH_REPOSITORY_ROOTS the node serves one root of its own, <data dir>/repos (created
 // here), so a first start works as the README shows: put a repository there and register it.
 let roots = config.SERAPH_REPOSITORY_ROOTS.split(":").filter((p) => p !== "");
@@ -39,6 +43,7 @@ const embedded = await startEmbedded({
   repositoryRoots: roots,
   nodeId: config.SERAPH_NODE_ID,
   jobUser: config.SERAPH_JOB_USER,
+  jobNetwork: config.SERAPH_JOB_NETWORK,
   log,
 });
 const b = config.SERAPH_PORT_BASE;
@@ -49,6 +54,7 @@ const lines = [
   `  jobs       gRPC h2c  http://${config.SERAPH_HOST}:${b + 10}  (internal)`,
   `  executor   gRPC h2c  http://${config.SERAPH_HOST}:${b + 20}  (internal, node ${config.SERAPH_NODE_ID})`,
   `  UI         http://${config.SERAPH_HOST}:${b + 80}           gateway gRPC h2c http://${config.SERAPH_HOST}:${b + 30}`,
+  `  metrics    ${embedded.metricsUrl}  (Prometheus, all four services)`,
   `  data       ${embedded.operatorTokenFile.replace(/\/operator-token$/, "")}`,
   `  database   ${embedded.database}`,
   `  repos      ${roots.join(", ")}${defaultRoot ? "   (the default root: put repositories here, or set SERAPH_REPOSITORY_ROOTS)" : "   (SERAPH_REPOSITORY_ROOTS)"}`,
@@ -61,4 +67,7 @@ if (embedded.operatorTokenCreated) {
 }
 lines.push("Press Ctrl-C to stop.", "");
 process.stdout.write(lines.join("\n"));
-installShutdown(log, [{ name: "stop all services", run: () => embedded.stop() }]);
+installShutdown(log, [
+  { name: "stop all services", run: () => embedded.stop() },
+  { name: "flush traces", run: () => tracing.shutdown() },
+]);

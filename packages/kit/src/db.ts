@@ -3,12 +3,13 @@ import { Kysely, Migrator, PostgresDialect, type Migration, type MigrationProvid
 import { PGliteDialect } from "kysely-pglite-dialect";
 import pg from "pg";
 import type { Logger } from "pino";
+import type { Metrics } from "./metrics.js";
 
 /** Where the database is: a real PostgreSQL URL, or an embedded PGlite data directory. */
 export type DatabaseLocation = { readonly url: string } | { readonly pgliteDir: string };
 
 /** Opens a Kysely instance over real PostgreSQL (pg Pool) or embedded PGlite; same SQL either way. */
-export async function openDatabase<DB>(location: DatabaseLocation, options?: { poolSize?: number }): Promise<Kysely<DB>> {
+export async function openDatabase<DB>(location: DatabaseLocation, options?: { poolSize?: number; metrics?: Metrics | undefined }): Promise<Kysely<DB>> {
   if ("url" in location) {
     const pool = new pg.Pool({ connectionString: location.url, max: options?.poolSize ?? 10 });
     // A connection error (server restart, terminated backend) must not crash the process: the
@@ -16,6 +17,7 @@ export async function openDatabase<DB>(location: DatabaseLocation, options?: { p
     // reported by the caller. Idle clients report on the pool, checked-out ones on the client.
     pool.on("error", () => undefined);
     pool.on("connect", (client) => client.on("error", () => undefined));
+    options?.metrics?.observePool(pool);
     return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   }
   // int8 (OID 20) as text, exactly as pg returns it, so bigint columns (revisions, fences)

@@ -78,3 +78,9 @@ export { createLocalSignals, createNatsSignals, createDeferredSignals, subjectMa
 export type { Signals, SignalMessage, SubscribeOptions } from "./signals.js";
 export { registerReflection, createReflectionIndex, answerReflection, REFLECTION_SERVICES } from "./reflection.js";
 export type { ReflectionIndex } from "./reflection.js";
+export { createMetrics, startMetricsServer, serveProcessMetrics, RPC_SECONDS_BUCKETS, JOB_SECONDS_BUCKETS } from "./metrics.js";
+export type { Metrics, MetricsServer, PoolCounts } from "./metrics.js";
+// One prom-client for every workspace, so each metric registers on the process's registry.
+export { Counter, Gauge, Histogram } from "prom-client";
+export { setupTracing, inSpan, tracerOf, traceparentOf, contextFromTraceparent, createServerTracingInterceptor, createClientTracingInterceptor, logTraceFields } from "./tracing.js";
+export type { Tracing, RecordSpan } from "./tracing.js";

@@ -8,6 +8,8 @@ import type { ListenerLimits } from "./limits.js";
 import { createOpenStreams, type OpenStreams } from "./open-streams.js";
 import { listenerLimits, startServer, type RunningServer, type ServerOptions } from "./server.js";
 import { createErrorInterceptor } from "./interceptors.js";
+import type { Metrics } from "./metrics.js";
+import { createServerTracingInterceptor } from "./tracing.js";
 import { createNulStringInterceptor } from "./nul-strings.js";
 import { retry } from "./retry.js";
 
@@ -83,6 +85,8 @@ export interface BootOptions {
    * token is UNAUTHENTICATED, as the API answers it, rather than refused for its fields first.
    */
   readonly validateRequests?: boolean;
+  /** The process's metrics: RPCs are counted and timed by method and code (outermost interceptor). */
+  readonly metrics?: Metrics | undefined;
 }
 
 /** A booted service: listening, SERVING. */
@@ -106,7 +110,7 @@ export async function bootService(o: BootOptions): Promise<BootedService> {
     grpcPort: o.grpcPort,
     httpPort: o.httpPort,
     routes: withHealth(o.routes, health),
-    interceptors: standardInterceptors(o.log, o.authenticate, health, streams, o.validateRequests ?? true),
+    interceptors: [...(o.metrics ? [o.metrics.rpcInterceptor] : []), createServerTracingInterceptor(o.name), ...standardInterceptors(o.log, o.authenticate, health, streams, o.validateRequests ?? true)],
     log: o.log,
     httpFallback: o.httpFallback,
     limits,

@@ -1,12 +1,15 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { connect, headers as createHeaders, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import type { Metrics } from "./metrics.js";
 import { natsAuthOptions, type NatsAuth } from "./nats-auth.js";
 
 /** A received signal. */
 export interface SignalMessage {
   readonly subject: string;
   readonly data: Uint8Array;
+  /** NATS message headers (W3C `traceparent` when the signal belongs to a traced job). */
+  readonly headers?: Readonly<Record<string, string>> | undefined;
 }
 
 /**
@@ -15,7 +18,7 @@ export interface SignalMessage {
  */
 export interface Signals {
   /** Publishes; never throws (a failed publish is logged and left to polling). */
-  publish(subject: string, data: Uint8Array): void;
+  publish(subject: string, data: Uint8Array, headers?: Readonly<Record<string, string>>): void;
   /**
    * Subscribes to a subject pattern (`*` one token, `>` the rest); returns an unsubscribe. With
    * `queue`, subscribers of the same queue group across processes share the messages (each
@@ -57,10 +60,10 @@ export function createLocalSignals(): Signals {
   let closed = false;
   return {
     nats: undefined,
-    publish(subject, data) {
+    publish(subject, data, headers) {
       if (closed) return;
       for (const sub of subs) {
-        if (subjectMatches(sub.pattern, subject)) queueMicrotask(() => sub.handler({ subject, data }));
+        if (subjectMatches(sub.pattern, subject)) queueMicrotask(() => sub.handler({ subject, data, headers }));
       }
     },
     subscribe(pattern, handler) {
@@ -79,6 +82,8 @@ export function createLocalSignals(): Signals {
 export interface NatsSignalsOptions {
   /** How long to wait between background connection attempts while NATS is unreachable (ms). */
   readonly retryMs?: number;
+  /** The process's metrics: `seraph_nats_connected`, `seraph_nats_reconnects_total`. */
+  readonly metrics?: Metrics | undefined;
 }
 
 /** Whether a failed first connect means "the server is not there (yet)" rather than a refusal. */
@@ -103,7 +108,7 @@ function isUnreachable(err: unknown): boolean {
 export async function createNatsSignals(url: string, name: string, log: Logger, auth: NatsAuth, options: NatsSignalsOptions = {}): Promise<Signals> {
   const connectOptions = { servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500, ...(await natsAuthOptions(auth)) };
   try {
-    return natsSignalsOver(await connect(connectOptions), log);
+    return natsSignalsOver(await connect(connectOptions), log, options.metrics);
   } catch (err) {
     if (!isUnreachable(err)) throw err;
     log.warn({ err, url }, "NATS is unreachable: starting on polling alone, connecting in the background");
@@ -124,7 +129,7 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
           return;
         }
         log.info({ url }, "NATS connected; signals attached");
-        deferred.attach(natsSignalsOver(nc, log));
+        deferred.attach(natsSignalsOver(nc, log, options.metrics));
         for (const cb of waiting.splice(0)) cb(nc);
         return;
       } catch (err) {
@@ -138,7 +143,7 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
     get nats() {
       return deferred.nats;
     },
-    publish: (subject, data) => deferred.publish(subject, data),
+    publish: (subject, data, headers) => deferred.publish(subject, data, headers),
     subscribe: (subject, handler, o) => deferred.subscribe(subject, handler, o),
     whenConnected(cb) {
       const nc = deferred.nats;
@@ -157,9 +162,12 @@ export async function createNatsSignals(url: string, name: string, log: Logger, 
 }
 
 /** Signals over an open NATS connection. */
-function natsSignalsOver(nc: NatsConnection, log: Logger): Signals {
+function natsSignalsOver(nc: NatsConnection, log: Logger, metrics?: Metrics): Signals {
+  metrics?.natsStatus("connect");
+  void nc.closed().then(() => metrics?.natsStatus("close"), () => metrics?.natsStatus("close"));
   void (async () => {
     for await (const s of nc.status()) {
+      metrics?.natsStatus(s.type);
       if (s.type === "error") log.warn({ nats: s.type, err: s.error }, "nats status error");
       else log.info({ nats: s.type }, "nats status");
     }
@@ -169,9 +177,9 @@ function natsSignalsOver(nc: NatsConnection, log: Logger): Signals {
     whenConnected(cb) {
       cb(nc);
     },
-    publish(subject, data) {
+    publish(subject, data, headers) {
       try {
-        nc.publish(subject, data);
+        nc.publish(subject, data, headers && Object.keys(headers).length > 0 ? { headers: natsHeaders(headers) } : undefined);
       } catch (err) {
         log.warn({ err, subject }, "nats publish failed; waiters will poll");
       }
@@ -179,7 +187,7 @@ function natsSignalsOver(nc: NatsConnection, log: Logger): Signals {
     subscribe(subject, handler, options) {
       const sub = nc.subscribe(subject, options?.queue ? { queue: options.queue } : {});
       void (async () => {
-        for await (const m of sub) handler({ subject: m.subject, data: m.data });
+        for await (const m of sub) handler({ subject: m.subject, data: m.data, headers: m.headers ? Object.fromEntries([...m.headers.keys()].map((k) => [k, m.headers!.get(k)])) : undefined });
       })().catch((err) => log.warn({ err, subject }, "nats subscription ended"));
       return () => sub.unsubscribe();
     },
@@ -212,8 +220,8 @@ export function createDeferredSignals(): Signals & { attach(target: Signals): vo
       target = t;
       for (const p of pending) if (!p.cancelled) p.off = t.subscribe(p.pattern, p.handler, p.options);
     },
-    publish(subject, data) {
-      target?.publish(subject, data);
+    publish(subject, data, headers) {
+      target?.publish(subject, data, headers);
     },
     subscribe(pattern, handler, options) {
       if (target) return target.subscribe(pattern, handler, options);
@@ -228,4 +236,11 @@ export function createDeferredSignals(): Signals & { attach(target: Signals): vo
       await target?.close();
     },
   };
+}
+
+/** NATS headers from a plain record. */
+function natsHeaders(h: Readonly<Record<string, string>>): MsgHdrs {
+  const out = createHeaders();
+  for (const [k, v] of Object.entries(h)) out.set(k, v);
+  return out;
 }

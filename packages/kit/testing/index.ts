@@ -43,3 +43,27 @@ export async function createTestDatabase(options: { empty?: boolean } = {}): Pro
     },
   };
 }
+
+/** One sample of the Prometheus text format: its metric name, labels and value. */
+export interface PromSample {
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly value: number;
+}
+
+/** The samples of a Prometheus text-format body (comments skipped). */
+export function parsePromText(text: string): PromSample[] {
+  const out: PromSample[] = [];
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
+    if (!m) continue;
+    const labels = Object.fromEntries([...(m[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1]!, l[2]!]));
+    out.push({ name: m[1]!, labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+/** The value of the first sample named `name` whose labels include `labels`, or undefined. */
+export function promSample(text: string, name: string, labels: Readonly<Record<string, string>> = {}): number | undefined {
+  return parsePromText(text).find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+}

@@ -10,6 +10,8 @@ export function loadApiConfig(env: Readonly<Record<string, string | undefined>>)
     SERAPH_API_HOST: str("127.0.0.1"),
     SERAPH_API_GRPC_PORT: int(7400, 0, 65535),
     SERAPH_API_HTTP_PORT: int(7401, 0, 65535),
+    // Prometheus `GET /metrics` on its own port (0 = a free port, logged at start).
+    SERAPH_API_METRICS_PORT: int(7409, 0, 65535),
     DATABASE_URL: str(),
     NATS_URL: str(),
     /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */

@@ -1,5 +1,5 @@
 import { writeFile } from "node:fs/promises";
-import { ConfigError, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
+import { ConfigError, setupTracing, serveProcessMetrics, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
 import { loadApiConfig } from "./config.js";
 import type { ApiDatabase } from "./db/schema.js";
 import { startApi } from "./start.js";
@@ -14,10 +14,14 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "api", level: config.LOG_LEVEL });
-const db = await openDatabase<ApiDatabase>({ url: config.DATABASE_URL });
-const signals = await createNatsSignals(config.NATS_URL, "seraph-api", log, config.NATS_AUTH);
+// OpenTelemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set.
+const tracing = setupTracing("seraph-api");
+const { metrics, server: metricsServer } = await serveProcessMetrics(log, config.SERAPH_API_HOST, config.SERAPH_API_METRICS_PORT);
+const db = await openDatabase<ApiDatabase>({ url: config.DATABASE_URL }, { metrics });
+const signals = await createNatsSignals(config.NATS_URL, "seraph-api", log, config.NATS_AUTH, { metrics });
 const tokenFile = config.SERAPH_OPERATOR_TOKEN_FILE;
 const api = await startApi({
+  metrics,
   host: config.SERAPH_API_HOST,
   grpcPort: config.SERAPH_API_GRPC_PORT,
   httpPort: config.SERAPH_API_HTTP_PORT,
@@ -55,4 +59,6 @@ installShutdown(log, [
   { name: "stop accepting and drain RPCs", run: () => api.stop() },
   { name: "drain NATS", run: () => signals.close() },
   { name: "close the database pool", run: () => db.destroy() },
+  { name: "close the metrics listener", run: () => metricsServer.close() },
+  { name: "flush traces", run: () => tracing.shutdown() },
 ]);

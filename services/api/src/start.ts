@@ -1,4 +1,4 @@
-import { bootService, listenerLimits, markNotServing, openStreamsOf, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger, type Signals } from "@seraph/kit";
+import { bootService, listenerLimits, markNotServing, openStreamsOf, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger, type Signals, type Metrics } from "@seraph/kit";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
@@ -29,6 +29,8 @@ export const API_SERVICE_NAMES = [
 
 /** Everything the API needs to run; main.ts (cluster) and the embedded composition both build this. */
 export interface ApiRuntime {
+  /** The process's metrics: RPCs by method and code are counted on it; none when unset. */
+  readonly metrics?: Metrics | undefined;
   readonly host: string;
   readonly grpcPort: number;
   readonly httpPort?: number | undefined;
@@ -76,6 +78,7 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
   const revocation = startRevocation({ db: rt.db, signals: rt.signals, streams, log: rt.log.child({ component: "revocation" }), recheckMs: rt.revocationRecheckMs });
   const booted = await bootService({
     name: "api",
+    metrics: rt.metrics,
     log: rt.log,
     host: rt.host,
     grpcPort: rt.grpcPort,

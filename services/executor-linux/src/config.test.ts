@@ -23,3 +23,12 @@ describe("executor config: the boot-id file is a test-only setting", () => {
     expect(() => loadExecutorConfig({ ...base, SERAPH_BOOT_ID_FILE: "relative", SERAPH_TEST_ALLOW_BOOT_ID_FILE: "1" })).toThrow(/not an absolute path/);
   });
 });
+
+describe("executor config: the free-space floor", () => {
+  it("SERAPH_MIN_FREE_BYTES defaults to 256 MiB and refuses less than 16 MiB, naming the variable", () => {
+    expect(loadExecutorConfig(base).SERAPH_MIN_FREE_BYTES).toBe(256 * 1024 * 1024);
+    expect(loadExecutorConfig({ ...base, SERAPH_MIN_FREE_BYTES: String(64 * 1024 * 1024) }).SERAPH_MIN_FREE_BYTES).toBe(64 * 1024 * 1024);
+    expect(() => loadExecutorConfig({ ...base, SERAPH_MIN_FREE_BYTES: "1048576" })).toThrow(/SERAPH_MIN_FREE_BYTES/);
+    expect(() => loadExecutorConfig({ ...base, SERAPH_MIN_FREE_BYTES: "lots" })).toThrow(ConfigError);
+  });
+});

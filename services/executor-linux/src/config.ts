@@ -1,6 +1,7 @@
 import { hostname } from "node:os";
 import { bool, int, natsAuth, oneOf, optionalStr, readConfig, str, type EnvReader } from "@seraph/kit";
 import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
+import { DEFAULT_MIN_FREE_BYTES, MIN_FREE_BYTES_MIN } from "./runner/space-floor.js";
 import { MIN_CPU_MILLICORES, MIN_MEMORY_CEILING_BYTES, MIN_PIDS_CEILING } from "./supervisor/containment.js";
 import {
   defaultContainmentSettings,
@@ -95,6 +96,8 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     SERAPH_EXECUTOR_HOST: str("127.0.0.1"),
     SERAPH_EXECUTOR_GRPC_PORT: int(7420, 0, 65535),
     SERAPH_EXECUTOR_HTTP_PORT: int(7421, 0, 65535),
+    // Prometheus `GET /metrics` on its own port (0 = a free port, logged at start).
+    SERAPH_EXECUTOR_METRICS_PORT: int(7429, 0, 65535),
     /** URL other services use to reach this node's gRPC listener; defaults to http://host:grpcPort. */
     SERAPH_EXECUTOR_ADVERTISE_URL: optionalStr(),
     SERAPH_NODE_ID: str(defaultNodeId()),
@@ -137,10 +140,22 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     /** Per-job cgroups with enforced ceilings (opt-in). */
     SERAPH_CGROUPS: oneOf(["off", "on"] as const, "off"),
     SERAPH_CGROUP_PARENT: cgroupParent(defaults.cgroupParent),
+    /**
+     * "auto": each step's commands run in a network namespace of their own with only its loopback
+     * wherever the node can enforce it (root, a job user, the probe made one); "host": the host's
+     * network (test suites that need it). The approval's network_claim says which applies.
+     */
+    SERAPH_JOB_NETWORK: oneOf(["auto", "host"] as const, defaults.network),
     /** Ceilings enforced through the per-job cgroup; 0 = none for that resource. */
     SERAPH_JOB_MEMORY_BYTES: ceiling(defaults.memoryBytes, MIN_MEMORY_CEILING_BYTES, 2 ** 50),
     SERAPH_JOB_PIDS: ceiling(defaults.pids, MIN_PIDS_CEILING, 4_194_304),
     SERAPH_JOB_CPU_MILLICORES: ceiling(defaults.cpuMillicores, MIN_CPU_MILLICORES, 1_024_000),
+    /**
+     * Free space (bytes) the job's staging filesystem must have for a job to start; the run
+     * directories' filesystem must also hold the job's output limit + 1 MiB per step (added up
+     * when both are one filesystem). Below it: REJECTED rejected_insufficient_space.
+     */
+    SERAPH_MIN_FREE_BYTES: int(DEFAULT_MIN_FREE_BYTES, MIN_FREE_BYTES_MIN, 2 ** 50),
     /** The machine this node runs on, for repository tenancy across node ids (default: /etc/machine-id; read by hostIdOf). */
     SERAPH_HOST_ID: str(""),
     NATS_URL: str(),
@@ -163,5 +178,6 @@ export function containmentSettingsOf(c: ExecutorConfig): ContainmentSettings {
     pids: c.SERAPH_JOB_PIDS,
     cpuMillicores: c.SERAPH_JOB_CPU_MILLICORES,
     jobRoot: c.SERAPH_JOB_ROOT,
+    network: c.SERAPH_JOB_NETWORK,
   };
 }

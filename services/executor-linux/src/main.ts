@@ -1,4 +1,4 @@
-import { ConfigError, createNatsSignals, createRootLogger, installShutdown } from "@seraph/kit";
+import { ConfigError, setupTracing, serveProcessMetrics, createNatsSignals, createRootLogger, installShutdown } from "@seraph/kit";
 import { containmentSettingsOf, loadExecutorConfig } from "./config.js";
 import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
 import { startExecutor } from "./start.js";
@@ -13,8 +13,12 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "executor", level: config.LOG_LEVEL });
-const signals = await createNatsSignals(config.NATS_URL, `seraph-executor-${config.SERAPH_NODE_ID}`, log, config.NATS_AUTH);
+// OpenTelemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set.
+const tracing = setupTracing("seraph-executor");
+const { metrics, server: metricsServer } = await serveProcessMetrics(log, config.SERAPH_EXECUTOR_HOST, config.SERAPH_EXECUTOR_METRICS_PORT);
+const signals = await createNatsSignals(config.NATS_URL, `seraph-executor-${config.SERAPH_NODE_ID}`, log, config.NATS_AUTH, { metrics });
 const executor = await startExecutor({
+  metrics,
   host: config.SERAPH_EXECUTOR_HOST,
   grpcPort: config.SERAPH_EXECUTOR_GRPC_PORT,
   httpPort: config.SERAPH_EXECUTOR_HTTP_PORT,
@@ -33,10 +37,13 @@ const executor = await startExecutor({
   supervisorRuntime: config.SERAPH_SUPERVISOR_RUNTIME || undefined,
   warmSupervisors: config.SERAPH_WARM_SUPERVISORS === "on",
   containment: containmentSettingsOf(config),
+  minFreeBytes: config.SERAPH_MIN_FREE_BYTES,
   signals,
   log,
 });
 installShutdown(log, [
   { name: "stop accepting and drain RPCs", run: () => executor.stop() },
   { name: "drain NATS", run: () => signals.close() },
+  { name: "close the metrics listener", run: () => metricsServer.close() },
+  { name: "flush traces", run: () => tracing.shutdown() },
 ]);

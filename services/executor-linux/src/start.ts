@@ -11,6 +11,7 @@ import {
   type BootedService,
   type Logger,
   type Signals,
+  type Metrics,
 } from "@seraph/kit";
 import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { ExecutorService } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
@@ -32,6 +33,8 @@ export const EXECUTOR_SERVICE_NAMES = [ExecutorService.typeName] as const;
 
 /** Everything an executor node needs to run. */
 export interface ExecutorRuntime {
+  /** The process's metrics: RPCs by method and code are counted on it; none when unset. */
+  readonly metrics?: Metrics | undefined;
   readonly host: string;
   readonly grpcPort: number;
   readonly httpPort?: number | undefined;
@@ -68,6 +71,8 @@ export interface ExecutorRuntime {
   readonly facilities?: (() => Promise<FacilityReport>) | undefined;
   /** Job users and per-job cgroups (default: job users when root, per-slot uids; cgroups off). */
   readonly containment?: ContainmentSettings | undefined;
+  /** Free space a job's staging filesystem must have for it to start (SERAPH_MIN_FREE_BYTES; default 256 MiB). */
+  readonly minFreeBytes?: number | undefined;
 }
 
 /** A running executor node. */
@@ -108,6 +113,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   });
   const booted = await bootService({
     name: "executor",
+    metrics: rt.metrics,
     log,
     host: rt.host,
     grpcPort: rt.grpcPort,

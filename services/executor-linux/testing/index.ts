@@ -25,6 +25,8 @@ export type { DiscoveryOptions, TypeScriptInstall } from "./runtime-fixture.js";
 export { digestTree as digestFixtureTree } from "../src/profile/tree-digest.js";
 export { addPytestVenv, createPythonProject, DEBIAN_DIST_PACKAGES, fixPythonAddPatch, pythonAddModule, pythonForTests, PythonRuntimeMissingError } from "./python-projects.js";
 export type { PythonProjectOptions } from "./python-projects.js";
+export { mountSmallFs, smallFsGate } from "./small-fs.js";
+export type { SmallFs } from "./small-fs.js";
 // Host observations tests make of what the executor started (production code, exported here only
 // for tests: they are not part of the package's public API).
 /** The pid, as `procRoot` numbers it, of the process that is `innerPid` inside PID namespace `namespace` (undefined when none is visible). */

@@ -9,6 +9,8 @@ export function loadJobsConfig(env: Readonly<Record<string, string | undefined>>
     SERAPH_JOBS_HOST: str("127.0.0.1"),
     SERAPH_JOBS_GRPC_PORT: int(7410, 0, 65535),
     SERAPH_JOBS_HTTP_PORT: int(7411, 0, 65535),
+    // Prometheus `GET /metrics` on its own port (0 = a free port, logged at start).
+    SERAPH_JOBS_METRICS_PORT: int(7419, 0, 65535),
     DATABASE_URL: str(),
     NATS_URL: str(),
     /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */

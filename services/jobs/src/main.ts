@@ -1,4 +1,4 @@
-import { ConfigError, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
+import { ConfigError, setupTracing, serveProcessMetrics, createNatsSignals, createRootLogger, installShutdown, openDatabase } from "@seraph/kit";
 import { loadJobsConfig } from "./config.js";
 import type { JobsDatabase } from "./db/schema.js";
 import { startJobs } from "./start.js";
@@ -13,9 +13,13 @@ try {
   process.exit(2);
 }
 const log = createRootLogger({ name: "jobs", level: config.LOG_LEVEL });
-const db = await openDatabase<JobsDatabase>({ url: config.DATABASE_URL });
-const signals = await createNatsSignals(config.NATS_URL, "seraph-jobs", log, config.NATS_AUTH);
+// OpenTelemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set.
+const tracing = setupTracing("seraph-jobs");
+const { metrics, server: metricsServer } = await serveProcessMetrics(log, config.SERAPH_JOBS_HOST, config.SERAPH_JOBS_METRICS_PORT);
+const db = await openDatabase<JobsDatabase>({ url: config.DATABASE_URL }, { metrics });
+const signals = await createNatsSignals(config.NATS_URL, "seraph-jobs", log, config.NATS_AUTH, { metrics });
 const jobs = await startJobs({
+  metrics,
   host: config.SERAPH_JOBS_HOST,
   grpcPort: config.SERAPH_JOBS_GRPC_PORT,
   httpPort: config.SERAPH_JOBS_HTTP_PORT,
@@ -30,4 +34,6 @@ installShutdown(log, [
   { name: "stop accepting and drain RPCs", run: () => jobs.stop() },
   { name: "drain NATS", run: () => signals.close() },
   { name: "close the database pool", run: () => db.destroy() },
+  { name: "close the metrics listener", run: () => metricsServer.close() },
+  { name: "flush traces", run: () => tracing.shutdown() },
 ]);

@@ -1,4 +1,4 @@
-import { bootService, internalAuthenticator, JOBS_READ_MAX_BYTES, markNotServing, type BootedService, type Logger, type Signals } from "@seraph/kit";
+import { bootService, internalAuthenticator, JOBS_READ_MAX_BYTES, markNotServing, type BootedService, type Logger, type Metrics, type Signals } from "@seraph/kit";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Kysely } from "kysely";
 import type { AuthorityReader } from "./admission/authority.js";
@@ -7,6 +7,7 @@ import type { JobsDatabase } from "./db/schema.js";
 import { createEventPublisher } from "./events/publisher.js";
 import { createJobsCore, createJobsService } from "./jobs-service.js";
 import { createJobsRoutes } from "./routes.js";
+import { createJobsMetrics } from "./metrics.js";
 import { startScheduler, type Scheduler } from "./scheduler/scheduler.js";
 
 /** Service names the jobs service reports in health. */
@@ -33,6 +34,8 @@ export interface JobsRuntime {
   readonly nodeStaleMs?: number | undefined;
   /** Fair share: at most this many slots (reserved or held) per operator root; 0 or unset = no cap. */
   readonly rootMaxSlots?: number | undefined;
+  /** The process's metrics (RPCs, jobs, slots, recoveries); none when unset. */
+  readonly metrics?: Metrics | undefined;
 }
 
 /** A running jobs service. */
@@ -48,7 +51,8 @@ export interface JobsHandle extends BootedService {
  */
 export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
   let scheduler: Scheduler | undefined;
-  const publisher = createEventPublisher(rt.signals, () => scheduler?.wake());
+  const metrics = rt.metrics ? createJobsMetrics(rt.metrics, rt.db, rt.log) : undefined;
+  const publisher = createEventPublisher(rt.signals, () => scheduler?.wake(), metrics);
   const core = createJobsCore({ db: rt.db, publisher, log: rt.log, authority: rt.authority, nodeStaleMs: rt.nodeStaleMs });
   const booted = await bootService({
     name: "jobs",
@@ -62,6 +66,7 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     // StoreArtifact carries up to 17 MiB (jobs.proto); everything else is smaller.
     limits: { readMaxBytes: JOBS_READ_MAX_BYTES },
     signal: rt.signal,
+    metrics: rt.metrics,
     prepare: () => migrateJobs(rt.db, rt.log),
   });
   scheduler = startScheduler({ db: rt.db, signals: rt.signals, publisher: () => publisher, log: rt.log.child({ component: "scheduler" }), pollMs: rt.pollMs ?? 2000, nodeStaleMs: core.nodeStaleMs, rootMaxSlots: rt.rootMaxSlots ?? 0, now: core.now });

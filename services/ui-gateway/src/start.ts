@@ -1,7 +1,7 @@
 import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { bootService, hashToken, markNotServing, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger } from "@seraph/kit";
+import { bootService, createClientTracingInterceptor, hashToken, markNotServing, PUBLIC_READ_MAX_BYTES, type BootedService, type Logger, type Metrics } from "@seraph/kit";
 import { Health, HealthCheckResponse_ServingStatus } from "@seraph/proto/grpc/health/v1/health_pb.js";
 import { createGatewayRoutes, FORWARDED_SERVICES } from "./routes.js";
 import { createStaticHandler } from "./static-files.js";
@@ -11,6 +11,8 @@ export const GATEWAY_SERVICE_NAMES = FORWARDED_SERVICES.map((s) => s.typeName);
 
 /** Everything the gateway needs to run. */
 export interface GatewayRuntime {
+  /** The process's metrics: RPCs by method and code are counted on it; none when unset. */
+  readonly metrics?: Metrics | undefined;
   readonly host: string;
   readonly grpcPort: number;
   readonly httpPort: number;
@@ -30,11 +32,12 @@ export interface GatewayHandle extends BootedService {
  * The gateway authenticates nothing itself: it forwards the caller's bearer token to the API.
  */
 export async function startGateway(rt: GatewayRuntime): Promise<GatewayHandle> {
-  const apiTransport = createGrpcTransport({ baseUrl: rt.apiUrl });
+  const apiTransport = createGrpcTransport({ baseUrl: rt.apiUrl, interceptors: [createClientTracingInterceptor("ui-gateway")] });
   const apiHealth = createClient(Health, apiTransport);
   const publicDir = fileURLToPath(new URL("../public", import.meta.url));
   const booted = await bootService({
     name: "ui-gateway",
+    metrics: rt.metrics,
     log: rt.log,
     host: rt.host,
     grpcPort: rt.grpcPort,

@@ -205,6 +205,7 @@ const recover: Command = {
     ctx.say(`slot released: job ${res.job?.id ?? req.jobId}${r ? `  proof ${r.proof}, receipt verified ${r.cleanupReceiptVerified}, readback ${r.processCleanupReadbackSha256} (${r.readbackScope})` : ""}`);
     // A fenced node's slot comes back without any cleanup proof: say so, never imply one.
     if (r?.cleanupUnproven) ctx.say("cleanup NOT proved: the job's node was fenced; what the job started may still run on that host");
+    if (r?.proof === "cleanup_proved_by_cgroup") ctx.say("cleanup proved by cgroup (the executor killed the job's own cgroup, saw it empty and every recorded pid gone); results unknown");
     return 0;
   },
 };

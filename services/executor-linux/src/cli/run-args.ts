@@ -14,6 +14,8 @@ export interface RunArgs {
   /** auto: the default (a job user when root, resolved in resolveJobUser). */
   jobUser: JobUserSetting;
   cgroup: boolean;
+  /** --no-network: the command runs in a network namespace of its own (only its loopback). */
+  noNetwork: boolean;
   memoryBytes: number;
   pids: number;
   cpuMillicores: number;
@@ -55,6 +57,9 @@ const OPTIONS: Readonly<Record<string, (out: RunArgs, value: () => string | unde
   "--cgroup": (out) => {
     out.cgroup = true;
   },
+  "--no-network": (out) => {
+    out.noNetwork = true;
+  },
   "--memory-bytes": (out, value, name) => {
     out.memoryBytes = int(name, value());
     out.cgroup = true;
@@ -85,6 +90,7 @@ export function parseArgs(args: readonly string[]): RunArgs {
     keepRunDir: false,
     jobUser: { kind: "auto" },
     cgroup: false,
+    noNetwork: false,
     memoryBytes: 0,
     pids: 0,
     cpuMillicores: 0,

@@ -26,7 +26,7 @@ import { EXIT_STATUS, notStarted, printReceipt, printUnknown } from "./run-outpu
 
 /** Usage of this subcommand (also printed by `seraph-exec <command> --help`). */
 export const RUN_USAGE = `usage: seraph-exec run [--json] [--deadline-ms N] [--grace-ms N] [--cleanup-reserve-ms N]
-                       [--cwd DIR] [--keep-run-dir] [--job-user USER] [--cgroup]
+                       [--cwd DIR] [--keep-run-dir] [--job-user USER] [--cgroup] [--no-network]
                        [--memory-bytes N] [--pids N] [--cpu-millicores N] -- <argv...>
 
 Runs argv under a fresh per-job supervisor (no shell) and prints its receipt: with --json as one
@@ -48,7 +48,9 @@ uid); --job-user <uid>:<gid>|<name> picks another, --job-user none runs it as ro
 must be able to enter --cwd and execute argv[0] (checked first: exit 126 naming the path).
 As another user the command runs as that user. --cgroup gives the run its own
 cgroup v2 (cgroup.kill, populated 0 required beside ECHILD); --memory-bytes, --pids and
---cpu-millicores (each implies --cgroup) are enforced ceilings. Both need root.`;
+--cpu-millicores (each implies --cgroup) are enforced ceilings. Both need root. --no-network
+runs the command in a network namespace of its own with only its loopback (no port of the host,
+nothing outside); it needs a job user (root, not --job-user none).`;
 
 /** Environment variables never passed to the command (they would change how node runs). */
 const DROPPED_ENV = new Set(["NODE_OPTIONS"]);
@@ -88,6 +90,10 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     process.stderr.write(`seraph-exec run: ${jobUser}\n`);
     return 2;
   }
+  if (parsed.noNetwork && jobUser === undefined) {
+    process.stderr.write("seraph-exec run: --no-network needs a job user (root, and not --job-user none): a command running as root or as this process's user could leave its network namespace\n");
+    return 2;
+  }
   if (jobUser !== undefined && process.geteuid?.() === 0) {
     const refused = checkJobUser(parsed, jobUser, executable);
     if (refused !== undefined) return refused;
@@ -125,6 +131,7 @@ function specOf(parsed: RunArgs, argv: string[], reserveMs: number, runDir: stri
           }),
         }
       : {}),
+    isolateNetwork: parsed.noNetwork,
     // seraph-exec cannot re-adopt a supervisor: when it is gone, its job is cancelled.
     controllerLossPolicy: ControllerLossPolicy.CANCEL,
   });

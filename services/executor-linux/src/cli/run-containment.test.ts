@@ -2,6 +2,7 @@
 import { execFile } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
@@ -27,6 +28,36 @@ describe("seraph-exec run usage of the containment flags", () => {
       const r = await cli(["run", "--json", "--job-user", bad, "--", "/bin/true"]);
       expect(r.code, bad).toBe(2);
       expect(r.stderr).toMatch(/--job-user/);
+    }
+  });
+});
+
+describe("seraph-exec run --no-network", () => {
+  it("without a job user it is a usage error: a command running as root could leave its namespace", async () => {
+    const r = await cli(["run", "--json", "--no-network", "--job-user", "none", "--", "/bin/true"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("--no-network needs a job user");
+  });
+
+  it.skipIf(!isRoot)("as root: the command reaches no port of the host, its own loopback works, and the receipt names its namespace", async () => {
+    const server = createServer((c) => c.end("service"));
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    const probe = `const net=require("net");const c=net.connect(${port},"127.0.0.1");c.on("connect",()=>{console.log("host=connected");c.destroy();own()});c.on("error",e=>{console.log("host="+e.code);own()});
+function own(){const s=net.createServer(k=>k.end("pong")).listen(0,"127.0.0.1",()=>{net.connect(s.address().port,"127.0.0.1").on("data",d=>{console.log("own="+d);s.close()})})}`;
+    try {
+      const open = await cli(["run", "--job-user", "64093:64093", "--", process.execPath, "-e", probe]);
+      expect(open.stdout).toContain("host=connected");
+      const r = await cli(["run", "--no-network", "--job-user", "64093:64093", "--", process.execPath, "-e", probe]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toContain("host=ECONNREFUSED");
+      expect(r.stdout).toContain("own=pong");
+      expect(r.stderr).toMatch(/; without the network \(own namespace net:\[\d+\], only lo\)/);
+      const j = lastJson((await cli(["run", "--json", "--no-network", "--job-user", "64093:64093", "--", "/bin/true"])).stdout);
+      expect(j["containment"]).toMatchObject({ networkIsolated: true, networkInterfaces: ["lo"] });
+      expect(j["containment"]["networkNamespace"]).toMatch(/^net:\[\d+\]$/);
+    } finally {
+      await new Promise((r) => server.close(r));
     }
   });
 });

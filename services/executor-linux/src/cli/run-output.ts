@@ -33,7 +33,7 @@ export function notStarted(parsed: RunArgs, reason: string, message: string, res
 }
 
 /** The stats of a stream nothing was read from. */
-const EMPTY_STREAM = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256, producedSha256: EMPTY_SHA256, headBytes: 0, tailBytes: 0, elidedBytes: 0 };
+const EMPTY_STREAM = { bytes: 0, keptBytes: 0, truncated: false, sha256: EMPTY_SHA256, producedSha256: EMPTY_SHA256, headBytes: 0, tailBytes: 0, elidedBytes: 0, storageError: "" };
 
 /** The receipt's command fields for a run with no receipt: `started` false (nothing started) or null (unknown). */
 function receiptlessFields(argv: readonly string[], started: false | null, durationMs: number) {
@@ -49,8 +49,13 @@ function receiptlessFields(argv: readonly string[], started: false | null, durat
   };
 }
 
-/** Writes a journal: the head, one line naming the elided byte count, the tail. */
+/** Writes a journal: the head, one line naming the elided byte count (or why the rest was not kept), the tail. */
 function writeJournal(out: NodeJS.WriteStream, name: string, j: VerifiedJournal): void {
+  if (j.storageError !== "" && j.elidedBytes > 0) {
+    out.write(j.data);
+    out.write(`\n[seraph-exec: ${j.elidedBytes} bytes of ${name} not kept: the run directory's storage refused a write (${j.storageError})]\n`);
+    return;
+  }
   if (j.elidedBytes === 0) {
     out.write(j.data);
     return;
@@ -82,7 +87,8 @@ export async function printReceipt(
       writeJournal(process.stderr, "stderr", journals.stderr);
     }
     const how = json.exitCode !== null ? `exit code ${json.exitCode}` : json.signal !== null ? `signal ${json.signal}` : "not started";
-    const elided = (s: typeof json.stdout): string => (s.elidedBytes > 0 ? ` (${humanBytes(s.elidedBytes)} elided)` : s.truncated ? " (truncated)" : "");
+    const elided = (s: typeof json.stdout): string =>
+      s.storageError !== "" ? ` (${humanBytes(s.elidedBytes)} not kept: ${s.storageError})` : s.elidedBytes > 0 ? ` (${humanBytes(s.elidedBytes)} elided)` : s.truncated ? " (truncated)" : "";
     process.stderr.write(
       `seraph-exec: ${json.outcome} (${json.reason}): ${how}, ${json.durationMs} ms; ` +
         `leftover descendants ${json.leftoverDescendants}; ECHILD ${json.echildObserved ? "observed" : "NOT observed"}; ` +
@@ -90,6 +96,7 @@ export async function printReceipt(
         `stdout ${humanBytes(json.stdout.bytes)}${elided(json.stdout)}, ` +
         `stderr ${humanBytes(json.stderr.bytes)}${elided(json.stderr)}` +
         `${json.containment?.jobUser ? `; as job user ${json.containment.jobUser.uid}:${json.containment.jobUser.gid}` : ""}` +
+        `${json.containment?.networkIsolated ? `; without the network (own namespace ${json.containment.networkNamespace}, only ${json.containment.networkInterfaces.join(", ")})` : ""}` +
         `${keep ? `; run dir ${runDir}` : ""}\n` +
         `seraph-exec: ${json.message}\n`,
     );

@@ -70,7 +70,7 @@ describe("detectCgroupLayout", () => {
   test("v1 only (no v2 mount anywhere): no layout, per-job cgroups are unavailable", () => {
     const root = fakeRoot({ "memory/cgroup.procs": "", "pids/cgroup.procs": "" });
     expect(detectCgroupLayout(root)).toBeUndefined();
-    const probe = probeContainment({ cgroupFsRoot: root, euid: 0, selfCgroup: "0::/\n" });
+    const probe = probeContainment({ cgroupFsRoot: root, euid: 0, selfCgroup: "0::/\n", networkProbe: () => undefined });
     expect(probe.cgroupLayout).toBe("");
     expect(probe.controllers).toEqual([]);
     expect(probe.notes.join(" ")).toMatch(/No cgroup v2 hierarchy/);

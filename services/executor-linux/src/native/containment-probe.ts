@@ -2,6 +2,8 @@ import { create } from "@bufbuild/protobuf";
 import { ContainmentFacilitiesSchema, type ContainmentFacilities } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { readFileSync } from "node:fs";
 import { CEILING_NAMES, DEFAULT_CGROUP_FS_ROOT, JobCgroup, detectCgroupLayout } from "./cgroup.js";
+import { createNetworkNamespaceCalls } from "./libc.js";
+import { networkNamespaceProblem } from "./network-namespace.js";
 import { findTrustedSetpriv, SETPRIV_CANDIDATES } from "./setpriv.js";
 
 /** What probeContainment needs; injectable so tests can lay out a fake cgroup root. */
@@ -13,13 +15,16 @@ export interface ContainmentProbeDeps {
   readonly selfCgroup?: string;
   /** Parent of the probe cgroup, relative to each hierarchy root (default "/seraph"). */
   readonly cgroupParent?: string;
+  /** Makes and drops a job network namespace: undefined when it worked, else why not (default: the real one, as root). */
+  readonly networkProbe?: () => string | undefined;
 }
 
 /**
  * Probes what this host offers for containment: whether this process is root (and so can run
  * commands as a job user), a trusted setpriv, the cgroup layout, and which ceilings can really be
  * enforced: as root it creates a probe cgroup under the parent with every available ceiling
- * written, then removes it. Nothing here blocks supervision; it decides what a node may claim.
+ * written, then removes it, and makes a network namespace with its loopback up, then lets it go.
+ * Nothing here blocks supervision; it decides what a node may claim.
  */
 export function probeContainment(deps: ContainmentProbeDeps = {}): ContainmentFacilities {
   const fsRoot = deps.cgroupFsRoot ?? DEFAULT_CGROUP_FS_ROOT;
@@ -56,6 +61,14 @@ export function probeContainment(deps: ContainmentProbeDeps = {}): ContainmentFa
       }
     }
   }
+  let networkNamespace = false;
+  if (!root) {
+    notes.push("A network namespace of the job's own needs root: jobs have the host's network.");
+  } else {
+    const problem = (deps.networkProbe ?? (() => networkNamespaceProblem(createNetworkNamespaceCalls)))();
+    networkNamespace = problem === undefined;
+    if (problem !== undefined) notes.push(problem);
+  }
   return create(ContainmentFacilitiesSchema, {
     root,
     setprivPath: setpriv.ok ? setpriv.path : "",
@@ -64,5 +77,6 @@ export function probeContainment(deps: ContainmentProbeDeps = {}): ContainmentFa
     cgroupV2Mount: usable ? (layout?.v2Mount ?? "") : "",
     controllers,
     notes,
+    networkNamespace,
   });
 }

@@ -11,13 +11,15 @@ export {
   type ExitStatus,
   type FdResult,
   type NativeSystem,
+  type NetworkNamespaceCalls,
   type PeerCredentials,
   type ReadableWatch,
   type SpawnRequest,
   type SpawnResult,
   type WaitResult,
 } from "./native-system.js";
-export { createNativeSystem } from "./libc.js";
+export { createNativeSystem, createNetworkNamespaceCalls } from "./libc.js";
+export { JobNetworkNamespace, NetworkNamespaceError, interfacesOf, networkNamespaceProblem } from "./network-namespace.js";
 export { createProcFs, KERNEL_BOOT_ID_FILE, readBootIdFile, isDeadState, isExited, parseProcStat, signalDisposition, type ProcFs, type ProcFsOptions, type ProcStat } from "./proc-fs.js";
 export { facilityBlocker, probeFacilitiesInThisProcess, type FacilityProbe, type FacilityProbeDeps } from "./facility.js";
 export {

@@ -7,6 +7,7 @@ import {
   type CallResult,
   type FdResult,
   type NativeSystem,
+  type NetworkNamespaceCalls,
   type PeerCredentials,
   type ReadableWatch,
   type SpawnRequest,
@@ -49,6 +50,19 @@ const FILE_ACTIONS_BYTES = 256;
 const SPAWNATTR_BYTES = 512;
 const SIGSET_BYTES = 128;
 
+/** koffi and libc.so.6, on Linux x86_64 only (NativeCallError "platform" elsewhere, "dlopen(libc.so.6)" when it does not load). */
+function openLibc(): { koffi: Koffi; lib: LibraryHandle } {
+  if (process.platform !== "linux" || process.arch !== "x64") {
+    throw new NativeCallError("platform", Errno.ENOSYS);
+  }
+  const koffi = loadKoffi();
+  try {
+    return { koffi, lib: koffi.load("libc.so.6") };
+  } catch (err) {
+    throw new NativeCallError("dlopen(libc.so.6)", Errno.ENOENT, { cause: err });
+  }
+}
+
 /**
  * Loads libc through koffi and returns the real NativeSystem. Throws NativeCallError
  * (call "dlsym") when a required symbol is missing (e.g. glibc older than 2.34, which lacks
@@ -56,16 +70,7 @@ const SIGSET_BYTES = 128;
  * the x86_64 ABI.
  */
 export function createNativeSystem(): NativeSystem {
-  if (process.platform !== "linux" || process.arch !== "x64") {
-    throw new NativeCallError("platform", Errno.ENOSYS);
-  }
-  const koffi = loadKoffi();
-  let lib: LibraryHandle;
-  try {
-    lib = koffi.load("libc.so.6");
-  } catch (err) {
-    throw new NativeCallError("dlopen(libc.so.6)", Errno.ENOENT, { cause: err });
-  }
+  const { koffi, lib } = openLibc();
   const libc = bindLibc(koffi, lib);
   const errno = (): number => koffi.errno();
   return {
@@ -94,6 +99,57 @@ export function createNativeSystem(): NativeSystem {
           handle.close();
         },
       };
+    },
+  };
+}
+
+const CLONE_NEWNET = 0x40000000;
+const AF_INET = 2;
+const SOCK_DGRAM = 2;
+const SIOCGIFFLAGS = 0x8913;
+const SIOCSIFFLAGS = 0x8914;
+const IFF_UP = 0x1;
+const IFNAMSIZ = 16;
+// struct ifreq: char ifr_name[IFNAMSIZ], then a 24-byte union whose first member here is short ifr_flags.
+const IFREQ_BYTES = 40;
+
+/**
+ * Loads libc and returns the network-namespace calls (unshare, setns, SIOCSIFFLAGS). Throws
+ * NativeCallError as createNativeSystem does. Linux x86_64 only.
+ */
+export function createNetworkNamespaceCalls(): NetworkNamespaceCalls {
+  const { koffi, lib } = openLibc();
+  let fns: Record<"unshare" | "setns" | "socket" | "ioctl" | "close", NativeFn>;
+  try {
+    fns = {
+      unshare: lib.func("int unshare(int flags)"),
+      setns: lib.func("int setns(int fd, int nstype)"),
+      socket: lib.func("int socket(int domain, int type, int protocol)"),
+      // ioctl is variadic in glibc: the request argument is passed with its exact C type.
+      ioctl: lib.func("int ioctl(int fd, unsigned long request, ...)"),
+      close: lib.func("int close(int fd)"),
+    };
+  } catch (err) {
+    throw new NativeCallError("dlsym(unshare, setns, socket, ioctl)", Errno.ENOSYS, { cause: err });
+  }
+  const result = (rc: unknown): CallResult => (rc === 0 ? { ok: true } : { ok: false, errno: koffi.errno() });
+  return {
+    unshareNetwork: () => result(fns.unshare(CLONE_NEWNET)),
+    enterNetwork: (fd) => result(fns.setns(fd, CLONE_NEWNET)),
+    interfaceUp(name) {
+      const nameBytes = Buffer.from(name, "utf8");
+      if (nameBytes.length === 0 || nameBytes.length >= IFNAMSIZ) return { ok: false, errno: Errno.EINVAL };
+      const sock = fns.socket(AF_INET, SOCK_DGRAM | O_CLOEXEC, 0) as number;
+      if (sock < 0) return { ok: false, errno: koffi.errno() };
+      try {
+        const ifreq = Buffer.alloc(IFREQ_BYTES);
+        nameBytes.copy(ifreq);
+        if ((fns.ioctl(sock, SIOCGIFFLAGS, "void *", ifreq) as number) !== 0) return { ok: false, errno: koffi.errno() };
+        ifreq.writeUInt16LE(ifreq.readUInt16LE(IFNAMSIZ) | IFF_UP, IFNAMSIZ);
+        return result(fns.ioctl(sock, SIOCSIFFLAGS, "void *", ifreq));
+      } finally {
+        fns.close(sock);
+      }
     },
   };
 }

@@ -131,6 +131,21 @@ export interface NativeSystem {
   watchReadable(fd: number, onReadable: () => void): ReadableWatch;
 }
 
+/**
+ * The calls that give a job a network namespace of its own. Each acts on the CALLING THREAD only
+ * (network namespaces are per thread), so a caller on the main thread changes what a
+ * posix_spawn from the main thread inherits and nothing else. Root (CAP_SYS_ADMIN,
+ * CAP_NET_ADMIN) is needed for all of them.
+ */
+export interface NetworkNamespaceCalls {
+  /** unshare(CLONE_NEWNET): the calling thread moves to a new network namespace (only `lo`, down). */
+  unshareNetwork(): CallResult;
+  /** setns(fd, CLONE_NEWNET): the calling thread moves to the namespace `fd` (an ns/net file) names. */
+  enterNetwork(fd: number): CallResult;
+  /** Sets IFF_UP on interface `name` of the calling thread's namespace (SIOCGIFFLAGS, SIOCSIFFLAGS on an AF_INET datagram socket). */
+  interfaceUp(name: string): CallResult;
+}
+
 /** Decodes a raw wait status (the `int` waitpid stores) the way the W* macros do. */
 export function decodeWaitStatus(status: number): ExitStatus {
   const low = status & 0x7f;

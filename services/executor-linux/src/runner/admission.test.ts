@@ -2,9 +2,10 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { createRootLogger } from "@seraph/kit";
 import { ExecutionBundleSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { ContainmentFacilitiesSchema, FacilityReportSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { describe, expect, it } from "vitest";
-import { admissionRefusal, stepReserveMs, wallMsOf } from "./admission.js";
+import { defaultContainmentSettings, nodeContainment, type ContainmentSettings } from "../supervisor-client/node-containment.js";
+import { admissionRefusal, applyContainment, stepReserveMs, wallMsOf } from "./admission.js";
 import type { Ctx } from "./attempt.js";
 
 const ROOT = "/srv/seraph-admission-test";
@@ -51,6 +52,34 @@ describe("admissionRefusal: the executor's fresh admission, in order", () => {
     const r = await admissionRefusal(ctxOf({ containment: { isolationClaim: "separate_job_uid" } as never }));
     expect(r?.outcome).toBe("rejected_containment_changed");
     expect(r?.message).toContain("this node has no containment settings");
+  });
+});
+
+describe("the approved network claim against the node's", () => {
+  const facilities = create(ContainmentFacilitiesSchema, { root: true, setprivPath: "/usr/bin/setpriv", networkNamespace: true });
+  const withNode = (settings: ContainmentSettings, approved: ContainmentSettings) => {
+    const ctx = ctxOf({ containment: nodeContainment(approved, facilities) });
+    (ctx.deps as { containment?: unknown }).containment = { settings, facilities };
+    return ctx;
+  };
+  const isolated = defaultContainmentSettings(1);
+  const host = { ...isolated, network: "host" as const };
+
+  it("an approval of own_loopback_only on a node now on the host's network is refused, and the reverse", async () => {
+    const r = await admissionRefusal(withNode(host, isolated));
+    expect(r?.outcome).toBe("rejected_containment_changed");
+    expect(r?.message).toContain('network_claim: approved "own_loopback_only", node now "host_network"');
+    expect((await admissionRefusal(withNode(isolated, host)))?.message).toContain('network_claim: approved "host_network", node now "own_loopback_only"');
+  });
+
+  it("the supervisors are asked for a network namespace exactly when the approval claimed one", async () => {
+    for (const [settings, want] of [[isolated, true], [host, false]] as const) {
+      const ctx = { ...withNode(settings, settings), active: { slotIndex: 0 }, slotIndex: 0 } as unknown as Ctx;
+      expect(await admissionRefusal(ctx)).toBeUndefined();
+      applyContainment(ctx);
+      expect(ctx.jobUser?.uid).toBe(64000);
+      expect(ctx.isolateNetwork).toBe(want);
+    }
   });
 });
 

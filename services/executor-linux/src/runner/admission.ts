@@ -3,7 +3,7 @@ import { dirname } from "node:path";
 import type { ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { deadlineBudget, limitValues } from "../profile/index.js";
-import { cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment } from "../supervisor-client/node-containment.js";
+import { NETWORK_OWN_LOOPBACK, cgroupRequestFor, containmentDifferences, jobUserForSlot, nodeContainment } from "../supervisor-client/node-containment.js";
 import { reason, stageDirOf, type Ctx } from "./attempt.js";
 import { closeRetainedStages, ensureJobRoot, jobUserStageDir } from "./job-user-staging.js";
 import { rootOf } from "./preflight.js";
@@ -61,7 +61,7 @@ export async function admissionRefusal(ctx: Pick<Ctx, "deps" | "bundle">): Promi
     const differences = now !== undefined ? containmentDifferences(bundle.containment, now) : ["this node has no containment settings"];
     if (differences.length > 0) {
       return refusal("rejected_containment_changed", `the node's containment differs from the approved one: ${differences.join("; ")}`.slice(0, 2000), [
-        reason("containment_changed", "The job user, cgroup or enforced ceilings of this node are not the approved ones; create a new repair.", deps.identity.nodeId),
+        reason("containment_changed", "The job user, cgroup, network or enforced ceilings of this node are not the approved ones; create a new repair.", deps.identity.nodeId),
       ]);
     }
   }
@@ -69,7 +69,7 @@ export async function admissionRefusal(ctx: Pick<Ctx, "deps" | "bundle">): Promi
 }
 
 /**
- * The job user and cgroup the attempt's supervisors are asked for: only when the node holds
+ * The job user, cgroup and network namespace the attempt's supervisors are asked for: only when the node holds
  * containment settings and the approval bound a claim other than `none` (fresh executions and
  * re-adoptions compute the same from the same inputs).
  */
@@ -79,6 +79,7 @@ export function applyContainment(ctx: Ctx): void {
   if (containment !== undefined && approved !== undefined && approved.isolationClaim !== "none") {
     ctx.jobUser = jobUserForSlot(containment.settings, containment.facilities, ctx.active.slotIndex ?? (ctx.slotIndex >= 0 ? ctx.slotIndex : 0));
     ctx.cgroup = cgroupRequestFor(approved, containment.settings);
+    ctx.isolateNetwork = ctx.jobUser !== undefined && approved.networkClaim === NETWORK_OWN_LOOPBACK;
   }
 }
 

@@ -1,4 +1,5 @@
 import { readFile, readdir } from "node:fs/promises";
+import { inJobTrace } from "./job-trace.js";
 import { approvedExecution } from "./approved-document.js";
 import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
@@ -13,6 +14,7 @@ import { attemptDir, call, deadlinePassed, stageDirOf, storeLater, type ActiveJo
 import { boundedByDeadline, complete } from "./completion.js";
 import { finish } from "./finish.js";
 import { jobUserStageDir } from "./job-user-staging.js";
+import { withCgroupProof } from "./lost-supervisor.js";
 import { repositoryBeforeWritten, repositoryDigest, writeRepositoryBefore } from "./repository-check.js";
 import { runSteps } from "./run-steps.js";
 import { decodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
@@ -28,8 +30,8 @@ import { driveStep, journalMismatchVerdict, readReceiptFile, stepResultOf, store
  * naming the marker is finished from that receipt and its journals. When that step was a build
  * with a later test step, the stage is restored from its stored pre-build manifest, the build
  * output is validated and the test step runs. A supervisor that is gone without a receipt,
- * reused, or from another boot makes the job UNKNOWN (`unknown_supervisor_lost`, slot held, no
- * replay). Without a recorded marker the start token was never given: any supervisor found is
+ * reused, or from another boot makes the job UNKNOWN (`unknown_supervisor_lost`, no replay), the
+ * slot held unless the job's own cgroup proves the cleanup (lost-supervisor.ts). Without a recorded marker the start token was never given: any supervisor found is
  * cancelled and the job rejected.
  */
 export async function adoptClaimed(
@@ -53,13 +55,14 @@ export async function adoptClaimed(
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
   // The attempt's private directory is named by the fence it was claimed with; every write
   // from here on carries the new fence the adoption took (active.fence).
-  const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined, adopted: true };
+  const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, claimFence), deadlineMs, slotIndex: job.slotIndex, markerRecorded: job.marker !== undefined, adopted: true, phases: [{ name: "adopted", atMs: Date.now() }] };
   // A job user's staged tree of this attempt (if one was made) goes with the attempt at the end.
   if (deps.containment !== undefined && (bundle.containment?.isolationClaim ?? "none") !== "none") {
     ctx.jobStageDir = jobUserStageDir(deps.containment.settings.jobRoot, ctx.base);
   }
   let last: Receipt | undefined;
-  await boundedByDeadline(ctx, () => last, async () => {
+  // The adopted attempt is a span of the job's trace too (its phases since the adoption).
+  await inJobTrace(ctx, job.traceParent, () => last, () => boundedByDeadline(ctx, () => last, async () => {
     const marker = job.marker;
     if (!marker) {
       await abandonUnstarted(ctx, unstarted);
@@ -79,7 +82,7 @@ export async function adoptClaimed(
     const ends = resumed.index === (bundle.inspection?.steps.length ?? 0) - 1 || last.outcome !== Outcome.SUCCEEDED;
     if (ends || deadlinePassed(ctx)) grantLateEvidence(ctx, last, adoptedAtMs);
     await continueAfterAdoptedStep(ctx, resumed, (r) => (last = r));
-  });
+  }));
 }
 
 /** Margin between the executor's evidence window and the jobs service's, which starts at AdoptJob (a little earlier). */
@@ -143,11 +146,10 @@ async function resumeRecordedStep(ctx: Ctx, marker: OwnerMarker): Promise<Resume
     if (file) run = { receipt: file.receipt, marker, runDir: marker.runDir, markerRecorded: true };
   }
   if (!run?.receipt || index < 0) {
-    await complete(ctx, {
-      state: JobState.UNKNOWN,
-      outcome: `unknown_${run?.lost ?? "supervisor_lost"}`,
-      message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt; cleanup cannot be proved`,
-    });
+    const lost = { state: JobState.UNKNOWN, outcome: `unknown_${run?.lost ?? "supervisor_lost"}`, message: `the recorded supervisor is ${verdict === "alive" ? "unreachable" : verdict} and left no receipt` };
+    // Without a cgroup (or with a receipt for a step the bundle does not name) nothing changes.
+    const proved = run?.receipt ? lost : await withCgroupProof(ctx, marker, lost);
+    await complete(ctx, proved === lost ? { ...lost, message: `${lost.message}; cleanup cannot be proved` } : proved);
     return undefined;
   }
   return { run: { ...run, receipt: run.receipt }, stepName, index };

@@ -58,6 +58,8 @@ export interface ExecutionDeps {
   readonly dependencyStore?: (() => Promise<DependencyStore | undefined>) | undefined;
   /** The node's signing key: every result is stored with a signed receipt (absent: none is signed). */
   readonly signingKey?: NodeKey | undefined;
+  /** SERAPH_MIN_FREE_BYTES: free space the staging filesystem needs for a job to start (free-space.ts; default 256 MiB). */
+  readonly minFreeBytes?: number | undefined;
   /** Job users and per-job cgroups: the settings and what the facility probe found (default: none). */
   readonly containment?: { readonly settings: ContainmentSettings; readonly facilities: ContainmentFacilities | undefined } | undefined;
 }
@@ -102,6 +104,8 @@ export interface ActiveJob {
 export interface Ctx {
   readonly deps: ExecutionDeps;
   readonly log: Logger;
+  /** The ends of the attempt's phases so far (mark()), sent with CompleteJob as Job.phases. */
+  readonly phases?: PhaseMark[];
   readonly active: ActiveJob;
   /** The execution inputs: the carried approval document's (approved-document.ts), or, with `documentRefusal`, the received bundle, only to report the rejection. */
   readonly bundle: ExecutionBundle;
@@ -130,6 +134,8 @@ export interface Ctx {
   /** The job user and cgroup every step's supervisor is asked for. */
   jobUser?: JobUser | undefined;
   cgroup?: CgroupRequest | undefined;
+  /** Every step's commands run in a network namespace of their own (the approval's network_claim). */
+  isolateNetwork?: boolean;
   /** The job user's staged directory under the job root, when there is one. */
   jobStageDir?: string | undefined;
   /**
@@ -198,6 +204,50 @@ export const runDirOf = (base: string, step: string): string => join(base, "w", 
 export function phase(log: Logger, name: string, jobId?: string): void {
   log.debug(jobId === undefined ? { phase: name } : { phase: name, jobId }, "phase");
 }
+
+/** The end of one phase of an attempt, on the executor's wall clock. */
+export interface PhaseMark {
+  readonly name: string;
+  readonly atMs: number;
+}
+
+/** Marks the end of a phase: the debug line of {@link phase}, and a mark for the job's phases (Job.phases). */
+export function mark(ctx: Pick<Ctx, "log" | "phases">, name: string): void {
+  phase(ctx.log, name);
+  ctx.phases?.push({ name, atMs: Date.now() });
+}
+
+/** What the span ending at each mark is called in Job.phases. */
+const PHASE_NAMES: Readonly<Record<string, string>> = {
+  claimed: "queue and claim",
+  admitted: "admit",
+  staged: "stage",
+  patched: "patch",
+  repo_digested: "digest repository",
+  supervisor_launched: "launch supervisor",
+  supervisor_connected: "connect supervisor",
+  marker_recorded: "owner marker",
+  go_acked: "go",
+  receipt_received: "command and cleanup",
+  journals_verified: "verify journals",
+  results_parsed: "parse results",
+  evidence_stored: "store evidence",
+  repository_rehashed: "re-hash repository",
+  artifact_ids_listed: "list artifacts",
+};
+
+/** The attempt's phases so far: each span runs from the previous mark to its own (the first mark only starts the clock). */
+export function phaseSpans(marks: readonly PhaseMark[] | undefined): { name: string; startUnixMs: bigint; endUnixMs: bigint }[] {
+  const out: { name: string; startUnixMs: bigint; endUnixMs: bigint }[] = [];
+  for (let i = 1; i < (marks?.length ?? 0) && out.length < MAX_PHASES; i++) {
+    const [from, to] = [marks![i - 1]!, marks![i]!];
+    out.push({ name: PHASE_NAMES[to.name] ?? to.name.replace(/_/g, " "), startUnixMs: BigInt(from.atMs), endUnixMs: BigInt(Math.max(from.atMs, to.atMs)) });
+  }
+  return out;
+}
+
+/** CompleteJob carries at most this many phases (jobs.proto). */
+const MAX_PHASES = 64;
 
 /** A block reason. */
 export function reason(code: string, message: string, subject = ""): BlockReason {

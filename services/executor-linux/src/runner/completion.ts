@@ -2,7 +2,7 @@ import { rm } from "node:fs/promises";
 import { JobState, type Job, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { BlockReason, Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { call, DEADLINE_OUTCOME, evidenceUntil, outOfTime, phase, reason, store, type Ctx } from "./attempt.js";
+import { call, DEADLINE_OUTCOME, evidenceUntil, outOfTime, mark, phaseSpans, reason, store, type Ctx } from "./attempt.js";
 import { attestationOf, ATTESTATION_KIND, ATTESTATION_NAME } from "./attestation.js";
 import { DetachedError, reasonOf } from "./retry.js";
 
@@ -47,6 +47,7 @@ function completeRequest(ctx: Ctx, r: Completion, artifactIds: string[]) {
     artifacts: ctx.completionArtifacts ?? [],
     reasons: r.reasons ?? [],
     drift: r.drift ?? [],
+    phases: phaseSpans(ctx.phases),
   };
 }
 
@@ -73,7 +74,7 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
       // A fresh attempt stored every artifact itself; a re-adopted one lists them (an earlier
       // incarnation stored some).
       artifactIds = ctx.adopted === true ? await readBackArtifacts(ctx) : [...new Set(ctx.storedArtifactIds ?? [])];
-      phase(ctx.log, "artifact_ids_listed");
+      mark(ctx, "artifact_ids_listed");
     } catch (err) {
       if (err instanceof DetachedError || !outOfTime(ctx, err)) throw err;
       ctx.log.error({ err }, "artifact readback did not finish before the deadline");
@@ -101,7 +102,7 @@ export async function complete(ctx: Ctx, r: Completion): Promise<Job | undefined
       return undefined;
     }
   }
-  phase(ctx.log, "completed");
+  mark(ctx, "completed");
   // The warm supervisor this attempt took is replaced now that its result is recorded: a Node
   // start beside the job's hand-over, command or evidence would slow that job on these cores;
   // a claim arriving meanwhile waits for this start (takeOrWait) rather than launching a second.

@@ -1,7 +1,7 @@
 import { JobState, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import type { Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { phase, reason, type Ctx } from "./attempt.js";
+import { mark, reason, type Ctx } from "./attempt.js";
 import { complete } from "./completion.js";
 import { repositoryUnchanged } from "./repository-check.js";
 import type { StepVerdict } from "./steps.js";
@@ -29,6 +29,6 @@ export async function finish(ctx: Ctx, verdict: StepVerdict, receipt: Receipt | 
       message = "the original repository could not be re-hashed to prove it unchanged";
     }
   }
-  phase(ctx.log, "repository_rehashed");
+  mark(ctx, "repository_rehashed");
   await complete(ctx, { state, outcome, message, receipt, steps, reasons });
 }

@@ -28,6 +28,19 @@ describe("verdictOf: a step's receipt in job terms (conservative)", () => {
   });
 });
 
+describe("verdictOf and output the storage refused to keep", () => {
+  it("keeps the step's real outcome (as for output past the limit) and names what was not kept in the message", () => {
+    const r = create(ReceiptSchema, { outcome: Outcome.SUCCEEDED, echildObserved: true, message: "Every command exited 0.", storageErrors: ["cmd-0.stdout: ENOSPC after 4096 kept bytes"] });
+    expect(verdictOf(r, true, true)).toMatchObject({
+      state: JobState.SUCCEEDED,
+      outcome: "succeeded",
+      message: "Every command exited 0. Not kept (the run directory's storage refused the write): cmd-0.stdout: ENOSPC after 4096 kept bytes.",
+    });
+    expect(verdictOf(create(ReceiptSchema, { ...r, outcome: Outcome.FAILED }), true, true)).toMatchObject({ state: JobState.FAILED, outcome: "failed" });
+    expect(verdictOf(r, true, false)).toMatchObject({ next: true, message: "" });
+  });
+});
+
 describe("cancellation helpers", () => {
   it("the cancel latch is monotonic: the first reason stays", async () => {
     const l = new CancelLatch();

@@ -7,7 +7,8 @@ import type { ExecutionBundle, Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.
 import type { Receipt } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { wallMsOf } from "./admission.js";
 import { boundedByDeadline } from "./completion.js";
-import { attemptDir, type ActiveJob, type Ctx, type ExecutionDeps } from "./attempt.js";
+import { inJobTrace } from "./job-trace.js";
+import { attemptDir, type ActiveJob, type Ctx, type ExecutionDeps, type PhaseMark } from "./attempt.js";
 import { approvedExecution } from "./approved-document.js";
 import { prepareAttempt } from "./prepare.js";
 import { runSteps } from "./run-steps.js";
@@ -30,6 +31,13 @@ export { readReceiptFile, superviseUntilReceipt, verdictOf, type LostReason, typ
  * approved `supervisor_source_sha256` never gets GO: it is cancelled, and after its cleanup
  * receipt the job is REJECTED `supervisor_source_drift`.
  */
+/** The clock of an attempt's phases: the job's creation (jobs service time), then `now` (claimed or adopted). */
+export function firstMarks(job: Job | undefined, now: "claimed" | "adopted"): PhaseMark[] {
+  const created = Number(job?.createdUnixMs ?? 0n);
+  const at = Date.now();
+  return [...(created > 0 && created <= at ? [{ name: "created", atMs: created }] : []), { name: now, atMs: at }];
+}
+
 export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, received: ExecutionBundle, job: Job | undefined, deadlineUnixMs: number): Promise<void> {
   // The execution inputs come from the approval document the bundle carries (refused first, in
   // prepareAttempt, when it does not verify).
@@ -37,13 +45,15 @@ export async function executeClaimed(deps: ExecutionDeps, active: ActiveJob, rec
   const bundle = approved.bundle;
   const log = deps.log.child({ jobId: active.jobId, attempt: active.attempt });
   const deadlineMs = deadlineUnixMs > 0 ? deadlineUnixMs : Date.now() + wallMsOf(bundle);
-  const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, active.fence), deadlineMs, slotIndex: job?.slotIndex ?? -1, markerRecorded: false };
+  const ctx: Ctx = { deps, log, active, bundle, documentRefusal: approved.refusal, base: attemptDir(deps.dataDir, active.jobId, active.fence), deadlineMs, slotIndex: job?.slotIndex ?? -1, markerRecorded: false, phases: firstMarks(job, "claimed") };
   let last: Receipt | undefined;
-  await boundedByDeadline(ctx, () => last, async () => {
-    const prepared = await prepareAttempt(ctx);
-    if (prepared === undefined) return;
-    // A cancellation committed meanwhile is seen by RecordOwnerMarker (no start token: the
-    // supervisor is cancelled before GO and proves its cleanup).
-    await runSteps(ctx, prepared.stage, 0, [], undefined, prepared.outputLimit, (r) => (last = r), prepared.early);
-  });
+  await inJobTrace(ctx, job?.traceParent ?? "", () => last, () =>
+    boundedByDeadline(ctx, () => last, async () => {
+      const prepared = await prepareAttempt(ctx);
+      if (prepared === undefined) return;
+      // A cancellation committed meanwhile is seen by RecordOwnerMarker (no start token: the
+      // supervisor is cancelled before GO and proves its cleanup).
+      await runSteps(ctx, prepared.stage, 0, [], undefined, prepared.outputLimit, (r) => (last = r), prepared.early);
+    }),
+  );
 }

@@ -3,9 +3,10 @@ import { JobState, type JobPreflight } from "@seraph/proto/seraph/jobs/v1/jobs_p
 import type { BlockReason, Drift } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { applyPatchToStage, limitValues, planStage, stageRepository, type StagedRepository } from "../profile/index.js";
 import { admissionRefusal, applyContainment, stageDirFor, stepReserveMs } from "./admission.js";
-import { phase, reason, storeLater, type Ctx } from "./attempt.js";
+import { mark, reason, storeLater, type Ctx } from "./attempt.js";
 import { complete } from "./completion.js";
 import { handStageToJobUser } from "./job-user-staging.js";
+import { spaceRefusal } from "./free-space.js";
 import { beginPreflight, finishedPreflight, recordPreflight, withStagedIdentities } from "./preflight.js";
 import { repositoryDigest, writeRepositoryBefore } from "./repository-check.js";
 import { launchStep, stopEarlyLaunch, type EarlyLaunch } from "./step-launch.js";
@@ -57,7 +58,13 @@ export async function prepareAttempt(ctx: Ctx): Promise<Prepared | undefined> {
     return undefined;
   }
   applyContainment(ctx);
-  phase(log, "admitted");
+  // Before anything of the attempt is written: a full disk refuses the job, it does not start it.
+  const noSpace = await spaceRefusal(ctx);
+  if (noSpace !== undefined) {
+    await reject(ctx, p, noSpace.outcome, noSpace.message, noSpace.reasons);
+    return undefined;
+  }
+  mark(ctx, "admitted");
   await mkdir(ctx.base, { recursive: true, mode: 0o700 });
   const jobDir = await stageDirFor(ctx);
   const outputLimit = limitValues(inspection.limits ?? ({} as never)).output_bytes;
@@ -88,7 +95,7 @@ export async function prepareAttempt(ctx: Ctx): Promise<Prepared | undefined> {
   ctx.repositoryBefore = writeRepositoryBefore(ctx, digest);
   const staged = await staging;
   const tStaged = Date.now();
-  phase(log, "staged");
+  mark(ctx, "staged");
   if (!staged.ok) {
     const drift = [...staged.drift];
     await reject(ctx, p, drift.length > 0 ? "rejected_drift" : "rejected_staging", staged.reasons.map((r) => r.message).join("; ").slice(0, 2000), [...staged.reasons], drift);
@@ -130,6 +137,6 @@ async function patchStage(ctx: Ctx, p: Preparation, stage: StagedRepository): Pr
     }
   }
   if (ctx.jobUser !== undefined) await handStageToJobUser(stage.jobDir, ctx.jobUser, stage.sharedFiles);
-  phase(ctx.log, "patched");
+  mark(ctx, "patched");
   return true;
 }

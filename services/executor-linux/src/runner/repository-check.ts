@@ -2,7 +2,7 @@ import { readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { digestTree } from "../profile/index.js";
 import type { TreeDigest } from "../profile/tree-digest.js";
-import { phase, type Ctx } from "./attempt.js";
+import { mark, type Ctx } from "./attempt.js";
 
 /** The file in the attempt directory that holds the repository's digest before the job. */
 export const BEFORE_FILE = "repo-before.sha256";
@@ -21,7 +21,7 @@ export async function writeRepositoryBefore(ctx: Pick<Ctx, "base" | "log">, dige
   try {
     const before = await digest;
     await writeFile(join(ctx.base, BEFORE_FILE), before?.complete ? before.sha256 : "", { mode: 0o600 });
-    phase(ctx.log, "repo_digested");
+    mark(ctx, "repo_digested");
   } catch (err) {
     ctx.log.error({ err }, "the repository's digest before the job was not written");
   }

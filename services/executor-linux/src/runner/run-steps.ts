@@ -2,11 +2,12 @@ import { equals } from "@bufbuild/protobuf";
 import { JobState, type StepResult } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { SupervisorSpecSchema, type Receipt, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { validateBuildOutput, type StagedRepository } from "../profile/index.js";
-import type { SupervisorConnection, SupervisorHandle } from "../supervisor-client/index.js";
+import { SupervisorLaunchError, type SupervisorConnection, type SupervisorHandle } from "../supervisor-client/index.js";
 import { stepReserveMs } from "./admission.js";
-import { phase, reason, store, type Ctx } from "./attempt.js";
+import { mark, reason, store, type Ctx } from "./attempt.js";
 import { complete } from "./completion.js";
 import { finish } from "./finish.js";
+import { withCgroupProof } from "./lost-supervisor.js";
 import { repositoryDigest } from "./repository-check.js";
 import { encodeStageManifest, STAGE_MANIFEST_KIND, STAGE_MANIFEST_NAME } from "./stage-manifest.js";
 import { launchStep, setAsideStrayRunDir, stopEarlyLaunch, type EarlyLaunch } from "./step-launch.js";
@@ -88,16 +89,13 @@ async function startStep(ctx: Ctx, spec: SupervisorSpec, i: number, name: string
     return undefined;
   }
   if (!("handle" in launch)) {
-    const err = launch.error;
-    log.error({ err }, "supervisor launch failed");
-    if (i === 0) await complete(ctx, { state: JobState.REJECTED, outcome: "rejected_supervisor_launch", message: `the supervisor could not be started: ${(err as Error).message}`.slice(0, 2000) });
-    else await complete(ctx, { state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", message: `the supervisor of step ${name} could not be started`, steps: state.steps, receipt: state.last });
+    await launchFailed(ctx, launch.error, i, name, state);
     return undefined;
   }
   const handle = launch.handle;
-  phase(log, "supervisor_launched");
+  mark(ctx, "supervisor_launched");
   const conn = await handle.connect(deps.identity.incarnationId);
-  phase(log, "supervisor_connected");
+  mark(ctx, "supervisor_connected");
   log.debug({ step: name, launchMs: Date.now() - tLaunch }, "supervisor launched");
   const launched = handle.marker.supervisorSourceSha256;
   if (launched !== bundle.supervisorSourceSha256) {
@@ -123,6 +121,26 @@ async function startStep(ctx: Ctx, spec: SupervisorSpec, i: number, name: string
   return { handle, conn };
 }
 
+/**
+ * A step whose supervisor could not be started. No room in the run directory (`noSpace`: its
+ * spec was refused, or it exited 73 before any marker) means nothing of this step started: the
+ * first step is REJECTED `rejected_insufficient_space`, a later one FAILED `insufficient_space`
+ * with the earlier step's receipt (its cleanup proved; the slot is released). Any other launch
+ * failure: the first step REJECTED `rejected_supervisor_launch`, a later one UNKNOWN.
+ */
+async function launchFailed(ctx: Ctx, err: unknown, i: number, name: string, state: StepsState): Promise<void> {
+  ctx.log.error({ err }, "supervisor launch failed");
+  const message = `the supervisor of step ${name} could not be started: ${(err as Error).message}`.slice(0, 2000);
+  if (err instanceof SupervisorLaunchError && err.noSpace) {
+    const reasons = [reason("insufficient_space", `No space in the step's run directory (${ctx.deps.dataDir}) for the supervisor's files; nothing of the step started.`, ctx.deps.dataDir)];
+    if (i === 0) await complete(ctx, { state: JobState.REJECTED, outcome: "rejected_insufficient_space", message, reasons });
+    else await complete(ctx, { state: JobState.FAILED, outcome: "insufficient_space", message, steps: state.steps, receipt: state.last, reasons });
+    return;
+  }
+  if (i === 0) await complete(ctx, { state: JobState.REJECTED, outcome: "rejected_supervisor_launch", message });
+  else await complete(ctx, { state: JobState.UNKNOWN, outcome: "unknown_supervisor_lost", message: `the supervisor of step ${name} could not be started`, steps: state.steps, receipt: state.last });
+}
+
 /** After a step's supervision: its receipt, evidence and verdict; "next" when a later step is to run. */
 async function afterStep(ctx: Ctx, stage: StagedRepository, i: number, run: StepRun, state: StepsState): Promise<"next" | "ended"> {
   const step = stage.steps[i]!;
@@ -137,7 +155,8 @@ async function afterStep(ctx: Ctx, stage: StagedRepository, i: number, run: Step
     return "ended";
   }
   if (!run.receipt) {
-    await complete(ctx, { state: JobState.UNKNOWN, outcome: `unknown_${run.lost ?? "supervisor_lost"}`, message: lostMessage(run.lost), steps: state.steps, receipt: state.last });
+    const lost = { state: JobState.UNKNOWN, outcome: `unknown_${run.lost ?? "supervisor_lost"}`, message: lostMessage(run.lost), steps: state.steps, receipt: state.last };
+    await complete(ctx, await withCgroupProof(ctx, run.marker, lost));
     return "ended";
   }
   state.last = run.receipt;
@@ -155,7 +174,7 @@ async function afterStep(ctx: Ctx, stage: StagedRepository, i: number, run: Step
   const { mismatch, stderr } = await storeStepEvidenceOf(ctx, step.name, run.runDir, run.receipt);
   if (!mismatch) await storeTestResults(ctx, stage.jobDir, step, run.receipt, stderr);
   ctx.deferEvidence = false;
-  phase(ctx.log, "evidence_stored");
+  mark(ctx, "evidence_stored");
   const verdict = mismatch ? journalMismatchVerdict(mismatch) : verdictOf(run.receipt, i === 0, lastStep);
   if (!verdict.next) {
     await finish(ctx, verdict, state.last, state.steps);

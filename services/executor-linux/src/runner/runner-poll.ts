@@ -1,5 +1,6 @@
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { recordLateReceipt } from "./job-execution.js";
+import { recordCgroupCleanup } from "./lost-supervisor.js";
 import { recordPidNamespaceGone } from "./namespace-proof.js";
 import { adoptJob, claimJob, type RunnerCore } from "./runner-work.js";
 import type { WarmPool } from "./warm-pool.js";
@@ -29,21 +30,24 @@ export async function pollNodeJobs(core: RunnerCore, warm: WarmPool | undefined)
  * Re-checked on every poll until the supervisor's receipt shows up (it may still be running when
  * contact was lost); a stored receipt is recorded once. Without a receipt, a supervisor that ran
  * in another PID namespace is proved gone when that namespace no longer exists (its init died,
- * so the kernel killed all of it).
+ * so the kernel killed all of it); else a job with a cgroup of its own has it swept and proved
+ * empty (lost-supervisor.ts).
  */
 async function recordLateEvidence(core: RunnerCore, job: Job): Promise<void> {
   const { exec, log } = core;
-  const stored = await recordLateReceipt(exec, job).catch((err: unknown) => {
-    log.warn({ err, jobId: job.id }, "late receipt not recorded");
-    return false;
-  });
-  if (stored) {
-    core.lateChecked.add(job.id);
-    return;
+  const recorders = [
+    ["late receipt", recordLateReceipt],
+    ["PID namespace observation", recordPidNamespaceGone],
+    ["cgroup cleanup proof", recordCgroupCleanup],
+  ] as const;
+  for (const [what, record] of recorders) {
+    const stored = await record(exec, job).catch((err: unknown) => {
+      log.warn({ err, jobId: job.id }, `${what} not recorded`);
+      return false;
+    });
+    if (stored) {
+      core.lateChecked.add(job.id);
+      return;
+    }
   }
-  const gone = await recordPidNamespaceGone(exec, job).catch((err: unknown) => {
-    log.warn({ err, jobId: job.id }, "PID namespace observation not recorded");
-    return false;
-  });
-  if (gone) core.lateChecked.add(job.id);
 }

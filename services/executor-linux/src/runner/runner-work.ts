@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { inSpan } from "@seraph/kit";
 import { JobState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { phase } from "./attempt.js";
 import { adoptClaimed, CancelLatch, executeClaimed, type ActiveJob, type ExecutionDeps } from "./job-execution.js";
@@ -50,7 +51,7 @@ function track(core: RunnerCore, jobId: string, work: (a: ActiveJob) => Promise<
 }
 
 /** Claims a reserved job (named by a work signal or listed by the poll); its attempt is the one ClaimJob answers. */
-export function claimJob(core: RunnerCore, job: Pick<Job, "id" | "attempt">): void {
+export function claimJob(core: RunnerCore, job: Pick<Job, "id" | "attempt">, traceparent?: string): void {
   const { deps, log, exec, active, stopping } = core;
   const a: ActiveJob = { jobId: job.id, attempt: job.attempt, fence: 0n, cancel: new CancelLatch(), connection: undefined };
   track(
@@ -58,8 +59,11 @@ export function claimJob(core: RunnerCore, job: Pick<Job, "id" | "attempt">): vo
     job.id,
     async (act) => {
       phase(log, "claim_sent", job.id);
-      const answer = await decided(log, "ClaimJob", stopping.signal, () =>
-        deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId }, { timeoutMs: CLAIM_TRY_MS }),
+      // The work signal's trace context (the job's): the claim is a span of the job's trace.
+      const answer = await inSpan("executor", "seraph.claim", { traceparent: traceparent ?? "", attributes: { "seraph.job_id": job.id } }, () =>
+        decided(log, "ClaimJob", stopping.signal, () =>
+          deps.jobs.claimJob({ jobId: job.id, nodeId: deps.identity.nodeId, incarnationId: deps.identity.incarnationId }, { timeoutMs: CLAIM_TRY_MS }),
+        ),
       );
       if ("lost" in answer) {
         log.info({ jobId: job.id, reason: answer.lost }, "claim lost");

@@ -19,7 +19,7 @@ export const DEPENDENCY_STORE_DIR = ".dependency-store";
 
 /** Dependencies of the node's job runner: what each job execution needs, plus the signals it listens to. */
 export interface RunnerDeps
-  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilities" | "proc" | "testBootIdFile" | "supervisorEntry" | "supervisorRuntime" | "repositoryRoots" | "supervisorHost" | "containment" | "signingKey"> {
+  extends Pick<ExecutionDeps, "jobs" | "identity" | "dataDir" | "log" | "pollMs" | "facilities" | "proc" | "testBootIdFile" | "supervisorEntry" | "supervisorRuntime" | "repositoryRoots" | "supervisorHost" | "containment" | "signingKey" | "minFreeBytes"> {
   readonly signals: Signals;
   /** The executor process's one runtime-digest cache (shared with Inspect); absent: one private to this runner. */
   readonly runtimeDigests?: ExecutionDeps["runtimeDigests"];
@@ -153,7 +153,7 @@ function subscribeSignals(core: RunnerCore): () => void {
       // malformed: the poll finds the work
     }
     if (jobId === "" || core.isStopped()) core.wake();
-    else if (!active.has(jobId)) claimJob(core, { id: jobId, attempt: 0 });
+    else if (!active.has(jobId)) claimJob(core, { id: jobId, attempt: 0 }, m.headers?.["traceparent"]);
   });
   const offCancel = deps.signals.subscribe(`seraph.nodes.${deps.identity.nodeId}.cancel`, (m) => {
     let jobId = "";

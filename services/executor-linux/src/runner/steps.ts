@@ -30,7 +30,7 @@ import {
   type SupervisorConnection,
   type SupervisorIdentityVerdict,
 } from "../supervisor-client/index.js";
-import { call, phase, runDirOf, store, type Ctx } from "./attempt.js";
+import { call, mark, runDirOf, store, type Ctx } from "./attempt.js";
 import { DetachedError, isTransient } from "./retry.js";
 
 /** Receipt reasons of a failed step that name an enforced ceiling (kept as the job outcome). */
@@ -45,8 +45,18 @@ export interface StepVerdict {
   readonly next: boolean;
 }
 
-/** Maps a step's receipt to the job's state (conservative: anything unproved is UNKNOWN). */
+/**
+ * Maps a step's receipt to the job's state (conservative: anything unproved is UNKNOWN). Output
+ * the storage refused to keep (a full disk: the receipt's storage_errors) changes no outcome,
+ * as the output limit does not: the outcome message says what was not kept.
+ */
 export function verdictOf(receipt: Receipt, firstStep: boolean, lastStep: boolean): StepVerdict {
+  const v = outcomeOf(receipt, firstStep, lastStep);
+  if (receipt.storageErrors.length === 0 || v.next) return v;
+  return { ...v, message: `${v.message} Not kept (the run directory's storage refused the write): ${receipt.storageErrors.join("; ")}.`.trim().slice(0, 2000) };
+}
+
+function outcomeOf(receipt: Receipt, firstStep: boolean, lastStep: boolean): StepVerdict {
   if (!receipt.echildObserved || receipt.outcome === Outcome.UNKNOWN || receipt.outcome === Outcome.UNSPECIFIED) {
     return { state: JobState.UNKNOWN, outcome: "unknown_cleanup_unproven", message: receipt.message || "the supervisor did not prove cleanup to ECHILD", next: false };
   }
@@ -133,6 +143,7 @@ export function stepSpecFor(ctx: Ctx, stage: StagePlan, index: number, outputLef
     startBarrier: true,
     jobUser: ctx.jobUser,
     cgroup: ctx.cgroup,
+    isolateNetwork: ctx.isolateNetwork === true,
     // The executor re-adopts its supervisors after a restart: a lost connection changes nothing.
     controllerLossPolicy: ControllerLossPolicy.KEEP,
     declaredOutputDir: step.name === "build" && stage.outputDir !== "" ? join(stage.packageDir, stage.outputDir) : "",
@@ -162,7 +173,7 @@ export async function storeStepEvidenceOf(ctx: Ctx, name: string, runDir: string
   if (c?.started) {
     try {
       const [out, err] = await Promise.all([readVerifiedJournal(runDir, 0, "stdout", c.stdout), readVerifiedJournal(runDir, 0, "stderr", c.stderr)]);
-      phase(ctx.log, "journals_verified");
+      mark(ctx, "journals_verified");
       await store(ctx, `${name}_output`, `${name}.stdout`, out.data);
       await store(ctx, `${name}_output`, `${name}.stderr`, err.data);
       stderr = err.data;
@@ -194,7 +205,7 @@ export async function storeTestResults(ctx: Ctx, jobDir: string, step: Step | un
     const limitBytes = limitValues(ctx.bundle.inspection?.limits ?? ({} as never)).stream_bytes;
     const stream = stats && { bytes: Number(stats.bytes), keptBytes: Number(stats.keptBytes), truncated: stats.truncated, limitBytes };
     report = await readStepReport(jobDir, join(jobDir, "pkg"), step, testFiles, stderr, stream);
-    phase(ctx.log, "results_parsed");
+    mark(ctx, "results_parsed");
   } catch (err) {
     ctx.log.warn({ err }, "test report unreadable");
     report = { artifactName: "", results: unparsedResults("", "report_unreadable", `The test report could not be read: ${(err as Error).message}`.slice(0, 500)) };
@@ -319,7 +330,7 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
         const rec = await call(ctx, "RecordOwnerMarker", () => ctx.deps.jobs.recordOwnerMarker({ jobId: ctx.active.jobId, fence: ctx.active.fence, marker, preflight }));
         ctx.pendingPreflight = undefined;
         go = rec.go;
-        phase(ctx.log, "marker_recorded");
+        mark(ctx, "marker_recorded");
         markerRecorded = true;
         ctx.markerRecorded = true;
       } catch (err) {
@@ -333,7 +344,7 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
       if (go && ctx.repositoryBefore !== undefined) await ctx.repositoryBefore;
       if (go && ctx.active.cancel.reason === undefined) {
         const ack = await conn.go();
-        phase(ctx.log, "go_acked");
+        mark(ctx, "go_acked");
         ctx.log.info({ started: ack.started, pid: marker.supervisor?.pid }, "start barrier released");
         // The step's clock starts with this report (server time, Job.running_step_started_unix_ms).
         if (ack.started) ctx.active.runningStep = ctx.active.step;
@@ -345,7 +356,7 @@ export async function driveStep(ctx: Ctx, conn: SupervisorConnection, marker: Ow
       }
     }
     const supervised = await superviseUntilReceipt(ctx, conn);
-    phase(ctx.log, "receipt_received");
+    mark(ctx, "receipt_received");
     if (typeof supervised !== "string") return { receipt: supervised, marker, runDir, markerRecorded };
     ctx.log.error({ reason: supervised, pid: marker.supervisor?.pid }, "supervision ended without a receipt");
     const file = supervised === "supervisor_unresponsive" ? undefined : (await readReceiptFile(runDir, marker))?.receipt;

@@ -31,6 +31,8 @@ export interface NodeRunnerInput {
   readonly supervisorEntry: string;
   /** One warm supervisor per slot when set. */
   readonly warmSlots: number | undefined;
+  /** SERAPH_MIN_FREE_BYTES (default 256 MiB). */
+  readonly minFreeBytes?: number | undefined;
 }
 
 /**
@@ -60,5 +62,6 @@ export function startNodeRunner(i: NodeRunnerInput): Runner {
     supervisorRuntime: i.supervisorRuntime,
     supervisorEntry: i.supervisorEntry,
     warmSlots: i.warmSlots,
+    minFreeBytes: i.minFreeBytes,
   });
 }

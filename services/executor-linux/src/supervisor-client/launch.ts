@@ -17,9 +17,11 @@ import { readPidNamespace } from "../native/pid-namespace.js";
 import type { ProcFs } from "../native/proc-fs.js";
 import { writeFileAtomic } from "../supervisor/atomic-file.js";
 import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
+import { EXIT_NO_SPACE } from "../supervisor/receipt-reserve.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { assertValidSpec } from "../supervisor/spec.js";
 import { connectSupervisor, type ConnectOptions, type SupervisorConnection } from "./connection.js";
+import { launchWrite, SupervisorLaunchError } from "./launch-error.js";
 import { supervisorPidHere, verifySupervisorIdentity, type SupervisorIdentityVerdict } from "./identity.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime } from "./paths.js";
 
@@ -47,17 +49,7 @@ export interface LaunchOptions {
   readonly proc?: ProcFs | undefined;
 }
 
-/** The supervisor could not be started or died before it was ready. */
-export class SupervisorLaunchError extends Error {
-  override readonly name = "SupervisorLaunchError";
-  /** @param message what failed; @param logTail the end of supervisor.log / supervisor.stderr */
-  constructor(
-    message: string,
-    readonly logTail: string = "",
-  ) {
-    super(logTail.length > 0 ? `${message}\n--- supervisor log ---\n${logTail}` : message);
-  }
-}
+export { SupervisorLaunchError } from "./launch-error.js";
 
 /** A started supervisor whose owner marker exists. */
 export interface SupervisorHandle {
@@ -209,8 +201,9 @@ export async function spawnDetached(
   options: { readonly nodePath: string; readonly startTimeoutMs: number; readonly compileCacheDir?: string | undefined; readonly onExit?: (pid: number) => void },
 ): Promise<{ pid: number; exited: Promise<void> }> {
   if (options.compileCacheDir !== undefined) prepareCompileCacheDir(options.compileCacheDir);
-  const stderrFd = openSync(join(runDir, STDERR_FILE), "a", 0o600);
+  const stderrFd = launchWrite(runDir, "stderr file", () => openSync(join(runDir, STDERR_FILE), "a", 0o600));
   let exited: string | undefined;
+  let noSpace = false;
   let child;
   try {
     child = spawn(options.nodePath, [...SUPERVISOR_NODE_FLAGS, ...args], {
@@ -230,7 +223,8 @@ export async function spawnDetached(
       r();
     });
     child.once("exit", (code, signal) => {
-      exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}`;
+      noSpace = code === EXIT_NO_SPACE;
+      exited ??= signal !== null ? `exited on ${signal}` : `exited with status ${code}${noSpace ? ` (no space in ${runDir} for its owner marker and receipt reserve; nothing started)` : ""}`;
       if (child.pid !== undefined) options.onExit?.(child.pid);
       if (child.pid !== undefined) ownChildren.delete(child.pid);
       r();
@@ -242,7 +236,7 @@ export async function spawnDetached(
   const until = Date.now() + options.startTimeoutMs;
   for (;;) {
     if (ready.every((f) => existsSync(join(runDir, f)))) break;
-    if (exited !== undefined) throw new SupervisorLaunchError(`supervisor ${exited} before it was ready`, logTail(runDir));
+    if (exited !== undefined) throw new SupervisorLaunchError(`supervisor ${exited} before it was ready`, logTail(runDir), noSpace);
     if (Date.now() >= until) {
       child.kill("SIGTERM");
       throw new SupervisorLaunchError(`supervisor not ready within ${options.startTimeoutMs} ms`, logTail(runDir));
@@ -302,7 +296,7 @@ export async function requestHost(
     });
   });
   if (!response.started) {
-    throw new SupervisorLaunchError(`the supervisor host refused: ${response.errorCode}: ${response.errorMessage}`);
+    throw new SupervisorLaunchError(`the supervisor host refused: ${response.errorCode}: ${response.errorMessage}`, "", response.errorCode === "insufficient_space");
   }
   return { pid: response.pid, pidNamespace: response.pidNamespace };
 }
@@ -325,11 +319,11 @@ export async function launchSupervisor(spec: SupervisorSpec, options: LaunchOpti
     throw new SupervisorLaunchError(`the supervisor bundle ${entry} does not exist; build first (npm run build)`);
   }
   const runDir = spec.runDir;
-  prepareRunDir(runDir);
+  launchWrite(runDir, "run directory", () => prepareRunDir(runDir));
   const specPath = join(runDir, RunDirFiles.spec);
   const observer = readPidNamespace("/proc", "self") ?? "";
   const written = create(SupervisorSpecSchema, { ...spec, observerPidNamespace: observer });
-  writeFileAtomic(specPath, toBinary(SupervisorSpecSchema, written), 0o600);
+  launchWrite(runDir, "spec", () => writeFileAtomic(specPath, toBinary(SupervisorSpecSchema, written), 0o600));
   const startTimeoutMs = options.startTimeoutMs ?? 10_000;
 
   let started: { pid: number; pidNamespace: string | undefined };

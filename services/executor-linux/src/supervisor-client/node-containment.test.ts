@@ -7,6 +7,7 @@ import {
   containmentDifferences,
   defaultContainmentSettings,
   jobUserForSlot,
+  networkIsolationActive,
   nodeContainment,
   parseJobUserSetting,
 } from "./node-containment.js";
@@ -76,6 +77,48 @@ describe("nodeContainment: the exact claims", () => {
   });
 });
 
+describe("nodeContainment: the network claim (issue 24: an approved job read the token table through PostgreSQL on loopback)", () => {
+  const netHost = create(ContainmentFacilitiesSchema, { ...rootHost, networkNamespace: true });
+
+  test("reproduced: a root node without the namespace facility claims host_network and says a loopback database is reachable", () => {
+    const c = nodeContainment(defaultContainmentSettings(1), rootHost);
+    expect(c.networkClaim).toBe("host_network");
+    expect(c.doesNotProtect.join("\n")).toMatch(/the network: the command has the host's network access \(this host could not make a network namespace\): every port on the host's loopback, such as a database/);
+    expect(c.protects.join("\n")).not.toMatch(/network/);
+  });
+
+  test("by default, where the node can enforce it (root, a job user, the probe made one): own_loopback_only, listed as protected", () => {
+    const s = defaultContainmentSettings(2);
+    expect(s.network).toBe("auto");
+    const c = nodeContainment(s, netHost);
+    expect(networkIsolationActive(s, netHost)).toBe(true);
+    expect(c.networkClaim).toBe("own_loopback_only");
+    expect(c.protects.join("\n")).toMatch(/the network: each step's commands run in a network namespace of their own with only its loopback \(up\); they reach no port of the host \(its database, NATS, the API\)/);
+    expect(c.doesNotProtect.join("\n")).not.toMatch(/host's network access/);
+    // What it does not cover is said: Unix sockets in the filesystem are outside any network namespace.
+    expect(c.doesNotProtect.join("\n")).toMatch(/services on Unix sockets in the filesystem: a network namespace does not cover them/);
+  });
+
+  test("SERAPH_JOB_NETWORK=host, no job user, or not root: host_network with the reason", () => {
+    const off = nodeContainment({ ...defaultContainmentSettings(1), network: "host" }, netHost);
+    expect(off.networkClaim).toBe("host_network");
+    expect(off.doesNotProtect.join("\n")).toMatch(/host's network access \(SERAPH_JOB_NETWORK=host\)/);
+    const noUser = nodeContainment({ ...defaultContainmentSettings(1), jobUser: { kind: "none" } }, netHost);
+    expect(noUser.networkClaim).toBe("host_network");
+    expect(noUser.doesNotProtect.join("\n")).toMatch(/\(no job user: a command running as the executor's user could leave a namespace\)/);
+    const user = nodeContainment(defaultContainmentSettings(1), create(ContainmentFacilitiesSchema, { ...userHost, networkNamespace: true }));
+    expect(user.networkClaim).toBe("host_network");
+  });
+
+  test("a changed network claim is a drift; an approval from before the claim ('') reads as host_network", () => {
+    const isolated = nodeContainment(defaultContainmentSettings(1), netHost);
+    const host = nodeContainment({ ...defaultContainmentSettings(1), network: "host" }, netHost);
+    expect(containmentDifferences(host, isolated)).toEqual(['network_claim: approved "host_network", node now "own_loopback_only"']);
+    expect(containmentDifferences(isolated, host)).toEqual(['network_claim: approved "own_loopback_only", node now "host_network"']);
+    expect(containmentDifferences({ ...host, networkClaim: "" }, host)).toEqual([]);
+  });
+});
+
 describe("configuration", () => {
   test("SERAPH_JOB_USER forms and bad values", () => {
     const passwd = () => "root:x:0:0::/root:/bin/sh\nbuild:x:1500:1600::/home/build:/bin/sh\n";
@@ -91,7 +134,9 @@ describe("configuration", () => {
   test("the executor's environment: defaults, and every bad containment variable named at once", () => {
     const base = { SERAPH_EXECUTOR_DATA_DIR: "/x", NATS_URL: "nats://127.0.0.1:1", NATS_USER: "u", NATS_PASSWORD: "p", SERAPH_INTERNAL_TOKEN: "t" };
     const s = containmentSettingsOf(loadExecutorConfig(base));
-    expect(s).toMatchObject({ jobUser: { kind: "auto" }, uidBase: 64000, cgroups: false, cgroupParent: "/seraph", pids: 512 });
+    expect(s).toMatchObject({ jobUser: { kind: "auto" }, uidBase: 64000, cgroups: false, cgroupParent: "/seraph", pids: 512, network: "auto" });
+    expect(containmentSettingsOf(loadExecutorConfig({ ...base, SERAPH_JOB_NETWORK: "host" })).network).toBe("host");
+    expect(() => loadExecutorConfig({ ...base, SERAPH_JOB_NETWORK: "off" })).toThrow(/SERAPH_JOB_NETWORK/);
     expect(() =>
       loadExecutorConfig({ ...base, SERAPH_JOB_USER: "0:0", SERAPH_CGROUPS: "yes", SERAPH_CGROUP_PARENT: "/a/../b", SERAPH_JOB_PIDS: "10", SERAPH_JOB_ROOT: "rel" }),
     ).toThrow(/SERAPH_JOB_USER[\s\S]*SERAPH_JOB_ROOT[\s\S]*SERAPH_CGROUPS[\s\S]*SERAPH_CGROUP_PARENT[\s\S]*SERAPH_JOB_PIDS/);

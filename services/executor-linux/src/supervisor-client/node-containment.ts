@@ -24,6 +24,11 @@ export const ENFORCEMENT_NONE = "admission_and_wall_timeout_only";
 /** Prefix of `resource_enforcement` when a per-job cgroup enforces ceilings (the list follows). */
 export const ENFORCEMENT_CGROUP_PREFIX = "admission_wall_timeout_and_cgroup:";
 
+/** `network_claim` when each step's commands run in a network namespace of their own with only its loopback. */
+export const NETWORK_OWN_LOOPBACK = "own_loopback_only";
+/** `network_claim` when the commands have the host's network. */
+export const NETWORK_HOST = "host_network";
+
 const CEILINGS = ["cpu", "memory", "pids"] as const;
 
 /** How the operator configured job users. */
@@ -47,6 +52,11 @@ export interface ContainmentSettings {
   readonly cpuMillicores: number;
   /** Root of the staged job directories when a job user is in effect (0711, root-owned). */
   readonly jobRoot: string;
+  /**
+   * SERAPH_JOB_NETWORK: "auto" (a network namespace of each step's own, only its loopback,
+   * wherever the node can enforce it: root, a job user, the probe made one) or "host" (the host's network).
+   */
+  readonly network: "auto" | "host";
 }
 
 /** The most slots a node may have (SERAPH_SLOT_COUNT); slot i's job uid is base + i. */
@@ -64,7 +74,7 @@ export function seraphExecJobUid(uidBase: number): number {
   return uidBase + MAX_SLOT_COUNT;
 }
 
-/** Defaults: job users on when root (per-slot uids from 64000), cgroups off, 2 GiB / 512 pids / 2 CPUs. */
+/** Defaults: job users on when root (per-slot uids from 64000), cgroups off, 2 GiB / 512 pids / 2 CPUs, no network where enforceable. */
 export function defaultContainmentSettings(slotCount = 1): ContainmentSettings {
   return {
     jobUser: { kind: "auto" },
@@ -76,6 +86,7 @@ export function defaultContainmentSettings(slotCount = 1): ContainmentSettings {
     pids: 512,
     cpuMillicores: 2000,
     jobRoot: join(tmpdir(), "seraph-jobs"),
+    network: "auto",
   };
 }
 
@@ -117,6 +128,22 @@ export function jobUsersActive(s: ContainmentSettings, f: ContainmentFacilities 
   return s.jobUser.kind !== "none" && f?.root === true && f.setprivPath !== "";
 }
 
+/**
+ * True when each step's commands get a network namespace of their own: not turned off, a job user
+ * in effect (a command running as root could setns back to the host's), and the facility probe
+ * made one with its loopback up.
+ */
+export function networkIsolationActive(s: ContainmentSettings, f: ContainmentFacilities | undefined): boolean {
+  return s.network !== "host" && jobUsersActive(s, f) && f?.networkNamespace === true;
+}
+
+/** Why a node's commands have the host's network (for the claim's sentence). */
+function hostNetworkReason(s: ContainmentSettings, f: ContainmentFacilities | undefined): string {
+  if (s.network === "host") return "SERAPH_JOB_NETWORK=host";
+  if (!jobUsersActive(s, f)) return "no job user: a command running as the executor's user could leave a namespace";
+  return "this host could not make a network namespace";
+}
+
 /** The job user of one slot, or undefined when commands run as the executor's own user. */
 export function jobUserForSlot(s: ContainmentSettings, f: ContainmentFacilities | undefined, slotIndex: number): JobUser | undefined {
   if (!jobUsersActive(s, f)) return undefined;
@@ -136,6 +163,7 @@ export function nodeContainment(s: ContainmentSettings, f: ContainmentFacilities
   const shared = users && s.jobUser.kind === "user" && s.slotCount > 1;
   const isolationClaim = !users ? ISOLATION_NONE : shared ? ISOLATION_SHARED_JOB_UID : ISOLATION_SEPARATE_JOB_UID;
   const perJobCgroup = users && s.cgroups && (f?.cgroupLayout ?? "") !== "";
+  const isolatedNetwork = networkIsolationActive(s, f);
   const available = new Set(f?.controllers ?? []);
   const values: Record<(typeof CEILINGS)[number], number> = { cpu: s.cpuMillicores, memory: s.memoryBytes, pids: s.pids };
   const enforced = perJobCgroup ? CEILINGS.filter((c) => values[c] > 0 && available.has(c)) : [];
@@ -154,11 +182,16 @@ export function nodeContainment(s: ContainmentSettings, f: ContainmentFacilities
         "the original repository against writes: the command gets only the staged copy, owned by the job user",
         "privilege gain: no supplementary groups, no capabilities, no_new_privs (setuid binaries do not elevate)",
         ...(perJobCgroup ? ["escape from the job's cgroup: cgroup.kill ends every process in it, and populated 0 is required beside ECHILD"] : []),
+        ...(isolatedNetwork
+          ? ["the network: each step's commands run in a network namespace of their own with only its loopback (up); they reach no port of the host (its database, NATS, the API), no abstract Unix socket, no other interface and nothing outside"]
+          : []),
       ];
   const doesNotProtect = [
     ...(users ? [] : ["anything of the executor's own user: the command runs as that user, with its files and processes"]),
     "host files readable or writable by any user (world-readable files, world-writable directories such as /tmp)",
-    "the network: the command has the host's network access",
+    ...(isolatedNetwork
+      ? ["services on Unix sockets in the filesystem: a network namespace does not cover them; the socket's file and directory modes decide whether the job user may connect"]
+      : [`the network: the command has the host's network access (${hostNetworkReason(s, f)}): every port on the host's loopback, such as a database that trusts loopback connections, and everything outside`]),
     ...(shared ? ["other jobs running at the same time on this node: they share the configured job user"] : []),
     ...(users ? ["other processes of the same job: they share the job's uid"] : []),
     "the kernel: a kernel privilege-escalation bug defeats the uid boundary",
@@ -179,6 +212,7 @@ export function nodeContainment(s: ContainmentSettings, f: ContainmentFacilities
     doesNotProtect,
     perJobCgroup,
     jobUidRange: range,
+    networkClaim: isolatedNetwork ? NETWORK_OWN_LOOPBACK : NETWORK_HOST,
   });
 }
 
@@ -194,7 +228,7 @@ export function cgroupRequestFor(approved: NodeContainment, s: ContainmentSettin
 
 /**
  * The differences between the containment an approval states and what the node would hold now
- * (claims, job user range, cgroup, enforced ceilings and their values). Empty = the same.
+ * (claims, job user range, cgroup, network, enforced ceilings and their values). Empty = the same.
  */
 export function containmentDifferences(approved: NodeContainment | undefined, now: NodeContainment): string[] {
   const a = approved ?? create(NodeContainmentSchema, { isolationClaim: ISOLATION_NONE, resourceEnforcement: ENFORCEMENT_NONE });
@@ -207,6 +241,7 @@ export function containmentDifferences(approved: NodeContainment | undefined, no
   cmp("resource_enforcement", a.resourceEnforcement || ENFORCEMENT_NONE, now.resourceEnforcement);
   cmp("job_uid_range", a.jobUidRange, now.jobUidRange);
   cmp("per_job_cgroup", a.perJobCgroup, now.perJobCgroup);
+  cmp("network_claim", a.networkClaim || NETWORK_HOST, now.networkClaim || NETWORK_HOST);
   cmp("ceilings", [a.ceilings?.cpuMillicores ?? 0, a.ceilings?.memoryBytes ?? 0n, a.ceilings?.pids ?? 0], [now.ceilings?.cpuMillicores ?? 0, now.ceilings?.memoryBytes ?? 0n, now.ceilings?.pids ?? 0]);
   return out;
 }

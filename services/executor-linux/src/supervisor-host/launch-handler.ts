@@ -59,7 +59,7 @@ export function launchHandler(c: LaunchContext): (socket: Socket, payload: Buffe
       answer(socket, { started: true, pid, pidNamespace: c.pidNamespace });
     } catch (err) {
       if (err instanceof Refusal) refuse(socket, err.code, err.message);
-      else if (err instanceof SupervisorLaunchError) refuse(socket, "launch_failed", err.message);
+      else if (err instanceof SupervisorLaunchError) refuse(socket, err.noSpace ? "insufficient_space" : "launch_failed", err.message);
       else refuse(socket, "launch_failed", (err as Error).message);
     }
   };

@@ -9,6 +9,7 @@ import type { Logger } from "./log.js";
 import { DescendantLedger, findDescendants, liveOnly } from "./process-tree.js";
 import type { Reaper } from "./reaper.js";
 import { journalFileName } from "./run-dir.js";
+import type { StorageNotes } from "./storage.js";
 import type { Wake } from "./wake.js";
 
 const SIGCHLD = 17;
@@ -26,6 +27,8 @@ export interface CommandRunnerOptions {
   readonly selfPid: number;
   readonly budget: OutputBudget;
   readonly streamLimit: number;
+  /** Where the journals note writes the storage refused. */
+  readonly storage: StorageNotes;
   readonly containment: Containment | undefined;
   /** Backup reap poll while a command runs (ms). */
   readonly reapIntervalMs: number;
@@ -78,7 +81,10 @@ export class CommandRunner {
     c.pid = pid;
     c.startedUnixMs = Date.now();
     reaper.track(pid);
-    log.info({ event: "spawned", command: c.index, name: c.spec.name, childPid: pid }, "command started");
+    // The start time beside the pid (an unreaped child: the pid is still its own), so an executor
+    // that finds this supervisor dead can tell the command's process from a later one on that pid.
+    const childStartTimeTicks = this.#o.proc.readStat(pid)?.startTimeTicks ?? "";
+    log.info({ event: "spawned", command: c.index, name: c.spec.name, childPid: pid, childStartTimeTicks }, "command started");
     if ((await this.#watch(pid, stopRequested, commandsEnd)) === "stop") return "stop";
     const exit = reaper.exitOf(pid);
     c.exit = exit?.status;
@@ -133,8 +139,8 @@ export class CommandRunner {
     if (signalDisposition(proc.readSelfStatus(), SIGCHLD) !== "default") {
       throw new Error("SIGCHLD is no longer at its default disposition in the supervisor");
     }
-    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#o.streamLimit, this.#o.budget);
-    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#o.streamLimit, this.#o.budget);
+    c.stdout = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stdout")), this.#o.streamLimit, this.#o.budget, this.#o.storage);
+    c.stderr = new StreamJournal(join(spec.runDir, journalFileName(c.index, "stderr")), this.#o.streamLimit, this.#o.budget, this.#o.storage);
     const [outR, outW] = native.pipe();
     const [errR, errW] = native.pipe();
     c.stdout.attach(outR);

@@ -23,6 +23,14 @@ describe("containment spec rules", () => {
     ]);
   });
 
+  test("isolate_network needs a job user: a command running as root could setns back to the host's network", () => {
+    const spec = base();
+    spec.isolateNetwork = true;
+    expect(containmentProblems(spec)).toEqual(["isolate_network needs job_user: a command running as root could leave its network namespace"]);
+    spec.jobUser = create(JobUserSchema, { uid: 64000, gid: 64000 });
+    expect(containmentProblems(spec)).toEqual([]);
+  });
+
   test("the cgroup name is made of plain characters and binds job, attempt and fence", () => {
     expect(cgroupName(base())).toBe("job-j_1_x-a2-f9");
   });
@@ -40,6 +48,18 @@ describe("Containment refuses what it cannot give (the supervisor then exits 69 
     const spec = base();
     spec.jobUser = create(JobUserSchema, { uid: 64000, gid: 64000 });
     expect(() => new Containment({ spec, log, selfPid: 1, euid: 0, setprivCandidates: ["/nonexistent/setpriv"] })).toThrow(/^job_user_unavailable: no trusted setpriv/);
+  });
+
+  test("a network namespace without root, or one the kernel refuses: nothing is left behind", () => {
+    const spec = base();
+    spec.jobUser = create(JobUserSchema, { uid: 64000, gid: 64000 });
+    spec.isolateNetwork = true;
+    const setpriv = ["/usr/bin/setpriv", "/bin/setpriv"];
+    let unshares = 0;
+    const refusing = () => ({ unshareNetwork: () => (unshares++, { ok: false as const, errno: 1 }), enterNetwork: () => ({ ok: true as const }), interfaceUp: () => ({ ok: true as const }) });
+    expect(() => new Containment({ spec, log, selfPid: 1, euid: 1000, networkCalls: refusing })).toThrow(/^job_user_needs_root: /);
+    expect(() => new Containment({ spec, log, selfPid: 1, euid: 0, setprivCandidates: setpriv, networkCalls: refusing })).toThrow(/^network_namespace_failed: unshare\(CLONE_NEWNET\) failed with errno 1$/);
+    expect(unshares).toBe(1);
   });
 
   test("a cgroup without root, and without cgroup v2", () => {

@@ -9,7 +9,9 @@ import {
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Logger } from "./log.js";
 import { DEFAULT_CGROUP_FS_ROOT, JobCgroup, detectCgroupLayout, type CgroupCounters } from "../native/cgroup.js";
-import type { SpawnRequest, SpawnResult } from "../native/native-system.js";
+import { createNetworkNamespaceCalls } from "../native/libc.js";
+import type { NetworkNamespaceCalls, SpawnRequest, SpawnResult } from "../native/native-system.js";
+import { JobNetworkNamespace } from "../native/network-namespace.js";
 import { findTrustedSetpriv, setprivArgv, SETPRIV_CANDIDATES } from "../native/setpriv.js";
 
 /** Least pids ceiling accepted: the supervisor's own threads sit in the job's cgroup while it spawns. */
@@ -40,6 +42,8 @@ export function containmentProblems(spec: SupervisorSpec): string[] {
     if (u.uid === 0 || u.gid === 0) problems.push("job_user uid and gid must not be 0");
     if (u.uid > 0x7fffffff || u.gid > 0x7fffffff) problems.push("job_user uid and gid must be below 2^31");
   }
+  // A command running as root could setns back to the host's network (/proc/1/ns/net).
+  if (spec.isolateNetwork && u === undefined) problems.push("isolate_network needs job_user: a command running as root could leave its network namespace");
   const c = spec.cgroup;
   if (c !== undefined) {
     if (!/^(\/[A-Za-z0-9_.-]{1,64}){1,8}$/.test(c.parent) || c.parent.split("/").some((p) => p === "." || p === "..")) {
@@ -65,6 +69,8 @@ export interface ContainmentOptions {
   readonly cgroupFsRoot?: string;
   readonly setprivCandidates?: readonly string[];
   readonly selfCgroup?: () => string;
+  /** The network-namespace calls (default: libc's through koffi). */
+  readonly networkCalls?: () => NetworkNamespaceCalls;
 }
 
 const ZERO: CgroupCounters = { oomKills: 0, pidLimitHits: 0, memoryLimitHits: 0, memoryPeakBytes: 0 };
@@ -82,6 +88,7 @@ export class Containment {
   readonly #setpriv: string | undefined;
   readonly #cgroup: JobCgroup | undefined;
   readonly #layout: "v2" | "hybrid" | "";
+  readonly #network: JobNetworkNamespace | undefined;
   #killUsed = false;
   #populatedZero = false;
   #problem = "";
@@ -127,6 +134,24 @@ export class Containment {
     } else {
       this.#layout = "";
     }
+    this.#network = spec.isolateNetwork ? this.#makeNetwork(euid) : undefined;
+  }
+
+  /** The job's network namespace (last: a failure removes the cgroup just made, so nothing is left). */
+  #makeNetwork(euid: number): JobNetworkNamespace {
+    const fail = (code: string, message: string, cause?: unknown): never => {
+      this.#cgroup?.remove();
+      throw new ContainmentUnavailableError(code, message, { cause });
+    };
+    if (euid !== 0) return fail("network_namespace_needs_root", `a network namespace of the job's own needs root; the supervisor runs as uid ${euid}`);
+    let ns: JobNetworkNamespace;
+    try {
+      ns = JobNetworkNamespace.create((this.#o.networkCalls ?? createNetworkNamespaceCalls)());
+    } catch (err) {
+      return fail("network_namespace_failed", (err as Error).message, err);
+    }
+    this.#o.log.info({ event: "network_namespace_created", namespace: ns.namespace, host: ns.hostNamespace, interfaces: ns.interfaces }, "job network namespace created (loopback only, up)");
+    return ns;
   }
 
   /** The job's cgroup, when there is one. */
@@ -135,11 +160,24 @@ export class Containment {
   }
 
   /**
-   * Spawns `request` contained: through setpriv as the job user (when set), born in the job's
-   * cgroup (when there is one). Throws when the supervisor could not leave the cgroup again
-   * (a fatal error: the run heads to cleanup, and cgroup.kill is refused while it is inside).
+   * Spawns `request` contained: through setpriv as the job user (when set), in the job's network
+   * namespace (when isolated: the main thread enters it only for the spawn) and born in the job's
+   * cgroup (when there is one). Throws when the supervisor could not enter the namespace, or
+   * leave it or the cgroup again (a fatal error: the run heads to cleanup, and cgroup.kill is
+   * refused while it is inside).
    */
   spawn(request: SpawnRequest, spawn: (r: SpawnRequest) => SpawnResult): SpawnResult {
+    const net = this.#network;
+    if (net === undefined) return this.#spawnInCgroup(request, spawn);
+    net.enter();
+    try {
+      return this.#spawnInCgroup(request, spawn);
+    } finally {
+      net.leave();
+    }
+  }
+
+  #spawnInCgroup(request: SpawnRequest, spawn: (r: SpawnRequest) => SpawnResult): SpawnResult {
     const user = this.#o.spec.jobUser;
     const contained: SpawnRequest =
       user !== undefined && this.#setpriv !== undefined
@@ -207,6 +245,7 @@ export class Containment {
 
   /** Reads the final counters and removes the job's cgroups (once they are empty). */
   finish(): void {
+    this.#network?.close();
     const cg = this.#cgroup;
     if (cg === undefined || this.#final !== undefined) return;
     this.#final = cg.counters();
@@ -216,13 +255,14 @@ export class Containment {
 
   /** Removes the cgroups without a receipt (the supervisor failed before it ran anything). */
   abandon(): void {
+    this.#network?.close();
     this.#cgroup?.remove();
   }
 
   /** The receipt's containment report. */
   report(): ContainmentReport | undefined {
     const { spec } = this.#o;
-    if (spec.jobUser === undefined && this.#cgroup === undefined) return undefined;
+    if (spec.jobUser === undefined && this.#cgroup === undefined && this.#network === undefined) return undefined;
     const c = this.#final ?? this.#cgroup?.counters() ?? ZERO;
     const k = spec.cgroup?.ceilings;
     return create(ContainmentReportSchema, {
@@ -239,6 +279,9 @@ export class Containment {
       memoryPeakBytes: BigInt(c.memoryPeakBytes),
       cgroupsRemoved: this.#removed,
       problem: this.#problem,
+      networkIsolated: this.#network !== undefined,
+      networkNamespace: this.#network?.namespace ?? "",
+      networkInterfaces: [...(this.#network?.interfaces ?? [])],
     });
   }
 

@@ -1,3 +1,4 @@
+import { writeSync } from "node:fs";
 import { createRequire } from "node:module";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
@@ -11,8 +12,10 @@ import type { ProcFs } from "../native/proc-fs.js";
 import type { Containment } from "./containment.js";
 import type { Logger } from "./log.js";
 import { outcomeName } from "./receipt-json.js";
+import { EXIT_NO_SPACE, InsufficientSpaceError } from "./receipt-reserve.js";
 import { SUPERVISOR_NODE_VERSION } from "./runtime-version.js";
 import type { SupervisorCode } from "./source-hash.js";
+import type { StorageNotes } from "./storage.js";
 import { Supervisor } from "./supervisor.js";
 
 /** Milliseconds since this process started (monotonic), to a tenth: the startup phases' stamps. */
@@ -46,6 +49,15 @@ export function verifiedNative(proc: ProcFs, log: Logger): NativeSystem | undefi
   return probe.native;
 }
 
+/** One line on stderr (supervisor.stderr, maybe on the full disk too): dropped if it cannot be written. */
+export function stderrLine(line: string): void {
+  try {
+    writeSync(2, `${line}\n`);
+  } catch {
+    // the same storage refused it: the exit status says it all
+  }
+}
+
 /** What runJob needs: a checked spec, the facilities verified, containment made. */
 export interface JobStart {
   readonly native: NativeSystem;
@@ -59,9 +71,15 @@ export interface JobStart {
   readonly startup: Record<string, number>;
   /** Run-directory files written without their flush (the warm hand-over's spec.binpb). */
   readonly unflushed?: readonly string[];
+  /** Where writes the storage refused are noted (the log's too). */
+  readonly storage?: StorageNotes | undefined;
 }
 
-/** Runs one job to its receipt (the same for a fresh launch and a warm supervisor that took a spec). */
+/**
+ * Runs one job to its receipt (the same for a fresh launch and a warm supervisor that took a
+ * spec): 0 once the receipt is written; EXIT_NO_SPACE (73) when the run directory had no room for
+ * the owner marker and the receipt's reserve (no marker exists, so nothing can have started).
+ */
 export async function runJob(j: JobStart): Promise<number> {
   const { native, proc, log, spec, specSha256, containment, startup } = j;
   const bootId = proc.readBootId();
@@ -79,6 +97,7 @@ export async function runJob(j: JobStart): Promise<number> {
     ...(containment !== undefined ? { containment } : {}),
     pidNamespace: readPidNamespace("/proc", "self") ?? "",
     unflushed: j.unflushed,
+    storage: j.storage,
   });
   startup["ready"] = sinceStart();
   log.info({ event: "startup", ms: startup }, "supervisor startup phases");
@@ -97,6 +116,11 @@ export async function runJob(j: JobStart): Promise<number> {
   let receipt;
   try {
     receipt = await supervisor.run();
+  } catch (err) {
+    if (!(err instanceof InsufficientSpaceError)) throw err;
+    log.error({ event: "insufficient_space", code: err.code, dir: err.dir }, err.message);
+    stderrLine(`supervisor: ${err.message}`);
+    return EXIT_NO_SPACE;
   } finally {
     // Normally removed after the receipt's oracle check; this only catches a run that threw.
     containment?.abandon();

@@ -3,7 +3,9 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
+import { smallFsGate, smallFsPool } from "../../testing/small-fs.js";
 import { OutputBudget, StreamJournal } from "./journal.js";
+import { StorageNotes } from "./storage.js";
 
 const dirs: string[] = [];
 const dir = (): string => {
@@ -108,6 +110,68 @@ describe("StreamJournal", () => {
     expect(await j.waitEnded(5)).toBe(false);
     j.endWithoutPipe();
     expect(await j.waitEnded(5)).toBe(true);
+    j.closeFile();
+  });
+});
+
+const noSmallFs = smallFsGate();
+
+describe.skipIf(noSmallFs !== undefined)("StreamJournal on a full disk (a small tmpfs)", () => {
+  const { mount, unmountAll } = smallFsPool();
+  afterAll(unmountAll);
+  const bytes = (n: number, seed: number): Buffer => Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + seed) % 251));
+
+  test("the disk fills during the head: what was written stays, the rest is counted and hashed, not kept, and nothing throws", async () => {
+    const fs = mount(16 * 1024);
+    const notes = new StorageNotes();
+    const j = new StreamJournal(join(fs.dir, "cmd-0.stdout"), 1024 * 1024, new OutputBudget(16 << 20), notes);
+    const chunks = Array.from({ length: 40 }, (_, i) => bytes(1024, i));
+    for (const c of chunks) expect(() => j.append(c)).not.toThrow();
+    j.endWithoutPipe();
+    const all = Buffer.concat(chunks);
+    const s = j.stats();
+    expect(s.storageError).toBe("ENOSPC");
+    expect(s.bytes).toBe(40960n);
+    expect(s.producedSha256).toBe(createHash("sha256").update(all).digest("hex"));
+    expect(s.keptBytes).toBeGreaterThan(0n);
+    expect(s.keptBytes).toBeLessThan(16384n + 1n);
+    expect(s.headBytes).toBe(s.keptBytes);
+    expect(s.tailBytes).toBe(0n);
+    expect(s.elidedBytes).toBe(40960n - s.keptBytes);
+    const onDisk = readFileSync(j.path);
+    expect(onDisk).toEqual(all.subarray(0, Number(s.keptBytes)));
+    expect(s.sha256).toBe(createHash("sha256").update(onDisk).digest("hex"));
+    expect((await j.read(0, 1 << 20)).data).toEqual(onDisk);
+    expect(notes.lines()).toEqual([`cmd-0.stdout: ENOSPC after ${s.keptBytes} kept bytes; the rest of the stream is counted and hashed, not kept`]);
+    j.closeFile();
+  });
+
+  test("the disk is full when the tail is written at the end: the head stays, the tail is dropped, the stats say so", () => {
+    const fs = mount(8 * 1024);
+    fs.fill(4096);
+    const j = new StreamJournal(join(fs.dir, "out"), 8192, new OutputBudget(1 << 20));
+    const all = bytes(4096 + 10000, 3);
+    j.append(all.subarray(0, 4096));
+    j.append(all.subarray(4096));
+    expect(j.stats().storageError).toBe("");
+    j.endWithoutPipe();
+    const s = j.stats();
+    expect(s).toMatchObject({ storageError: "ENOSPC", keptBytes: 4096n, headBytes: 4096n, tailBytes: 0n, elidedBytes: 10000n, bytes: 14096n, truncated: true });
+    expect(readFileSync(j.path)).toEqual(all.subarray(0, 4096));
+    expect(s.sha256).toBe(createHash("sha256").update(all.subarray(0, 4096)).digest("hex"));
+    j.closeFile();
+  });
+
+  test("no inode left for the journal file: the journal keeps nothing, counts and hashes everything, and does not throw", async () => {
+    const fs = mount(64 * 1024, 2);
+    fs.fill(64 * 1024, "one-inode");
+    const notes = new StorageNotes();
+    const j = new StreamJournal(join(fs.dir, "cmd-1.stderr"), 1024, new OutputBudget(1 << 20), notes);
+    j.append(Buffer.from("lost"));
+    j.endWithoutPipe();
+    expect(j.stats()).toMatchObject({ storageError: "ENOSPC", bytes: 4n, keptBytes: 0n, producedSha256: createHash("sha256").update("lost").digest("hex") });
+    expect((await j.read(0, 10)).data.length).toBe(0);
+    expect(notes.lines()).toEqual(["cmd-1.stderr: ENOSPC creating the journal; nothing of the stream is kept"]);
     j.closeFile();
   });
 });

@@ -1,8 +1,10 @@
 import { createHash, type Hash } from "node:crypto";
 import { closeSync, ftruncateSync, openSync, read, writeSync } from "node:fs";
 import { Socket } from "node:net";
+import { basename } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { StreamStatsSchema, type StreamStats } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import { storageErrno, type StorageNotes } from "./storage.js";
 
 /** The job-wide output cap shared by every stream of every command. */
 export class OutputBudget {
@@ -46,10 +48,18 @@ export interface JournalRead {
  *
  * While the stream is open only the head is served by `read` (bytes past it may still be
  * elided, and offsets must not change under a reader); the tail once it ended.
+ *
+ * A write the storage refuses (ENOSPC, EDQUOT, EIO; also the file's creation) is never fatal:
+ * the file is cut back to the head kept so far, nothing more of the stream is kept (no tail
+ * either), every byte is still counted and hashed, and `storage_error` names the errno.
  */
 export class StreamJournal {
   readonly path: string;
-  readonly #fd: number;
+  /** The journal file; undefined when the storage refused to create it. */
+  readonly #fd: number | undefined;
+  readonly #notes: StorageNotes | undefined;
+  /** The errno of the first write the storage refused; from then on nothing more is kept. */
+  #storageError: string | undefined;
   readonly #budget: OutputBudget;
   readonly #headCap: number;
   readonly #tailCap: number;
@@ -74,13 +84,26 @@ export class StreamJournal {
   #socket: Socket | undefined;
   readonly #endWaiters: Array<() => void> = [];
 
-  /** Creates the journal file (0600, exclusive); the limit is split into head and tail halves. */
-  constructor(path: string, streamLimit: number, budget: OutputBudget) {
+  /**
+   * Creates the journal file (0600, exclusive); the limit is split into head and tail halves.
+   * Storage refusals are recorded in `notes` (the receipt's storage_errors).
+   */
+  constructor(path: string, streamLimit: number, budget: OutputBudget, notes?: StorageNotes) {
     this.path = path;
-    this.#fd = openSync(path, "wx+", 0o600);
+    this.#notes = notes;
     this.#headCap = Math.ceil(streamLimit / 2);
     this.#tailCap = streamLimit - this.#headCap;
     this.#budget = budget;
+    let fd: number | undefined;
+    try {
+      fd = openSync(path, "wx+", 0o600);
+    } catch (err) {
+      const code = storageErrno(err);
+      if (code === undefined) throw err;
+      this.#storageError = code;
+      notes?.note(basename(path), `${code} creating the journal; nothing of the stream is kept`);
+    }
+    this.#fd = fd;
   }
 
   /** Starts reading the pipe read end `fd` (ownership passes to the journal). */
@@ -103,13 +126,14 @@ export class StreamJournal {
     if (this.#finalized) return;
     this.#bytes += chunk.length;
     this.#produced.update(chunk);
+    if (this.#storageError !== undefined) return;
     let rest = chunk;
     if (!this.#starved && this.#head < this.#headCap) {
       const room = Math.min(rest.length, this.#headCap - this.#head);
       const keep = this.#budget.take(room);
       if (keep > 0) {
         const part = rest.subarray(0, keep);
-        this.#writeAt(part, this.#head);
+        if (!this.#writeAt(part, this.#head)) return;
         this.#headHash.update(part);
         this.#head += keep;
       }
@@ -159,18 +183,54 @@ export class StreamJournal {
     return Math.min(this.#tailSeen, this.#ringCap);
   }
 
-  #writeAt(data: Buffer, position: number): void {
+  /** Writes `data` at `position`; false once the storage refused it (then nothing more is kept). */
+  #writeAt(data: Buffer, position: number): boolean {
+    const fd = this.#fd;
+    if (fd === undefined || this.#storageError !== undefined) return false;
     let off = 0;
-    while (off < data.length) off += writeSync(this.#fd, data, off, data.length - off, position + off);
+    try {
+      while (off < data.length) off += writeSync(fd, data, off, data.length - off, position + off);
+      return true;
+    } catch (err) {
+      const code = storageErrno(err);
+      if (code === undefined) throw err;
+      this.#giveUp(code);
+      return false;
+    }
+  }
+
+  /**
+   * The storage refused a write: nothing more is kept. The tail is dropped, and the file is cut
+   * back to the head (shrinking needs no space; if even that fails, the bytes past the head are
+   * what the full disk let through of a refused write, and no reader uses them).
+   */
+  #giveUp(code: string): void {
+    this.#storageError = code;
+    this.#ringCap = 0;
+    this.#ringFrozen = true;
+    this.#ring = undefined;
+    this.#notes?.note(basename(this.path), `${code} after ${this.#head} kept bytes; the rest of the stream is counted and hashed, not kept`);
+    try {
+      if (this.#fd !== undefined) ftruncateSync(this.#fd, this.#head);
+    } catch (err) {
+      if (storageErrno(err) === undefined) throw err;
+    }
   }
 
   /** Writes the tail after the head, from memory, so the file is exactly head + tail. */
   #finalize(): void {
     if (this.#finalized) return;
     this.#finalized = true;
-    const tail = this.#tailBytes();
-    this.#writeAt(tail, this.#head);
-    ftruncateSync(this.#fd, this.#head + tail.length);
+    let tail = this.#tailBytes();
+    if (tail.length > 0 && !this.#writeAt(tail, this.#head)) tail = Buffer.alloc(0);
+    try {
+      if (this.#fd !== undefined && this.#storageError === undefined) ftruncateSync(this.#fd, this.#head + tail.length);
+    } catch (err) {
+      const code = storageErrno(err);
+      if (code === undefined) throw err;
+      this.#giveUp(code);
+      tail = Buffer.alloc(0);
+    }
     this.#keptDigest = this.#headHash.copy().update(tail).digest("hex");
     this.#producedDigest = this.#produced.digest("hex");
     this.#ring = undefined;
@@ -222,6 +282,7 @@ export class StreamJournal {
       headBytes: BigInt(this.#head),
       tailBytes: BigInt(tailKept),
       elidedBytes: BigInt(this.#bytes - kept),
+      storageError: this.#storageError ?? "",
     });
   }
 
@@ -232,10 +293,11 @@ export class StreamJournal {
     const elidedBytes = ended ? this.#bytes - readable : 0;
     const elision = { elidedAt: elidedBytes > 0 ? this.#head : 0, elidedBytes };
     const n = Math.max(0, Math.min(maxBytes, readable - offset));
-    if (n === 0) return Promise.resolve({ data: Buffer.alloc(0), keptBytes: readable, eof: ended && offset >= readable, ...elision });
+    const fd = this.#fd;
+    if (n === 0 || fd === undefined) return Promise.resolve({ data: Buffer.alloc(0), keptBytes: readable, eof: ended && offset >= readable, ...elision });
     const buf = Buffer.allocUnsafe(n);
     return new Promise((resolve, reject) => {
-      read(this.#fd, buf, 0, n, offset, (err, got) => {
+      read(fd, buf, 0, n, offset, (err, got) => {
         if (err !== null) reject(err);
         else resolve({ data: buf.subarray(0, got), keptBytes: readable, eof: ended && offset + got >= readable, ...elision });
       });
@@ -246,7 +308,7 @@ export class StreamJournal {
   closeFile(): void {
     this.#socket?.destroy();
     this.#finalize();
-    closeSync(this.#fd);
+    if (this.#fd !== undefined) closeSync(this.#fd);
   }
 
   #markEnded(): void {

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createSupervisorLogger } from "./log.js";
+import { StorageNotes, storageErrno } from "./storage.js";
 
 const scratch = mkdtempSync(join(tmpdir(), "sx-log-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -60,8 +61,17 @@ describe("the supervisor's log", () => {
     expect(r).not.toHaveProperty("jobId");
   });
 
-  it("throws when the line cannot be written, as pino's synchronous destination did", () => {
-    const log = createSupervisorLogger("/dev/full", {});
-    expect(() => log.info({ event: "e" }, "m")).toThrow(/ENOSPC/);
+  it("a line the storage refuses (ENOSPC: /dev/full) is dropped and counted in the storage notes, never thrown", () => {
+    const notes = new StorageNotes();
+    const log = createSupervisorLogger("/dev/full", {}, notes);
+    expect(() => log.info({ event: "e" }, "m")).not.toThrow();
+    log.child({ jobId: "j" }).error({ event: "f" }, "n");
+    expect(notes.lines()).toEqual(["full: ENOSPC (2 lines dropped)"]);
+  });
+
+  it("only ENOSPC, EDQUOT and EIO count as the storage refusing a write", () => {
+    expect(storageErrno(Object.assign(new Error("x"), { code: "EBADF" }))).toBeUndefined();
+    expect(storageErrno(new Error("no code"))).toBeUndefined();
+    for (const code of ["ENOSPC", "EDQUOT", "EIO"]) expect(storageErrno(Object.assign(new Error("x"), { code }))).toBe(code);
   });
 });

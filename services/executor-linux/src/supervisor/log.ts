@@ -1,5 +1,7 @@
 import { openSync, writeSync } from "node:fs";
+import { basename } from "node:path";
 import { performance } from "node:perf_hooks";
+import { storageErrno, type StorageNotes } from "./storage.js";
 
 /** One log call: structured fields first, then the message (pino's argument order). */
 export type LogFn = (fields: Record<string, unknown>, msg?: string) => void;
@@ -39,22 +41,32 @@ function replacer(this: unknown, key: string, value: unknown): unknown {
   return value;
 }
 
+/** The log file a root logger and its children append to, and the lines the storage refused. */
+interface LogFile {
+  readonly fd: number;
+  readonly name: string;
+  readonly notes: StorageNotes | undefined;
+  dropped: number;
+}
+
 /**
  * One JSON line per call, `{"level","time","pid",…bindings,"mono",…fields,"msg"}` (the fields
  * pino wrote), appended with one synchronous write: a line is on disk before the next step
- * runs, and nothing is lost if the process dies. A write that fails throws to the caller, as
- * pino's synchronous destination did.
+ * runs, and nothing is lost if the process dies. A line the storage refuses (ENOSPC, EDQUOT,
+ * EIO) is dropped and counted in the storage notes (the receipt's storage_errors): logging never
+ * stops the supervisor. Any other write failure throws to the caller, as pino's synchronous
+ * destination did.
  *
  * Not pino: pino, sonic-boom, thread-stream and their serializers were a third of the bundle and
  * ≈ 2 MiB of the supervisor's heap at its start barrier for these ~40 log lines per job
  * (docs/benchmarks.md, Supervisor (e)).
  */
 class LineLogger implements Logger {
-  readonly #fd: number;
+  readonly #file: LogFile;
   readonly #prefix: string;
 
-  constructor(fd: number, prefix: string) {
-    this.#fd = fd;
+  constructor(file: LogFile, prefix: string) {
+    this.#file = file;
     this.#prefix = prefix;
   }
 
@@ -65,7 +77,15 @@ class LineLogger implements Logger {
     let body = JSON.stringify(fields, replacer).slice(1, -1);
     if (body !== "") body = `,${body}`;
     const line = Buffer.from(`${head}${body}${msg === undefined ? "" : `,"msg":${JSON.stringify(msg)}`}}\n`);
-    for (let off = 0; off < line.length; ) off += writeSync(this.#fd, line, off);
+    const file = this.#file;
+    try {
+      for (let off = 0; off < line.length; ) off += writeSync(file.fd, line, off);
+    } catch (err) {
+      const code = storageErrno(err);
+      if (code === undefined) throw err;
+      file.dropped += 1;
+      file.notes?.note(file.name, `${code} (${file.dropped} line${file.dropped === 1 ? "" : "s"} dropped)`);
+    }
   }
 
   trace: LogFn = (f, m) => this.#write(LEVELS.trace, f, m);
@@ -76,7 +96,7 @@ class LineLogger implements Logger {
   fatal: LogFn = (f, m) => this.#write(LEVELS.fatal, f, m);
 
   child(bindings: Record<string, unknown>): Logger {
-    return new LineLogger(this.#fd, `${this.#prefix}${fieldsOf(bindings)}`);
+    return new LineLogger(this.#file, `${this.#prefix}${fieldsOf(bindings)}`);
   }
 }
 
@@ -88,9 +108,9 @@ function fieldsOf(bindings: Record<string, unknown>): string {
 
 /**
  * The supervisor's one root logger: JSON lines appended synchronously to `path` (created 0600),
- * each with `pid` and `bindings`.
+ * each with `pid` and `bindings`; lines the storage refuses are noted in `notes`.
  */
-export function createSupervisorLogger(path: string, bindings: Record<string, unknown>): Logger {
+export function createSupervisorLogger(path: string, bindings: Record<string, unknown>, notes?: StorageNotes): Logger {
   const fd = openSync(path, "a", 0o600);
-  return new LineLogger(fd, fieldsOf({ pid: process.pid, ...bindings }));
+  return new LineLogger({ fd, name: basename(path), notes, dropped: 0 }, fieldsOf({ pid: process.pid, ...bindings }));
 }

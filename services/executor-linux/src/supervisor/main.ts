@@ -9,12 +9,13 @@
  *
  * Started by launchSupervisor (detached: own session, stdio ignored). Exit status: 0 once a
  * receipt was written; 64 usage (or not the bundle); 65 invalid spec; 69 facility missing
- * (the pinned runtime included); 70 internal error.
+ * (the pinned runtime included); 70 internal error; 73 no space in the run directory for the
+ * owner marker and the receipt's reserve (before any marker: nothing started).
  */
 import { resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { printFacilityReport, printSource } from "./info-commands.js";
-import { sinceStart } from "./job-start.js";
+import { sinceStart, stderrLine } from "./job-start.js";
 import { runFromSpec } from "./spec-start.js";
 import { warm } from "./warm-start.js";
 
@@ -46,7 +47,8 @@ async function main(args: readonly string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(`supervisor: ${(err as Error)?.stack ?? String(err)}\n`);
+    // supervisor.stderr may be on the full disk too: a line that cannot be written is dropped.
+    stderrLine(`supervisor: ${(err as Error)?.stack ?? String(err)}`);
     process.exit(70);
   },
 );

@@ -6,6 +6,7 @@ import type { Containment } from "./containment.js";
 import { decideOutcome } from "./outcome.js";
 import type { DescendantLedger } from "./process-tree.js";
 import type { Reaper } from "./reaper.js";
+import { clampContainment, clampText, MAX_RECEIPT_MESSAGE_CHARS, MAX_RECEIPT_REASON_CHARS } from "./receipt-bound.js";
 
 /** What a supervisor's run decided so far (its flags), as the receipt reports them. */
 export interface RunFlags {
@@ -30,9 +31,15 @@ export interface ReceiptInput {
   readonly startedUnixMs: number;
   readonly cancelsOnLoss: boolean;
   readonly state: RunFlags;
+  /** Every supervisor write the storage refused so far (StorageNotes). */
+  readonly storageErrors: readonly string[];
 }
 
-/** The receipt of a run: its outcome (decideOutcome), each command's result, the cleanup's counts and proof, the marker. */
+/**
+ * The receipt of a run: its outcome (decideOutcome), each command's result, the cleanup's counts
+ * and proof, the marker, the writes the storage refused. Its texts are cut to their caps, so its
+ * size stays within receiptSizeBound (the space reserved before GO).
+ */
 export function buildReceipt(x: ReceiptInput): Receipt {
   const { cleanup, commands, state } = x;
   const results = commands.map((c) => commandResult(c));
@@ -56,8 +63,8 @@ export function buildReceipt(x: ReceiptInput): Receipt {
   const kept = results.reduce((n, r) => n + (r.stdout?.keptBytes ?? 0n) + (r.stderr?.keptBytes ?? 0n), 0n);
   return create(ReceiptSchema, {
     outcome,
-    reason,
-    message,
+    reason: clampText(reason, MAX_RECEIPT_REASON_CHARS),
+    message: clampText(message, MAX_RECEIPT_MESSAGE_CHARS),
     commands: results,
     cleanup: create(CleanupStatsSchema, {
       descendantsFound: x.ledger.found,
@@ -79,8 +86,9 @@ export function buildReceipt(x: ReceiptInput): Receipt {
     finishedUnixMs: BigInt(finishedUnixMs),
     durationMs: Math.max(0, finishedUnixMs - from),
     outputKeptBytes: kept,
-    containment: x.containment?.report(),
+    containment: clampContainment(x.containment?.report()),
     controllerLossPolicy: x.cancelsOnLoss ? ControllerLossPolicy.CANCEL : ControllerLossPolicy.KEEP,
     controllerLost: state.controllerLost,
+    storageErrors: [...x.storageErrors],
   });
 }

@@ -24,7 +24,7 @@ describe("receiptToJson", () => {
     expect(json.outcome).toBe("rejected_leftover_descendants");
     expect(json.exitCode).toBeNull();
     expect(json.signal).toBe("SIGKILL");
-    expect(json.stdout).toEqual({ bytes: 5, keptBytes: 4, truncated: true, sha256: "bb", producedSha256: "cc", headBytes: 2, tailBytes: 2, elidedBytes: 1 });
+    expect(json.stdout).toEqual({ bytes: 5, keptBytes: 4, truncated: true, sha256: "bb", producedSha256: "cc", headBytes: 2, tailBytes: 2, elidedBytes: 1, storageError: "" });
     expect(json.controllerLossPolicy).toBe("cancel");
     expect(json.controllerLost).toBe(true);
     expect(receiptToJson(create(ReceiptSchema, {})).controllerLossPolicy).toBe("keep");

@@ -34,6 +34,8 @@ export interface StreamStatsJson {
   readonly tailBytes: number;
   /** Produced bytes dropped between head and tail. */
   readonly elidedBytes: number;
+  /** "" or the errno of the first journal write the storage refused (ENOSPC, EDQUOT, EIO): nothing more was kept. */
+  readonly storageError: string;
 }
 
 /** One command's result as JSON. */
@@ -69,6 +71,11 @@ export interface ContainmentJson {
   readonly memoryPeakBytes: number;
   readonly cgroupsRemoved: boolean;
   readonly problem: string;
+  /** The commands ran in a network namespace of the job's own (only its loopback). */
+  readonly networkIsolated: boolean;
+  /** That namespace ("net:[inode]"), "" when not isolated. */
+  readonly networkNamespace: string;
+  readonly networkInterfaces: readonly string[];
 }
 
 /** The receipt as printed by `seraph-exec run --json` (and written to receipt.json). */
@@ -94,7 +101,7 @@ export interface ReceiptJson {
   readonly goUnixMs: number;
   readonly finishedUnixMs: number;
   readonly commands: readonly CommandResultJson[];
-  /** Job user and cgroup: what held and what the kernel counted; null without containment. */
+  /** Job user, cgroup and network namespace: what held and what the kernel counted; null without containment. */
   readonly containment: ContainmentJson | null;
   readonly cleanup: {
     readonly descendantsFound: number;
@@ -120,6 +127,8 @@ export interface ReceiptJson {
   readonly controllerLossPolicy: "keep" | "cancel";
   /** The supervisor cancelled because its controller was gone (policy cancel). */
   readonly controllerLost: boolean;
+  /** Every supervisor write the storage refused up to the receipt (journals, log), one line each. */
+  readonly storageErrors: readonly string[];
 }
 
 /** Maps the proto enum to its lowercase JSON name (unspecified → "unknown"). */
@@ -166,6 +175,7 @@ function streamJson(s: StreamStats | undefined): StreamStatsJson {
     headBytes: Number(s?.headBytes ?? 0n),
     tailBytes: Number(s?.tailBytes ?? 0n),
     elidedBytes: Number(s?.elidedBytes ?? 0n),
+    storageError: s?.storageError ?? "",
   };
 }
 
@@ -205,6 +215,9 @@ function containmentJson(c: ContainmentReport | undefined): ContainmentJson | nu
     memoryPeakBytes: Number(c.memoryPeakBytes),
     cgroupsRemoved: c.cgroupsRemoved,
     problem: c.problem,
+    networkIsolated: c.networkIsolated,
+    networkNamespace: c.networkNamespace,
+    networkInterfaces: [...c.networkInterfaces],
   };
 }
 
@@ -258,5 +271,6 @@ export function receiptToJson(receipt: Receipt): ReceiptJson {
     fence: String(marker?.fence ?? 0n),
     controllerLossPolicy: receipt.controllerLossPolicy === ControllerLossPolicy.CANCEL ? "cancel" : "keep",
     controllerLost: receipt.controllerLost,
+    storageErrors: [...receipt.storageErrors],
   };
 }

@@ -14,6 +14,10 @@ export const RunDirFiles = Object.freeze({
   receipt: "receipt.binpb",
   /** The same receipt as JSON (receiptToJson), for humans. */
   receiptJson: "receipt.json",
+  /** The receipt's space, reserved before GO (receipt-reserve.ts); renamed to receipt.binpb at the receipt. */
+  receiptReserve: ".receipt.binpb.reserve",
+  /** The same for receipt.json. */
+  receiptJsonReserve: ".receipt.json.reserve",
   /** JSON lines (log.ts). */
   log: "supervisor.log",
   /** A warm supervisor's one-request socket (spec or retire), before and after it took a job. */

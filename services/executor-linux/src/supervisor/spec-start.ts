@@ -10,6 +10,7 @@ import { createSupervisorLogger } from "./log.js";
 import { RunDirFiles } from "./run-dir.js";
 import { supervisorSourceSha256 } from "./source-hash.js";
 import { specProblems } from "./spec.js";
+import { StorageNotes } from "./storage.js";
 
 /**
  * `--spec <run-dir>/spec.binpb`: checks the runtime, the spec and the facilities, makes the
@@ -24,7 +25,8 @@ export async function runFromSpec(specArg: string, startup: Record<string, numbe
   // One boot-id source with the executor that wrote the spec: the kernel's, or the test-only
   // file the executor was explicitly allowed to use.
   const proc = createProcFs("/proc", { bootIdFile: spec.testBootIdFile || undefined });
-  const log = createSupervisorLogger(join(runDir, RunDirFiles.log), { jobId: spec.jobId, attempt: spec.attempt });
+  const storage = new StorageNotes();
+  const log = createSupervisorLogger(join(runDir, RunDirFiles.log), { jobId: spec.jobId, attempt: spec.attempt }, storage);
   startup["spec"] = sinceStart();
   log.info({ event: "starting", specSha256 }, "supervisor starting");
   const wrongRuntime = runtimeProblem();
@@ -58,5 +60,5 @@ export async function runFromSpec(specArg: string, startup: Record<string, numbe
       return 69;
     }
   }
-  return runJob({ native, proc, log, spec, specSha256, containment, sourceSha256: supervisorSourceSha256(loadedCode()), startup });
+  return runJob({ native, proc, log, spec, specSha256, containment, sourceSha256: supervisorSourceSha256(loadedCode()), startup, storage });
 }

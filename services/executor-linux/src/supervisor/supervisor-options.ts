@@ -3,6 +3,7 @@ import type { NativeSystem } from "../native/native-system.js";
 import type { ProcFs } from "../native/proc-fs.js";
 import type { SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { Containment } from "./containment.js";
+import type { StorageNotes } from "./storage.js";
 
 /** Everything a supervisor needs; the real values are wired in main.ts, fakes in tests. */
 export interface SupervisorOptions {
@@ -35,6 +36,8 @@ export interface SupervisorOptions {
    * spec.binpb): fsynced with the token and markers, before the owner marker appears.
    */
   readonly unflushed?: readonly string[] | undefined;
+  /** Where writes the storage refused are noted (shared with the log; default: a fresh one). */
+  readonly storage?: StorageNotes | undefined;
 }
 
 /**

@@ -6,14 +6,13 @@
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import {
   CancelAckSchema,
   ControllerLossPolicy,
   GoAckSchema,
   HelloAckSchema,
   Phase,
-  ReceiptSchema,
   type CancelAck,
   type GoAck,
   type HelloAck,
@@ -23,7 +22,6 @@ import {
   type Receipt,
   type StatusResponse,
 } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { writeFilesAtomicAsync } from "./atomic-file.js";
 import type { CleanupResult } from "./cleanup.js";
 import { readCommandOutput, statusOf } from "./control-answers.js";
 import { cleanUpJob, drainJournals } from "./job-cleanup.js";
@@ -33,8 +31,10 @@ import { ControlServer, HELLO_TIMEOUT_MS } from "./control-server.js";
 import { OutputBudget } from "./journal.js";
 import { DescendantLedger } from "./process-tree.js";
 import { Reaper } from "./reaper.js";
-import { outcomeName, receiptToJson } from "./receipt-json.js";
+import { receiptSizeBound } from "./receipt-bound.js";
+import { ReceiptReserve, writeReceiptFiles } from "./receipt-reserve.js";
 import { RunDirFiles } from "./run-dir.js";
+import { StorageNotes } from "./storage.js";
 import { controllerLossGraceMs, effectiveLimits } from "./spec.js";
 import { Wake } from "./wake.js";
 import { ownerMarkerOf, writeOwnerFiles } from "./owner-marker.js";
@@ -80,6 +80,10 @@ export class Supervisor {
   #controllerLost = false;
   /** Cleanup began after the deadline itself had passed. */
   #overran = false;
+  /** Every write the storage refused (journals, log), for the receipt. */
+  readonly #storage: StorageNotes;
+  /** The receipt's space, taken with the owner marker (before GO). */
+  #reserve: ReceiptReserve | undefined;
 
   /** Prepares (nothing runs until run()). */
   constructor(options: SupervisorOptions) {
@@ -93,6 +97,7 @@ export class Supervisor {
     this.#commandsEnd = this.#deadline - options.spec.cleanupReserveMs;
     this.#phase = options.spec.startBarrier ? Phase.WAITING_FOR_GO : Phase.RUNNING;
     this.#commands = options.spec.commands.map((spec, index) => newCommandState(spec, index));
+    this.#storage = options.storage ?? new StorageNotes();
     this.#runner = new CommandRunner({
       native: options.native,
       proc: options.proc,
@@ -105,6 +110,7 @@ export class Supervisor {
       selfPid: this.#selfPid,
       budget: new OutputBudget(limits.outputLimitBytes),
       streamLimit: limits.streamLimitBytes,
+      storage: this.#storage,
       containment: options.containment,
       reapIntervalMs: options.reapIntervalMs ?? 20,
     });
@@ -146,13 +152,12 @@ export class Supervisor {
     // turns FINISHED only once it is (so FINISHED means receipt.binpb exists).
     this.#receipt = receipt;
     for (const w of this.#receiptWaiters.splice(0)) w(receipt);
-    await this.#writeReceipt(receipt, server);
+    // Into the space reserved before GO. Not durable: the process exits non-zero (main.ts), the log says why.
+    await writeReceiptFiles(this.#o.spec.runDir, this.#reserve, receipt, this.#o.log, () => server.close());
+    this.#phase = Phase.FINISHED;
     await this.#linger();
     await server.close();
-    for (const c of this.#commands) {
-      c.stdout?.closeFile();
-      c.stderr?.closeFile();
-    }
+    for (const c of this.#commands) for (const j of [c.stdout, c.stderr]) j?.closeFile();
     return receipt;
   }
 
@@ -186,11 +191,17 @@ export class Supervisor {
     return server;
   }
 
-  /** Writes the capability token and the owner marker (binary and JSON), durable together. */
+  /**
+   * Takes the receipt's space (its size is bounded once the marker exists), then writes the
+   * capability token and the owner marker (binary and JSON), all durable together. No space for
+   * them: InsufficientSpaceError (the process exits 73 before any marker, nothing started).
+   */
   async #publishMarker(token: string): Promise<void> {
     const { spec, log } = this.#o;
     this.#marker = ownerMarkerOf(this.#o, this.#selfPid, token);
-    await writeOwnerFiles(spec.runDir, token, this.#marker, this.#o.unflushed);
+    // Also the receipt path's first run: V8 compiles it now rather than after the last exit.
+    this.#reserve = ReceiptReserve.create(spec.runDir, receiptSizeBound(this.#buildReceipt(undefined)));
+    await writeOwnerFiles(spec.runDir, token, this.#marker, [...(this.#o.unflushed ?? []), ...ReceiptReserve.names]);
     log.info({ event: "marker_written", startBarrier: spec.startBarrier }, "owner marker durable");
   }
 
@@ -200,9 +211,6 @@ export class Supervisor {
     try {
       const first = this.#commands[0];
       if (first !== undefined) this.#runner.prepare(first);
-      // Run the receipt path once on the current (empty) state and throw the result away:
-      // V8 compiles it now rather than between the last exit and the receipt.
-      toBinary(ReceiptSchema, this.#buildReceipt(undefined));
       if (await this.#waitForGo()) {
         for (const command of this.#commands) {
           if (this.#stopRequested()) break;
@@ -220,28 +228,6 @@ export class Supervisor {
       log.error({ event: "cleanup_error", err }, "cleanup failed; outcome unknown");
       return undefined;
     }
-  }
-
-  /** Writes receipt.binpb then receipt.json atomically; the phase turns FINISHED once they are durable. */
-  async #writeReceipt(receipt: Receipt, server: ControlServer): Promise<void> {
-    const { spec, log } = this.#o;
-    try {
-      // The binary receipt first, as before: receipt.json is its human copy.
-      await writeFilesAtomicAsync(spec.runDir, [
-        { name: RunDirFiles.receipt, data: toBinary(ReceiptSchema, receipt) },
-        { name: RunDirFiles.receiptJson, data: `${JSON.stringify(receiptToJson(receipt), null, 2)}\n` },
-      ]);
-    } catch (err) {
-      // Served but not durable: the process exits non-zero (main.ts) and the log says why.
-      log.error({ event: "receipt_write_failed", err }, "the receipt could not be written");
-      await server.close();
-      throw err;
-    }
-    this.#phase = Phase.FINISHED;
-    log.info(
-      { event: "receipt_written", outcome: outcomeName(receipt.outcome), reason: receipt.reason, echild: receipt.echildObserved },
-      receipt.message,
-    );
   }
 
   /** Releases the start barrier (idempotent). */
@@ -386,6 +372,7 @@ export class Supervisor {
         deadlineReached: this.#deadlineReached,
         goUnixMs: this.#goUnixMs,
       },
+      storageErrors: this.#storage.lines(),
     });
   }
 

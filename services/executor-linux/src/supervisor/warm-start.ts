@@ -18,12 +18,14 @@ import { writeFileAtomic } from "./atomic-file.js";
 import { Containment, ContainmentUnavailableError } from "./containment.js";
 import { warmUpControlCodecs } from "./control-server.js";
 import { encodeFrame } from "./framing.js";
-import { loadedCode, runJob, runtimeProblem, sinceStart, verifiedNative } from "./job-start.js";
+import { loadedCode, runJob, runtimeProblem, sinceStart, stderrLine, verifiedNative } from "./job-start.js";
 import { createSupervisorLogger, type Logger } from "./log.js";
 import { listenOneRequest } from "./one-request-server.js";
+import { EXIT_NO_SPACE } from "./receipt-reserve.js";
 import { RunDirFiles } from "./run-dir.js";
 import { cachedSupervisorSourceSha256, type SourceHashCache } from "./source-hash.js";
 import { specProblems } from "./spec.js";
+import { StorageNotes, storageErrno } from "./storage.js";
 
 /** How often a warm supervisor checks that its launcher is still its parent. */
 const WARM_PARENT_CHECK_MS = 250;
@@ -72,7 +74,8 @@ export async function warm(runDir: string, testBootIdFile: string, startup: Reco
   const home = privateRunDir(runDir);
   if (home === undefined) return 64;
   const launcher = process.ppid;
-  const rootLog = createSupervisorLogger(join(runDir, RunDirFiles.log), { warm: true });
+  const storage = new StorageNotes();
+  const rootLog = createSupervisorLogger(join(runDir, RunDirFiles.log), { warm: true }, storage);
   const proc = createProcFs("/proc", { bootIdFile: testBootIdFile || undefined });
   const native = verifiedNative(proc, rootLog);
   if (native === undefined) return 69;
@@ -85,7 +88,7 @@ export async function warm(runDir: string, testBootIdFile: string, startup: Reco
   const self = proc.readStat(process.pid);
   if (self === undefined) throw new Error("cannot read this process's /proc stat");
   const token = randomBytes(32).toString("hex");
-  writeFileAtomic(join(runDir, RunDirFiles.warmToken), token, 0o600);
+  if (!written(() => writeFileAtomic(join(runDir, RunDirFiles.warmToken), token, 0o600))) return EXIT_NO_SPACE;
 
   const handover = warmHandover({ runDir, home, token, testBootIdFile, sourceCache, sourceSha256, native, log: rootLog });
   const server = await listenOneRequest({
@@ -102,7 +105,10 @@ export async function warm(runDir: string, testBootIdFile: string, startup: Reco
     },
   });
   await warmUpHandover(runDir);
-  writeWarmMarker(runDir, proc, self.startTimeTicks, sourceSha256, testBootIdFile);
+  if (!written(() => writeWarmMarker(runDir, proc, self.startTimeTicks, sourceSha256, testBootIdFile))) {
+    await server.close();
+    return EXIT_NO_SPACE;
+  }
   startup["warm"] = sinceStart();
   rootLog.info({ event: "warm_ready", ms: startup }, "warm supervisor ready; owns nothing until a spec arrives");
   const orphanCheck = setInterval(() => {
@@ -121,9 +127,22 @@ export async function warm(runDir: string, testBootIdFile: string, startup: Reco
   jobLog.info({ event: "starting", specSha256: taken.specSha256, warm: true }, "supervisor starting");
   startup["spec"] = sinceStart();
   try {
-    return await runJob({ native, proc, log: jobLog, spec: taken.spec, specSha256: taken.specSha256, containment: taken.containment, sourceSha256, startup, unflushed: [RunDirFiles.spec] });
+    return await runJob({ native, proc, log: jobLog, spec: taken.spec, specSha256: taken.specSha256, containment: taken.containment, sourceSha256, startup, unflushed: [RunDirFiles.spec], storage });
   } finally {
     await server.close();
+  }
+}
+
+/** Runs a warm file's write; false (said on stderr) when the storage refused it: the warm supervisor exits 73, it owns nothing. */
+function written(write: () => void): boolean {
+  try {
+    write();
+    return true;
+  } catch (err) {
+    const code = storageErrno(err);
+    if (code === undefined) throw err;
+    stderrLine(`supervisor: no space for the warm supervisor's files: ${code}`);
+    return false;
   }
 }
 
@@ -225,7 +244,8 @@ function takeSpec(w: WarmContext, bytes: Uint8Array): TakenSpec | WarmResponse {
   } catch (err) {
     // Not taken: the cgroup it just made goes too, so nothing changed.
     containment?.abandon();
-    return refusal("internal_error", `spec.binpb not written: ${(err as Error).message}`);
+    const code = storageErrno(err);
+    return refusal(code !== undefined ? "insufficient_space" : "internal_error", `spec.binpb not written: ${(err as Error).message}`);
   }
   return { spec, specSha256: createHash("sha256").update(bytes).digest("hex"), containment };
 }

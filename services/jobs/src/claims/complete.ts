@@ -3,6 +3,7 @@ import { FailedPreconditionError, InvalidArgumentError, sha256Hex } from "@serap
 import { provedBeforeDeadline, sameMarkerIdentity } from "@seraph/profiles";
 import {
   CompleteJobResponseSchema,
+  JobPhasesSchema,
   type CompleteJobRequest,
   type CompleteJobResponse,
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -20,6 +21,8 @@ import { readReport, writeReport } from "../jobs/job-view.js";
 import { moveSlot } from "../slots/slot.repository.js";
 import { requireUnfencedJobNode } from "../nodes/node-guard.js";
 import { inTransaction, type Db } from "../store/db.js";
+import { CGROUP_CLEANUP_KIND } from "../recovery/cgroup-proof.js";
+import { releaseProvedByCgroup } from "../recovery/recover.js";
 import { adoptedAtMs, DEADLINE_OUTCOME, deadlineMsOf, deadlinePassed, evidenceDeadlineMs } from "./deadline.js";
 
 /** Artifact kinds a succeeded job must have stored and read back. */
@@ -40,7 +43,9 @@ async function verifyArtifacts(db: Db, jobId: string, ids: readonly string[]): P
  * The physical slot is released (compare-and-set, in the same transaction) only when cleanup is
  * proved: the supervisor's receipt says ECHILD was observed, names this job's recorded owner
  * marker, and the outcome is not UNKNOWN; or no supervisor was ever recorded for the attempt
- * (rejected or cancelled before the owner marker). UNKNOWN always keeps the slot held.
+ * (rejected or cancelled before the owner marker). UNKNOWN keeps the slot held, unless the
+ * completion comes with the executor's verified `cgroup_cleanup` observation: then the slot is
+ * released with Recovery.proof `cleanup_proved_by_cgroup` (provedByCgroup), the outcome UNKNOWN.
  * SUCCEEDED additionally requires the start token, a succeeded receipt, every step passed, and
  * the diff, receipt and step outputs stored and read back by sha256 (artifacts may come with
  * the request: stored in this transaction, then proved with the rest). After the attempt's
@@ -73,10 +78,12 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
       message: req.outcomeMessage,
       receipt: req.receipt ? toBinary(ReceiptSchema, req.receipt) : job.receipt,
       report: reportOf(job, req),
+      phases: phasesOf(req),
     });
     await endAttempt(trx, job.id, job.attempt, job.fence);
+    if (target === "unknown") return provedByCgroup(core, trx, updated, changes);
     changes.jobs.push(updated);
-    if (target !== "unknown" && job.slot_index !== null) {
+    if (job.slot_index !== null) {
       const slot = await moveSlot(trx, job.node_id, job.slot_index, job.id, "free");
       if (slot) {
         changes.slots.push(slot);
@@ -88,6 +95,26 @@ export async function completeJob(core: JobsCore, req: CompleteJobRequest): Prom
   core.publisher.publish(changes);
   core.log.child({ jobId: row.id, attempt: row.attempt }).info({ state: row.state, outcome: row.outcome, slotReleased: changes.slots.length > 0 }, "job completed");
   return create(CompleteJobResponseSchema, { job: await jobView(core.db, row) });
+}
+
+/**
+ * An UNKNOWN completion that comes with the executor's `cgroup_cleanup` observation (the
+ * supervisor died without a receipt, the executor swept the job's own cgroup): the slot is
+ * released in this transaction when the observation verifies (releaseProvedByCgroup); otherwise
+ * it stays held, and the refusal is logged. Without the observation nothing else happens.
+ */
+async function provedByCgroup(core: JobsCore, trx: Db, job: JobRow, changes: ReturnType<typeof noChanges>): Promise<JobRow> {
+  if (!(await listArtifacts(trx, job.id)).some((a) => a.kind === CGROUP_CLEANUP_KIND)) {
+    changes.jobs.push(job);
+    return job;
+  }
+  const out = await releaseProvedByCgroup(core, trx, job, changes);
+  if ("code" in out) {
+    core.log.child({ jobId: job.id, attempt: job.attempt }).warn({ refusal: out.code }, `cgroup cleanup proof refused: ${out.message}; slot stays held`);
+    changes.jobs.push(job);
+    return job;
+  }
+  return out;
 }
 
 /** The recorded owner marker, after checking that the receipt (if any) names it. */
@@ -152,6 +179,14 @@ async function storeAndProveArtifacts(trx: Db, job: JobRow, target: JobStateName
   const needed = [...REQUIRED_FOR_SUCCESS, ...req.steps.map((s) => `${s.name}_output`)];
   const missing = needed.filter((k) => !verified.includes(k));
   if (missing.length > 0) throw new FailedPreconditionError("artifacts_missing", `artifacts not stored and read back: ${missing.join(", ")}`);
+}
+
+/** The executor's phases as stored (JobPhases), refused when one ends before it starts. */
+function phasesOf(req: CompleteJobRequest): Uint8Array | null {
+  if (req.phases.length === 0) return null;
+  const i = req.phases.findIndex((p) => p.endUnixMs < p.startUnixMs);
+  if (i >= 0) throw new InvalidArgumentError(`phases[${i}]`, "phase_ends_before_start", `phase ${req.phases[i]!.name} ends before it starts`);
+  return toBinary(JobPhasesSchema, create(JobPhasesSchema, { phases: req.phases }));
 }
 
 /** The job's report with the completion's steps, reasons and drift. */

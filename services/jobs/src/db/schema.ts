@@ -110,6 +110,10 @@ export interface JobsDatabase extends AuthorityViews {
     /** The step the executor last reported running, and when the jobs service first heard it. */
     running_step: ColumnType<string | null, string | null | undefined, string | null>;
     running_step_started_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+    /** The executor's phases of the completing attempt (JobPhases, protobuf); null before completion. */
+    phases: ColumnType<Uint8Array | null, Uint8Array | null | undefined, Uint8Array | null>;
+    /** The W3C traceparent of the EnqueueJob that created the job ("" untraced). */
+    trace_parent: ColumnType<string, string | undefined, string>;
   };
   job_attempts: {
     job_id: string;

@@ -27,10 +27,11 @@ export interface EventPublisher {
   publish(changes: Changes): void;
 }
 
-/** The publisher over `signals`; `onSchedule` wakes the local scheduler at once. */
-export function createEventPublisher(signals: Signals, onSchedule: () => void): EventPublisher {
+/** The publisher over `signals`; `onSchedule` wakes the local scheduler at once; `observer` sees every committed change set first. */
+export function createEventPublisher(signals: Signals, onSchedule: () => void, observer?: { committed(c: Changes): void }): EventPublisher {
   return {
     publish(c) {
+      observer?.committed(c);
       const at = BigInt(Date.now());
       for (const j of c.jobs) {
         const ev = create(JobEventSchema, {
@@ -56,7 +57,11 @@ export function createEventPublisher(signals: Signals, onSchedule: () => void): 
         });
         signals.publish(Subjects.slot(s.node_id, s.slot_index), toBinary(SlotEventSchema, ev));
       }
-      for (const w of c.work) signals.publish(Subjects.nodeWork(w.nodeId), toBinary(WorkSignalSchema, create(WorkSignalSchema, w)));
+      // A work signal carries its job's trace context, so the executor's claim joins the job's trace.
+      for (const w of c.work) {
+        const traceparent = c.jobs.find((j) => j.id === w.jobId)?.trace_parent ?? "";
+        signals.publish(Subjects.nodeWork(w.nodeId), toBinary(WorkSignalSchema, create(WorkSignalSchema, w)), traceparent ? { traceparent } : undefined);
+      }
       for (const w of c.cancels) signals.publish(Subjects.nodeCancel(w.nodeId), toBinary(WorkSignalSchema, create(WorkSignalSchema, w)));
       if (c.schedule) {
         signals.publish(Subjects.workQueued, toBinary(WorkSignalSchema, create(WorkSignalSchema, {})));

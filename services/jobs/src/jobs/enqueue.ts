@@ -1,5 +1,5 @@
 import { create, toBinary } from "@bufbuild/protobuf";
-import { FailedPreconditionError, InvalidArgumentError, newId } from "@seraph/kit";
+import { FailedPreconditionError, InvalidArgumentError, newId, traceparentOf } from "@seraph/kit";
 import {
   EnqueueJobResponseSchema,
   ExecutionBundleSchema,
@@ -54,6 +54,8 @@ export async function enqueueJob(core: JobsCore, req: EnqueueJobRequest): Promis
       bundle: bundleBytes,
       report: writeReport(create(JobSchema, { noLearning: true })),
       revision: "1",
+      // This EnqueueJob's span (a child of Approve's): the job's trace from here to CompleteJob.
+      trace_parent: traceparentOf(),
     });
   });
   if (inserted) {

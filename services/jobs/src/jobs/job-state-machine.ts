@@ -172,8 +172,8 @@ export function markRunning(db: Db, job: JobVersion, r: RunningFields): Promise<
 }
 
 /** A claimed attempt → its terminal state, with the outcome, the receipt and the report. */
-export function complete(db: Db, job: JobVersion, target: JobStateName, o: OutcomeFields & { readonly receipt: Uint8Array | null }): Promise<JobRow> {
-  return apply(db, "complete", job, target, { outcome: o.outcome, outcome_message: o.message, receipt: o.receipt, report: o.report });
+export function complete(db: Db, job: JobVersion, target: JobStateName, o: OutcomeFields & { readonly receipt: Uint8Array | null; readonly phases?: Uint8Array | null }): Promise<JobRow> {
+  return apply(db, "complete", job, target, { outcome: o.outcome, outcome_message: o.message, receipt: o.receipt, report: o.report, ...(o.phases ? { phases: o.phases } : {}) });
 }
 
 /** A claimed attempt → UNKNOWN (its deadline passed before the proof, or its node was fenced); the slot is not touched. */

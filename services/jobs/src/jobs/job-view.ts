@@ -13,7 +13,7 @@ import {
   type Node,
   type Slot,
 } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { JobPreflightSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobPhasesSchema, JobPreflightSchema } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { FacilityReportSchema, OwnerMarkerSchema, ReceiptSchema } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import type { ArtifactMetaRow } from "../artifacts/artifact.repository.js";
 import type { NodeRow, NodeStatusRow } from "../nodes/node.repository.js";
@@ -98,6 +98,8 @@ export function toJobProto(row: JobRow, slot: SlotRow | undefined, artifacts: re
     drift: report.drift,
     deadlineUnixMs: row.deadline_at ? BigInt(new Date(row.deadline_at).getTime()) : 0n,
     preflight: row.preflight ? fromBinary(JobPreflightSchema, row.preflight) : undefined,
+    phases: row.phases ? fromBinary(JobPhasesSchema, row.phases).phases : [],
+    traceParent: row.trace_parent ?? "",
     untrustedTests: bundleSummary(row.bundle).patchChangedTests,
     runningStep: row.running_step ?? "",
     runningStepStartedUnixMs: row.running_step_started_at ? BigInt(new Date(row.running_step_started_at).getTime()) : 0n,

@@ -20,10 +20,11 @@ import { findSlot, findSlotOfJob, moveSlot, type SlotRow } from "../slots/slot.r
 import { inTransaction, type Db } from "../store/db.js";
 import { namespaceProof } from "./namespace-proof.js";
 import { bindingRefusal, receiptBindingRefusal, type Refusal } from "./bindings.js";
+import { cgroupProof, CLEANUP_PROVED_BY_CGROUP } from "./cgroup-proof.js";
 
 /** The proof that releases a slot. */
 interface Proof {
-  readonly kind: "cleanup_receipt" | "host_rebooted" | "pid_namespace_gone" | "node_fenced";
+  readonly kind: "cleanup_receipt" | "host_rebooted" | "pid_namespace_gone" | "cleanup_proved_by_cgroup" | "node_fenced";
   readonly receiptVerified: boolean;
   readonly readbackSha256: string;
 }
@@ -106,6 +107,13 @@ async function cleanupProof(core: JobsCore, trx: Db, job: JobRow, slot: SlotRow,
     // was launched from, on this boot.
     proof = (await namespaceProof(trx, job, marker, node?.boot_id)) ?? proof;
   }
+  if (!("kind" in proof)) {
+    // The executor killed the job's own cgroup after its supervisor died, saw it empty and every
+    // recorded pid gone, on this boot.
+    const cg = await cgroupProof(trx, job, bundle, marker, node?.boot_id);
+    if ("kind" in cg) proof = cg;
+    else if (proof.code === "no_cleanup_receipt" && bundle.containment?.perJobCgroup === true) proof = refusal("cgroup_cleanup_unproven", `no cleanup receipt, and ${cg.problem}`);
+  }
   return proof;
 }
 
@@ -144,7 +152,10 @@ class RecoveryReadbackError extends Error {
  * (else `supervisor_source_mismatch`). It releases the slot (CAS on the job revision) only on a verified
  * cleanup receipt, or on proof that the host rebooted since the marker was written (the node
  * re-registered with a different boot id), or on an executor's observation that the
- * supervisor's PID namespace no longer exists (namespaceProof); or, for a job whose node the
+ * supervisor's PID namespace no longer exists (namespaceProof), or on its observation that it
+ * killed the job's own cgroup and saw it empty and every recorded pid gone (cgroupProof, proof
+ * `cleanup_proved_by_cgroup`; refusal `cgroup_cleanup_unproven` says why one does not hold);
+ * or, for a job whose node the
  * instance operator fenced, with proof `node_fenced` and `cleanup_unproven` set (fencedProof:
  * the slot comes back, the cleanup stays unproven). It records cleanup_receipt_verified,
  * process_cleanup_readback_sha256 and readback_scope=process_cleanup_only and never changes the
@@ -188,10 +199,9 @@ async function release(core: JobsCore, req: RecoverProcessCleanupRequest, change
       throw new PermissionDeniedError("root_not_live", "the job's operator root has no live credentials; recovery needs the original live root");
     }
     const refuse = (code: string, message: string) => ({ job, released: false, refusal: { code, message } });
-    const report = readReport(job);
     const slot = await findSlotOfJob(trx, job.id);
     if (!slot || slot.state === "free") {
-      if (report.recovery) return { job, released: true, refusal: undefined };
+      if (readReport(job).recovery) return { job, released: true, refusal: undefined };
       return refuse("slot_not_held", `job ${job.id} holds no physical slot`);
     }
     if (job.state !== "unknown") return refuse("job_not_unknown", `job ${job.id} is ${job.state}; only an UNKNOWN job's slot is recovered`);
@@ -199,27 +209,57 @@ async function release(core: JobsCore, req: RecoverProcessCleanupRequest, change
     const proof = node?.fenced_at ? await fencedProof(core, trx, job, slot, node) : await cleanupProof(core, trx, job, slot, node);
     if (!("kind" in proof)) return refuse(proof.code, proof.message);
 
-    report.recovery = create(RecoverySchema, {
-      cleanupReceiptVerified: proof.receiptVerified,
-      processCleanupReadbackSha256: proof.readbackSha256,
-      readbackScope: "process_cleanup_only",
-      proof: proof.kind,
-      cleanupUnproven: proof.kind === "node_fenced",
-      recoveredBy: req.rootId,
-      recoveredUnixMs: BigInt(core.now()),
-    });
-    const updated = await recordRecovery(trx, job, writeReport(report));
-    const freed = await moveSlot(trx, slot.node_id, slot.slot_index, job.id, "free");
-    if (!freed) throw new Error(`slot of job ${job.id} lost its binding during recovery`);
-    // A fresh read of the reservation, validated against the original dispatch before commit.
-    const reread = await findSlot(trx, job.node_id, job.slot_index ?? -1);
-    const stillBound = await findSlotOfJob(trx, job.id);
-    if (!reread || reread.state !== "free" || reread.job_id !== null || String(reread.revision) !== String(freed.revision) || stillBound) {
-      throw new RecoveryReadbackError(job.id);
-    }
-    changes.jobs.push(updated);
-    changes.slots.push(freed);
-    changes.schedule = true;
+    const updated = await recordAndRelease(core, trx, job, slot, proof, req.rootId, changes);
     return { job: updated, released: true, refusal: undefined };
   });
+}
+
+/**
+ * Records `proof` as the job's recovery (the outcome unchanged) and frees its slot (CAS), then
+ * re-reads the reservation and refuses to commit (RecoveryReadbackError) unless it shows the
+ * original dispatch's slot freed.
+ */
+async function recordAndRelease(core: JobsCore, trx: Db, job: JobRow, slot: SlotRow, proof: Proof, recoveredBy: string, changes: ReturnType<typeof noChanges>): Promise<JobRow> {
+  const report = readReport(job);
+  report.recovery = create(RecoverySchema, {
+    cleanupReceiptVerified: proof.receiptVerified,
+    processCleanupReadbackSha256: proof.readbackSha256,
+    readbackScope: "process_cleanup_only",
+    proof: proof.kind,
+    cleanupUnproven: proof.kind === "node_fenced",
+    recoveredBy,
+    recoveredUnixMs: BigInt(core.now()),
+  });
+  const updated = await recordRecovery(trx, job, writeReport(report));
+  const freed = await moveSlot(trx, slot.node_id, slot.slot_index, job.id, "free");
+  if (!freed) throw new Error(`slot of job ${job.id} lost its binding during recovery`);
+  // A fresh read of the reservation, validated against the original dispatch before commit.
+  const reread = await findSlot(trx, job.node_id, job.slot_index ?? -1);
+  const stillBound = await findSlotOfJob(trx, job.id);
+  if (!reread || reread.state !== "free" || reread.job_id !== null || String(reread.revision) !== String(freed.revision) || stillBound) {
+    throw new RecoveryReadbackError(job.id);
+  }
+  changes.jobs.push(updated);
+  changes.slots.push(freed);
+  changes.schedule = true;
+  return updated;
+}
+
+/**
+ * The automatic recovery of CompleteJob: a job the executor just completed UNKNOWN with a
+ * `cgroup_cleanup` observation (its supervisor died without a receipt; the executor killed the
+ * job's own cgroup, saw it empty and every recorded pid gone) gets its slot released in the
+ * completion's transaction, after the same revalidation RecoverProcessCleanup does (bindings,
+ * marker, approval, node boot), recorded as proof `cleanup_proved_by_cgroup` by
+ * `executor:<node>`. The outcome stays UNKNOWN. Returns the updated job, or the refusal that
+ * keeps the slot held.
+ */
+export async function releaseProvedByCgroup(core: JobsCore, trx: Db, job: JobRow, changes: ReturnType<typeof noChanges>): Promise<JobRow | Refusal> {
+  const slot = await findSlotOfJob(trx, job.id);
+  if (!slot || slot.state === "free") return refusal("slot_not_held", `job ${job.id} holds no physical slot`);
+  const node = await findNode(trx, job.node_id);
+  const proof = await cleanupProof(core, trx, job, slot, node);
+  if (!("kind" in proof)) return proof;
+  if (proof.kind !== CLEANUP_PROVED_BY_CGROUP) return refusal("not_a_cgroup_proof", `the completion's proof is ${proof.kind}; only a cgroup proof releases a slot at completion`);
+  return recordAndRelease(core, trx, job, slot, proof, `executor:${job.node_id}`, changes);
 }

@@ -25,12 +25,12 @@ interface Run {
   approved: ApproveRequest[];
 }
 
-async function runApprove(o: { diff?: string; documentSha?: string; answer?: string; tty?: boolean; stdoutTTY?: boolean; env?: Record<string, string>; yes?: boolean } = {}): Promise<Run> {
+async function runApprove(o: { diff?: string; documentSha?: string; answer?: string; tty?: boolean; stdoutTTY?: boolean; env?: Record<string, string>; yes?: boolean; networkClaim?: string } = {}): Promise<Run> {
   const diff = o.diff ?? FIX;
   const run: Run = { code: undefined, error: undefined, out: "", outAtPrompt: undefined, prompt: undefined, approved: [] };
   const proposal = create(ProposalSchema, { id: PROPOSAL, diff, diffSha256: sha(diff), changedPaths: ["src/math.js"], valid: true });
   const repair = create(RepairSchema, { id: REPAIR, proposals: [proposal] });
-  const document = create(ApprovalDocumentSchema, { kind: "local_host_execution", repairId: REPAIR, proposalId: PROPOSAL, proposalSha256: o.documentSha ?? sha(diff), documentSha256: "d".repeat(64) });
+  const document = create(ApprovalDocumentSchema, { kind: "local_host_execution", repairId: REPAIR, proposalId: PROPOSAL, proposalSha256: o.documentSha ?? sha(diff), documentSha256: "d".repeat(64), ...(o.networkClaim !== undefined ? { containment: { networkClaim: o.networkClaim } } : {}) });
   const api = {
     repairs: {
       getRepair: async () => ({ repair }),
@@ -77,6 +77,14 @@ describe("seraph repair approve: the patch inside the approval", () => {
     expect(shown).toContain(`----- diff -----\n${FIX}----- end of diff -----\n`);
     expect(shown).not.toContain("\u001b[");
     expect(r.prompt).toBe(`Approve exactly this document (sha256 ${"d".repeat(64)}) and its patch (sha256 ${sha(FIX)})? Type "yes": `);
+  });
+
+  it("says before asking whether the job runs without the network (an approval from before the claim reads as the host's network)", async () => {
+    const none = await runApprove({ answer: "no", networkClaim: "own_loopback_only" });
+    expect(none.outAtPrompt).toContain("  network_claim       own_loopback_only   (each step runs in a network namespace of its own: only its loopback, no port of the host, nothing outside)\n");
+    const host = await runApprove({ answer: "no", networkClaim: "host_network" });
+    expect(host.outAtPrompt).toContain("  network_claim       host_network   (code has the host's network: every port on its loopback, such as a database, and everything outside)\n");
+    expect((await runApprove({ answer: "no" })).outAtPrompt).toContain("  network_claim       host_network   (");
   });
 
   it("approves exactly the document after the diff was shown and yes typed", async () => {

@@ -2,7 +2,7 @@ import { GetRepairResultsResponseSchema, CancelRepairResponseSchema, RecoverProc
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Command } from "../../command-spec.js";
 import { intFlag, str } from "../../context.js";
-import { OUTCOME_EXIT, repairLine, resultsText } from "../../format.js";
+import { OUTCOME_EXIT, recoveredWhy, repairLine, resultsText } from "../../format.js";
 import { JOB_OUTCOMES } from "@seraph/profiles/outcome";
 import { REPAIR_ID, repairArg } from "./shared.js";
 
@@ -65,7 +65,8 @@ export const recover: Command = {
     ctx.say(res.released ? "physical slot released (process cleanup only; the task outcome stays unknown)" : `slot stays held: ${res.refusalCode}: ${res.refusalMessage}`);
     if (res.repair?.job?.recovery) {
       const rc = res.repair.job.recovery;
-      ctx.say(`  cleanup_receipt_verified=${rc.cleanupReceiptVerified} process_cleanup_readback_sha256=${rc.processCleanupReadbackSha256} readback_scope=${rc.readbackScope}`);
+      ctx.say(`  ${recoveredWhy(rc.proof)}; results unknown`);
+      ctx.say(`  proof=${rc.proof} recovered_by=${rc.recoveredBy} cleanup_receipt_verified=${rc.cleanupReceiptVerified} process_cleanup_readback_sha256=${rc.processCleanupReadbackSha256} readback_scope=${rc.readbackScope}`);
     }
     return res.released ? 0 : 1;
   },

@@ -20,12 +20,20 @@ export interface ApprovalSection {
   forget(): void;
 }
 
-/** The claims the document makes: isolation, resource enforcement, profile, cleanup, containment. */
+/** What the network claim means for the code that will run ("" from before the claim existed is the host's network). */
+function networkMeaning(d: ApprovalDocument): string {
+  return (d.containment?.networkClaim || "host_network") === "own_loopback_only"
+    ? "(each step runs in a network namespace of its own: only its loopback, no port of the host, nothing outside)"
+    : "(the code has the host's network: every port on its loopback, such as a database, and everything outside)";
+}
+
+/** The claims the document makes: isolation, network, resource enforcement, profile, cleanup, containment. */
 function claimsView(d: ApprovalDocument): HTMLElement {
   return h(
     "div",
     { class: "claims", role: "note" },
     h("p", null, h("strong", null, "isolation_claim = "), h("code", { "data-testid": "isolation-claim" }, d.isolationClaim)),
+    h("p", null, h("strong", null, "network_claim = "), h("code", { "data-testid": "network-claim" }, d.containment?.networkClaim || "host_network"), " ", networkMeaning(d)),
     h("p", null, h("strong", null, "resource_enforcement = "), h("code", { "data-testid": "resource-enforcement" }, d.resourceEnforcement)),
     h("p", null, h("strong", null, "unenforced ceilings: "), d.unenforced.length ? d.unenforced.map((u, i) => [i ? ", " : "", h("code", null, u)]) : "none listed"),
     d.profile ? h("p", null, h("strong", null, "profile = "), h("code", { "data-testid": "approval-profile" }, d.profile)) : null,

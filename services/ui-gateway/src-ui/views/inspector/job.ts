@@ -9,6 +9,7 @@ import { act, bytes, enumName, hash, kv, section, status, time, yesNo } from "..
 import { recordedPreflight } from "../preflight-render.js";
 import { driftTable, reasonsTable } from "../profile-render.js";
 import { TERMINAL_REPAIR } from "./format.js";
+import { phasesTimeline } from "./phases.js";
 import type { InspectorPage } from "./page.js";
 
 /** The Job and Recorded job preflight sections, and the cancel confirmation dialog. */
@@ -75,6 +76,7 @@ function jobView(job: Job): Child[] {
       ["no_learning", yesNo(job.noLearning)],
       ["Created / updated", `${time(job.createdUnixMs)} / ${time(job.updatedUnixMs)}`],
     ]),
+    ...phasesTimeline(job),
     job.reasons.length ? reasonsTable("Reasons", job.reasons) : null,
     job.drift.length ? driftTable("Drift (inputs changed since inspection)", job.drift) : null,
     job.marker ? markerView(job.marker) : null,

@@ -18,16 +18,37 @@ export interface Recovery {
   render(r: Repair): void;
 }
 
+/** True when the slot was released on a proof that nothing the job started still runs. */
+function provedRelease(job: Job): boolean {
+  const rec = job.recovery;
+  return rec !== undefined && !job.slotHeld && !rec.cleanupUnproven && (rec.cleanupReceiptVerified || rec.proof !== "");
+}
+
+/** What the recovery's proof showed, in words (never the task outcome). */
+function proofSentence(proof: string): string {
+  switch (proof) {
+    case "cleanup_proved_by_cgroup":
+      return "Cleanup proved by cgroup: the supervisor died without a receipt; the executor killed the job's own cgroup, saw it empty and every recorded process gone. The results are unknown.";
+    case "host_rebooted":
+      return "The host rebooted since the job started, which ended every process it started.";
+    case "pid_namespace_gone":
+      return "The supervisor's PID namespace no longer exists, so every process in it was killed by the kernel.";
+    default:
+      return "The supervisor's cleanup receipt was verified.";
+  }
+}
+
 /** What was proved about the physical capacity: released with its proof, or still held. */
 function capacityView(job: Job): HTMLElement {
   const rec = job.recovery;
-  const released = rec !== undefined && rec.cleanupReceiptVerified && !job.slotHeld;
+  const released = provedRelease(job);
   return h(
     "div",
     { class: `capacity-box ${released ? "is-released" : "is-held"}`, "data-testid": "physical-capacity" },
     released && rec
       ? [
-          h("h3", null, "Physical capacity released"),
+          h("h3", null, rec.proof === "cleanup_proved_by_cgroup" ? "Physical capacity released: cleanup proved by cgroup" : "Physical capacity released"),
+          h("p", null, proofSentence(rec.proof)),
           kv([
             ["cleanup_receipt_verified", yesNo(rec.cleanupReceiptVerified)],
             ["process_cleanup_readback_sha256", hash(rec.processCleanupReadbackSha256)],
@@ -73,13 +94,13 @@ function recoveryView(job: Job): Child[] {
 
 /** The banner's words for an unknown job: recovery needed, or recovered with the outcome still unknown. */
 function bannerView(j: Job): { title: string; body: Child[] } {
-  const released = j.recovery !== undefined && j.recovery.cleanupReceiptVerified && !j.slotHeld;
+  const released = provedRelease(j);
   return {
     title: released ? "Recovered: slot released, outcome still unknown" : "Recovery needed",
     body: [
       h("p", null, "The outcome of this job is ", h("strong", null, "unknown"), j.outcome ? [" (", h("code", null, j.outcome), ")"] : "", j.outcomeMessage ? `: ${j.outcomeMessage}.` : ".", " It stays unknown: recovery never decides it."),
       released
-        ? h("p", { class: "ok" }, `Process cleanup was proved and slot ${j.slotIndex} on node ${j.nodeId} was released.`)
+        ? h("p", { class: "ok" }, `Process cleanup was proved (${j.recovery?.proof || "cleanup_receipt"}) and slot ${j.slotIndex} on node ${j.nodeId} was released. ${proofSentence(j.recovery?.proof ?? "")}`)
         : h("p", null, `Slot ${j.slotIndex} on node ${j.nodeId || "?"} stays held, and jobs queued behind it wait, until process cleanup is proved. Recovering asks the node to verify the supervisor's cleanup receipt; it releases only the slot.`),
     ],
   };
