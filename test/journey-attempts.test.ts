@@ -85,6 +85,7 @@ describe("repair attempts journey (CLI, real stack)", () => {
       jobs.push(res.repair.job.id);
       const watched = await seraph(["repair", "watch", id, "--exit-status", "--timeout", "120"]);
       expect(watched.code, watched.err + watched.out).toBe(exits[i]);
+      if (i > 0) expect(watched.out).toContain(`state FINISHED (attempt ${i + 1})`);
       if (i === 2) break;
       // The reported defect: approve after a failed run printed the old document and "approved … FAILED".
       const before = await stack.count("approvals");

@@ -122,6 +122,7 @@ describe.skipIf(!haveChromium())("browser UI: attempts of a repair", () => {
     await approveButton.click();
     // Attempt 2 is followed live (the first watch had ended with attempt 1).
     await waitText(page, "outcome-badge", /^Succeeded$/, 60_000);
+    await waitText(page, "header-attempt", /^2 of 2$/);
     await page.getByRole("tab", { name: /^Attempts/ }).click();
     await waitText(page, "attempt-2-badge", /^Succeeded$/);
     expect(await page.getByTestId("attempt").count()).toBe(2);
