@@ -142,6 +142,19 @@ describe("RepairService: attempts (in-memory transport, real PostgreSQL, fake jo
     await expectRefused(mallory.c.operator.cancelOperatorJob({ jobId: jobs[0]! }), Code.NotFound, "not_found");
   });
 
+  it("a new attempt is refused up front when the settings or the Goal moved since the inspection, naming create --from", async () => {
+    const a = await approvedRepair(h, alice);
+    h.jobs.setJob(a.jobId, { state: JobState.FAILED, outcome: "failed" });
+    await alice.c.goals.reviseGoal({ goalId: a.goal.id, expectedRevision: 1, objective: "changed" });
+    const before = await h.rows(...TABLES);
+    const checks = h.executor.calls["checkProposal"];
+    const refused = await expectRefused(propose(a.repair.id, OTHER_DIFF), Code.FailedPrecondition, "goal_revised");
+    expect(refused.rawMessage).toContain(`seraph repair create --from ${a.repair.id.slice(0, 8)}`);
+    expect(await h.rows(...TABLES)).toEqual(before);
+    // Refused before the node was asked to check the patch.
+    expect(h.executor.calls["checkProposal"]).toBe(checks);
+  });
+
   it("a repair cancelled before it ran opens no attempt; the refusal names create --from", async () => {
     const a = await approvedRepair(h, alice);
     h.jobs.setJob(a.jobId, { state: JobState.FAILED, outcome: "failed" });

@@ -5,7 +5,7 @@ import { ProposalRoute, ProposalSchema, type ProposePatchRequest, type ProposePa
 import type { CheckProposalResponse } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { nextAttempt, type AttemptChoice } from "./repair-attempts.js";
-import { onNode } from "./repair-checks.js";
+import { checkBindings, onNode } from "./repair-checks.js";
 import type { RepairDeps } from "./repair-deps.js";
 import { publishRepairEvents } from "./repair-events.js";
 import { askModelRoute } from "./repair-model-route.js";
@@ -33,6 +33,8 @@ export async function proposePatch(deps: RepairDeps, req: ProposePatchRequest, c
   await deps.limiters.proposals.consume(p);
   const row = await ownedRepair(deps, p, req.repairId);
   const choice = nextAttempt(row, row.job_id ? await fetchJob(deps, row.job_id) : undefined);
+  // A new attempt is refused up front when its Goal or the settings moved (it could never be approved).
+  if (choice.opens) await checkBindings(deps, row);
   const inspection = repairInspection(row);
   if (!inspection || !inspection.admitted) throw new FailedPreconditionError("inspection_blocked", "The repair has no admitted inspection.");
   const patch = await patchOf(deps, p, row, inspection, req, ctx.signal);
