@@ -9,12 +9,12 @@ import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
 import { startExecutor, type ExecutorHandle, type ContainmentSettings } from "@seraph/executor-linux";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
 import { createLocalSignals, createRootLogger, createServiceTransport, openDatabase, startServer, type RunningServer, type Signals } from "@seraph/kit";
-import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobState, JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
-import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepairService, type ApproveResponse } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import { expect } from "vitest";
@@ -206,4 +206,22 @@ export async function expectRefused(call: Promise<unknown>, code: Code, reason?:
   expect(`${Code[ce.code]}: ${ce.rawMessage}`).toMatch(new RegExp(`^${Code[code]}: `));
   if (reason !== undefined) expect(ce.rawMessage).toContain(`(${reason})`);
   return ce;
+}
+
+/**
+ * Repeats an Approve that was answered: while its job has not ended the answer is the same
+ * approval and job (returned); once the job ended it is FAILED_PRECONDITION attempt_already_ran
+ * (an approval runs once) and the repair's job has indeed ended (undefined is returned). Which one
+ * a journey sees depends on how fast its job ran; repair-attempts.int.test.ts pins each.
+ */
+export async function approveAgain(c: ApiClients, repairId: string, documentSha256: string): Promise<ApproveResponse | undefined> {
+  try {
+    return await c.repairs.approve({ repairId, documentSha256 });
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConnectError);
+    expect(`${Code[(err as ConnectError).code]} ${(err as ConnectError).rawMessage}`).toMatch(/^FailedPrecondition .*\(attempt_already_ran\)$/);
+    const job = (await c.repairs.getRepair({ repairId })).repair?.job;
+    expect([JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.UNKNOWN]).toContain(job?.state);
+    return undefined;
+  }
 }

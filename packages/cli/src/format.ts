@@ -109,6 +109,7 @@ export function repairText(r: Repair, colour = false): string {
             `  next step: seraph repair recover ${r.id.slice(0, 8)}   (releases the slot; the outcome stays unknown)`,
           ]),
     `  state        ${enumName(RepairState, r.state)}${r.staleReason ? `   stale: ${r.staleReason}` : ""}`,
+    `  attempt      ${r.attempt}${r.attempt > 1 ? ` (the state, approval and job shown are attempt ${r.attempt}'s; seraph repair attempts ${r.id.slice(0, 8)} lists all)` : ""}`,
     ...(r.waitReason ? [`  waiting      ${r.waitReason}`] : []),
     `  goal         ${r.goalId} @ revision ${r.goalRevision}`,
     `  repository   ${r.repositoryId}`,
@@ -134,7 +135,7 @@ export function repairText(r: Repair, colour = false): string {
   }
   if (r.consent) lines.push(`  consent      route ${r.consent.modelRouteId} for inspection ${r.consent.inspectionSha256} by ${r.consent.givenBy} at ${time(r.consent.givenUnixMs)}`);
   for (const p of r.proposals) {
-    lines.push(`  proposal     ${p.id}  ${p.route === ProposalRoute.MODEL ? `model ${p.modelRouteId}/${p.model}` : "manual"}  ${p.valid ? "valid" : "INVALID"}  sha256 ${p.diffSha256}  changes ${p.changedPaths.join(", ") || "-"}`);
+    lines.push(`  proposal     ${p.id}  #${p.attempt}  ${p.route === ProposalRoute.MODEL ? `model ${p.modelRouteId}/${p.model}` : "manual"}  ${p.valid ? "valid" : "INVALID"}  sha256 ${p.diffSha256}  changes ${p.changedPaths.join(", ") || "-"}`);
     if (!p.valid) lines.push(...reasons(p.reasons, "      "));
   }
   if (r.approval) lines.push(`  approval     ${r.approval.id}  document ${r.approval.documentSha256}  by ${r.approval.approvedBy} at ${time(r.approval.approvedUnixMs)}, valid until ${time(r.approval.expiresUnixMs)}`);
@@ -356,7 +357,7 @@ function runText(label: string, run: RunResults | undefined): string[] {
 
 /** `seraph repair results`: the summary first, then the patched run's tests, failures first with their messages. */
 export function resultsText(res: GetRepairResultsResponse): string {
-  const lines = [`RESULTS of repair ${res.repairId}`];
+  const lines = [`RESULTS of repair ${res.repairId}${res.attempt > 0 ? `, attempt ${res.attempt}` : ""}`];
   const cmp = res.comparison;
   if (cmp?.valid) {
     const c = cmp.counts;

@@ -4,7 +4,8 @@ import { JobState, SlotState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs
 import { findBaselineApproval } from "./baseline.repository.js";
 import type { RepairDeps } from "./repair-deps.js";
 import { publishRepairEvents } from "./repair-events.js";
-import { findApproval, findOwnedRepair, listProposals, updateRepairCas, type RepairRow } from "./repair.repository.js";
+import { attemptsOf } from "./repair-attempts.js";
+import { findOwnedRepair, listApprovals, listProposals, updateRepairCas, type ApprovalRow, type RepairRow } from "./repair.repository.js";
 import { approvalMessage, repairMessage } from "./repair-view.js";
 
 /** Job states that move an approved repair to finished (not UNKNOWN: that outcome is unproved and waits for recovery). */
@@ -28,7 +29,16 @@ export async function fetchJob(deps: RepairDeps, jobId: string | null): Promise<
   }
 }
 
-/** The full Repair; moves an approved repair whose job ended to finished. */
+/** The jobs of a repair's earlier attempts (the latest one's is `latest`), by id; a job that cannot be read is left out. */
+async function attemptJobs(deps: RepairDeps, approvals: readonly ApprovalRow[], latest: Job | undefined): Promise<Map<string, Job>> {
+  const ids = approvals.map((a) => a.job_id).filter((id): id is string => id !== null && id !== latest?.id);
+  const jobs = await Promise.all(ids.map((id) => fetchJob(deps, id)));
+  const byId = new Map<string, Job>();
+  for (const j of [latest, ...jobs]) if (j) byId.set(j.id, j);
+  return byId;
+}
+
+/** The full Repair with every attempt; moves an approved repair whose latest attempt's job ended to finished. */
 export async function viewRepair(deps: RepairDeps, row: RepairRow): Promise<Repair> {
   const { db, signals } = deps;
   let current = row;
@@ -42,13 +52,14 @@ export async function viewRepair(deps: RepairDeps, row: RepairRow): Promise<Repa
       current = (await findOwnedRepair(db, current.owner_id, current.id)) ?? current;
     }
   }
-  const [proposals, approval, waitReason, baseline] = await Promise.all([
+  const [proposals, approvals, waitReason, baseline] = await Promise.all([
     listProposals(db, current.id),
-    findApproval(db, current.id),
+    listApprovals(db, current.id),
     job?.state === JobState.QUEUED ? whyQueued(deps, job, current.node_id) : "",
     findBaselineApproval(db, current.id),
   ]);
-  const repair = repairMessage(current, proposals, approval, job);
+  const approval = approvals.find((a) => a.attempt === current.attempt);
+  const repair = repairMessage(current, proposals, approval, job, attemptsOf(current, proposals, approvals, await attemptJobs(deps, approvals, job)));
   repair.waitReason = waitReason;
   if (baseline) {
     repair.baselineApproval = approvalMessage(baseline);

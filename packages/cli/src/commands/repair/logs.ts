@@ -2,7 +2,7 @@ import { StreamOutputResponseSchema } from "@seraph/proto/seraph/api/v1/repairs_
 import { ConnectError } from "@connectrpc/connect";
 import { backoffDelay, isTransient } from "@seraph/kit/retry";
 import type { Command } from "../../command-spec.js";
-import { str } from "../../context.js";
+import { intFlag, str } from "../../context.js";
 import { statusOf } from "../../format.js";
 import { CliFailure, UsageError } from "../../io.js";
 import { REPAIR_ID, repairArg } from "./shared.js";
@@ -17,6 +17,7 @@ export const logs: Command = {
       follow: { type: "boolean", help: "keep the stream open while the step runs (reconnects resume from the last offset)" },
       step: { type: "string", value: "build|test", help: "only this step", defaultText: "every step of the repair, in order" },
       stream: { type: "string", value: "stdout|stderr", help: "which stream", default: "stdout" },
+      attempt: { type: "int", value: "N", help: "the output of attempt N's job (`seraph repair attempts` lists them)", defaultText: "the latest attempt" },
     },
     notes: ["The bytes are written as the step wrote them (ANSI colours included). A step that wrote nothing to stdout but has stderr (unittest reports there) gets one line on stderr naming --stream stderr. With --json: one StreamOutputResponse per line."],
   },
@@ -30,7 +31,8 @@ export const logs: Command = {
     const repair = (await api.repairs.getRepair({ repairId })).repair!;
     const steps = step !== undefined ? [step] : (repair.inspection?.steps.map((s) => s.name) ?? []).filter((n) => n === "build" || n === "test");
     if (steps.length === 0) throw new CliFailure(`repair ${repair.id} has no steps (its inspection did not admit it)`);
-    if (!repair.job && values["follow"] !== true) {
+    const attemptNo = intFlag(values, "attempt") ?? 0;
+    if (!repair.job && values["follow"] !== true && (attemptNo === 0 || attemptNo === repair.attempt)) {
       ctx.io.stderr.write(`no output yet: repair ${repair.id.slice(0, 8)} has no job (status ${statusOf(repair)}); --follow waits for it\n`);
       return 0;
     }
@@ -40,7 +42,7 @@ export const logs: Command = {
       let offset = 0n;
       for (let attempt = 0; ; attempt++) {
         try {
-          for await (const m of api.repairs.streamOutput({ repairId, step: name, stream, offset, follow })) {
+          for await (const m of api.repairs.streamOutput({ repairId, step: name, stream, offset, follow, attempt: attemptNo })) {
             attempt = 0;
             if (ctx.json) ctx.json1(StreamOutputResponseSchema, m);
             else if (m.data.length > 0) await ctx.bytes(m.data);

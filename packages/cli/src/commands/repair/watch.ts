@@ -89,7 +89,7 @@ export const watch: Command = {
 /** One progress line: what changed since the previous update. */
 function describeChange(prev: Repair | undefined, r: Repair): string {
   const parts: string[] = [];
-  if (!prev || prev.state !== r.state) parts.push(`state ${enumName(RepairState, r.state)}`);
+  if (!prev || prev.state !== r.state) parts.push(`state ${enumName(RepairState, r.state)}${r.attempt > 1 ? ` (attempt ${r.attempt})` : ""}`);
   if (r.staleReason && r.staleReason !== prev?.staleReason) parts.push(`stale: ${r.staleReason}`);
   if (prev && r.proposals.length > prev.proposals.length) {
     const p = r.proposals.at(-1)!;
