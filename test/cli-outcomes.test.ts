@@ -293,6 +293,12 @@ describe("seraph CLI outcomes", () => {
     const list = await seraph(["repair", "list"]);
     expect(list.out).toMatch(new RegExp(`${slowId}  \\[UNKNOWN\\]`));
     expect(list.out).toMatch(new RegExp(`${failId}  \\[FAILED\\]`));
+    // A page of summaries, newest first, saying when more exist; a limit out of range is a usage error.
+    const one = await seraph(["repair", "list", "--limit", "1"]);
+    expect(one.out.split("\n").filter((l) => / {2}\[[A-Z]+\] /.test(l))).toHaveLength(1);
+    expect(one.out).toMatch(/\(the newest 1; more exist: --limit 2 shows more\)/);
+    const bad = await seraph(["repair", "list", "--limit", "0"]);
+    expect([bad.code, bad.err]).toEqual([2, expect.stringContaining("--limit must be between 1 and 500, got 0")]);
   }, 180_000);
 
   it("prints the diff, the stored logs and artifacts (sha256-checked), a succeeded watch exits 0, and its signed receipt verifies offline until a byte changes", async () => {

@@ -82,10 +82,17 @@ export async function ownedJobIds(db: Db, ownerId: string, jobIds: readonly stri
 }
 
 /** The owner's repairs, newest first, optionally of one goal. */
-export async function listOwnedRepairs(db: Db, ownerId: string, goalId: string | undefined): Promise<RepairRow[]> {
+export async function listOwnedRepairs(db: Db, ownerId: string, goalId: string | undefined, page: { limit: number; after?: string } = { limit: 500 }): Promise<RepairRow[]> {
   let q = db.selectFrom("repairs").selectAll().where("owner_id", "=", ownerId);
   if (goalId) q = q.where("goal_id", "=", goalId);
-  return q.orderBy("created_at", "desc").orderBy("id").limit(500).execute();
+  // Keyset paging on (created_at desc, id): after the cursor row, read in the same statement so
+  // the timestamp's full precision is compared.
+  const after = page.after;
+  if (after !== undefined) {
+    const at = db.selectFrom("repairs").select("created_at").where("id", "=", after);
+    q = q.where((eb) => eb.or([eb("created_at", "<", at), eb.and([eb("created_at", "=", at), eb("id", ">", after)])]));
+  }
+  return q.orderBy("created_at", "desc").orderBy("id").limit(page.limit).execute();
 }
 
 /**
