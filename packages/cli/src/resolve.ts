@@ -21,7 +21,7 @@ async function allRepairSummaries(api: Api): Promise<Repair[]> {
   do {
     const res = await api.repairs.listRepairs({ goalId: "", view: RepairView.SUMMARY, pageToken });
     out.push(...res.repairs);
-    pageToken = res.nextPageToken;
+    pageToken = res.nextPageToken ?? "";
   } while (pageToken !== "");
   return out;
 }
