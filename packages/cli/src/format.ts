@@ -83,7 +83,8 @@ export function badge(status: string, colour = false): string {
 export function jobLine(j: Job): string {
   const out = j.outcome ? ` outcome ${j.outcome}${j.outcomeMessage ? ` (${j.outcomeMessage})` : ""}` : "";
   const where = j.nodeId ? ` on ${j.nodeId}${j.slotIndex >= 0 ? ` slot ${j.slotIndex}` : ""}` : "";
-  return `job ${j.id} ${enumName(JobState, j.state)} attempt ${j.attempt}${where}${j.slotHeld ? " (slot held)" : ""}${j.cancelRequested ? " cancel requested" : ""}${out}`;
+  const slot = j.slotHeld ? " (slot held)" : j.state === JobState.UNKNOWN && j.recovery ? " (recovered: slot released)" : "";
+  return `job ${j.id} ${enumName(JobState, j.state)} attempt ${j.attempt}${where}${slot}${j.cancelRequested ? " cancel requested" : ""}${out}`;
 }
 
 /** A one-line repair summary for lists: id, status badge, repair state, revision, job. */
@@ -356,7 +357,18 @@ function runText(label: string, run: RunResults | undefined): string[] {
 }
 
 /** `seraph repair results`: the summary first, then the patched run's tests, failures first with their messages. */
-export function resultsText(res: GetRepairResultsResponse): string {
+/** A failure message shown under its test: at most MESSAGE_LINES lines unless `full`, with how many more there are. */
+function messageLines(message: string, full: boolean): string[] {
+  const all = message.split("\n");
+  const shown = full ? all : all.slice(0, MESSAGE_LINES);
+  const more = all.length - shown.length;
+  return [...shown.map((m) => `              ${m}`), ...(more > 0 ? [`              … ${more} more line${more === 1 ? "" : "s"} (--full)`] : [])];
+}
+
+/** Lines of each failure message `repair results` shows without --full. */
+const MESSAGE_LINES = 6;
+
+export function resultsText(res: GetRepairResultsResponse, o: { readonly full?: boolean } = {}): string {
   const lines = [`RESULTS of repair ${res.repairId}${res.attempt > 0 ? `, attempt ${res.attempt}` : ""}`];
   const cmp = res.comparison;
   if (cmp?.valid) {
@@ -379,7 +391,7 @@ export function resultsText(res: GetRepairResultsResponse): string {
     const e = transitions.get(t.key);
     const tail = [e ? TRANSITION_WORDS[e.transition] : "", e?.patchChangedTest ? "[untrusted: patch-changed test]" : ""].filter((s) => s !== "").join("  ");
     lines.push(`    ${testStatusWord(t.status).toUpperCase().padEnd(9)} ${[...t.parents, t.name].join(" › ")}${t.file ? `  (${t.file})` : ""}${t.durationMs > 0 ? `  ${t.durationMs.toFixed(1)} ms` : ""}${tail ? `  ${tail}` : ""}`);
-    if (t.message && isFailingStatus(t.status)) for (const m of t.message.split("\n").slice(0, 6)) lines.push(`              ${m}`);
+    if (t.message && isFailingStatus(t.status)) lines.push(...messageLines(t.message, o.full === true));
   }
   for (const e of cmp?.valid ? cmp.entries.filter((x) => x.transition === TestTransition.REMOVED) : []) lines.push(`    REMOVED   ${e.baseline ? [...e.baseline.parents, e.baseline.name].join(" › ") : e.key}${e.baseline?.file ? `  (${e.baseline.file})` : ""}  (in the baseline only: ${testStatusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`);
   lines.push("");
