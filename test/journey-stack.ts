@@ -81,7 +81,7 @@ export async function startJourneyStack(
   const log = createRootLogger({ name: "journey", level: process.env["SERAPH_TEST_LOG_LEVEL"] ?? "silent" });
   const root = await realpath(await mkdtemp(join(tmpdir(), "seraph-journey-root-")));
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "seraph-journey-data-")));
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: db as unknown as Kysely<JobsDatabase>, signals, log: log.child({ service: "jobs" }), internalToken });
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: db as unknown as Kysely<JobsDatabase>, signals, log: log.child({ service: "jobs" }), internalToken, autoEnrolNodes: true });
   let jobsUrlForApi = jobs.server.grpcUrl;
   let front: RunningServer | undefined;
   if (options.wrapJobs) {

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { loadExecutorConfig } from "./config.js";
 import { KERNEL_BOOT_ID_FILE } from "./native/proc-fs.js";
 
-const base = { SERAPH_EXECUTOR_DATA_DIR: "/var/lib/seraph", NATS_URL: "nats://127.0.0.1:4222", SERAPH_INTERNAL_TOKEN: "t", NATS_USER: "executor", NATS_PASSWORD: "p" };
+const base = { SERAPH_EXECUTOR_DATA_DIR: "/var/lib/seraph", NATS_URL: "nats://127.0.0.1:4222", SERAPH_EXECUTOR_TOKEN: "t", NATS_USER: "executor", NATS_PASSWORD: "p" };
 
 describe("executor config: the boot-id file is a test-only setting", () => {
   it("defaults to the kernel's boot id", () => {

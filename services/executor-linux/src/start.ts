@@ -1,4 +1,7 @@
+import { mkdirSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import { loadOrCreateNodeKey, NODE_PUBLIC_KEY_FILE } from "@seraph/attestation";
 import { FileDigestCache } from "./profile/file-digests.js";
 import { createClient } from "@connectrpc/connect";
 import {
@@ -23,6 +26,7 @@ import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type No
 import type { Runner } from "./runner/runner.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "./supervisor-client/index.js";
 import { defaultContainmentSettings, type ContainmentSettings } from "./supervisor-client/node-containment.js";
+import { nodeCallCredential } from "./identity/node-credential.js";
 import { nodeRoutes } from "./start/node-routes.js";
 import { startNodeRunner } from "./start/node-runner.js";
 import { checkNodeReadiness, NodeNotReadyError } from "./start/readiness.js";
@@ -43,6 +47,7 @@ export interface ExecutorRuntime {
   readonly repositoryRoots: readonly string[];
   readonly dataDir: string;
   readonly jobsUrl: string;
+  /** The API's credential for this node's ExecutorService (never a jobs-service credential: the node proves its jobs calls with its key). */
   readonly internalToken: string;
   readonly signals: Signals;
   readonly log: Logger;
@@ -91,7 +96,12 @@ export interface ExecutorHandle extends BootedService {
  */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
   const log = rt.log.child({ nodeId: rt.nodeId });
-  const transport = createServiceTransport(rt.jobsUrl, rt.internalToken);
+  // The node's identity: its Ed25519 key (0600 in the data directory, generated at first start)
+  // signs every call to the jobs service and every receipt.
+  mkdirSync(rt.dataDir, { recursive: true, mode: 0o700 });
+  const signingKey = loadOrCreateNodeKey(rt.dataDir);
+  log.info({ keyFingerprint: signingKey.fingerprint, publicKey: join(rt.dataDir, NODE_PUBLIC_KEY_FILE), created: signingKey.created }, "node key");
+  const transport = createServiceTransport(rt.jobsUrl, nodeCallCredential(rt.nodeId, signingKey));
   const jobsHealth = createClient(Health, transport);
   const jobs = createClient(JobsService, transport);
   const node = nodeFacts(rt);
@@ -106,6 +116,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   const knownAddress = knownAddressOf(rt);
   const registration = async (address: string): Promise<RegistrationInput> => ({
     ...identity,
+    publicKey: signingKey.publicKeyPem,
     slotCount: rt.slotCount,
     address,
     repositoryRoots: rt.repositoryRoots,
@@ -150,6 +161,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   }
   runner = startNodeRunner({
     ...rt,
+    signingKey,
     jobs,
     log,
     pollMs: rt.pollMs ?? 2000,

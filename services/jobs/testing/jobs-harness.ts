@@ -11,11 +11,20 @@ import type { Kysely } from "kysely";
 import type { AuthorityReader } from "../src/admission/authority.js";
 import type { JobsDatabase } from "../src/db/schema.js";
 import { startJobs, type JobsHandle } from "../src/start.js";
+import { actAsRightfulCaller, type TestNodeKey } from "./node-keys.js";
 
 /** A jobs service on a fresh PostgreSQL database, with a controllable authority (test only). */
 export interface JobsHarness {
   readonly jobs: JobsHandle;
+  /**
+   * Makes each call as its rightful caller: the API's RPCs with the API's token, a node's RPCs
+   * with a proof by that node's own key (see actAsRightfulCaller).
+   */
   readonly client: Client<typeof JobsService>;
+  /** The API's credential (SERAPH_INTERNAL_TOKEN). */
+  readonly apiToken: string;
+  /** The test key of each node id the client has acted as. */
+  readonly nodeKeys: Map<string, TestNodeKey>;
   readonly db: Kysely<JobsDatabase>;
   readonly signals: Signals;
   /** Blockers the fake authority returns at claim time (empty: admitted). */
@@ -30,7 +39,7 @@ export interface JobsHarness {
 }
 
 /** Starts the harness (real PostgreSQL via createTestDatabase, in-process signals unless given). */
-export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; rootMaxSlots?: number } = {}): Promise<JobsHarness> {
+export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; rootMaxSlots?: number; autoEnrolNodes?: boolean } = {}): Promise<JobsHarness> {
   const database = await createTestDatabase();
   const db = await openDatabase<JobsDatabase>({ url: database.url });
   const signals = opts.signals ?? createLocalSignals();
@@ -52,11 +61,14 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
       return { document: toBinary(ApprovalDocumentSchema, doc), documentSha256: doc.documentSha256 };
     },
   };
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs, rootMaxSlots: opts.rootMaxSlots });
-  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, token));
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, autoEnrolNodes: opts.autoEnrolNodes ?? true, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs, rootMaxSlots: opts.rootMaxSlots });
+  const nodeKeys = new Map<string, TestNodeKey>();
+  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, actAsRightfulCaller(db, token, nodeKeys)));
   return Object.assign(h, {
     jobs,
     client,
+    apiToken: token,
+    nodeKeys,
     db,
     signals,
     async close() {

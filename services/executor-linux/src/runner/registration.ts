@@ -20,6 +20,8 @@ export interface RegistrationInput extends NodeIdentity {
   readonly address: string;
   readonly repositoryRoots: readonly string[];
   readonly facilities: FacilityReport;
+  /** The node key's public half (SPKI PEM): the identity the jobs service binds this node id to. */
+  readonly publicKey: string;
 }
 
 /** Registers the node with the jobs service once (throws on failure). */
@@ -33,6 +35,7 @@ export async function registerNodeOnce(jobs: Client<typeof JobsService>, input: 
       address: input.address,
       repositoryRoots: [...input.repositoryRoots],
       facilities: input.facilities,
+      publicKey: input.publicKey,
     },
     { timeoutMs: 5000 },
   );
