@@ -32,3 +32,12 @@ describe("executor config: the free-space floor", () => {
     expect(() => loadExecutorConfig({ ...base, SERAPH_MIN_FREE_BYTES: "lots" })).toThrow(ConfigError);
   });
 });
+
+describe("executor config: a node never holds the API's jobs credential", () => {
+  it("requires SERAPH_EXECUTOR_TOKEN and refuses SERAPH_INTERNAL_TOKEN, naming both", () => {
+    expect(loadExecutorConfig(base).SERAPH_EXECUTOR_TOKEN).toBe("t");
+    expect(() => loadExecutorConfig({ ...base, SERAPH_INTERNAL_TOKEN: "x".repeat(64) })).toThrow(/SERAPH_INTERNAL_TOKEN must not be set on an executor node.*SERAPH_EXECUTOR_TOKEN/);
+    const { SERAPH_EXECUTOR_TOKEN: _, ...without } = base;
+    expect(() => loadExecutorConfig(without)).toThrow(/SERAPH_EXECUTOR_TOKEN/);
+  });
+});

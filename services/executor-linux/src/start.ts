@@ -1,7 +1,4 @@
-import { mkdirSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
-import { join } from "node:path";
-import { loadOrCreateNodeKey, NODE_PUBLIC_KEY_FILE } from "@seraph/attestation";
 import { FileDigestCache } from "./profile/file-digests.js";
 import { createClient } from "@connectrpc/connect";
 import {
@@ -26,7 +23,7 @@ import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type No
 import type { Runner } from "./runner/runner.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "./supervisor-client/index.js";
 import { defaultContainmentSettings, type ContainmentSettings } from "./supervisor-client/node-containment.js";
-import { nodeCallCredential } from "./identity/node-credential.js";
+import { loadNodeIdentity, nodeCallCredential } from "./identity/node-credential.js";
 import { nodeRoutes } from "./start/node-routes.js";
 import { startNodeRunner } from "./start/node-runner.js";
 import { checkNodeReadiness, NodeNotReadyError } from "./start/readiness.js";
@@ -96,11 +93,7 @@ export interface ExecutorHandle extends BootedService {
  */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
   const log = rt.log.child({ nodeId: rt.nodeId });
-  // The node's identity: its Ed25519 key (0600 in the data directory, generated at first start)
-  // signs every call to the jobs service and every receipt.
-  mkdirSync(rt.dataDir, { recursive: true, mode: 0o700 });
-  const signingKey = loadOrCreateNodeKey(rt.dataDir);
-  log.info({ keyFingerprint: signingKey.fingerprint, publicKey: join(rt.dataDir, NODE_PUBLIC_KEY_FILE), created: signingKey.created }, "node key");
+  const signingKey = loadNodeIdentity(rt.dataDir, log);
   const transport = createServiceTransport(rt.jobsUrl, nodeCallCredential(rt.nodeId, signingKey));
   const jobsHealth = createClient(Health, transport);
   const jobs = createClient(JobsService, transport);
@@ -114,14 +107,8 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
   // registers as part of readiness: it reports SERVING only once the jobs service knows it.
   const knownAddress = knownAddressOf(rt);
-  const registration = async (address: string): Promise<RegistrationInput> => ({
-    ...identity,
-    publicKey: signingKey.publicKeyPem,
-    slotCount: rt.slotCount,
-    address,
-    repositoryRoots: rt.repositoryRoots,
-    facilities: await facilities(),
-  });
+  // The node registers with its key's public half: the identity the jobs service binds its id to.
+  const registration = async (address: string): Promise<RegistrationInput> => ({ ...identity, publicKey: signingKey.publicKeyPem, slotCount: rt.slotCount, address, repositoryRoots: rt.repositoryRoots, facilities: await facilities() });
   const booted = await bootService({
     name: "executor",
     metrics: rt.metrics,

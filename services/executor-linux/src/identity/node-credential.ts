@@ -1,6 +1,8 @@
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { toBinary } from "@bufbuild/protobuf";
-import { signNodeProof, type NodeKey } from "@seraph/attestation";
-import type { CallCredential } from "@seraph/kit";
+import { loadOrCreateNodeKey, NODE_PUBLIC_KEY_FILE, signNodeProof, type NodeKey } from "@seraph/attestation";
+import type { CallCredential, Logger } from "@seraph/kit";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 
 /**
@@ -14,4 +16,15 @@ export function nodeCallCredential(nodeId: string, key: NodeKey): CallCredential
     if (call.service !== JobsService.typeName || call.message === undefined) return undefined;
     return signNodeProof(key.privateKey, { nodeId, method: call.method.name, body: toBinary(call.method.input, call.message as never) });
   };
+}
+
+/**
+ * The node's identity: its Ed25519 key, 0600 in the data directory (created 0700 if missing),
+ * generated at first start. It signs every jobs call (nodeCallCredential) and every receipt.
+ */
+export function loadNodeIdentity(dataDir: string, log: Logger): NodeKey {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const key = loadOrCreateNodeKey(dataDir);
+  log.info({ keyFingerprint: key.fingerprint, publicKey: join(dataDir, NODE_PUBLIC_KEY_FILE), created: key.created }, "node key (enrol it with: seraph nodes approve NODE --fingerprint <keyFingerprint>)");
+  return key;
 }
