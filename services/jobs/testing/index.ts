@@ -14,5 +14,5 @@ export { startScheduler } from "../src/scheduler/scheduler.js";
 /** A running scheduler loop, as startScheduler returns it. */
 export type { Scheduler } from "../src/scheduler/scheduler.js";
 /** Test node keys, and a credential that makes each call as its rightful caller (the API, or the node the call is for). */
-export { actAsRightfulCaller, newTestNodeKey } from "./node-keys.js";
+export { actAsRightfulCaller, newTestNodeKey, nodeKeyIn } from "./node-keys.js";
 export type { TestNodeKey } from "./node-keys.js";
