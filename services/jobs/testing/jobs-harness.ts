@@ -4,6 +4,7 @@ import { createLocalSignals, createRootLogger, createServiceTransport, newId, op
 import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobsService, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { OwnerMarkerSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { approvalDocumentSha256, computeInspectionHash } from "@seraph/profiles";
@@ -164,4 +165,21 @@ export function testBundle(nodeId: string, over: Omit<Partial<ExecutionBundle>, 
   });
   if (over.approvalDocumentSha256 === undefined) bundle.approvalDocumentSha256 = testApprovalDocument(bundle, ownerId).documentSha256;
   return bundle;
+}
+
+/** A complete owner marker for attempt 1 of `jobId` under `fence` on slot 0 of `nodeId`, bound to `bundle` as recovery revalidates it (test only). */
+export function testOwnerMarker(bundle: ExecutionBundle | undefined, jobId: string, fence: bigint, nodeId: string, bootId = "boot-1"): OwnerMarker {
+  return create(OwnerMarkerSchema, {
+    bindings: { approvalId: bundle?.approvalId ?? "", approvalDocumentSha256: bundle?.approvalDocumentSha256 ?? "", isolationClaim: bundle?.isolationClaim ?? "", resourceEnforcement: bundle?.resourceEnforcement ?? "", nodeId, slotIndex: 0 },
+    tokenSha256: "7".repeat(64),
+    supervisor: { pid: 4242, startTimeTicks: 777n, bootId },
+    jobId,
+    attempt: 1,
+    fence,
+    supervisorSourceSha256: TEST_SUPERVISOR_SOURCE_SHA256,
+    socketPath: "/run/x/sock",
+    runDir: "/run/x",
+    writtenUnixMs: BigInt(Date.now()),
+    specSha256: "e".repeat(64),
+  });
 }

@@ -3,9 +3,9 @@ import { Code, ConnectError, createClient, type Client } from "@connectrpc/conne
 import { signNodeProof } from "@seraph/attestation";
 import { createServiceTransport, newId, reasonOf, type CallCredential } from "@seraph/kit";
 import { HeartbeatRequestSchema, JobState, JobsService, RegisterNodeRequestSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
-import { OwnerMarkerSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
+import type { OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startJobsHarness, TEST_OWNER, TEST_SUPERVISOR_SOURCE_SHA256, testBundle, type JobsHarness } from "../../testing/jobs-harness.js";
+import { startJobsHarness, TEST_OWNER, testBundle, testOwnerMarker, type JobsHarness } from "../../testing/jobs-harness.js";
 import { newTestNodeKey, type TestNodeKey } from "../../testing/node-keys.js";
 
 // Per-node identity (issue 25 item 1). The reported attack, on main before this change: every
@@ -61,20 +61,7 @@ async function reserved(nodeId: string): Promise<string> {
 }
 
 function markerFor(jobId: string, fence: bigint, nodeId: string): OwnerMarker {
-  const b = bundles.get(jobId);
-  return create(OwnerMarkerSchema, {
-    bindings: { approvalId: b?.approvalId ?? "", approvalDocumentSha256: b?.approvalDocumentSha256 ?? "", isolationClaim: b?.isolationClaim ?? "", resourceEnforcement: b?.resourceEnforcement ?? "", nodeId, slotIndex: 0 },
-    tokenSha256: "7".repeat(64),
-    supervisor: { pid: 4242, startTimeTicks: 777n, bootId: "boot-1" },
-    jobId,
-    attempt: 1,
-    fence,
-    supervisorSourceSha256: TEST_SUPERVISOR_SOURCE_SHA256,
-    socketPath: "/run/x/sock",
-    runDir: "/run/x",
-    writtenUnixMs: BigInt(Date.now()),
-    specSha256: "e".repeat(64),
-  });
+  return testOwnerMarker(bundles.get(jobId), jobId, fence, nodeId);
 }
 
 /** A job of `nodeId` claimed and started (marker recorded), then UNKNOWN with its slot held. */
