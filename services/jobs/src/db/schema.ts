@@ -75,6 +75,12 @@ export interface JobsDatabase extends AuthorityViews {
     enrolled_by: ColumnType<string | null, string | null | undefined, string | null>;
     revoked_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   };
+  /** Ids of accepted node proofs, kept until they expire (replays are refused across replicas). */
+  node_proofs_seen: {
+    jti: string;
+    node_id: string;
+    expires_at: ColumnType<Date, Date | string, Date | string>;
+  };
   physical_slots: {
     node_id: string;
     slot_index: number;

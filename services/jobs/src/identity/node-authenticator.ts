@@ -9,7 +9,7 @@ import { callerOf, targetNodeOf } from "./call-binding.js";
 import { NodeIdentityMismatchError, NodeNotEnrolledError, NodeProofRefused } from "./identity-errors.js";
 import { findCredential } from "./node-credential.repository.js";
 import { enrolAtRegistration } from "./node-enrolment.js";
-import { createReplayCache } from "./replay-cache.js";
+import { createReplayGuard } from "./replay-guard.js";
 
 const NIL = "00000000-0000-0000-0000-000000000000";
 
@@ -37,11 +37,11 @@ export interface JobsAuthOptions {
  * proof (@seraph/attestation node-proof) for exactly this call, signed by the node id's
  * enrolled key (RegisterNode: by the key it registers, then bound by enrolment); a node may
  * make only node RPCs (`api_only` otherwise), only for its own id, jobs and artifacts
- * (`node_identity_mismatch`). A proof's `jti` is accepted once per jobs process.
+ * (`node_identity_mismatch`). A proof's `jti` is accepted once by all replicas (node_proofs_seen).
  */
 export function createJobsAuthenticator(o: JobsAuthOptions): Authenticate {
   const api = Buffer.from(hashToken(o.apiToken), "hex");
-  const replays = createReplayCache(o.now);
+  const replays = createReplayGuard(o.db, o.now);
   return async (token, call) => {
     if (call === undefined || call.method.parent.typeName !== JobsService.typeName) return undefined;
     const method = call.method.name;
@@ -53,7 +53,7 @@ export function createJobsAuthenticator(o: JobsAuthOptions): Authenticate {
     if (nodeId === undefined) return undefined;
     if (callerOf(method) === "api") throw new PermissionDeniedError("api_only", `${method} is the API's call; node ${nodeId}'s key cannot make it`);
     const proof = await verifyCall(o, token, nodeId, call);
-    if (!replays.accept(proof.jti, proof.expMs)) throw new NodeProofRefused("node_proof_replayed", "this node proof was already used: a proof is good for one call");
+    if (!(await replays.accept(proof.jti, nodeId, proof.expMs))) throw new NodeProofRefused("node_proof_replayed", "this node proof was already used: a proof is good for one call");
     const target = await targetNodeOf(o.db, method, call.message);
     if (target !== undefined && target !== nodeId) throw new NodeIdentityMismatchError(nodeId, target, method);
     if (method === "RegisterNode") await enrolAtRegistration(o, call.message as RegisterNodeRequest);

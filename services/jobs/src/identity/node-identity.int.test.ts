@@ -1,12 +1,13 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { signNodeProof } from "@seraph/attestation";
-import { createServiceTransport, newId, reasonOf, type CallCredential } from "@seraph/kit";
+import { createRootLogger, createServiceTransport, newId, reasonOf, type CallCredential } from "@seraph/kit";
 import { HeartbeatRequestSchema, JobState, JobsService, RegisterNodeRequestSchema, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startJobsHarness, TEST_OWNER, testBundle, testOwnerMarker, type JobsHarness } from "../../testing/jobs-harness.js";
 import { newTestNodeKey, type TestNodeKey } from "../../testing/node-keys.js";
+import { startJobs } from "../start.js";
 
 // Per-node identity (issue 25 item 1). The reported attack, on main before this change: every
 // service and node held one SERAPH_INTERNAL_TOKEN, and a second process holding it registered as
@@ -138,6 +139,14 @@ describe("per-node identity: refusals", () => {
     await replaying.heartbeat({ nodeId: "node-r", incarnationId: "inc-1" });
     const replay = await refusal(replaying.heartbeat({ nodeId: "node-r", incarnationId: "inc-1" }));
     expect([replay.code, replay.reason]).toEqual([Code.Unauthenticated, "node_proof_replayed"]);
+    // Presented to another jobs replica on the same database: refused there too.
+    const replica = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: h.db, signals: h.signals, log: createRootLogger({ name: "replica", level: "silent" }), internalToken: h.apiToken, pollMs: 60_000 });
+    try {
+      const elsewhere = await refusal(createClient(JobsService, createServiceTransport(replica.server.grpcUrl, async () => proof)).heartbeat({ nodeId: "node-r", incarnationId: "inc-1" }));
+      expect([elsewhere.code, elsewhere.reason]).toEqual([Code.Unauthenticated, "node_proof_replayed"]);
+    } finally {
+      await replica.stop();
+    }
     // A replayed reboot: node-r's own registration proof, re-sent with a new boot id.
     const reg = create(RegisterNodeRequestSchema, { nodeId: "node-r", bootId: "boot-1", incarnationId: "inc-1", slotCount: 1, address: ADDRESS, repositoryRoots: ["/srv"], publicKey: key.publicKeyPem });
     const regProof = await signNodeProof(key.privateKey, { nodeId: "node-r", method: "RegisterNode", body: toBinary(RegisterNodeRequestSchema, reg) });

@@ -5,7 +5,9 @@ import { sql, type Kysely, type Migration } from "kysely";
  * the node's first registration until the instance operator approves its fingerprint
  * (`enrolled`), and `revoked` for good when the node is fenced. `node_credentials_permanent`
  * refuses any change to an enrolled key (other than its revocation), any change to a revoked
- * one and any DELETE of either, whoever makes it. Frozen.
+ * one and any DELETE of either, whoever makes it. `node_proofs_seen` holds the id of every node
+ * proof accepted, until it expires, so that a proof is accepted once by all jobs replicas together.
+ * Frozen.
  */
 export const nodeCredentials: Migration = {
   async up(db: Kysely<any>) {
@@ -35,5 +37,11 @@ export const nodeCredentials: Migration = {
         RETURN NEW;
       END $$`.execute(db);
     await sql`CREATE TRIGGER node_credentials_permanent BEFORE UPDATE OR DELETE ON node_credentials FOR EACH ROW EXECUTE FUNCTION node_credentials_permanent()`.execute(db);
+    await sql`CREATE TABLE node_proofs_seen (
+      jti text PRIMARY KEY CHECK (length(jti) <= 64),
+      node_id text NOT NULL,
+      expires_at timestamptz NOT NULL
+    )`.execute(db);
+    await sql`CREATE INDEX node_proofs_seen_expires ON node_proofs_seen (expires_at)`.execute(db);
   },
 };
