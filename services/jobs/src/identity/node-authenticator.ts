@@ -51,9 +51,10 @@ export function createJobsAuthenticator(o: JobsAuthOptions): Authenticate {
     }
     const nodeId = claimedNodeId(token);
     if (nodeId === undefined) return undefined;
-    if (callerOf(method) === "api") throw new PermissionDeniedError("api_only", `${method} is the API's call; node ${nodeId}'s key cannot make it`);
+    // Authenticated first (an unproved caller learns nothing of the call's rules), then authorized.
     const proof = await verifyCall(o, token, nodeId, call);
     if (!(await replays.accept(proof.jti, nodeId, proof.expMs))) throw new NodeProofRefused("node_proof_replayed", "this node proof was already used: a proof is good for one call");
+    if (callerOf(method) === "api") throw new PermissionDeniedError("api_only", `${method} is the API's call; node ${nodeId}'s key cannot make it`);
     const target = await targetNodeOf(o.db, method, call.message);
     if (target !== undefined && target !== nodeId) throw new NodeIdentityMismatchError(nodeId, target, method);
     if (method === "RegisterNode") await enrolAtRegistration(o, call.message as RegisterNodeRequest);

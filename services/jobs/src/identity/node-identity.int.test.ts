@@ -187,6 +187,9 @@ describe("per-node identity: refusals", () => {
       () => x.listNodes({}),
     ];
     for (const c of apiCalls) expect((await refusal(c())).reason).toBe("api_only");
+    // A proof by a key that is not node-x's is refused as unauthenticated before any rule is applied.
+    const forged = await refusal(signingAs("node-x", newTestNodeKey()).enqueueJob({ ownerId: TEST_OWNER, rootId: root, bundle: testBundle("node-x") }));
+    expect([forged.code, forged.reason]).toEqual([Code.Unauthenticated, "node_proof_invalid"]);
     expect(await h.db.selectFrom("jobs").select("id").where("node_id", "=", "node-x").execute()).toEqual([]);
     const api = clientWith(async () => h.apiToken);
     expect((await refusal(api.heartbeat({ nodeId: "node-x", incarnationId: "inc-1" }))).reason).toBe("node_call_only");
