@@ -302,6 +302,7 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     await expectAccessible(page, "inspector: inspection");
     const step = page.getByTestId("inspection").getByTestId("step-test");
     expect(await step.locator("pre.script-body").innerText()).toBe("node --test test/math.test.js");
+    expect(await step.locator("h4").innerText()).toBe("Step “test” — package.json script “test”");
     const argv = await step.locator("ol.argv").first().locator("li").allInnerTexts();
     expect(argv[0]).toBe(node);
     expect(argv).toContain("--test");
@@ -650,6 +651,9 @@ describe.skipIf(!haveChromium)("browser UI through the gateway", () => {
     expect(await inspection.innerText()).toMatch(/Pinned Python\s+\/usr\/bin\/python3\.11 \(3\.11\.2\)/);
     const step = inspection.getByTestId("step-test");
     expect(await step.locator("pre.script-body").innerText()).toBe("python -m unittest tests/test_ops.py");
+    // In the Python profile's words: the selection, never a package.json script or npm.
+    expect(await step.locator("h4").innerText()).toBe("Step “test” — the repair's selection");
+    expect(await step.innerText()).not.toMatch(/package\.json|\bnpm\b/);
     const argv = await step.locator("ol.argv").first().locator("li").allInnerTexts();
     expect(argv).toEqual(["/usr/bin/python3.11", "-E", "-s", "-S", "-B", "-m", "unittest", "-v", "tests/test_ops.py"]);
     await expectAccessible(page, "inspector: python inspection");

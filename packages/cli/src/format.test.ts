@@ -145,9 +145,12 @@ describe("settings check", () => {
 
 describe("repair show: the inspected runtime of each profile", () => {
   it("names the Python interpreter and framework for repo-python3-v1, and Node for repo-node24-npm-v1", () => {
-    const python = repairText(create(RepairSchema, { id: "r1", inspection: { admitted: true, pythonPath: "/usr/bin/python3.11", pythonVersion: "3.11.2", framework: "unittest", frameworkVersion: "3.11.2", sourceFiles: 4, snapshotBytes: 165n, steps: [{ name: "test", argv: ["/usr/bin/python3.11", "-m", "unittest"] }] } }));
+    const python = repairText(create(RepairSchema, { id: "r1", inspection: { admitted: true, pythonPath: "/usr/bin/python3.11", pythonVersion: "3.11.2", framework: "unittest", frameworkVersion: "3.11.2", sourceFiles: 4, snapshotBytes: 165n, steps: [{ name: "test", scriptName: "selection", scriptBody: "python -m unittest tests/test_a.py", argv: ["/usr/bin/python3.11", "-m", "unittest"] }] } }));
     expect(python).toContain("    python /usr/bin/python3.11 3.11.2, unittest 3.11.2; 4 source files, 0 dependency files, 165 bytes");
-    expect(python).toContain("steps (script body → direct argv; pip and shells are never run):");
+    expect(python).toContain("steps (command → direct argv; pip, task runners and shells are never run):");
+    // A Python step names where its command came from, never a package.json script.
+    expect(python).toContain('test: "python -m unittest tests/test_a.py" (the repair\'s selection)');
+    expect(python).not.toContain("(script ");
     expect(python).not.toMatch(/^ {4}node /m);
     const node = repairText(create(RepairSchema, { id: "r2", inspection: { admitted: true, nodePath: "/n/node", nodeVersion: "v24.15.0", sourceFiles: 3, steps: [{ name: "test", argv: ["/n/node", "--test"] }] } }));
     expect(node).toContain("    node /n/node v24.15.0; 3 source files, 0 dependency files, 0 bytes");

@@ -36,8 +36,9 @@ function reasons(rs: readonly BlockReason[], indent = "    "): string[] {
   return rs.map((r) => `${indent}- ${r.code}${r.subject ? ` [${r.subject}]` : ""}: ${r.message}`);
 }
 
-function steps(ss: readonly Step[], indent = "    "): string[] {
-  return ss.flatMap((s) => [`${indent}${s.name}: "${s.scriptBody}" (script ${s.scriptName})`, `${indent}  argv: ${s.argv.join(" ")}`]);
+function steps(ss: readonly Step[], indent = "    ", python = false): string[] {
+  const from = (s: Step) => (!python ? `script ${s.scriptName}` : s.scriptName === "selection" ? "the repair's selection" : `from ${s.scriptName}`);
+  return ss.flatMap((s) => [`${indent}${s.name}: "${s.scriptBody}" (${from(s)})`, `${indent}  argv: ${s.argv.join(" ")}`]);
 }
 
 function identities(is: readonly Identity[], indent = "    "): string[] {
@@ -130,7 +131,7 @@ export function repairText(r: Repair, colour = false): string {
       lines.push(`    node ${i.nodePath} ${i.nodeVersion}${i.typescriptVersion ? `, typescript ${i.typescriptVersion}` : ""}; ${files}`);
     }
     if (i.reasons.length > 0) lines.push("    reasons:", ...reasons(i.reasons, "      "));
-    if (i.steps.length > 0) lines.push(`    steps (script body → direct argv; ${i.pythonPath !== "" ? "pip" : "npm, npx"} and shells are never run):`, ...steps(i.steps, "      "));
+    if (i.steps.length > 0) lines.push(`    steps (${i.pythonPath !== "" ? "command → direct argv; pip, task runners" : "script body → direct argv; npm, npx"} and shells are never run):`, ...steps(i.steps, "      ", i.pythonPath !== ""));
     if (i.suppressedHooks.length > 0) lines.push("    suppressed hooks (never run):", ...i.suppressedHooks.map((h) => `      ${h.scriptName}: "${h.body}"`));
     lines.push(`    identities (${i.identities.length}):`, ...identities(i.identities, "      "));
   }
@@ -280,7 +281,7 @@ export function documentText(d: ApprovalDocument): string {
     `  no_learning         ${d.noLearning}`,
     `  issued / expires    ${time(d.issuedUnixMs)} / ${time(d.expiresUnixMs)}`,
     "  steps:",
-    ...steps(d.steps),
+    ...steps(d.steps, "    ", d.profile.startsWith("repo-python")),
     "  limits:",
     ...limits(d.limits, d.limitsChanged),
     `  identities (${d.identities.length}):`,

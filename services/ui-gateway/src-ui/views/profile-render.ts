@@ -54,13 +54,17 @@ export function limitsTable(caption: string, limits: Limits | undefined, changed
   );
 }
 
-/** One resolved step: the exact inspected script body and the direct argv Seraph runs. */
-export function stepView(step: Step, headingLevel: "h3" | "h4"): HTMLElement {
+/**
+ * One resolved step: the exact inspected script body (Node) or command (Python) and the direct
+ * argv Seraph runs, each labelled in its own profile's words.
+ */
+export function stepView(step: Step, headingLevel: "h3" | "h4", python = false): HTMLElement {
+  const source = !python ? `package.json script “${step.scriptName}”` : step.scriptName === "selection" ? "the repair's selection" : step.scriptName;
   return h(
     "article",
     { class: "step", "data-testid": `step-${step.name}` },
-    h(headingLevel, null, `Step “${step.name}” — package.json script “${step.scriptName}”`),
-    h("p", { class: "label" }, "Inspected script body (never run by npm or a shell):"),
+    h(headingLevel, null, `Step “${step.name}” — ${source}`),
+    h("p", { class: "label" }, python ? "Inspected command (never run by a shell, pip or a task runner):" : "Inspected script body (never run by npm or a shell):"),
     pre(step.scriptBody, `Script body of ${step.scriptName}`, "code script-body"),
     h("p", { class: "label" }, "Direct argv (pinned node first; what the supervisor spawns):"),
     argvList(step.argv, `Direct argv of step ${step.name}`),

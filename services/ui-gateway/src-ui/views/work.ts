@@ -56,7 +56,7 @@ function selectionPart(selection: HTMLTextAreaElement): HTMLElement[] {
     const tokens = lines(selection.value);
     const m = matchSelection(tokens);
     selectionPreview.textContent =
-      tokens.length === 0 ? "No tokens yet." : m ? `Recognised: ${m.title} — ${m.execution}.` : `Tokens [${tokens.join(", ")}] are not one of the selections below; the server will refuse them with a reason.`;
+      tokens.length === 0 ? "No tokens yet." : m ? `Recognised: ${m.title} — ${m.execution}.` : `Tokens [${tokens.join(", ")}] are not one of the selections below as this page reads them; the server decides when you create the repair, and says why if it refuses them.`;
   };
   selection.addEventListener("input", updateSelectionPreview);
   updateSelectionPreview();

@@ -40,7 +40,7 @@ function inspectionView(i: Inspection): Child[] {
       ["Inspected", time(i.inspectedUnixMs)],
     ]),
     h("h3", null, "Script bodies and direct argv"),
-    i.steps.length ? i.steps.map((s) => stepView(s, "h4")) : h("p", { class: "empty" }, "No steps resolved."),
+    i.steps.length ? i.steps.map((s) => stepView(s, "h4", recordsPythonFacts(i))) : h("p", { class: "empty" }, "No steps resolved."),
     h("h3", null, "Suppressed hooks"),
     h("p", { class: "hint" }, "Lifecycle hooks are never run; these were found and suppressed."),
     table("Hooks found in package.json (never run)", ["Script", "Body"], i.suppressedHooks.map((s) => [h("code", null, s.scriptName), h("code", { class: "prewrap" }, s.body)])),
