@@ -5,10 +5,12 @@
  * inspect, stage, patch and run a repair's steps (`repair-run`).
  */
 
+import { prestartSupervisor, type Prestart } from "./run-prestart.js";
+
 /** One subcommand's usage text and entry point. */
 interface Subcommand {
   readonly usage: string;
-  readonly run: (args: readonly string[]) => Promise<number>;
+  readonly run: (args: readonly string[], prestart?: Prestart) => Promise<number>;
 }
 
 /**
@@ -63,10 +65,19 @@ export async function main(args: readonly string[]): Promise<number> {
     process.stderr.write(`seraph-exec: unknown command ${JSON.stringify(command)}\n${await usage()}\n`);
     return 2;
   }
-  const sub = await load();
-  if (wantsHelp(rest)) {
+  const help = wantsHelp(rest);
+  // `run` starts its supervisor first, warm, while the rest of it loads (run-prestart.ts).
+  const prestart = command === "run" && !help ? prestartSupervisor() : undefined;
+  let sub: Subcommand;
+  try {
+    sub = await load();
+  } catch (err) {
+    await prestart?.discard();
+    throw err;
+  }
+  if (help) {
     process.stdout.write(`${sub.usage}\n`);
     return 0;
   }
-  return sub.run(rest);
+  return sub.run(rest, prestart);
 }

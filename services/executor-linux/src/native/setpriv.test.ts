@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
-import { checkJobUserAccess, jobUserAccessTools } from "./setpriv.js";
+import { checkJobUserAccess, checkJobUserWrite, jobUserAccessTools } from "./setpriv.js";
 
 const isRoot = process.geteuid?.() === 0;
 const tools = jobUserAccessTools();
@@ -45,6 +45,21 @@ describe.skipIf(!isRoot || !tools.ok)("checkJobUserAccess as root", () => {
     expect(lines(testLog)).toHaveLength(2);
     expect(setprivRuns).toHaveLength(lines(testLog).length);
     for (const first of setprivRuns) expect(first).toBe(`--regid=${UID}`);
+  });
+
+  it("with write: false it stops after enter + execute; checkJobUserWrite asks the write alone, in one setpriv, without blocking", async () => {
+    const cwd = join(dir, "ro2");
+    mkdirSync(cwd, { mode: 0o755 });
+    expect(checkJobUserAccess(fakeSetpriv, fakeTest, UID, UID, cwd, "/bin/true", { write: false }).problem).toBe("ok");
+    expect(lines(testLog)).toHaveLength(1);
+    const pending = checkJobUserWrite(fakeSetpriv, fakeTest, UID, UID, cwd);
+    await expect(pending).resolves.toMatchObject({ problem: "cannot_write", path: cwd, detail: "mode 0755, owner 0:0" });
+    const open = join(dir, "rw2");
+    mkdirSync(open, { mode: 0o777 });
+    chmodSync(open, 0o777);
+    await expect(checkJobUserWrite(fakeSetpriv, fakeTest, UID, UID, open)).resolves.toMatchObject({ problem: "ok" });
+    expect(lines(testLog)).toHaveLength(3);
+    expect(lines(setprivLog)).toEqual(Array.from({ length: 3 }, () => `--regid=${UID}`));
   });
 
   it("tells a directory it cannot enter (the first component) from a program it cannot execute, as before", () => {

@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { lstatSync, statSync } from "node:fs";
 import { dirname, sep } from "node:path";
 
@@ -115,10 +115,11 @@ function describePath(path: string): string {
  * `executable` and write `cwd`: coreutils `test -x` / `test -w` run through setpriv, so ACLs and
  * every mount option count. The first failing check is returned, with the first path component
  * the user cannot search for `cannot_enter`. Each check is one setpriv process exec'ing `test`:
- * two when the user can enter and execute (that pair, then the write), more only to name what
- * failed. Needs root (setpriv must be able to change ids).
+ * two when the user can enter and execute (that pair, then the write; one with `write: false`,
+ * which leaves the write to checkJobUserWrite), more only to name what failed. Needs root
+ * (setpriv must be able to change ids).
  */
-export function checkJobUserAccess(setprivPath: string, testPath: string, uid: number, gid: number, cwd: string, executable: string): JobUserAccess {
+export function checkJobUserAccess(setprivPath: string, testPath: string, uid: number, gid: number, cwd: string, executable: string, options: { readonly write?: boolean } = {}): JobUserAccess {
   const as = (...args: string[]): boolean => {
     // setprivArgv's first entry is setpriv's argv[0], which spawnSync takes as its file: passed
     // as an argument too, setpriv would exec itself once more before the check.
@@ -138,6 +139,20 @@ export function checkJobUserAccess(setprivPath: string, testPath: string, uid: n
     return { problem: "cannot_enter", path: cwd, detail: describePath(cwd) };
   }
   if (!entersAndExecutes) return { problem: "cannot_execute", path: executable, detail: describePath(executable) };
-  if (!as("-w", cwd)) return { problem: "cannot_write", path: cwd, detail: describePath(cwd) };
+  if (options.write !== false && !as("-w", cwd)) return { problem: "cannot_write", path: cwd, detail: describePath(cwd) };
   return { problem: "ok", path: cwd, detail: "" };
+}
+
+/**
+ * checkJobUserAccess's write check alone, without blocking this process: one setpriv running
+ * `test -w cwd` as uid/gid. "cannot_write" (with the mode and owner of `cwd`) or "ok".
+ */
+export function checkJobUserWrite(setprivPath: string, testPath: string, uid: number, gid: number, cwd: string): Promise<JobUserAccess> {
+  const [, ...setprivArgs] = setprivArgv(setprivPath, uid, gid, [testPath, "-w", cwd]);
+  return new Promise((resolve) => {
+    const child = spawn(setprivPath, setprivArgs, { stdio: "ignore", timeout: 10_000 });
+    const done = (writable: boolean): void => resolve(writable ? { problem: "ok", path: cwd, detail: "" } : { problem: "cannot_write", path: cwd, detail: describePath(cwd) });
+    child.once("error", () => done(false));
+    child.once("exit", (code) => done(code === 0));
+  });
 }
