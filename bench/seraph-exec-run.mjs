@@ -12,9 +12,9 @@
 // clock around the process. All are wall-clock ms; file mtimes have the kernel's coarse-clock
 // granularity (≈ 4 ms here).
 import { spawnSync } from "node:child_process";
-import { chmodSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { argNum, fmt, loadAverages, machine, median, percentile, root, runDir } from "./supervisor-common.mjs";
+import { argNum, fmt, loadAverages, machine, median, percentile, root, tinySuite } from "./supervisor-common.mjs";
 
 const runs = argNum("--runs", 11);
 // --before DIR: also a built checkout of an earlier commit (its bin/seraph-exec.js, same flags).
@@ -23,19 +23,8 @@ const before = beforeAt >= 0 ? process.argv[beforeAt + 1] : undefined;
 const asRoot = process.geteuid?.() === 0;
 const BIN = join(root, "services/executor-linux/bin/seraph-exec.js");
 const node = process.execPath;
-const suite = runDir("sxr-suite-");
-// The job user must be able to enter the suite and read its files (mkdtemp makes 0700).
-chmodSync(suite, 0o755);
-for (let i = 0; i < 3; i++) {
-  writeFileSync(
-    join(suite, `t${i}.test.mjs`),
-    `import test from "node:test"; import assert from "node:assert";
-test("adds ${i}", () => assert.equal(1 + ${i}, ${1 + i}));
-test("async ${i}", async () => { await new Promise((r) => setTimeout(r, 5)); assert.ok(true); });\n`,
-    { mode: 0o644 },
-  );
-}
-const files = [0, 1, 2].map((i) => `t${i}.test.mjs`);
+// The job user must be able to enter the suite and read its files.
+const { dir: suite, files } = tinySuite("sxr-suite-", { open: true });
 const suiteArgv = [node, "--test", ...files];
 // One environment for every variant (the CLI passes it on to the command).
 const env = { PATH: "/usr/local/bin:/usr/bin:/bin" };
