@@ -167,20 +167,21 @@ async function cluster(label, executorEnv) {
   // Cluster mode: jobs, api and one executor as three processes (the UI gateway plays no part here).
   const internal = newIdHex();
   const [jg, ag, eg, jh, ah, eh] = await Promise.all(Array.from({ length: 6 }, () => freePort()));
-  const common = { DATABASE_URL: database.url, SERAPH_INTERNAL_TOKEN: internal };
+  const executorToken = newIdHex();
+  const common = { DATABASE_URL: database.url };
   const procs = [];
   try {
-    const jobsP = await spawnService("jobs", "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg);
+    const jobsP = await spawnService("jobs", "jobs", { ...common, SERAPH_INTERNAL_TOKEN: internal, SERAPH_JOBS_AUTO_ENROL_NODES: "true", ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${jg}`, SERAPH_JOBS_HTTP_PORT: `${jh}` }, dir, jg);
     procs.push(jobsP);
     const tokenFile = join(dir, "operator-token");
-    const apiP = await spawnService("api", "api", { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile, ...(PHASES ? { LOG_LEVEL: "debug" } : {}) }, dir, ag);
+    const apiP = await spawnService("api", "api", { ...common, SERAPH_INTERNAL_TOKEN: internal, SERAPH_EXECUTOR_TOKEN: executorToken, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile, ...(PHASES ? { LOG_LEVEL: "debug" } : {}) }, dir, ag);
     procs.push(apiP);
     const repos = join(dir, "repos");
     await mkdir(repos);
     const execP = await spawnService(
       "executor",
       "executor-linux",
-      { ...common, ...(PHASES ? { LOG_LEVEL: "debug" } : {}), ...nats.env("executor", "bench-node"), SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x"), ...executorEnv },
+      { ...common, SERAPH_EXECUTOR_TOKEN: executorToken, ...(PHASES ? { LOG_LEVEL: "debug" } : {}), ...nats.env("executor", "bench-node"), SERAPH_EXECUTOR_GRPC_PORT: `${eg}`, SERAPH_EXECUTOR_HTTP_PORT: `${eh}`, SERAPH_JOBS_URL: jobsP.grpcUrl, SERAPH_NODE_ID: "bench-node", SERAPH_REPOSITORY_ROOTS: repos, SERAPH_EXECUTOR_DATA_DIR: join(dir, "x"), ...executorEnv },
       dir,
       eg,
     );

@@ -25,7 +25,7 @@ import { fmt, importBuilt, importTesting, loadAverages, machine, median, percent
 const JOBS = Number(process.argv[2] ?? 20);
 const FILES = (process.argv[3] ?? "0,2000").split(",").map(Number);
 const { startJobs } = await importBuilt("services/jobs/dist/start.js");
-const { testBundle, TEST_SUPERVISOR_SOURCE_SHA256 } = await importTesting("services/jobs/testing/index.ts");
+const { actAsRightfulCaller, testBundle, TEST_SUPERVISOR_SOURCE_SHA256 } = await importTesting("services/jobs/testing/index.ts");
 const { createTestDatabase } = await importTesting("packages/kit/testing/index.ts");
 
 let label = "";
@@ -44,8 +44,9 @@ const base = db;
 const signals = createLocalSignals();
 const token = newId();
 const authority = { admissionBlockers: async () => [], rootIsLive: async () => true, approvedDocument: async () => undefined };
-const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-rpc", level: "silent" }), internalToken: token, authority, pollMs: 600_000 });
-const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, token));
+const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-rpc", level: "silent" }), internalToken: token, autoEnrolNodes: true, authority, pollMs: 600_000 });
+// The API's RPCs with the API's token, the node's with proofs by its own key (as an executor makes them).
+const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, actAsRightfulCaller(db, token, new Map())));
 const node = "bench-node";
 const incarnation = newId();
 await client.registerNode({ nodeId: node, bootId: "boot-bench", incarnationId: incarnation, slotCount: 1, address: "http://127.0.0.1:1", repositoryRoots: ["/srv"] });

@@ -59,7 +59,7 @@ async function round({ replicas, nodes: nodeCount, slots, fairness = false }) {
     rootIsLive: async () => true,
   };
   const replicaHandles = [];
-  for (let r = 0; r < replicas; r++) replicaHandles.push(await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken: token, authority }));
+  for (let r = 0; r < replicas; r++) replicaHandles.push(await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken: token, autoEnrolNodes: true, authority }));
   const jobs = replicaHandles[0];
   const balancer = await startTcpBalancer(() => replicaHandles.map((h) => Number(new URL(h.server.grpcUrl).port)));
   const client = createClient(JobsService, createServiceTransport(balancer.url, token));
@@ -79,7 +79,8 @@ async function round({ replicas, nodes: nodeCount, slots, fairness = false }) {
         SERAPH_REPOSITORY_ROOTS: repoRoot,
         SERAPH_EXECUTOR_DATA_DIR: join(dir, `x${n}`),
         ...nats.env("executor", `bench-${n}`),
-        SERAPH_INTERNAL_TOKEN: token,
+        // The API's executor credential (this script calls no executor); the node proves its jobs calls with its own key.
+        SERAPH_EXECUTOR_TOKEN: newId().replaceAll("-", ""),
         LOG_LEVEL: "warn",
       }, dir, g);
       executors.push(p);

@@ -26,6 +26,7 @@ const { startJobs } = await importBuilt("services/jobs/dist/index.js");
 const { candidateQuery, reserveOne } = await importBuilt("services/jobs/dist/scheduler/reserve.js");
 const { createLocalSignals, createRootLogger, createServiceTransport, newId, openDatabase } = await import("@seraph/kit");
 const { createTestDatabase } = await importTesting("packages/kit/testing/index.ts");
+const { actAsRightfulCaller } = await importTesting("services/jobs/testing/index.ts");
 
 /** The reservation query before fair share (the baseline), as it shipped. */
 function legacyPick(trx) {
@@ -47,8 +48,9 @@ const signals = createLocalSignals();
 const token = newId().replaceAll("-", "");
 const authority = { admissionBlockers: async () => [], rootIsLive: async () => true };
 // The service's own loop polls once an hour: every pass measured here is one this script runs.
-const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken: token, authority, pollMs: 3_600_000 });
-const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, token));
+const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken: token, autoEnrolNodes: true, authority, pollMs: 3_600_000 });
+// The API's RPCs with the API's token, a node's with proofs by that node's own key.
+const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, actAsRightfulCaller(db, token, new Map())));
 const roots = Array.from({ length: 5 }, () => newId());
 let stopped = false;
 const progress = (m) => process.stderr.write(`${m}\n`);

@@ -241,7 +241,9 @@ describe("seraph CLI outcomes", () => {
     expect(watchUnknown.code, watchUnknown.out + watchUnknown.err).toBe(6);
     expect(watchUnknown.out).toContain("[UNKNOWN]");
     const followed = await follow;
-    expect(followed.code, followed.err).toBe(0);
+    // --follow ends with the job's outcome and watch --exit-status's status (6: unknown).
+    expect(followed.code, followed.err).toBe(6);
+    expect(followed.err).toMatch(/== job UNKNOWN \(unknown_external_effect\)/);
     expect(followed.out).toContain("\u001b[32mtick 0\u001b[0m");
     // Across the cut: every line exactly once, in order, none lost — the resumed stream began at
     // the byte the first one ended on.
@@ -277,6 +279,10 @@ describe("seraph CLI outcomes", () => {
 
     const timedOut = await seraph(["repair", "watch", failId.slice(0, 8), "--timeout", "1"]);
     expect(timedOut.code).toBe(7);
+    // While nothing changes, the watch says it is alive and what the job waits for.
+    const beating = await seraph(["repair", "watch", failId.slice(0, 8), "--timeout", "3", "--heartbeat", "1"]);
+    expect(beating.code).toBe(7);
+    expect(beating.out).toMatch(/\[QUEUED\] +still job queued for \d+:\d\d \(waiting: slot 0 on node \S+ is held by job [0-9a-f]{8}/);
     // Cancelling the ended unknown job again names what is left to do, before and after recovery.
     const cancelHeld = await seraph(["repair", "cancel", slowId.slice(0, 8)]);
     expect(cancelHeld.code).toBe(1);
@@ -288,11 +294,20 @@ describe("seraph CLI outcomes", () => {
     const failed = await seraph(["repair", "watch", failId.slice(0, 8), "--exit-status", "--timeout", "90"]);
     expect(failed.code, failed.out + failed.err).toBe(3);
     expect(failed.out).toContain("[FAILED]");
+    const failedLogs = await seraph(["repair", "logs", failId.slice(0, 8), "--follow"]);
+    expect(failedLogs.code, failedLogs.err).toBe(3);
+    expect(failedLogs.err).toMatch(/== job FAILED \(\w+\): test not passed \(exit 1\) ==/);
     expect((await seraph(["repair", "watch", failId.slice(0, 8)])).code).toBe(1);
 
     const list = await seraph(["repair", "list"]);
     expect(list.out).toMatch(new RegExp(`${slowId}  \\[UNKNOWN\\]`));
     expect(list.out).toMatch(new RegExp(`${failId}  \\[FAILED\\]`));
+    // A page of summaries, newest first, saying when more exist; a limit out of range is a usage error.
+    const one = await seraph(["repair", "list", "--limit", "1"]);
+    expect(one.out.split("\n").filter((l) => / {2}\[[A-Z]+\] /.test(l))).toHaveLength(1);
+    expect(one.out).toMatch(/\(the newest 1; more exist: --limit 2 shows more\)/);
+    const bad = await seraph(["repair", "list", "--limit", "0"]);
+    expect([bad.code, bad.err]).toEqual([2, expect.stringContaining("--limit must be between 1 and 500, got 0")]);
   }, 180_000);
 
   it("prints the diff, the stored logs and artifacts (sha256-checked), a succeeded watch exits 0, and its signed receipt verifies offline until a byte changes", async () => {

@@ -69,6 +69,7 @@ const isSeraph = (c: any) => /(^|\/)seraph(:|$)/.test(c.image);
  */
 const PLATFORM_SECRETS: Record<string, Record<string, string>> = {
   "seraph-internal": { SERAPH_INTERNAL_TOKEN: "0".repeat(64) },
+  "seraph-executor-token": { SERAPH_EXECUTOR_TOKEN: "1".repeat(64) },
   "seraph-database": { DATABASE_URL: "postgres://seraph:pw@db.example:5432/seraph" },
   "seraph-nats": { NATS_URL: "nats://nats.example:4222", "api-password": "a", "jobs-password": "j", "executor-password": "e" },
 };
@@ -215,7 +216,7 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
     }
     if (overlay === "production") {
       expect([...platform].sort()).toEqual(
-        ["seraph-database:DATABASE_URL", "seraph-internal:SERAPH_INTERNAL_TOKEN", "seraph-nats:NATS_URL", "seraph-nats:api-password", "seraph-nats:executor-password", "seraph-nats:jobs-password"].sort(),
+        ["seraph-database:DATABASE_URL", "seraph-executor-token:SERAPH_EXECUTOR_TOKEN", "seraph-internal:SERAPH_INTERNAL_TOKEN", "seraph-nats:NATS_URL", "seraph-nats:api-password", "seraph-nats:executor-password", "seraph-nats:jobs-password"].sort(),
       );
     }
   });
@@ -488,7 +489,7 @@ describe.each(["dev", "production"] as const)("%s overlay", (overlay) => {
         const ss = byName(objs(), "StatefulSet", name)!;
         expect(ss["spec"].volumeClaimTemplates.length, name).toBe(1);
       }
-      for (const name of ["seraph-internal", "seraph-database", "seraph-postgres", "seraph-nats"]) {
+      for (const name of ["seraph-internal", "seraph-executor-token", "seraph-database", "seraph-postgres", "seraph-nats"]) {
         const s = objs().find((o) => o.kind === "Secret" && baseName(o.metadata.name) === name);
         expect(s, `generated Secret ${name}`).toBeDefined();
         for (const v of Object.values(s!["data"] as Record<string, string>)) expect(Buffer.from(v, "base64").length).toBeGreaterThan(10);

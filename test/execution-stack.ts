@@ -13,7 +13,7 @@ import { BlockReasonSchema, Selection } from "@seraph/proto/seraph/profile/v1/pr
 import type { NodeContainment } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { Kysely, PostgresDialect } from "kysely";
 import pg from "pg";
-import { testApprovalDocument, withApprovalDocument } from "@seraph/jobs/testing";
+import { actAsRightfulCaller, nodeKeyIn, testApprovalDocument, withApprovalDocument } from "@seraph/jobs/testing";
 import { supervisorSourceOf, defaultSupervisorEntry, readFacilityReport, defaultContainmentSettings, nodeContainment } from "@seraph/executor-linux";
 import { inspectRepository, parseLimitOverrides } from "@seraph/executor-linux/profile";
 import { pinnedNodeForTests } from "@seraph/executor-linux/testing";
@@ -106,11 +106,13 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
       return { document: toBinary(ApprovalDocumentSchema, doc), documentSha256: doc.documentSha256 };
     },
   };
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken, authority, pollMs: 500 });
-  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, internalToken));
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log, internalToken, autoEnrolNodes: true, authority, pollMs: 500 });
   const node = o.nodeId ?? "node-a";
   const executors = new Map<string, ServiceProcess>();
   const dataDirs = new Map<string, string>();
+  // The API's RPCs with the API's token; a node's RPCs (a test acting as a node, e.g. its superseded
+  // incarnation) with that node's real key from its data directory, else a test key of its own.
+  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, actAsRightfulCaller(db, internalToken, new Map(), (id) => nodeKeyIn(dataDirs.get(id)))));
 
   const stack: ExecutionStack = Object.assign(state, {
     dir,
@@ -147,7 +149,7 @@ export async function startExecutionStack(o: ExecutionStackOptions): Promise<Exe
           SERAPH_EXECUTOR_POLL_MS: "200",
           SERAPH_EXECUTOR_HEARTBEAT_MS: "500",
           ...nats.env("executor", nodeId),
-          SERAPH_INTERNAL_TOKEN: internalToken,
+          SERAPH_EXECUTOR_TOKEN: internalToken,
           LOG_LEVEL: "debug",
           ...env,
         },

@@ -63,7 +63,7 @@ describe("an executor that cannot run jobs says so at start", () => {
     database = await createTestDatabase();
     db = await openDatabase<JobsDatabase>({ url: database.url }, { poolSize: 4 });
     signals = createLocalSignals();
-    jobsHandle = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: pino({ level: "silent" }), internalToken });
+    jobsHandle = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: pino({ level: "silent" }), internalToken, autoEnrolNodes: true });
     dir = await realpath(await mkdtemp(join(tmpdir(), "seraph-not-ready-")));
   });
   afterAll(async () => {

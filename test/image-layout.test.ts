@@ -1,11 +1,13 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { createHash, createPublicKey } from "node:crypto";
 import { tmpdir } from "node:os";
 import { isAbsolute, join } from "node:path";
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
+import { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import { RepairService, RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SandboxBackend, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -152,8 +154,8 @@ const LOCAL_OVERRIDES: Record<string, string> = {
   SERAPH_GATEWAY_METRICS_PORT: "",
 };
 
-/** Starts a container's command from the layout as uid:gid `as`, until its gRPC health is SERVING. */
-async function startContainer(w: Obj, c: any, env: Record<string, string>, grpcPort: number): Promise<ServiceProcess> {
+/** Starts a container's command from the layout as uid:gid `as`, until its gRPC health is SERVING (unless `serving` is false). */
+async function startContainer(w: Obj, c: any, env: Record<string, string>, grpcPort: number, serving = true): Promise<ServiceProcess> {
   const logFile = join(out, `${c.name}.log`);
   const log = createWriteStream(logFile);
   const sc = podSpec(w).securityContext ?? {};
@@ -166,7 +168,7 @@ async function startContainer(w: Obj, c: any, env: Record<string, string>, grpcP
   child.stderr?.pipe(log);
   started.push(child);
   const p: ServiceProcess = { name: c.name, child, grpcUrl: `http://127.0.0.1:${grpcPort}`, grpcPort, httpPort: 0, logFile };
-  await waitServing(p, 60_000);
+  if (serving) await waitServing(p, 60_000);
   return p;
 }
 
@@ -385,7 +387,22 @@ describe("the dev overlay's containers, started from the layout", () => {
     expect(agentEnv["SERAPH_SUPERVISOR_HOST_SOCKET"]).toBe(socket);
     expect(agentEnv["SERAPH_NODE_ID"]).toBe("layout-node");
     startAgent = () => startContainer(ds, agentC, agentEnv, eg!);
-    agent = await startAgent();
+    // A new node: its key (generated in the run directory at first start) is pending and the agent
+    // NOT_SERVING until the instance operator approves exactly its fingerprint (deploy/README.md).
+    const pending = await startContainer(ds, agentC, agentEnv, eg!, false);
+    const fingerprint = await asOperator(async ({ transport }) => {
+      const nodes = createClient(NodeService, transport);
+      await expect.poll(async () => (await nodes.listNodes({})).pending.map((n) => n.nodeId), { timeout: 60_000 }).toContain("layout-node");
+      const listed = (await nodes.listNodes({})).pending.find((n) => n.nodeId === "layout-node")!.keyFingerprint;
+      // The SHA-256 of the key's SPKI DER, as `openssl pkey -pubin -outform DER | sha256sum` prints it.
+      const der = createPublicKey(readFileSync(join(agentEnv["SERAPH_EXECUTOR_DATA_DIR"]!, "node-key.pub"), "utf8")).export({ type: "spki", format: "der" });
+      expect(listed).toBe(createHash("sha256").update(der).digest("hex"));
+      expect((await nodes.approveNode({ nodeId: "layout-node", fingerprint: listed })).approved).toBe(true);
+      return listed;
+    });
+    await waitServing(pending, 60_000);
+    agent = pending;
+    expect(fingerprint).toMatch(/^[0-9a-f]{64}$/);
     // The agent delegated its warm supervisor to the host: it runs in the host's namespace.
     await expect.poll(() => (existsSync(`/proc/${hostPid}`) ? descendants(hostPid).length : -1), { timeout: 20_000 }).toBeGreaterThan(0);
 

@@ -9,12 +9,12 @@ import { startApi, type ApiDatabase, type ApiHandle } from "@seraph/api";
 import { startExecutor, type ExecutorHandle, type ContainmentSettings } from "@seraph/executor-linux";
 import { startJobs, type JobsDatabase, type JobsHandle } from "@seraph/jobs";
 import { createLocalSignals, createRootLogger, createServiceTransport, openDatabase, startServer, type RunningServer, type Signals } from "@seraph/kit";
-import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { JobState, JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { GoalService } from "@seraph/proto/seraph/api/v1/goals_pb.js";
 import { PrincipalService } from "@seraph/proto/seraph/api/v1/principals_pb.js";
-import { RepairService } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepairService, type ApproveResponse } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { RepositoryService, SettingsService } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import type { Kysely } from "kysely";
 import { expect } from "vitest";
@@ -46,8 +46,11 @@ export interface JourneyStack {
   readonly operatorToken: string;
   readonly operator: ApiClients;
   clients(token: string): ApiClients;
-  /** Starts another executor node on this machine with the same repository root (stopped with the stack). */
-  startNode(nodeId: string): Promise<ExecutorHandle>;
+  /**
+   * Starts another executor node on this machine with the same repository root (stopped with the
+   * stack); in `dataDir` when given (removed at stop as well), aborted (before it registers) by `signal`.
+   */
+  startNode(nodeId: string, o?: { dataDir?: string; signal?: AbortSignal }): Promise<ExecutorHandle>;
   /** Counts rows of an API table (a refused request must store nothing). */
   count(table: "repairs" | "proposals" | "approvals" | "approval_documents" | "goals" | "repositories" | "api_tokens"): Promise<number>;
   stop(): Promise<void>;
@@ -70,6 +73,8 @@ export async function startJourneyStack(
     dataDir?: string;
     /** The executor's free-space floor for staging (SERAPH_MIN_FREE_BYTES; default 256 MiB). */
     minFreeBytes?: number;
+    /** Which node ids the jobs service enrols at first registration (default: all; others wait for ApproveNode). */
+    autoEnrolNodes?: boolean | string[];
   } = {},
 ): Promise<JourneyStack> {
   const node = await pinnedNodeForTests();
@@ -81,7 +86,7 @@ export async function startJourneyStack(
   const log = createRootLogger({ name: "journey", level: process.env["SERAPH_TEST_LOG_LEVEL"] ?? "silent" });
   const root = await realpath(await mkdtemp(join(tmpdir(), "seraph-journey-root-")));
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "seraph-journey-data-")));
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: db as unknown as Kysely<JobsDatabase>, signals, log: log.child({ service: "jobs" }), internalToken });
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db: db as unknown as Kysely<JobsDatabase>, signals, log: log.child({ service: "jobs" }), internalToken, autoEnrolNodes: options.autoEnrolNodes ?? true });
   let jobsUrlForApi = jobs.server.grpcUrl;
   let front: RunningServer | undefined;
   if (options.wrapJobs) {
@@ -157,9 +162,9 @@ export async function startJourneyStack(
     operatorToken,
     operator: clients(operatorToken),
     clients,
-    async startNode(nodeId) {
-      const nodeDir = await mkdtemp(join(tmpdir(), `seraph-journey-${nodeId}-`));
-      const handle = await startExecutor({ host: "127.0.0.1", grpcPort: 0, nodeId, slotCount: 1, repositoryRoots: [root], dataDir: nodeDir, jobsUrl: jobs.server.grpcUrl, internalToken, signals, log: log.child({ service: "executor", nodeId }) });
+    async startNode(nodeId, o = {}) {
+      const nodeDir = o.dataDir ?? (await mkdtemp(join(tmpdir(), `seraph-journey-${nodeId}-`)));
+      const handle = await startExecutor({ host: "127.0.0.1", grpcPort: 0, nodeId, slotCount: 1, repositoryRoots: [root], dataDir: nodeDir, jobsUrl: jobs.server.grpcUrl, internalToken, signals, log: log.child({ service: "executor", nodeId }), ...(o.signal ? { signal: o.signal } : {}) });
       extraNodes.push({ handle, dataDir: nodeDir });
       return handle;
     },
@@ -206,4 +211,22 @@ export async function expectRefused(call: Promise<unknown>, code: Code, reason?:
   expect(`${Code[ce.code]}: ${ce.rawMessage}`).toMatch(new RegExp(`^${Code[code]}: `));
   if (reason !== undefined) expect(ce.rawMessage).toContain(`(${reason})`);
   return ce;
+}
+
+/**
+ * Repeats an Approve that was answered: while its job has not ended the answer is the same
+ * approval and job (returned); once the job ended it is FAILED_PRECONDITION attempt_already_ran
+ * (an approval runs once) and the repair's job has indeed ended (undefined is returned). Which one
+ * a journey sees depends on how fast its job ran; repair-attempts.int.test.ts pins each.
+ */
+export async function approveAgain(c: ApiClients, repairId: string, documentSha256: string): Promise<ApproveResponse | undefined> {
+  try {
+    return await c.repairs.approve({ repairId, documentSha256 });
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConnectError);
+    expect(`${Code[(err as ConnectError).code]} ${(err as ConnectError).rawMessage}`).toMatch(/^FailedPrecondition .*\(attempt_already_ran\)$/);
+    const job = (await c.repairs.getRepair({ repairId })).repair?.job;
+    expect([JobState.SUCCEEDED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.UNKNOWN]).toContain(job?.state);
+    return undefined;
+  }
 }

@@ -12,7 +12,7 @@ import { defaultContainmentSettings, supervisorSourceOf, defaultSupervisorEntry 
 import { DEFAULT_LIMITS as PROFILE_DEFAULT_LIMITS } from "@seraph/executor-linux/profile";
 import { createJsTestProject, fixAddPatch, type FixtureRepo } from "@seraph/executor-linux/testing";
 import { answer, startFakeModelServer, type FakeModelServer } from "./journey-model-server.js";
-import { expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
+import { approveAgain, expectRefused, startJourneyStack, type JourneyStack } from "./journey-stack.js";
 
 // The repair journey through real servers (jobs, api, one executor node; real gRPC on loopback,
 // real PostgreSQL): settings → goal → repository → repair → inspected source → consent →
@@ -189,10 +189,13 @@ describe("repair journey up to an approved, queued job", () => {
     expect(job.ownerId).toBe(created!.ownerId);
     expect([JobState.QUEUED, JobState.RESERVED, JobState.PREPARING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED]).toContain(job.state);
 
-    // Idempotent: a second approval of the same document is the same approval and job.
-    const second = await c.repairs.approve({ repairId, documentSha256: doc.documentSha256 });
-    expect(second.approval?.id).toBe(approved.approval!.id);
-    expect(second.repair?.job?.id).toBe(job.id);
+    // Idempotent while the job runs: a second approval of the same document is the same approval
+    // and job (once the job ended it is refused instead: an approval runs once).
+    const second = await approveAgain(c, repairId, doc.documentSha256);
+    if (second) {
+      expect(second.approval?.id).toBe(approved.approval!.id);
+      expect(second.repair?.job?.id).toBe(job.id);
+    }
     expect(await stack.count("approvals")).toBe(1);
 
     await watching;

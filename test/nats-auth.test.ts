@@ -107,8 +107,14 @@ describe("NATS authentication and per-service permissions", () => {
   });
 
   it("every cluster service refuses to start without NATS credentials, naming the variables", () => {
-    const base = { DATABASE_URL: "postgres://x", NATS_URL: "nats://127.0.0.1:1", SERAPH_INTERNAL_TOKEN: "t", SERAPH_EXECUTOR_DATA_DIR: "/tmp/x" };
-    for (const load of [loadApiConfig, loadJobsConfig, loadExecutorConfig]) {
+    const common = { DATABASE_URL: "postgres://x", NATS_URL: "nats://127.0.0.1:1", SERAPH_EXECUTOR_DATA_DIR: "/tmp/x" };
+    // The API holds both of its credentials, jobs the API's, an executor node only the executor token.
+    const cases = [
+      [loadApiConfig, { ...common, SERAPH_INTERNAL_TOKEN: "t", SERAPH_EXECUTOR_TOKEN: "e" }],
+      [loadJobsConfig, { ...common, SERAPH_INTERNAL_TOKEN: "t" }],
+      [loadExecutorConfig, { ...common, SERAPH_EXECUTOR_TOKEN: "e" }],
+    ] as const;
+    for (const [load, base] of cases) {
       expect(() => load(base)).toThrowError(ConfigError);
       expect(() => load(base)).toThrowError(/NATS_USER and NATS_PASSWORD \(or NATS_CREDS_FILE\) are required/);
       expect(() => load({ ...base, NATS_USER: "u" })).toThrowError(/NATS_PASSWORD is required with NATS_USER/);

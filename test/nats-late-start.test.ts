@@ -85,7 +85,7 @@ describe("a service started while NATS is down", () => {
     const api = spawnService(
       "api",
       "api",
-      { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: join(dir, "operator-token") },
+      { ...common, SERAPH_EXECUTOR_TOKEN: "e".repeat(64), ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobs.grpcUrl, SERAPH_OPERATOR_TOKEN_FILE: join(dir, "operator-token") },
       dir,
       ag!,
       ah!,

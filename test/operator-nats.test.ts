@@ -385,7 +385,7 @@ describe("operator requests over NATS", () => {
   it("events and operator replies carry no secrets or host details", async () => {
     expect(events.length).toBeGreaterThan(3);
     const bootId = (await readFile("/proc/sys/kernel/random/boot_id", "utf8")).trim();
-    const secrets = [cluster.dir, reposRoot, bootId, cluster.internalToken, tokens.operator, tokens.a, tokens.b, cluster.nats.users.api.password, "socket"];
+    const secrets = [cluster.dir, reposRoot, bootId, cluster.internalToken, cluster.executorToken, tokens.operator, tokens.a, tokens.b, cluster.nats.users.api.password, "socket"];
     const replies = [
       await request("cancel", cancelBody(jobId), tokens.a),
       await request("recover", recoverBody(jobId), tokens.a),

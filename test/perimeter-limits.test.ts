@@ -137,6 +137,7 @@ describe("bounded listeners of the API and UI gateway processes (cluster mode)",
         DATABASE_URL: database.url,
         ...nats.env("api"),
         SERAPH_INTERNAL_TOKEN: randomBytes(32).toString("hex"),
+        SERAPH_EXECUTOR_TOKEN: randomBytes(32).toString("hex"),
         SERAPH_API_GRPC_PORT: `${ag}`,
         SERAPH_API_HTTP_PORT: `${ah}`,
         // No jobs service: the creating RPCs below are refused after their rate point is taken.

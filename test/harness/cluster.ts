@@ -50,7 +50,10 @@ export interface TestCluster {
   restartExecutor(): Promise<ServiceProcess>;
   readonly gateway: ServiceProcess;
   readonly operatorToken: string;
+  /** The API's credential for the jobs service (only api and jobs hold it). */
   readonly internalToken: string;
+  /** The API's credential for the executor (api and executor hold it). */
+  readonly executorToken: string;
   /** SIGTERM each process by pid (reverse order, nats-server last), SIGKILL after a deadline; resolves when all exited. */
   stop(): Promise<void>;
 }
@@ -121,6 +124,7 @@ export async function stopProcess(child: ChildProcess, graceMs = 10_000): Promis
 export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), "seraph-cluster-"));
   const internalToken = randomBytes(32).toString("hex");
+  const executorToken = randomBytes(32).toString("hex");
   // Every port in one batch of concurrent probes: concurrent binds to port 0 never get the same
   // port, so no two services (nor two jobs replicas) are handed one twice. Each probe closes its
   // socket before the service binds, so another process could still take a port meanwhile.
@@ -129,7 +133,10 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
   const [jg, jh, ag, ah, eg, eh, gg, gh] = ports;
   const nodeId = o.nodeId ?? "node-a";
   const nats = await startTestNats({ nodes: [nodeId] });
-  const common = { DATABASE_URL: o.databaseUrl, SERAPH_INTERNAL_TOKEN: internalToken, ...o.env };
+  // The executor never holds the API's jobs credential: it proves its jobs calls with its node key,
+  // which this single-node test cluster enrols at first registration.
+  const common = { DATABASE_URL: o.databaseUrl, ...o.env };
+  const apiSide = { SERAPH_INTERNAL_TOKEN: internalToken, SERAPH_JOBS_AUTO_ENROL_NODES: "true", ...o.env };
   const started: ServiceProcess[] = [];
   const replicas: ServiceProcess[] = [];
   let balancer: TcpBalancer | undefined;
@@ -143,7 +150,7 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
   for (let i = 1; i < (o.jobsReplicas ?? 1); i++) replicaPorts.push([ports[8 + 2 * (i - 1)]!, ports[9 + 2 * (i - 1)]!]);
   const spawnJobs = (i: number) => {
     const [g, h] = replicaPorts[i]!;
-    return spawnService(i === 0 ? "jobs" : `jobs-${i}`, "jobs", { ...common, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${g}`, SERAPH_JOBS_HTTP_PORT: `${h}` }, dir, g, h);
+    return spawnService(i === 0 ? "jobs" : `jobs-${i}`, "jobs", { ...common, ...apiSide, ...nats.env("jobs"), SERAPH_JOBS_GRPC_PORT: `${g}`, SERAPH_JOBS_HTTP_PORT: `${h}` }, dir, g, h);
   };
   try {
     for (let i = 0; i < replicaPorts.length; i++) replicas.push(spawnJobs(i));
@@ -154,7 +161,7 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
     const api = spawnService(
       "api",
       "api",
-      { ...common, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile },
+      { ...common, SERAPH_INTERNAL_TOKEN: internalToken, SERAPH_EXECUTOR_TOKEN: executorToken, ...o.env, ...nats.env("api"), SERAPH_API_GRPC_PORT: `${ag}`, SERAPH_API_HTTP_PORT: `${ah}`, SERAPH_JOBS_URL: jobsUrl, SERAPH_OPERATOR_TOKEN_FILE: tokenFile },
       dir,
       ag!,
       ah!,
@@ -167,6 +174,7 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
         "executor-linux",
         {
           ...common,
+          SERAPH_EXECUTOR_TOKEN: executorToken,
           ...nats.env("executor", nodeId),
           SERAPH_EXECUTOR_GRPC_PORT: `${eg}`,
           SERAPH_EXECUTOR_HTTP_PORT: `${eh}`,
@@ -226,6 +234,7 @@ export async function startCluster(o: ClusterOptions): Promise<TestCluster> {
       gateway,
       operatorToken,
       internalToken,
+      executorToken,
       stop,
     };
   } catch (err) {

@@ -10,6 +10,7 @@ mkdir -p secrets
 rand() { od -An -N32 -tx1 /dev/urandom | tr -d ' \n'; }
 put() { [ -s "secrets/$1" ] || printf '%s' "$2" > "secrets/$1"; }
 put internal-token "$(rand)"
+put executor-token "$(rand)"
 put postgres-password "$(rand)"
 # nats.conf reads the NATS passwords as $VARIABLE references, and nats-server parses a
 # variable's value as a config value: a password starting with digits then [a-f] can read as a

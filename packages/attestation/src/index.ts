@@ -4,3 +4,15 @@ export { loadOrCreateNodeKey, NODE_KEY_FILE, NODE_PUBLIC_KEY_FILE } from "./node
 export type { NodeKey } from "./node-key.js";
 export { attestJobReceipt, verifyJobReceipt, JOB_RECEIPT_PREDICATE_TYPE } from "./job-receipt.js";
 export type { AttestedStep, JobReceiptPredicate } from "./job-receipt.js";
+export {
+  bodyDigest,
+  claimedNodeId,
+  NODE_PROOF_AUDIENCE,
+  NODE_PROOF_CLOCK_SKEW_S,
+  NODE_PROOF_LIFETIME_S,
+  NODE_PROOF_MAX_LIFETIME_S,
+  NodeProofError,
+  signNodeProof,
+  verifyNodeProof,
+} from "./node-proof.js";
+export type { NodeProofClaims, VerifiedNodeProof } from "./node-proof.js";

@@ -1,9 +1,11 @@
 import { create } from "@bufbuild/protobuf";
-import { GetRepairResultsResponseSchema, RepairSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { GetRepairResultsResponseSchema, RepairSchema, RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { TestStatus } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 import { PrerequisiteReportSchema } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import { JobSchema, JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { describe, expect, it } from "vitest";
-import { prerequisitesText, repairText, resultsText } from "./format.js";
+import { heartbeatLine } from "./commands/repair/watch.js";
+import { prerequisitesText, repairLine, repairText, resultsText } from "./format.js";
 
 describe("repair show", () => {
   it("prints the job's steps, artifacts with sha256 and readback, and the recovery record", () => {
@@ -150,5 +152,45 @@ describe("repair show: the inspected runtime of each profile", () => {
     const node = repairText(create(RepairSchema, { id: "r2", inspection: { admitted: true, nodePath: "/n/node", nodeVersion: "v24.15.0", sourceFiles: 3, steps: [{ name: "test", argv: ["/n/node", "--test"] }] } }));
     expect(node).toContain("    node /n/node v24.15.0; 3 source files, 0 dependency files, 0 bytes");
     expect(node).toContain("steps (script body → direct argv; npm, npx and shells are never run):");
+  });
+});
+
+describe("repair results: long failure messages", () => {
+  const repairId = "d7f9ff0b-9498-42cf-820c-17ccd22fa8f3";
+  const message = Array.from({ length: 9 }, (_, i) => `line ${i + 1}${i === 8 ? ": IDNAError: Label too long" : ""}`).join("\n");
+  const res = () =>
+    create(GetRepairResultsResponseSchema, {
+      repairId,
+      patched: { jobId: "j", jobState: JobState.FAILED, jobOutcome: "failed", availability: "stored", results: { state: "parsed", format: "python_unittest", counts: { total: 1, failed: 1 }, tests: [{ name: "test_long", status: TestStatus.FAILED, message, key: "k" }] } },
+    });
+
+  it("cuts a message after 6 lines with a marker saying how many more and how to see them; --full shows every line", () => {
+    const cut = resultsText(res());
+    expect(cut).toContain("line 6\n              … 3 more lines (--full)");
+    expect(cut).not.toContain("Label too long");
+    const full = resultsText(res(), { full: true });
+    expect(full).toContain("line 9: IDNAError: Label too long");
+    expect(full).not.toContain("more line");
+  });
+});
+
+describe("lists: a held UNKNOWN and a recovered one read differently", () => {
+  it("says slot held, or recovered: slot released", () => {
+    const held = create(JobSchema, { id: "j1", state: JobState.UNKNOWN, attempt: 1, slotHeld: true });
+    const released = create(JobSchema, { id: "j2", state: JobState.UNKNOWN, attempt: 1, slotHeld: false, recovery: { proof: "host_rebooted" } });
+    expect(repairLine(create(RepairSchema, { id: "r1", job: held }))).toContain("UNKNOWN attempt 1 (slot held)");
+    expect(repairLine(create(RepairSchema, { id: "r2", job: released }))).toContain("UNKNOWN attempt 1 (recovered: slot released)");
+  });
+});
+
+describe("repair watch: the heartbeat line", () => {
+  it("names the running step and its own clock, or the job's state and for how long, or the repair waiting for you", () => {
+    const now = Date.UTC(2026, 11, 6, 12, 0, 0);
+    const running = create(RepairSchema, { id: "0123456789", job: { id: "j", state: JobState.RUNNING, runningStep: "test", runningStepStartedUnixMs: BigInt(now - 83_000), updatedUnixMs: BigInt(now - 90_000) } });
+    expect(heartbeatLine(running, now)).toMatch(/^12:00:00 {2}01234567 {2}\[RUNNING\] +still step test running for 1:23; no change since the last line$/);
+    const queued = create(RepairSchema, { id: "0123456789", job: { id: "j", state: JobState.QUEUED, updatedUnixMs: BigInt(now - 12_000) }, waitReason: "slot 0 of node-a is held by job 9" });
+    expect(heartbeatLine(queued, now)).toContain("still job queued for 0:12 (waiting: slot 0 of node-a is held by job 9)");
+    const proposed = create(RepairSchema, { id: "0123456789", state: RepairState.PROPOSED });
+    expect(heartbeatLine(proposed, now)).toContain("still repair proposed, waiting for you");
   });
 });

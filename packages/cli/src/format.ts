@@ -83,7 +83,8 @@ export function badge(status: string, colour = false): string {
 export function jobLine(j: Job): string {
   const out = j.outcome ? ` outcome ${j.outcome}${j.outcomeMessage ? ` (${j.outcomeMessage})` : ""}` : "";
   const where = j.nodeId ? ` on ${j.nodeId}${j.slotIndex >= 0 ? ` slot ${j.slotIndex}` : ""}` : "";
-  return `job ${j.id} ${enumName(JobState, j.state)} attempt ${j.attempt}${where}${j.slotHeld ? " (slot held)" : ""}${j.cancelRequested ? " cancel requested" : ""}${out}`;
+  const slot = j.slotHeld ? " (slot held)" : j.state === JobState.UNKNOWN && j.recovery ? " (recovered: slot released)" : "";
+  return `job ${j.id} ${enumName(JobState, j.state)} attempt ${j.attempt}${where}${slot}${j.cancelRequested ? " cancel requested" : ""}${out}`;
 }
 
 /** A one-line repair summary for lists: id, status badge, repair state, revision, job. */
@@ -109,6 +110,7 @@ export function repairText(r: Repair, colour = false): string {
             `  next step: seraph repair recover ${r.id.slice(0, 8)}   (releases the slot; the outcome stays unknown)`,
           ]),
     `  state        ${enumName(RepairState, r.state)}${r.staleReason ? `   stale: ${r.staleReason}` : ""}`,
+    `  attempt      ${r.attempt}${r.attempt > 1 ? ` (the state, approval and job shown are attempt ${r.attempt}'s; seraph repair attempts ${r.id.slice(0, 8)} lists all)` : ""}`,
     ...(r.waitReason ? [`  waiting      ${r.waitReason}`] : []),
     `  goal         ${r.goalId} @ revision ${r.goalRevision}`,
     `  repository   ${r.repositoryId}`,
@@ -134,7 +136,7 @@ export function repairText(r: Repair, colour = false): string {
   }
   if (r.consent) lines.push(`  consent      route ${r.consent.modelRouteId} for inspection ${r.consent.inspectionSha256} by ${r.consent.givenBy} at ${time(r.consent.givenUnixMs)}`);
   for (const p of r.proposals) {
-    lines.push(`  proposal     ${p.id}  ${p.route === ProposalRoute.MODEL ? `model ${p.modelRouteId}/${p.model}` : "manual"}  ${p.valid ? "valid" : "INVALID"}  sha256 ${p.diffSha256}  changes ${p.changedPaths.join(", ") || "-"}`);
+    lines.push(`  proposal     ${p.id}  #${p.attempt}  ${p.route === ProposalRoute.MODEL ? `model ${p.modelRouteId}/${p.model}` : "manual"}  ${p.valid ? "valid" : "INVALID"}  sha256 ${p.diffSha256}  changes ${p.changedPaths.join(", ") || "-"}`);
     if (!p.valid) lines.push(...reasons(p.reasons, "      "));
   }
   if (r.approval) lines.push(`  approval     ${r.approval.id}  document ${r.approval.documentSha256}  by ${r.approval.approvedBy} at ${time(r.approval.approvedUnixMs)}, valid until ${time(r.approval.expiresUnixMs)}`);
@@ -355,8 +357,19 @@ function runText(label: string, run: RunResults | undefined): string[] {
 }
 
 /** `seraph repair results`: the summary first, then the patched run's tests, failures first with their messages. */
-export function resultsText(res: GetRepairResultsResponse): string {
-  const lines = [`RESULTS of repair ${res.repairId}`];
+/** A failure message shown under its test: at most MESSAGE_LINES lines unless `full`, with how many more there are. */
+function messageLines(message: string, full: boolean): string[] {
+  const all = message.split("\n");
+  const shown = full ? all : all.slice(0, MESSAGE_LINES);
+  const more = all.length - shown.length;
+  return [...shown.map((m) => `              ${m}`), ...(more > 0 ? [`              … ${more} more line${more === 1 ? "" : "s"} (--full)`] : [])];
+}
+
+/** Lines of each failure message `repair results` shows without --full. */
+const MESSAGE_LINES = 6;
+
+export function resultsText(res: GetRepairResultsResponse, o: { readonly full?: boolean } = {}): string {
+  const lines = [`RESULTS of repair ${res.repairId}${res.attempt > 0 ? `, attempt ${res.attempt}` : ""}`];
   const cmp = res.comparison;
   if (cmp?.valid) {
     const c = cmp.counts;
@@ -378,7 +391,7 @@ export function resultsText(res: GetRepairResultsResponse): string {
     const e = transitions.get(t.key);
     const tail = [e ? TRANSITION_WORDS[e.transition] : "", e?.patchChangedTest ? "[untrusted: patch-changed test]" : ""].filter((s) => s !== "").join("  ");
     lines.push(`    ${testStatusWord(t.status).toUpperCase().padEnd(9)} ${[...t.parents, t.name].join(" › ")}${t.file ? `  (${t.file})` : ""}${t.durationMs > 0 ? `  ${t.durationMs.toFixed(1)} ms` : ""}${tail ? `  ${tail}` : ""}`);
-    if (t.message && isFailingStatus(t.status)) for (const m of t.message.split("\n").slice(0, 6)) lines.push(`              ${m}`);
+    if (t.message && isFailingStatus(t.status)) lines.push(...messageLines(t.message, o.full === true));
   }
   for (const e of cmp?.valid ? cmp.entries.filter((x) => x.transition === TestTransition.REMOVED) : []) lines.push(`    REMOVED   ${e.baseline ? [...e.baseline.parents, e.baseline.name].join(" › ") : e.key}${e.baseline?.file ? `  (${e.baseline.file})` : ""}  (in the baseline only: ${testStatusWord(e.baseline?.status ?? TestStatus.UNSPECIFIED)})`);
   lines.push("");

@@ -1,4 +1,4 @@
-import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepairState, RepairView, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import type { Artifact } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Api } from "./client.js";
 import { enumName, statusOf } from "./format.js";
@@ -9,10 +9,21 @@ export async function repairId(api: Api, given: string): Promise<string> {
   return resolveId(
     "repair",
     given,
-    async () =>
-      (await api.repairs.listRepairs({ goalId: "" })).repairs.map((r) => ({ id: r.id, label: `${statusOf(r)}  ${enumName(RepairState, r.state).toLowerCase()}  created ${new Date(Number(r.createdUnixMs)).toISOString()}` })),
+    async () => (await allRepairSummaries(api)).map((r) => ({ id: r.id, label: `${statusOf(r)}  ${enumName(RepairState, r.state).toLowerCase()}  created ${new Date(Number(r.createdUnixMs)).toISOString()}` })),
     "`seraph repair list` shows your repairs",
   );
+}
+
+/** Every repair of the caller as a summary (page by page), for resolving an id prefix. */
+async function allRepairSummaries(api: Api): Promise<Repair[]> {
+  const out: Repair[] = [];
+  let pageToken = "";
+  do {
+    const res = await api.repairs.listRepairs({ goalId: "", view: RepairView.SUMMARY, pageToken });
+    out.push(...res.repairs);
+    pageToken = res.nextPageToken ?? "";
+  } while (pageToken !== "");
+  return out;
 }
 
 /** A goal id from a full id or a unique prefix of one of the caller's goals (archived included). */

@@ -109,13 +109,16 @@ async function startServices(
   track: <T extends { stop(): Promise<void> }>(handle: T) => T,
   onOperatorCreated: (secret: string) => Promise<void>,
 ) {
-  // Internal service-to-service secret: per process, never written anywhere.
+  // Service-to-service secrets, per process, never written anywhere: the API's credential for
+  // the jobs service and its credential for the executor (the executor never holds the first; it
+  // proves its jobs calls with its node key, which this single-host instance enrols by itself).
   const internalToken = randomBytes(32).toString("hex");
+  const executorToken = randomBytes(32).toString("hex");
   const url = (port: number) => `http://${o.host}:${port}`;
   const jobsUrl = url(o.portBase + 10);
   const log = (service: string) => o.log.child({ service });
-  const jobs = track(await startJobs({ host: o.host, grpcPort: o.portBase + 10, httpPort: o.portBase + 11, db: database.db as unknown as Kysely<JobsDatabase>, signals, log: log("jobs"), internalToken, metrics }));
-  const api = track(await startApi({ host: o.host, grpcPort: o.portBase, httpPort: o.portBase + 1, db: database.db as unknown as Kysely<ApiDatabase>, signals, log: log("api"), jobsUrl, internalToken, onOperatorCreated, metrics }));
+  const jobs = track(await startJobs({ host: o.host, grpcPort: o.portBase + 10, httpPort: o.portBase + 11, db: database.db as unknown as Kysely<JobsDatabase>, signals, log: log("jobs"), internalToken, autoEnrolNodes: [o.nodeId], metrics }));
+  const api = track(await startApi({ host: o.host, grpcPort: o.portBase, httpPort: o.portBase + 1, db: database.db as unknown as Kysely<ApiDatabase>, signals, log: log("api"), jobsUrl, internalToken, executorToken, onOperatorCreated, metrics }));
   const executor = track(await startExecutor({
     host: o.host,
     grpcPort: o.portBase + 20,
@@ -125,7 +128,7 @@ async function startServices(
     repositoryRoots: o.repositoryRoots,
     dataDir: join(dataDir, "executor"),
     jobsUrl,
-    internalToken,
+    internalToken: executorToken,
     signals,
     log: log("executor"),
     metrics,

@@ -1,3 +1,4 @@
+import type { DescMethod } from "@bufbuild/protobuf";
 import { createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { UnauthenticatedError, toConnectError } from "./errors.js";
@@ -10,8 +11,18 @@ export interface AuthenticatedPrincipal {
   readonly tokenId: string;
 }
 
-/** Resolves a bearer token to its principal, or undefined when unknown or revoked. */
-export type Authenticate = (token: string) => Promise<AuthenticatedPrincipal | undefined>;
+/** The call a bearer token is presented with (for credentials bound to one call, such as node proofs). */
+export interface AuthenticatedCall {
+  readonly method: DescMethod;
+  /** The decoded request message of a unary call; undefined for a streaming call. */
+  readonly message: unknown;
+}
+
+/**
+ * Resolves a bearer token to its principal, or undefined when unknown or revoked. It may also
+ * throw a SeraphError (e.g. PERMISSION_DENIED with a reason) to refuse the call precisely.
+ */
+export type Authenticate = (token: string, call?: AuthenticatedCall) => Promise<AuthenticatedPrincipal | undefined>;
 
 /** The caller of the current RPC; set by the auth interceptor. */
 export const principalKey = createContextKey<AuthenticatedPrincipal | undefined>(undefined, {
@@ -41,7 +52,7 @@ export function createAuthInterceptor(
     if (publicServices.has(req.service.typeName)) return next(req);
     const token = bearerToken(req.header.get("authorization"));
     if (token === undefined) throw toConnectError(new UnauthenticatedError());
-    const principal = await authenticate(token);
+    const principal = await authenticate(token, { method: req.method, message: req.stream ? undefined : req.message });
     if (principal === undefined) throw toConnectError(new UnauthenticatedError("the bearer token is unknown or revoked"));
     req.contextValues.set(principalKey, principal);
     return next(req);

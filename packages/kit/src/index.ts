@@ -8,8 +8,9 @@ export {
   internalAuthenticator,
   PUBLIC_SERVICES,
 } from "./auth.js";
-export type { Authenticate, AuthenticatedPrincipal } from "./auth.js";
+export type { Authenticate, AuthenticatedCall, AuthenticatedPrincipal } from "./auth.js";
 export { createServiceTransport } from "./clients.js";
+export type { CallCredential } from "./clients.js";
 export { ConfigError, readConfig, str, optionalStr, int, bool, oneOf } from "./config.js";
 export type { EnvReader } from "./config.js";
 export { openDatabase, migrateToLatest, staticMigrations } from "./db.js";

@@ -1,7 +1,7 @@
 // One word for where a repair stands, outcome first: the words the CLI prints and the UI's badges
 // show, and the one rule for when a repair's job has settled. Pure: used by the CLI and bundled
 // into the browser UI.
-import { RepairState, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepairState, type Repair, type RepairAttempt } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { TestStatus } from "@seraph/proto/seraph/profile/v1/results_pb.js";
 
@@ -29,6 +29,29 @@ export function statusOf(r: Repair): string {
   }
   if (r.staleReason && r.state !== RepairState.CANCELLED) return "stale";
   return (RepairState[r.state] ?? "unspecified").toLowerCase();
+}
+
+/**
+ * One attempt's word, as statusOf for a repair: its job's outcome or progress once approved
+ * (succeeded, failed, …, queued, running), else its own state (proposed, cancelled, consented…).
+ */
+export function attemptStatus(a: RepairAttempt): string {
+  const ended = JOB_OUTCOMES[a.jobState];
+  if (ended) return ended;
+  if (a.jobState === JobState.QUEUED) return "queued";
+  if (a.jobState === JobState.RUNNING) return "running";
+  if (a.jobState !== JobState.UNSPECIFIED) return "starting";
+  if (a.approval) return "approved";
+  return (RepairState[a.state] ?? "unspecified").toLowerCase();
+}
+
+/**
+ * True when an attempt's approval already ran its one job and another patch may follow: the job
+ * ended, and an UNKNOWN one was recovered (its slot released). The server's rule (ProposePatch
+ * opens the next attempt, Approve refuses attempt_already_ran) is the same.
+ */
+export function attemptRan(a: RepairAttempt): boolean {
+  return JOB_OUTCOMES[a.jobState] !== undefined && (a.jobState !== JobState.UNKNOWN || !a.slotHeld);
 }
 
 /** Job states in which the executor has claimed (and so should have prepared) the job. */

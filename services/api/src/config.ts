@@ -1,4 +1,4 @@
-import { DEFAULT_LISTENER_LIMITS, int, natsAuth, optionalStr, readConfig, str } from "@seraph/kit";
+import { ConfigError, DEFAULT_LISTENER_LIMITS, int, natsAuth, optionalStr, readConfig, str } from "@seraph/kit";
 import { DEFAULT_API_COUNT_LIMITS, DEFAULT_API_RATE_LIMITS } from "./limits.js";
 
 /** API service configuration (cluster mode reads it from the environment). */
@@ -6,6 +6,14 @@ export type ApiConfig = ReturnType<typeof loadApiConfig>;
 
 /** Reads the API configuration; throws ConfigError naming every bad variable. */
 export function loadApiConfig(env: Readonly<Record<string, string | undefined>>) {
+  const c = readApiConfig(env);
+  if (c.SERAPH_EXECUTOR_TOKEN === c.SERAPH_INTERNAL_TOKEN) {
+    throw new ConfigError(["SERAPH_EXECUTOR_TOKEN must differ from SERAPH_INTERNAL_TOKEN: every executor node holds the first, and the second lets its holder act as the API towards the jobs service"]);
+  }
+  return c;
+}
+
+function readApiConfig(env: Readonly<Record<string, string | undefined>>) {
   return readConfig(env, {
     SERAPH_API_HOST: str("127.0.0.1"),
     SERAPH_API_GRPC_PORT: int(7400, 0, 65535),
@@ -17,7 +25,10 @@ export function loadApiConfig(env: Readonly<Record<string, string | undefined>>)
     /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
     NATS_AUTH: natsAuth(),
     SERAPH_JOBS_URL: str("http://127.0.0.1:7410"),
+    // The API's credential for the jobs service (only the API and jobs hold it).
     SERAPH_INTERNAL_TOKEN: str(),
+    // The API's credential for executor nodes' ExecutorService (every node holds it).
+    SERAPH_EXECUTOR_TOKEN: str(),
     SERAPH_OPERATOR_TOKEN_FILE: optionalStr(),
     /** WatchRepair's slow poll; signals (NATS) deliver changes sooner, the poll covers lost ones. */
     SERAPH_WATCH_POLL_MS: int(2000, 100, 600_000),

@@ -30,6 +30,7 @@ const api = await startApi({
   log,
   jobsUrl: config.SERAPH_JOBS_URL,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
+  executorToken: config.SERAPH_EXECUTOR_TOKEN,
   watchPollMs: config.SERAPH_WATCH_POLL_MS,
   rateLimits: {
     goalsPerMinute: config.SERAPH_RATE_GOALS_PER_MINUTE,

@@ -31,8 +31,10 @@ export interface ApiDeps {
   readonly log: Logger;
   /** gRPC base URL of the jobs service (node registry, job queue). */
   readonly jobsUrl: string;
-  /** Shared secret for service-to-service calls (jobs, executor nodes). */
+  /** The API's credential for the jobs service; executor nodes never hold it. */
   readonly internalToken: string;
+  /** The API's credential for executor nodes' ExecutorService; default `internalToken` (in-process test stacks only). */
+  readonly executorToken?: string | undefined;
   /** WatchRepair's slow poll in ms (default 2000). */
   readonly watchPollMs?: number;
   /** Creation rates (per principal and per root); unset fields take DEFAULT_API_RATE_LIMITS. */
@@ -54,7 +56,7 @@ export interface ApiDeps {
 /** Registers the public API. */
 export function createApiRoutes(deps: ApiDeps): (router: ConnectRouter) => void {
   const jobs = deps.jobs ?? createJobsClient(deps.jobsUrl, deps.internalToken);
-  const nodes = createNodeDirectory({ jobs, internalToken: deps.internalToken, transport: deps.executorTransport });
+  const nodes = createNodeDirectory({ jobs, executorToken: deps.executorToken ?? deps.internalToken, transport: deps.executorTransport });
   const runtimePath = deps.defaultRuntimePath ?? resolvePinnedPython();
   const defaults = (): SandboxSettings => defaultSettings(runtimePath);
   const operatorOps = deps.operatorOps ?? createOperatorOps({ ...deps, jobs });

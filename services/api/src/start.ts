@@ -38,7 +38,10 @@ export interface ApiRuntime {
   readonly signals: Signals;
   readonly log: Logger;
   readonly jobsUrl: string;
+  /** The API's credential for the jobs service (SERAPH_INTERNAL_TOKEN). */
   readonly internalToken: string;
+  /** The API's credential for executor nodes (SERAPH_EXECUTOR_TOKEN); default `internalToken` (in-process test stacks only). */
+  readonly executorToken?: string | undefined;
   /** Called once with the operator's token secret when the first start created it. */
   readonly onOperatorCreated?: (secret: string) => Promise<void> | void;
   readonly signal?: AbortSignal;
@@ -90,6 +93,7 @@ export async function startApi(rt: ApiRuntime): Promise<ApiHandle> {
       log: rt.log,
       jobsUrl: rt.jobsUrl,
       internalToken: rt.internalToken,
+      executorToken: rt.executorToken,
       watchPollMs: rt.watchPollMs,
       operatorOps,
       rateLimits: rt.rateLimits,

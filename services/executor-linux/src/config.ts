@@ -161,9 +161,21 @@ export function loadExecutorConfig(env: Readonly<Record<string, string | undefin
     NATS_URL: str(),
     /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
     NATS_AUTH: natsAuth(),
-    SERAPH_INTERNAL_TOKEN: str(),
+    // The API's credential for this node's ExecutorService. The node reaches the jobs service
+    // with its own key (<data dir>/node-key.pem), never with a shared secret.
+    SERAPH_EXECUTOR_TOKEN: str(),
+    // The API's jobs-service credential must never reach a node: refused when set.
+    SERAPH_INTERNAL_TOKEN: mustBeUnset("it is the API's credential for the jobs service; an executor node proves its jobs calls with its own key and must not hold it (set SERAPH_EXECUTOR_TOKEN, the API's credential for executors, instead)"),
     LOG_LEVEL: str("info"),
   });
+}
+
+/** A variable a node must not be given: a problem when set. */
+function mustBeUnset(why: string): EnvReader<undefined> {
+  return (env, name, problems) => {
+    if (env[name] !== undefined && env[name] !== "") problems.push(`${name} must not be set on an executor node: ${why}`);
+    return undefined;
+  };
 }
 
 /** The containment settings of a loaded configuration (see node-containment.ts). */

@@ -27,7 +27,7 @@ const executor = await startExecutor({
   repositoryRoots: config.SERAPH_REPOSITORY_ROOTS,
   dataDir: config.SERAPH_EXECUTOR_DATA_DIR,
   jobsUrl: config.SERAPH_JOBS_URL,
-  internalToken: config.SERAPH_INTERNAL_TOKEN,
+  internalToken: config.SERAPH_EXECUTOR_TOKEN,
   advertiseUrl: config.SERAPH_EXECUTOR_ADVERTISE_URL,
   // The config refuses anything but the kernel's boot id unless the test-only allowance is set.
   testBootIdFile: config.SERAPH_BOOT_ID_FILE === KERNEL_BOOT_ID_FILE ? undefined : config.SERAPH_BOOT_ID_FILE,

@@ -23,6 +23,7 @@ import { registerNode, registerNodeOnce, startHeartbeat, type Heartbeat, type No
 import type { Runner } from "./runner/runner.js";
 import { defaultSupervisorEntry, defaultSupervisorRuntime, readFacilityReport } from "./supervisor-client/index.js";
 import { defaultContainmentSettings, type ContainmentSettings } from "./supervisor-client/node-containment.js";
+import { loadNodeIdentity, nodeCallCredential } from "./identity/node-credential.js";
 import { nodeRoutes } from "./start/node-routes.js";
 import { startNodeRunner } from "./start/node-runner.js";
 import { checkNodeReadiness, NodeNotReadyError } from "./start/readiness.js";
@@ -43,6 +44,7 @@ export interface ExecutorRuntime {
   readonly repositoryRoots: readonly string[];
   readonly dataDir: string;
   readonly jobsUrl: string;
+  /** The API's credential for this node's ExecutorService (never a jobs-service credential: the node proves its jobs calls with its key). */
   readonly internalToken: string;
   readonly signals: Signals;
   readonly log: Logger;
@@ -91,7 +93,8 @@ export interface ExecutorHandle extends BootedService {
  */
 export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle> {
   const log = rt.log.child({ nodeId: rt.nodeId });
-  const transport = createServiceTransport(rt.jobsUrl, rt.internalToken);
+  const signingKey = loadNodeIdentity(rt.dataDir, log);
+  const transport = createServiceTransport(rt.jobsUrl, nodeCallCredential(rt.nodeId, signingKey));
   const jobsHealth = createClient(Health, transport);
   const jobs = createClient(JobsService, transport);
   const node = nodeFacts(rt);
@@ -104,13 +107,8 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   // With a fixed port (cluster mode, embedded) the address is known before listening, so the node
   // registers as part of readiness: it reports SERVING only once the jobs service knows it.
   const knownAddress = knownAddressOf(rt);
-  const registration = async (address: string): Promise<RegistrationInput> => ({
-    ...identity,
-    slotCount: rt.slotCount,
-    address,
-    repositoryRoots: rt.repositoryRoots,
-    facilities: await facilities(),
-  });
+  // The node registers with its key's public half: the identity the jobs service binds its id to.
+  const registration = async (address: string): Promise<RegistrationInput> => ({ ...identity, publicKey: signingKey.publicKeyPem, slotCount: rt.slotCount, address, repositoryRoots: rt.repositoryRoots, facilities: await facilities() });
   const booted = await bootService({
     name: "executor",
     metrics: rt.metrics,
@@ -150,6 +148,7 @@ export async function startExecutor(rt: ExecutorRuntime): Promise<ExecutorHandle
   }
   runner = startNodeRunner({
     ...rt,
+    signingKey,
     jobs,
     log,
     pollMs: rt.pollMs ?? 2000,

@@ -1,4 +1,4 @@
-import { int, natsAuth, readConfig, str } from "@seraph/kit";
+import { bool, int, natsAuth, readConfig, str } from "@seraph/kit";
 
 /** Jobs service configuration (cluster mode). */
 export type JobsConfig = ReturnType<typeof loadJobsConfig>;
@@ -15,7 +15,13 @@ export function loadJobsConfig(env: Readonly<Record<string, string | undefined>>
     NATS_URL: str(),
     /** NATS_USER + NATS_PASSWORD (default) or NATS_CREDS_FILE: the server refuses anonymous connections. */
     NATS_AUTH: natsAuth(),
+    // The API's credential for the jobs service; executor nodes never hold it (each proves its
+    // calls with its own key).
     SERAPH_INTERNAL_TOKEN: str(),
+    // Enrol an unknown node's key at its first registration instead of waiting for
+    // `seraph nodes approve` (single-host instances only: whoever reaches the jobs port first
+    // with a new node id becomes that node).
+    SERAPH_JOBS_AUTO_ENROL_NODES: bool(false),
     LOG_LEVEL: str("info"),
     // Heartbeat age after which a node gets no new reservations (3 × a 10 s heartbeat; 6 × the
     // executor's default 5 s). Its held slots stay held: only completion or recovery frees them.

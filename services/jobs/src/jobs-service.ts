@@ -26,6 +26,7 @@ import { enqueueJob } from "./jobs/enqueue.js";
 import { countJobsByState } from "./jobs/job.repository.js";
 import { jobView } from "./jobs/job-queries.js";
 import { toSlotProto } from "./jobs/job-view.js";
+import { approveNode } from "./identity/node-enrolment.js";
 import { cordonNode, fenceNode, uncordonNode } from "./nodes/node-admin.js";
 import { heartbeat, listAllNodes, listNodeJobs, registerNode } from "./nodes/node-operations.js";
 import { recoverProcessCleanup } from "./recovery/recover.js";
@@ -92,6 +93,7 @@ export function createJobsService(core: JobsCore): ServiceImpl<typeof JobsServic
     fenceNode: (req) => fenceNode(core, req),
     cordonNode: (req) => cordonNode(core, req),
     uncordonNode: (req) => uncordonNode(core, req),
+    approveNode: (req) => approveNode(core, req),
     async countJobs(req) {
       const counts = await countJobsByState(core.db, req.ownerId || undefined);
       const n = (...states: string[]) => states.reduce((sum, k) => sum + (counts.get(k) ?? 0), 0);

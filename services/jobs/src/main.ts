@@ -27,6 +27,7 @@ const jobs = await startJobs({
   signals,
   log,
   internalToken: config.SERAPH_INTERNAL_TOKEN,
+  autoEnrolNodes: config.SERAPH_JOBS_AUTO_ENROL_NODES,
   nodeStaleMs: config.SERAPH_JOBS_NODE_STALE_MS,
   rootMaxSlots: config.SERAPH_JOBS_ROOT_MAX_SLOTS,
 });

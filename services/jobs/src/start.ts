@@ -1,10 +1,11 @@
-import { bootService, internalAuthenticator, JOBS_READ_MAX_BYTES, markNotServing, type BootedService, type Logger, type Metrics, type Signals } from "@seraph/kit";
+import { bootService, JOBS_READ_MAX_BYTES, markNotServing, type BootedService, type Logger, type Metrics, type Signals } from "@seraph/kit";
 import { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Kysely } from "kysely";
 import type { AuthorityReader } from "./admission/authority.js";
 import { migrateJobs } from "./db/migrate.js";
 import type { JobsDatabase } from "./db/schema.js";
 import { createEventPublisher } from "./events/publisher.js";
+import { createJobsAuthenticator } from "./identity/node-authenticator.js";
 import { createJobsCore, createJobsService } from "./jobs-service.js";
 import { createJobsRoutes } from "./routes.js";
 import { createJobsMetrics } from "./metrics.js";
@@ -21,7 +22,15 @@ export interface JobsRuntime {
   readonly db: Kysely<JobsDatabase>;
   readonly signals: Signals;
   readonly log: Logger;
+  /** The API's credential (SERAPH_INTERNAL_TOKEN): every RPC but a node's. Nodes prove each call with their own key. */
   readonly internalToken: string;
+  /**
+   * Enrol an unknown node id's key at its first registration (trust on first use), instead of
+   * recording it as pending for `seraph nodes approve`: every node id (true) or only these
+   * (embedded enrols its own node only). For a single-host instance and test stacks; off by
+   * default (SERAPH_JOBS_AUTO_ENROL_NODES).
+   */
+  readonly autoEnrolNodes?: boolean | readonly string[] | undefined;
   readonly signal?: AbortSignal;
   /** The scheduler's slow poll (default 2000 ms): lost signals only delay work by this much. */
   readonly pollMs?: number;
@@ -62,7 +71,7 @@ export async function startJobs(rt: JobsRuntime): Promise<JobsHandle> {
     httpPort: rt.httpPort,
     serviceNames: JOBS_SERVICE_NAMES,
     routes: createJobsRoutes(createJobsService(core)),
-    authenticate: internalAuthenticator(rt.internalToken),
+    authenticate: createJobsAuthenticator({ db: rt.db, apiToken: rt.internalToken, autoEnrolNodes: rt.autoEnrolNodes ?? false, now: core.now }),
     // StoreArtifact carries up to 17 MiB (jobs.proto); everything else is smaller.
     limits: { readMaxBytes: JOBS_READ_MAX_BYTES },
     signal: rt.signal,

@@ -4,6 +4,7 @@ import { createLocalSignals, createRootLogger, createServiceTransport, newId, op
 import { ApprovalDocumentSchema, type ApprovalDocument } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { createTestDatabase } from "@seraph/kit/testing";
 import { ExecutionBundleSchema, JobsService, type ExecutionBundle } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { OwnerMarkerSchema, type OwnerMarker } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { InspectionSchema } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { approvalDocumentSha256, computeInspectionHash } from "@seraph/profiles";
@@ -11,11 +12,20 @@ import type { Kysely } from "kysely";
 import type { AuthorityReader } from "../src/admission/authority.js";
 import type { JobsDatabase } from "../src/db/schema.js";
 import { startJobs, type JobsHandle } from "../src/start.js";
+import { actAsRightfulCaller, type TestNodeKey } from "./node-keys.js";
 
 /** A jobs service on a fresh PostgreSQL database, with a controllable authority (test only). */
 export interface JobsHarness {
   readonly jobs: JobsHandle;
+  /**
+   * Makes each call as its rightful caller: the API's RPCs with the API's token, a node's RPCs
+   * with a proof by that node's own key (see actAsRightfulCaller).
+   */
   readonly client: Client<typeof JobsService>;
+  /** The API's credential (SERAPH_INTERNAL_TOKEN). */
+  readonly apiToken: string;
+  /** The test key of each node id the client has acted as. */
+  readonly nodeKeys: Map<string, TestNodeKey>;
   readonly db: Kysely<JobsDatabase>;
   readonly signals: Signals;
   /** Blockers the fake authority returns at claim time (empty: admitted). */
@@ -30,7 +40,7 @@ export interface JobsHarness {
 }
 
 /** Starts the harness (real PostgreSQL via createTestDatabase, in-process signals unless given). */
-export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; rootMaxSlots?: number } = {}): Promise<JobsHarness> {
+export async function startJobsHarness(opts: { signals?: Signals; pollMs?: number; nodeStaleMs?: number; rootMaxSlots?: number; autoEnrolNodes?: boolean } = {}): Promise<JobsHarness> {
   const database = await createTestDatabase();
   const db = await openDatabase<JobsDatabase>({ url: database.url });
   const signals = opts.signals ?? createLocalSignals();
@@ -52,11 +62,14 @@ export async function startJobsHarness(opts: { signals?: Signals; pollMs?: numbe
       return { document: toBinary(ApprovalDocumentSchema, doc), documentSha256: doc.documentSha256 };
     },
   };
-  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs, rootMaxSlots: opts.rootMaxSlots });
-  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, token));
+  const jobs = await startJobs({ host: "127.0.0.1", grpcPort: 0, db, signals, log: createRootLogger({ name: "jobs-test", level: process.env["SERAPH_TEST_LOG"] ?? "silent" }), internalToken: token, autoEnrolNodes: opts.autoEnrolNodes ?? true, authority, pollMs: opts.pollMs ?? 200, nodeStaleMs: opts.nodeStaleMs, rootMaxSlots: opts.rootMaxSlots });
+  const nodeKeys = new Map<string, TestNodeKey>();
+  const client = createClient(JobsService, createServiceTransport(jobs.server.grpcUrl, actAsRightfulCaller(db, token, nodeKeys)));
   return Object.assign(h, {
     jobs,
     client,
+    apiToken: token,
+    nodeKeys,
     db,
     signals,
     async close() {
@@ -152,4 +165,21 @@ export function testBundle(nodeId: string, over: Omit<Partial<ExecutionBundle>, 
   });
   if (over.approvalDocumentSha256 === undefined) bundle.approvalDocumentSha256 = testApprovalDocument(bundle, ownerId).documentSha256;
   return bundle;
+}
+
+/** A complete owner marker for attempt 1 of `jobId` under `fence` on slot 0 of `nodeId`, bound to `bundle` as recovery revalidates it (test only). */
+export function testOwnerMarker(bundle: ExecutionBundle | undefined, jobId: string, fence: bigint, nodeId: string, bootId = "boot-1"): OwnerMarker {
+  return create(OwnerMarkerSchema, {
+    bindings: { approvalId: bundle?.approvalId ?? "", approvalDocumentSha256: bundle?.approvalDocumentSha256 ?? "", isolationClaim: bundle?.isolationClaim ?? "", resourceEnforcement: bundle?.resourceEnforcement ?? "", nodeId, slotIndex: 0 },
+    tokenSha256: "7".repeat(64),
+    supervisor: { pid: 4242, startTimeTicks: 777n, bootId },
+    jobId,
+    attempt: 1,
+    fence,
+    supervisorSourceSha256: TEST_SUPERVISOR_SOURCE_SHA256,
+    socketPath: "/run/x/sock",
+    runDir: "/run/x",
+    writtenUnixMs: BigInt(Date.now()),
+    specSha256: "e".repeat(64),
+  });
 }

@@ -76,6 +76,9 @@ function route(): void {
   if (repair && UUID.test(repair[1] ?? "")) {
     document.title = "Repair inspector — Seraph";
     renderInspector(shell(session, "work"), ctx, repair[1] ?? "", repair[2] ?? "");
+  } else if (/^\/work\/from\/[^/]+$/.test(hash) && UUID.test(hash.slice("/work/from/".length))) {
+    document.title = "Work → New repair from a repair — Seraph";
+    renderWork(shell(session, "work"), ctx, hash.slice("/work/from/".length));
   } else if (hash === "/settings") {
     document.title = "Settings → Repository sandbox — Seraph";
     renderSettings(shell(session, "settings"), ctx);

@@ -128,7 +128,7 @@ describe("seraph nodes list / cordon / uncordon", () => {
   it("lists state, heartbeat age and slots, and cordons and uncordons by id", async () => {
     const l = await seraph(["nodes", "list"], { isTTY: false });
     expect(l.code).toBe(0);
-    expect(l.out).toMatch(/^node-b {2}stale {5}heartbeat 60 min ago {2}slots 2: 1 free, 0 reserved, 1 held\n$/);
+    expect(l.out).toMatch(/^node-b {2}stale {5}heartbeat 60 min ago {2}slots 2: 1 free, 0 reserved, 1 held {2}key none enrolled\n$/);
     expect((await seraph(["nodes", "cordon", "node-b"], { isTTY: false })).out).toContain("node node-b cordoned: no new reservations");
     expect((await seraph(["nodes", "uncordon", "node-b"], { isTTY: false })).out).toContain("node node-b uncordoned: reservations resume");
     expect(calls.map((c) => c.method)).toEqual(["cordonNode", "uncordonNode"]);

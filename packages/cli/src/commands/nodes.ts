@@ -1,11 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import {
+  ApproveNodeResponseSchema,
   CordonNodeResponseSchema,
   FenceNodeResponseSchema,
   ListNodesResponseSchema,
   UncordonNodeResponseSchema,
 } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
-import { NodeState, type Node } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { NodeState, type Node, type PendingNode } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Command, CommandGroup } from "../command-spec.js";
 import { str, type CommandContext } from "../context.js";
 import { CliFailure, UsageError } from "../io.js";
@@ -42,7 +43,13 @@ export function nodeLine(n: Node): string {
       : n.state === NodeState.CORDONED
         ? `  cordoned ${when(n.cordonedUnixMs)} by ${n.cordonedBy}`
         : "";
-  return `${n.nodeId}  ${stateWord(n).padEnd(8)}  heartbeat ${age(n.heartbeatAgeMs)} ago  ${slots}${extra}`;
+  const key = n.keyFingerprint ? `  key ${n.keyFingerprint}` : "  key none enrolled";
+  return `${n.nodeId}  ${stateWord(n).padEnd(8)}  heartbeat ${age(n.heartbeatAgeMs)} ago  ${slots}${key}${extra}`;
+}
+
+/** One line per node id whose key waits for approval, with the command that approves it. */
+export function pendingLine(p: PendingNode): string {
+  return `${p.nodeId}  pending   key ${p.keyFingerprint}  since ${new Date(Number(p.requestedUnixMs)).toISOString()}  (compare with <data dir>/node-key.pub on the node, then: seraph nodes approve ${p.nodeId} --fingerprint ${p.keyFingerprint})`;
 }
 
 async function findListedNode(ctx: CommandContext, nodeId: string): Promise<Node> {
@@ -57,6 +64,7 @@ export function fenceWarning(node: Node): string {
   return [
     `Fencing node ${node.nodeId} is permanent. What follows:`,
     `  - every call from node id ${node.nodeId} is refused from now on (PERMISSION_DENIED node_fenced): it can never register, heartbeat, claim or report again, and there is no unfence;`,
+    "  - its key is revoked for good: it can never be enrolled again, under any node id;",
     `  - its claimed jobs become UNKNOWN node_fenced: whatever they started may still be running on that host (cleanup unproven);`,
     "  - its queued and reserved jobs are rejected (node_fenced): nothing of them ran;",
     "  - the owners can then release those slots with `seraph repair recover`, recorded as proof node_fenced, cleanup unproven, never as a proved cleanup;",
@@ -86,14 +94,37 @@ async function confirmFence(ctx: CommandContext, node: Node, yes: boolean): Prom
 const list: Command = {
   spec: {
     name: "nodes list",
-    summary: "List every executor node with its state (live, stale, cordoned, fenced), heartbeat age and slots (instance operator only).",
-    notes: [OPERATOR_ONLY, "stale: no heartbeat within the scheduling bound (no new reservations until it heartbeats again)."],
+    summary: "List every executor node with its state (live, stale, cordoned, fenced), heartbeat age, slots and key fingerprint, then the nodes whose key waits for approval (instance operator only).",
+    notes: [OPERATOR_ONLY, "stale: no heartbeat within the scheduling bound (no new reservations until it heartbeats again).", "pending: a node id that registered with a key nobody approved yet; it is not registered and can do nothing until `seraph nodes approve`."],
   },
   async run(ctx) {
     const res = await (await ctx.api()).nodes.listNodes({});
     if (ctx.json) ctx.json1(ListNodesResponseSchema, res);
-    if (res.nodes.length === 0) ctx.say("no executor node is registered");
+    if (res.nodes.length === 0 && res.pending.length === 0) ctx.say("no executor node is registered");
     for (const n of res.nodes) ctx.say(nodeLine(n));
+    for (const p of res.pending) ctx.say(pendingLine(p));
+    return 0;
+  },
+};
+
+const approve: Command = {
+  spec: {
+    name: "nodes approve",
+    summary: "Enrol a pending node's key, named by its exact fingerprint: the node id then accepts calls proved by that key only.",
+    args: [NODE_ARG],
+    flags: { fingerprint: { type: "string", value: "SHA256", help: "the key's fingerprint as `seraph nodes list` shows it; compare it with the node's <data dir>/node-key.pub first (required)" } },
+    notes: [
+      OPERATOR_ONLY,
+      "The fingerprint is the SHA-256 of the key's SPKI DER, hex: on the node, `openssl pkey -pubin -in <data dir>/node-key.pub -outform DER | sha256sum`.",
+      "Another pending key for the node id: FAILED_PRECONDITION fingerprint_mismatch, nothing enrolled. A fenced node can never be approved.",
+    ],
+  },
+  async run(ctx, { values, positionals }) {
+    const fingerprint = str(values, "fingerprint");
+    if (fingerprint === undefined) throw new UsageError("--fingerprint is required: approve exactly the key you compared with the node's node-key.pub");
+    const res = await (await ctx.api()).nodes.approveNode({ nodeId: positionals[0] as string, fingerprint });
+    if (ctx.json) ctx.json1(ApproveNodeResponseSchema, res);
+    ctx.say(res.approved ? `node ${res.nodeId} enrolled with key ${res.fingerprint}: its next registration is accepted` : `node ${res.nodeId} was already enrolled with key ${res.fingerprint}`);
     return 0;
   },
 };
@@ -160,6 +191,6 @@ const uncordon: Command = {
 /** `seraph nodes`: the instance operator's executor node administration. */
 export const nodes: CommandGroup = {
   name: "nodes",
-  summary: "Executor nodes (instance operator): list them, cordon and uncordon one, fence one that is gone for good.",
-  subcommands: { list, fence, cordon, uncordon },
+  summary: "Executor nodes (instance operator): list them, approve a new node's key, cordon and uncordon one, fence one that is gone for good.",
+  subcommands: { list, approve, fence, cordon, uncordon },
 };

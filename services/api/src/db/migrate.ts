@@ -9,6 +9,7 @@ import { repositoryTenancy } from "./migrations/2026-12-01-0201-repository-tenan
 import { baselineRuns } from "./migrations/2026-12-01-0301-baseline-runs.js";
 import { jobsAuthorityViews } from "./migrations/2026-12-02-0101-jobs-authority-views.js";
 import { repositoryHost } from "./migrations/2026-12-04-0101-repository-host.js";
+import { repairAttempts } from "./migrations/2026-12-06-0101-repair-attempts.js";
 import type { ApiDatabase } from "./schema.js";
 
 /** Every API migration, by dated name. Append only; never edit one that has shipped. */
@@ -22,6 +23,7 @@ export const API_MIGRATIONS: Record<string, Migration> = {
   "2026-12-01-0301-baseline-runs": baselineRuns,
   "2026-12-02-0101-jobs-authority-views": jobsAuthorityViews,
   "2026-12-04-0101-repository-host": repositoryHost,
+  "2026-12-06-0101-repair-attempts": repairAttempts,
 };
 
 /** Brings the API tables to the latest schema under Kysely's migration lock. */

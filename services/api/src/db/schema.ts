@@ -87,6 +87,8 @@ export interface ApiDatabase {
     supervisor_source_sha256: ColumnType<string | null, string | null | undefined, string | null>;
     /** protobuf NodeContainment the node reported at inspection (bound by the approval document). */
     containment: ColumnType<Uint8Array | null, Uint8Array | null | undefined, Uint8Array | null>;
+    /** The latest attempt's number (1 before 2026-12-06-0101 and for a repair's first patch). */
+    attempt: ColumnType<number, number | undefined, number>;
     revision: ColumnType<string, string | number | bigint, string | number | bigint>;
     created_at: Timestamp;
     updated_at: Timestamp;
@@ -98,6 +100,8 @@ export interface ApiDatabase {
     proposal: Uint8Array;
     diff_sha256: string;
     valid: boolean;
+    /** The attempt it belongs to. */
+    attempt: ColumnType<number, number | undefined, number>;
     created_at: Timestamp;
   };
   approval_documents: {
@@ -121,6 +125,8 @@ export interface ApiDatabase {
     approved_at: Timestamp;
     expires_at: Timestamp;
     job_id: string | null;
+    /** The attempt it approves (unique per repair). */
+    attempt: ColumnType<number, number | undefined, number>;
   };
   /** Issued baseline documents (same selection, unpatched snapshot, no patch). */
   baseline_documents: {

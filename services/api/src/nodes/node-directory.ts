@@ -20,7 +20,7 @@ export interface NodeDirectory {
  * each node's ExecutorService over gRPC with the internal token (or over `transport`, when given:
  * tests pass an in-memory one).
  */
-export function createNodeDirectory(deps: { jobs: Client<typeof JobsService>; internalToken: string; transport?: ((node: Node) => Transport) | undefined }): NodeDirectory {
+export function createNodeDirectory(deps: { jobs: Client<typeof JobsService>; executorToken: string; transport?: ((node: Node) => Transport) | undefined }): NodeDirectory {
   const clients = new Map<string, Client<typeof ExecutorService>>();
   const list = async (): Promise<Node[]> => {
     try {
@@ -53,7 +53,7 @@ export function createNodeDirectory(deps: { jobs: Client<typeof JobsService>; in
     executor(node) {
       let c = clients.get(node.address);
       if (!c) {
-        c = createClient(ExecutorService, deps.transport ? deps.transport(node) : createServiceTransport(node.address, deps.internalToken));
+        c = createClient(ExecutorService, deps.transport ? deps.transport(node) : createServiceTransport(node.address, deps.executorToken));
         clients.set(node.address, c);
       }
       return c;

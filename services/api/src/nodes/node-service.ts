@@ -1,6 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { NodeService } from "@seraph/proto/seraph/api/v1/nodes_pb.js";
 import type { NodeAdminDeps } from "./node-admin-deps.js";
+import { approveNode } from "./node-approve.js";
 import { cordonNode } from "./node-cordon.js";
 import { fenceNode } from "./node-fence.js";
 import { listNodes } from "./node-list.js";
@@ -13,5 +14,6 @@ export function createNodeService(deps: NodeAdminDeps): ServiceImpl<typeof NodeS
     fenceNode: (req, ctx) => fenceNode(deps, req, ctx),
     cordonNode: (req, ctx) => cordonNode(deps, req, ctx),
     uncordonNode: (req, ctx) => uncordonNode(deps, req, ctx),
+    approveNode: (req, ctx) => approveNode(deps, req, ctx),
   };
 }

@@ -63,10 +63,14 @@ export function toOperatorJob(job: Job): OperatorJob {
  */
 export function createOperatorOps(deps: RepairControlDeps): OperatorOps {
   const { db, jobs } = deps;
-  /** The owner's repair of `jobId`, and whether that job is the repair's baseline run. */
-  async function ownRepairOfJob(p: AuthenticatedPrincipal, jobId: string): Promise<{ row: RepairRow; baseline?: string }> {
+  /**
+   * The owner's repair of `jobId`, and whether that job is not its latest attempt's (`baseline`:
+   * the repair's baseline run, or an earlier attempt's run, which `label` names).
+   */
+  async function ownRepairOfJob(p: AuthenticatedPrincipal, jobId: string): Promise<{ row: RepairRow; baseline?: string; label?: string }> {
     const row = await findOwnedRepairByJob(db, p.id, jobId);
-    if (row) return { row };
+    if (row && row.job_id === jobId) return { row };
+    if (row) return { row, baseline: jobId, label: "job of an earlier attempt" };
     const base = await findOwnedRepairByBaselineJob(db, p.id, jobId);
     if (!base) throw new NotFoundError("job", jobId);
     return { row: base, baseline: jobId };
@@ -91,7 +95,7 @@ export function createOperatorOps(deps: RepairControlDeps): OperatorOps {
     },
     async cancelJob(p, req) {
       const own = await ownRepairOfJob(p, req.jobId);
-      const { job } = await cancelOwnedRepair(deps, p, own.row, req.reason, own.baseline);
+      const { job } = await cancelOwnedRepair(deps, p, own.row, req.reason, own.baseline, own.label);
       const current = job ?? (await jobOf(req.jobId));
       return create(CancelOperatorJobResponseSchema, { job: current ? toOperatorJob(current) : undefined });
     },

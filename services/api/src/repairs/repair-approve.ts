@@ -10,15 +10,18 @@ import {
   type GetApprovalDocumentRequest,
   type GetApprovalDocumentResponseSchema,
 } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { freshlyAdmitted } from "./repair-admission.js";
+import { attemptRan } from "./repair-attempts.js";
 import { checkBindings, requireForward } from "./repair-checks.js";
 import type { RepairDeps } from "./repair-deps.js";
 import { documentFor, requireIssued } from "./repair-document.js";
 import { ensureJob } from "./repair-enqueue.js";
 import { publishRepairEvents } from "./repair-events.js";
-import { ownedRepair, viewRepair } from "./repair-read.js";
+import { fetchJob, ownedRepair, viewRepair } from "./repair-read.js";
 import {
   findApproval,
+  findApprovalOfProposal,
   findDocumentByHash,
   findLiveDocument,
   findProposal,
@@ -34,18 +37,20 @@ type ApproveAnswer = MessageInitShape<typeof ApproveResponseSchema>;
 
 /**
  * GetApprovalDocument: the exact document to approve for one valid proposal. An approved
- * proposal's document as approved; otherwise a live issued one, or a fresh one issued now (the
- * repair must still wait for a person and its bindings hold).
+ * proposal's document (of any attempt) as approved; otherwise a live issued one, or a fresh one
+ * issued now (the proposal must be of the latest attempt, the repair must still wait for a
+ * person and its bindings hold).
  */
 export async function getApprovalDocument(deps: RepairDeps, req: GetApprovalDocumentRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof GetApprovalDocumentResponseSchema>> {
   const { db } = deps;
   const p = requirePrincipal(ctx);
   const row = await ownedRepair(deps, p, req.repairId);
-  const approval = await findApproval(db, row.id);
-  if (approval && approval.proposal_id === req.proposalId) return { document: fromBinary(ApprovalDocumentSchema, approval.document) };
+  const approved = await findApprovalOfProposal(db, row.id, req.proposalId);
+  if (approved) return { document: fromBinary(ApprovalDocumentSchema, approved.document) };
   requireForward(row);
   const proposalRow = await findProposal(db, row.id, req.proposalId);
   if (!proposalRow) throw new NotFoundError("proposal", req.proposalId);
+  requireCurrentAttempt(row, proposalRow.attempt, proposalRow.id, "proposal_id");
   const proposal = fromBinary(ProposalSchema, proposalRow.proposal);
   if (!proposal.valid) throw new FailedPreconditionError("proposal_invalid", `Proposal ${proposal.id} is invalid (${proposal.reasons.map((r) => r.code).join(", ")}); nothing can be approved for it.`, { field: "proposal_id" });
   const settings = await checkBindings(deps, row);
@@ -65,22 +70,53 @@ export async function getApprovalDocument(deps: RepairDeps, req: GetApprovalDocu
   return { document: doc };
 }
 
+/** FAILED_PRECONDITION proposal_not_current unless proposal `id` (of attempt `attempt`) is of the repair's latest attempt. */
+function requireCurrentAttempt(row: RepairRow, attempt: number, id: string, field: "proposal_id" | "document_sha256"): void {
+  if (attempt === row.attempt) return;
+  throw new FailedPreconditionError(
+    "proposal_not_current",
+    `Proposal ${id} belongs to attempt ${attempt}; repair ${row.id} is at attempt ${row.attempt}, and only a proposal of the latest attempt can be approved (seraph repair attempts ${row.id.slice(0, 8)} lists them).`,
+    { field },
+  );
+}
+
 /**
- * Approve: records the approval of one issued document's hash (one transaction with the repair's
- * compare-and-set to approved) after the document, the proposal and a fresh admission check out,
- * then queues its job once. A repeat with the same hash answers as the first did.
+ * FAILED_PRECONDITION attempt_already_ran when the latest attempt's approval already ran its one
+ * job (see attemptRan): approving again would run nothing, so the next step is a new patch.
+ */
+async function refuseIfRan(deps: RepairDeps, row: RepairRow, existing: ApprovalRow): Promise<void> {
+  const job = existing.job_id ? await fetchJob(deps, existing.job_id) : undefined;
+  if (!attemptRan(job)) return;
+  throw new FailedPreconditionError(
+    "attempt_already_ran",
+    `Attempt ${row.attempt} of repair ${row.id} already ran: its approval ${existing.id} ran job ${existing.job_id} (${JobState[job!.state]}, ${job!.outcome}), and an approval runs once. Next: propose another patch: seraph repair propose ${row.id.slice(0, 8)} --patch FILE (it opens attempt ${row.attempt + 1}, which needs a fresh exact approval).`,
+    { field: "document_sha256" },
+  );
+}
+
+/**
+ * Approve: records the approval of one issued document's hash for the repair's latest attempt (one
+ * transaction with the repair's compare-and-set to approved) after the document, the proposal and
+ * a fresh admission check out, then queues its job once. A repeat with the same hash answers as
+ * the first did while its job has not ended; once it ran, any Approve of that attempt is
+ * FAILED_PRECONDITION attempt_already_ran with the next step (propose another patch).
  */
 export async function approve(deps: RepairDeps, req: ApproveRequest, ctx: HandlerContext): Promise<ApproveAnswer> {
   const { db, signals, log } = deps;
   const t0 = performance.now();
   const p = requirePrincipal(ctx);
   let row = await ownedRepair(deps, p, req.repairId);
-  const existing = await findApproval(db, row.id);
+  const existing = await findApproval(db, row.id, row.attempt);
   if (existing) {
-    if (existing.document_sha256 !== req.documentSha256) {
-      throw new FailedPreconditionError("already_approved", `Repair ${row.id} is already approved with document ${existing.document_sha256}.`, { field: "document_sha256" });
-    }
     if (row.state === "cancelled") throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
+    await refuseIfRan(deps, row, existing);
+    if (existing.document_sha256 !== req.documentSha256) {
+      throw new FailedPreconditionError(
+        "already_approved",
+        `Attempt ${row.attempt} of repair ${row.id} is already approved with document ${existing.document_sha256}; wait for its run to end (seraph repair watch ${row.id.slice(0, 8)}), then propose another patch.`,
+        { field: "document_sha256" },
+      );
+    }
     return answer(deps, p, row, existing);
   }
   const { doc, docRow } = await approvableDocument(deps, row, req.documentSha256);
@@ -94,7 +130,7 @@ export async function approve(deps: RepairDeps, req: ApproveRequest, ctx: Handle
   } catch (err) {
     if (err instanceof SeraphError) throw err;
     // A concurrent Approve of the same repair won the unique constraint: answer as it did.
-    const raced = await findApproval(db, row.id);
+    const raced = await findApproval(db, row.id, row.attempt);
     if (raced && raced.document_sha256 === req.documentSha256) return answer(deps, p, await ownedRepair(deps, p, row.id), raced);
     throw err;
   }
@@ -125,10 +161,12 @@ async function approvableDocument(deps: RepairDeps, row: RepairRow, documentSha2
     throw new FailedPreconditionError("document_mismatch", `No approval document with SHA-256 ${documentSha256} was issued for repair ${row.id}; fetch the document again and approve the hash it shows.`, { field: "document_sha256" });
   }
   const doc: ApprovalDocument = fromBinary(ApprovalDocumentSchema, docRow.document);
+  const proposalRow = await findProposal(deps.db, row.id, doc.proposalId);
+  // An earlier attempt's document is refused as that, whether or not it has expired since.
+  if (proposalRow) requireCurrentAttempt(row, proposalRow.attempt, proposalRow.id, "document_sha256");
   requireIssued(deps, doc, docRow.expires_at, documentSha256, "approval ");
   requireForward(row);
   if (row.state !== "proposed") throw new FailedPreconditionError("not_proposed", `Repair ${row.id} has no valid proposal to approve.`);
-  const proposalRow = await findProposal(deps.db, row.id, doc.proposalId);
   if (!proposalRow || !proposalRow.valid || proposalRow.diff_sha256 !== doc.proposalSha256) {
     throw new FailedPreconditionError("proposal_invalid", "The document's proposal is not a valid proposal of this repair.", { field: "document_sha256" });
   }
@@ -148,6 +186,7 @@ async function recordApproval(deps: RepairDeps, p: AuthenticatedPrincipal, row: 
       document_sha256: doc.documentSha256,
       approved_by: p.id,
       expires_at: docRow.expires_at,
+      attempt: row.attempt,
     });
     return { row: u, approval: a };
   });

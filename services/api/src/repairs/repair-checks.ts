@@ -21,7 +21,7 @@ const STALE_MESSAGES: Record<string, string> = {
 
 /** FAILED_PRECONDITION `reason`: repair `id` is stale, in words, with what to do. */
 export function staleError(id: string, reason: string): FailedPreconditionError {
-  return new FailedPreconditionError(reason, `Repair ${id} is stale: ${STALE_MESSAGES[reason] ?? reason}. Create a new repair for the current inputs.`);
+  return new FailedPreconditionError(reason, `Repair ${id} is stale: ${STALE_MESSAGES[reason] ?? reason}. Create a new repair for the current inputs (seraph repair create --from ${id.slice(0, 8)} copies this one's).`);
 }
 
 /** Refuses to move a repair forward unless it is waiting for a person and still current. */
@@ -31,10 +31,17 @@ export function requireForward(row: RepairRow): void {
     case "blocked":
       throw new FailedPreconditionError("inspection_blocked", `Repair ${row.id} is blocked: the inspection did not admit the repository (see inspection.reasons).`);
     case "approved":
+      throw new FailedPreconditionError(
+        "already_approved",
+        `Attempt ${row.attempt} of repair ${row.id} is already approved and has not ended; wait for its run (seraph repair watch ${row.id.slice(0, 8)}) or cancel it, then propose another patch: seraph repair propose ${row.id.slice(0, 8)} --patch FILE.`,
+      );
     case "finished":
-      throw new FailedPreconditionError("already_approved", `Repair ${row.id} is already approved.`);
+      throw new FailedPreconditionError(
+        "attempt_already_ran",
+        `Attempt ${row.attempt} of repair ${row.id} already ran; an approval runs once. Next: propose another patch: seraph repair propose ${row.id.slice(0, 8)} --patch FILE (it opens attempt ${row.attempt + 1}, which needs a fresh exact approval).`,
+      );
     case "cancelled":
-      throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled.`);
+      throw new FailedPreconditionError("repair_cancelled", `Repair ${row.id} was cancelled. Next: seraph repair create --from ${row.id.slice(0, 8)} (a new repair with the same inputs).`);
     default:
   }
 }

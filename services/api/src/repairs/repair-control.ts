@@ -33,18 +33,20 @@ const ENDED: readonly JobState[] = [JobState.SUCCEEDED, JobState.FAILED, JobStat
  * principal's repair is NOT_FOUND before this is reached). The one implementation behind
  * RepairService.CancelRepair and the operator service's CancelJob (gRPC and NATS).
  *
- * A cancelled repair answers as it is; a finished one is FAILED_PRECONDITION already_finished.
+ * `baselineJobId` names a job of the repair other than its latest attempt's (its baseline job, or
+ * an earlier attempt's, named by `label`): only that job is cancelled. A cancelled repair answers as it is; a finished one is FAILED_PRECONDITION already_finished.
  * With a job, the jobs service sets its monotonic cancel flag as requested by `p` (before the
  * start token nothing starts; after it the exact supervisor is asked to terminate and reap); a
  * job that had already ended is FAILED_PRECONDITION already_finished, not a silent OK. Without
  * a job, the repair becomes cancelled (compare-and-set on its revision).
  */
-export async function cancelOwnedRepair(deps: RepairControlDeps, p: AuthenticatedPrincipal, row: RepairRow, reason: string, baselineJobId?: string): Promise<CancelOutcome> {
+export async function cancelOwnedRepair(deps: RepairControlDeps, p: AuthenticatedPrincipal, row: RepairRow, reason: string, baselineJobId?: string, label = "baseline job"): Promise<CancelOutcome> {
   const { db, signals, jobs } = deps;
   if (baselineJobId !== undefined) {
-    // The baseline job only: the same monotonic cancel flag; the repair itself is not cancelled.
+    // The baseline job (or an earlier attempt's, `label` says which) only: the same monotonic
+    // cancel flag; the repair itself is not cancelled.
     const res = await jobs.cancelJob({ jobId: baselineJobId, requestedBy: p.id, reason }, { timeoutMs: 15_000 });
-    if (res.job && ENDED.includes(res.job.state)) throw new FailedPreconditionError("already_finished", `The baseline job of repair ${row.id} already ended ${JobState[res.job.state]} (${res.job.outcome}); there is nothing to cancel.`);
+    if (res.job && ENDED.includes(res.job.state)) throw new FailedPreconditionError("already_finished", `The ${label} of repair ${row.id} already ended ${JobState[res.job.state]} (${res.job.outcome}); there is nothing to cancel.`);
     signals.publish(repairSubject(row.id), new Uint8Array());
     return { row, job: res.job };
   }

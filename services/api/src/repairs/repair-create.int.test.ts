@@ -1,5 +1,5 @@
 import { Code } from "@connectrpc/connect";
-import { RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { RepairState, RepairView } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { Selection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectRefused, REPOS_ROOT, startApiHarness, type ApiClients, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
@@ -153,6 +153,37 @@ describe("RepairService: create, read, list, watch (in-memory transport, real Po
     expect(all).toEqual(expect.arrayContaining([a.repair.id, b.repair.id]));
     expect((await mallory.c.repairs.listRepairs({})).repairs).toEqual([]);
     await expectRefused(alice.c.repairs.listRepairs({ goalId: "not-a-uuid" }), Code.InvalidArgument, "invalid_uuid", "goal_id");
+  });
+
+  it("ListRepairs pages newest first (page_size, next_page_token) and answers summaries without inspection, proposals or the job's evidence; a foreign or garbled page_token is INVALID_ARGUMENT", async () => {
+    const pager = await h.principal("pager", { newRoot: true });
+    const repo = await registeredRepository(h, pager);
+    const g = (await pager.c.goals.createGoal({ title: "paged" })).goal!;
+    const made: string[] = [];
+    for (let i = 0; i < 5; i++) made.push((await pager.c.repairs.createRepair(repairRequest(g, repo.id))).repair!.id);
+    const full = (await pager.c.repairs.listRepairs({})).repairs;
+    expect(full.map((r) => r.id)).toEqual([...made].reverse());
+    expect(full[0]!.inspection).toBeDefined();
+    const seen: string[] = [];
+    let pageToken = "";
+    let pages = 0;
+    do {
+      const res = await pager.c.repairs.listRepairs({ pageSize: 2, pageToken, view: RepairView.SUMMARY });
+      expect(res.repairs.length).toBeLessThanOrEqual(2);
+      for (const r of res.repairs) {
+        expect([r.inspection, r.consent, r.proposals, r.attempts]).toEqual([undefined, undefined, [], []]);
+        const same = full.find((f) => f.id === r.id)!;
+        expect([r.selection, r.acceptanceCriteria, r.state, r.revision]).toEqual([same.selection, same.acceptanceCriteria, same.state, same.revision]);
+      }
+      seen.push(...res.repairs.map((r) => r.id));
+      pageToken = res.nextPageToken;
+      pages++;
+    } while (pageToken !== "");
+    expect([seen, pages]).toEqual([full.map((r) => r.id), 3]);
+    const second = (await pager.c.repairs.listRepairs({ pageSize: 2 })).nextPageToken;
+    await expectRefused(alice.c.repairs.listRepairs({ pageToken: second }), Code.InvalidArgument, "invalid_page_token", "page_token");
+    await expectRefused(pager.c.repairs.listRepairs({ pageToken: "garbage" }), Code.InvalidArgument, "invalid_page_token", "page_token");
+    await expectRefused(pager.c.repairs.listRepairs({ pageSize: 501 }), Code.InvalidArgument, undefined, "page_size");
   });
 
   it("WatchRepair sends the repair, then each change, and ends once it can change no more; another's repair is NOT_FOUND", async () => {

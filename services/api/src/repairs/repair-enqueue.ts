@@ -43,7 +43,7 @@ export async function ensureJob(deps: RepairDeps, p: AuthenticatedPrincipal, row
   const jobId = job.id;
   const updated = await db.transaction().execute(async (trx) => {
     await setApprovalJob(trx, approval.id, jobId);
-    return setRepairJob(trx, row.id, jobId);
+    return setRepairJob(trx, row.id, approval.id, jobId);
   });
   if (updated) publishRepairEvents(signals, [updated]);
   log.info({ repairId: row.id, approvalId: approval.id, jobId }, "job queued");

@@ -19,7 +19,7 @@ export function jobSubject(jobId: string): string {
  */
 export function publishRepairEvents(signals: Signals, rows: readonly RepairEventRow[]): void {
   for (const r of rows) {
-    const event = create(RepairEventSchema, { repairId: r.id, ownerId: r.owner_id, state: r.state, revision: BigInt(r.revision), atUnixMs: BigInt(Date.now()) });
+    const event = create(RepairEventSchema, { repairId: r.id, ownerId: r.owner_id, state: r.state, revision: BigInt(r.revision), atUnixMs: BigInt(Date.now()), attempt: r.attempt });
     signals.publish(repairSubject(r.id), toBinary(RepairEventSchema, event));
   }
 }

@@ -1,6 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
-import { NotFoundError, requirePrincipal, SeraphError, sha256Hex, toConnectError, UnavailableError } from "@seraph/kit";
+import { InvalidArgumentError, NotFoundError, requirePrincipal, SeraphError, sha256Hex, toConnectError, UnavailableError } from "@seraph/kit";
 import type { ReadArtifactRequest, ReadArtifactResponseSchema, StreamOutputRequest, StreamOutputResponseSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState, type Artifact, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { Stream } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
@@ -8,6 +8,7 @@ import type { RepairDeps } from "./repair-deps.js";
 import { jobSubject } from "./repair-events.js";
 import { fetchJob, FINAL_JOB_STATES, ownedRepair } from "./repair-read.js";
 import { waitFor } from "./repair-watch.js";
+import { findApproval, listApprovals, type RepairRow } from "./repair.repository.js";
 
 /** Largest data of one StreamOutput message. */
 const OUTPUT_CHUNK = 256 * 1024;
@@ -18,18 +19,29 @@ const LIVE_JOB_STATES: ReadonlySet<JobState> = new Set([JobState.RESERVED, JobSt
 
 type OutputMessage = MessageInitShape<typeof StreamOutputResponseSchema>;
 
-/** ReadArtifact: one artifact of the repair's own job, as the jobs service stored it (anything else is NOT_FOUND). */
+/**
+ * ReadArtifact: one artifact of one of the repair's own jobs (any attempt's), as the jobs service
+ * stored it (anything else is NOT_FOUND).
+ */
 export async function readArtifact(deps: RepairDeps, req: ReadArtifactRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ReadArtifactResponseSchema>> {
   const p = requirePrincipal(ctx);
   const row = await ownedRepair(deps, p, req.repairId);
-  const job = await fetchJob(deps, row.job_id);
-  if (!job || !job.artifacts.some((a) => a.id === req.artifactId)) throw new NotFoundError("artifact", req.artifactId);
+  const ids = [row.job_id, ...(await listApprovals(deps.db, row.id)).map((a) => a.job_id)].filter((id): id is string => id !== null);
+  const jobs = await Promise.all([...new Set(ids)].map((id) => fetchJob(deps, id)));
+  if (!jobs.some((job) => job?.artifacts.some((a) => a.id === req.artifactId))) throw new NotFoundError("artifact", req.artifactId);
   const res = await deps.jobs.readArtifact({ artifactId: req.artifactId }, { timeoutMs: 60_000 });
   return { artifact: res.artifact, content: res.content };
 }
 
+/** The job id of attempt `attempt` of `row` (0: the latest); an attempt the repair does not have is INVALID_ARGUMENT attempt. */
+async function attemptJobId(deps: RepairDeps, row: RepairRow, attempt: number): Promise<string | null> {
+  if (attempt === 0 || attempt === row.attempt) return row.job_id;
+  if (attempt > row.attempt) throw new InvalidArgumentError("attempt", "no_such_attempt", `Repair ${row.id} has ${row.attempt} attempt(s); there is no attempt ${attempt}.`);
+  return (await findApproval(deps.db, row.id, attempt))?.job_id ?? null;
+}
+
 /**
- * StreamOutput: one step's stdout or stderr from `offset`. Once the step's output is stored, the
+ * StreamOutput: one step's stdout or stderr from `offset` (of the latest attempt's job, or of `attempt`'s). Once the step's output is stored, the
  * artifact (verified by its sha256) to its end; before that, what the node's journal holds now,
  * and with `follow` every later write until the job ends. A step that never started ends with
  * `never_started`.
@@ -52,7 +64,7 @@ export async function* streamOutput(deps: RepairDeps, req: StreamOutputRequest, 
     try {
       for (;;) {
         const row = await ownedRepair(deps, p, first.id);
-        const job = await fetchJob(deps, row.job_id);
+        const job = await fetchJob(deps, await attemptJobId(deps, row, req.attempt));
         if (job && !offJob) offJob = deps.signals.subscribe(jobSubject(job.id), () => wake?.());
         const artifact = job?.artifacts.find((a) => a.kind === `${step}_output` && a.name === `${step}.${stream}`);
         if (job && artifact) {

@@ -1,5 +1,6 @@
 import { Code } from "@connectrpc/connect";
 import { ProposalRoute, RepairState } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { enableSandbox, expectRefused, startApiHarness, type ApiHarness, type TestPrincipal } from "../../testing/api-harness.js";
 import { createPendingRepair, FIX_DIFF, repairRequest, registeredRepository } from "../../testing/journey.js";
@@ -119,6 +120,26 @@ describe("RepairService: source, consent, proposals (in-memory transport, real P
     expect(prompt).toContain("export const add = (a, b) => a - b;");
     expect(prompt).not.toContain('"scripts"');
     expect(await h.db.selectFrom("proposals").select("id").where("repair_id", "=", repair.id).execute()).toEqual([{ id: proposal!.id }]);
+  });
+
+  it("the consented model route proposes attempt 2 after a failed run; its prompt is attempt 1's (nothing of the results is sent)", async () => {
+    const { repair } = await createPendingRepair(h, alice);
+    await alice.c.repairs.giveConsent({ repairId: repair.id, inspectionSha256: repair.inspection!.inspectionSha256, modelRouteId: "default" });
+    const sent = model.requests.length;
+    const first = (await alice.c.repairs.proposePatch({ repairId: repair.id, route: { case: "model", value: true } })).proposal!;
+    const doc = (await alice.c.repairs.getApprovalDocument({ repairId: repair.id, proposalId: first.id })).document!;
+    const jobId = (await alice.c.repairs.approve({ repairId: repair.id, documentSha256: doc.documentSha256 })).approval!.jobId;
+    h.jobs.setJob(jobId, { state: JobState.FAILED, outcome: "failed" });
+    const { proposal, repair: next } = await alice.c.repairs.proposePatch({ repairId: repair.id, route: { case: "model", value: true } });
+    expect(proposal).toMatchObject({ route: ProposalRoute.MODEL, attempt: 2, valid: true, noLearning: true });
+    expect(next).toMatchObject({ state: RepairState.PROPOSED, attempt: 2 });
+    expect(next!.attempts.map((a) => [a.number, a.route, a.jobState])).toEqual([
+      [1, ProposalRoute.MODEL, JobState.FAILED],
+      [2, ProposalRoute.MODEL, JobState.UNSPECIFIED],
+    ]);
+    const prompts = model.requests.slice(sent).map((r) => JSON.stringify(r.messages));
+    expect(prompts).toHaveLength(2);
+    expect(prompts[1]).toBe(prompts[0]);
   });
 
   it("ProposePatch is rate limited per principal (RESOURCE_EXHAUSTED rate_limited)", async () => {

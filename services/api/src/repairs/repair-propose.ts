@@ -4,11 +4,12 @@ import { ConflictError, FailedPreconditionError, InvalidArgumentError, newId, re
 import { ProposalRoute, ProposalSchema, type ProposePatchRequest, type ProposePatchResponseSchema, type Proposal } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import type { CheckProposalResponse } from "@seraph/proto/seraph/executor/v1/executor_pb.js";
 import type { Inspection } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
-import { onNode, requireForward } from "./repair-checks.js";
+import { nextAttempt, type AttemptChoice } from "./repair-attempts.js";
+import { checkBindings, onNode } from "./repair-checks.js";
 import type { RepairDeps } from "./repair-deps.js";
 import { publishRepairEvents } from "./repair-events.js";
 import { askModelRoute } from "./repair-model-route.js";
-import { ownedRepair, viewRepair } from "./repair-read.js";
+import { fetchJob, ownedRepair, viewRepair } from "./repair-read.js";
 import { insertProposal, updateRepairCas, type RepairRow } from "./repair.repository.js";
 import { repairInspection } from "./repair-view.js";
 
@@ -23,13 +24,17 @@ interface Patch {
 /**
  * ProposePatch: a manual diff or the consented model route's, checked by the node against the
  * inspected snapshot and the allowed patch paths. A valid one is stored (no_learning) and moves
- * the repair to proposed; a refused one is stored nowhere and answered with every reason.
+ * the repair to proposed; a refused one is stored nowhere and answered with every reason. On a
+ * repair whose latest attempt's run ended (nextAttempt), a valid proposal opens the next attempt
+ * (its approval and job start empty: it needs a fresh exact approval); a refused one opens none.
  */
 export async function proposePatch(deps: RepairDeps, req: ProposePatchRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ProposePatchResponseSchema>> {
   const p = requirePrincipal(ctx);
   await deps.limiters.proposals.consume(p);
   const row = await ownedRepair(deps, p, req.repairId);
-  requireForward(row);
+  const choice = nextAttempt(row, row.job_id ? await fetchJob(deps, row.job_id) : undefined);
+  // A new attempt is refused up front when its Goal or the settings moved (it could never be approved).
+  if (choice.opens) await checkBindings(deps, row);
   const inspection = repairInspection(row);
   if (!inspection || !inspection.admitted) throw new FailedPreconditionError("inspection_blocked", "The repair has no admitted inspection.");
   const patch = await patchOf(deps, p, row, inspection, req, ctx.signal);
@@ -47,10 +52,11 @@ export async function proposePatch(deps: RepairDeps, req: ProposePatchRequest, c
     noLearning: true,
     createdUnixMs: BigInt(deps.now()),
     createdBy: p.id,
+    attempt: choice.attempt,
   });
-  const updated = await storeProposal(deps, row, proposal);
+  const updated = await storeProposal(deps, row, proposal, choice);
   publishRepairEvents(deps.signals, [updated]);
-  deps.log.info({ repairId: row.id, proposalId: proposal.id, valid: proposal.valid, route: ProposalRoute[patch.route] }, "proposal recorded");
+  deps.log.info({ repairId: row.id, proposalId: proposal.id, valid: proposal.valid, route: ProposalRoute[patch.route], attempt: choice.attempt, opened: choice.opens }, "proposal recorded");
   return { repair: await viewRepair(deps, updated), proposal };
 }
 
@@ -90,12 +96,23 @@ async function checkPatch(deps: RepairDeps, row: RepairRow, inspection: Inspecti
   return check;
 }
 
-/** One transaction: the repair's compare-and-set (to proposed, for a valid proposal) and the proposal row. */
-async function storeProposal(deps: RepairDeps, row: RepairRow, proposal: Proposal): Promise<RepairRow> {
+/**
+ * One transaction: the repair's compare-and-set (to proposed, for a valid proposal; opening the
+ * next attempt clears the latest approval, job and cancel reason) and the proposal row.
+ */
+async function storeProposal(deps: RepairDeps, row: RepairRow, proposal: Proposal, choice: AttemptChoice): Promise<RepairRow> {
+  const opening = choice.opens && proposal.valid ? { attempt: choice.attempt, approval_id: null, job_id: null, cancel_reason: null } : {};
   return deps.db.transaction().execute(async (trx) => {
-    const u = await updateRepairCas(trx, row.id, row.revision, proposal.valid ? { state: "proposed" } : {});
+    const u = await updateRepairCas(trx, row.id, row.revision, proposal.valid ? { state: "proposed", ...opening } : {});
     if (!u) throw new ConflictError("revision_conflict", "The repair changed while the proposal was prepared; read it again and retry.");
-    await insertProposal(trx, { id: proposal.id, repair_id: row.id, proposal: toBinary(ProposalSchema, proposal), diff_sha256: proposal.diffSha256, valid: proposal.valid });
+    await insertProposal(trx, {
+      id: proposal.id,
+      repair_id: row.id,
+      proposal: toBinary(ProposalSchema, proposal),
+      diff_sha256: proposal.diffSha256,
+      valid: proposal.valid,
+      attempt: choice.attempt,
+    });
     return u;
   });
 }

@@ -1,10 +1,12 @@
 import { NotFoundError, type AuthenticatedPrincipal } from "@seraph/kit";
 import type { Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
-import { JobState, SlotState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { JobSchema, JobState, SlotState, type Job } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { findBaselineApproval } from "./baseline.repository.js";
 import type { RepairDeps } from "./repair-deps.js";
 import { publishRepairEvents } from "./repair-events.js";
-import { findApproval, findOwnedRepair, listProposals, updateRepairCas, type RepairRow } from "./repair.repository.js";
+import { attemptsOf } from "./repair-attempts.js";
+import { findOwnedRepair, listApprovals, listProposals, updateRepairCas, type ApprovalRow, type RepairRow } from "./repair.repository.js";
 import { approvalMessage, repairMessage } from "./repair-view.js";
 
 /** Job states that move an approved repair to finished (not UNKNOWN: that outcome is unproved and waits for recovery). */
@@ -28,32 +30,70 @@ export async function fetchJob(deps: RepairDeps, jobId: string | null): Promise<
   }
 }
 
-/** The full Repair; moves an approved repair whose job ended to finished. */
+/** The jobs of a repair's earlier attempts (the latest one's is `latest`), by id; a job that cannot be read is left out. */
+async function attemptJobs(deps: RepairDeps, approvals: readonly ApprovalRow[], latest: Job | undefined): Promise<Map<string, Job>> {
+  const ids = approvals.map((a) => a.job_id).filter((id): id is string => id !== null && id !== latest?.id);
+  const jobs = await Promise.all(ids.map((id) => fetchJob(deps, id)));
+  const byId = new Map<string, Job>();
+  for (const j of [latest, ...jobs]) if (j) byId.set(j.id, j);
+  return byId;
+}
+
+/** The full Repair with every attempt; moves an approved repair whose latest attempt's job ended to finished. */
 export async function viewRepair(deps: RepairDeps, row: RepairRow): Promise<Repair> {
-  const { db, signals } = deps;
-  let current = row;
-  const job = await fetchJob(deps, current.job_id);
-  if (current.state === "approved" && job && FINAL_JOB_STATES.has(job.state)) {
-    const done = await updateRepairCas(db, current.id, current.revision, { state: "finished" });
-    if (done) {
-      publishRepairEvents(signals, [done]);
-      current = done;
-    } else {
-      current = (await findOwnedRepair(db, current.owner_id, current.id)) ?? current;
-    }
-  }
-  const [proposals, approval, waitReason, baseline] = await Promise.all([
+  const { db } = deps;
+  const { current, job } = await withLatestJob(deps, row);
+  const [proposals, approvals, waitReason, baseline] = await Promise.all([
     listProposals(db, current.id),
-    findApproval(db, current.id),
+    listApprovals(db, current.id),
     job?.state === JobState.QUEUED ? whyQueued(deps, job, current.node_id) : "",
     findBaselineApproval(db, current.id),
   ]);
-  const repair = repairMessage(current, proposals, approval, job);
+  const approval = approvals.find((a) => a.attempt === current.attempt);
+  const repair = repairMessage(current, proposals, approval, job, attemptsOf(current, proposals, approvals, await attemptJobs(deps, approvals, job)));
   repair.waitReason = waitReason;
   if (baseline) {
     repair.baselineApproval = approvalMessage(baseline);
     repair.baselineJob = await fetchJob(deps, baseline.job_id);
   }
+  return repair;
+}
+
+/** The repair row and its latest attempt's job; an approved repair whose job ended moves to finished. */
+async function withLatestJob(deps: RepairDeps, row: RepairRow): Promise<{ current: RepairRow; job: Job | undefined }> {
+  let current = row;
+  const job = await fetchJob(deps, current.job_id);
+  if (current.state === "approved" && job && FINAL_JOB_STATES.has(job.state)) {
+    const done = await updateRepairCas(deps.db, current.id, current.revision, { state: "finished" });
+    if (done) {
+      publishRepairEvents(deps.signals, [done]);
+      current = done;
+    } else {
+      current = (await findOwnedRepair(deps.db, current.owner_id, current.id)) ?? current;
+    }
+  }
+  return { current, job };
+}
+
+/**
+ * A repair as a list shows it (ListRepairs' SUMMARY view): its own fields, why a queued job
+ * waits, and its latest job reduced to what a list line says (state, outcome and message, node,
+ * slot and whether it is held, recovery, running step, times); no inspection, proposals,
+ * approval, attempts or consent, and no receipt, steps, artifacts or phases of the job.
+ */
+export async function repairSummary(deps: RepairDeps, row: RepairRow): Promise<Repair> {
+  const { current, job } = await withLatestJob(deps, row);
+  const slim =
+    job &&
+    create(JobSchema, {
+      id: job.id, repairId: job.repairId, state: job.state, outcome: job.outcome, outcomeMessage: job.outcomeMessage, attempt: job.attempt, nodeId: job.nodeId, slotIndex: job.slotIndex,
+      slotHeld: job.slotHeld, recovery: job.recovery, cancelRequested: job.cancelRequested, createdUnixMs: job.createdUnixMs, updatedUnixMs: job.updatedUnixMs,
+      runningStep: job.runningStep, runningStepStartedUnixMs: job.runningStepStartedUnixMs, deadlineUnixMs: job.deadlineUnixMs,
+    });
+  const repair = repairMessage(current, [], undefined, slim, []);
+  repair.inspection = undefined;
+  repair.consent = undefined;
+  repair.waitReason = job?.state === JobState.QUEUED ? await whyQueued(deps, job, current.node_id) : "";
   return repair;
 }
 

@@ -1,6 +1,6 @@
 import { create, fromBinary, fromJsonString, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Client, HandlerContext } from "@connectrpc/connect";
-import { requirePrincipal, sha256Hex, UnavailableError } from "@seraph/kit";
+import { InvalidArgumentError, requirePrincipal, sha256Hex, UnavailableError } from "@seraph/kit";
 import {
   ApprovalDocumentSchema,
   RunResultsSchema,
@@ -63,15 +63,18 @@ export function compareRepairRuns(baseline: RunResults, patched: RunResults, pat
 }
 
 /**
- * GetRepairResults: the patched run's and the baseline run's test results (each read back by
- * sha256, or why not yet), their comparison when both exist, and what the approved document
- * said about tests the patch changes.
+ * GetRepairResults: one attempt's patched run (the latest unless `attempt` names one) and the
+ * baseline run's test results (each read back by sha256, or why not yet), their comparison when
+ * both exist, and what that attempt's approved document said about tests the patch changes.
+ * An attempt the repair does not have is INVALID_ARGUMENT attempt.
  */
 export async function getRepairResults(deps: RepairDeps, req: GetRepairResultsRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof GetRepairResultsResponseSchema>> {
   const { db, jobs } = deps;
   const p = requirePrincipal(ctx);
   const row = await ownedRepair(deps, p, req.repairId);
-  const [approval, baselineApproval] = await Promise.all([findApproval(db, row.id), findBaselineApproval(db, row.id)]);
+  const attempt = req.attempt === 0 ? row.attempt : req.attempt;
+  if (attempt > row.attempt) throw new InvalidArgumentError("attempt", "no_such_attempt", `Repair ${row.id} has ${row.attempt} attempt(s); there is no attempt ${attempt}.`);
+  const [approval, baselineApproval] = await Promise.all([findApproval(db, row.id, attempt), findBaselineApproval(db, row.id)]);
   const patchedDoc = approval ? fromBinary(ApprovalDocumentSchema, approval.document) : undefined;
   const patched = await runResultsOf(jobs, await fetchJob(deps, approval?.job_id ?? null), patchedDoc?.inspectionSha256 ?? "", ctx.signal);
   const baseline = baselineApproval
@@ -80,6 +83,7 @@ export async function getRepairResults(deps: RepairDeps, req: GetRepairResultsRe
   const changed = patchedDoc?.patchChangedTests ?? [];
   return {
     repairId: row.id,
+    attempt,
     patched,
     baseline,
     comparison: baseline && approval ? compareRepairRuns(baseline, patched, changed) : undefined,

@@ -21,9 +21,12 @@ import { watchRepair } from "./repair-watch.js";
  * the approval and the repair state, then an idempotent EnqueueJob keyed by the approval), watch,
  * cancel, recover and read artifacts. Another principal's repair is NOT_FOUND.
  *
+ * A repair holds attempts: ProposePatch after the latest attempt's run ended opens the next one,
+ * which needs its own exact approval; Approve of an attempt that ran is refused.
+ *
  * WatchRepair sends the current repair, then every change (signals `seraph.repairs.<id>.state`
- * and `seraph.jobs.<job>.state`, plus a slow poll), and ends after sending a repair that can no
- * longer change: finished, cancelled, blocked, or stale before approval.
+ * and `seraph.jobs.<job>.state`, plus a slow poll), and ends after sending a repair whose latest
+ * attempt can no longer change: finished, cancelled, blocked, or stale before approval.
  *
  * Each RPC is its own module taking the resolved RepairDeps; this is only the table.
  */

@@ -31,9 +31,10 @@ export function waitFor(ms: number, ctx: HandlerContext, setWake: (w: () => void
 
 /**
  * WatchRepair: sends the current repair, then every change (signals `seraph.repairs.<id>.state`
- * and `seraph.jobs.<job>.state` of its job and baseline job, plus a slow poll), and ends after
- * sending a repair that can no longer change: finished, cancelled, blocked, or stale before
- * approval.
+ * and `seraph.jobs.<job>.state` of its latest attempt's job and its baseline job, plus a slow
+ * poll), and ends after sending a repair whose latest attempt can no longer change: finished (a
+ * later attempt, opened by ProposePatch, is followed by a new WatchRepair), cancelled, blocked,
+ * or stale before approval.
  */
 export async function* watchRepair(deps: RepairDeps, req: WatchRepairRequest, ctx: HandlerContext): AsyncGenerator<MessageInitShape<typeof WatchRepairResponseSchema>> {
   const { signals } = deps;

@@ -23,6 +23,7 @@ export interface RepairEventRow {
   owner_id: string;
   state: string;
   revision: string;
+  attempt: number;
 }
 
 /** Inserts a repair. */
@@ -35,9 +36,17 @@ export async function findOwnedRepair(db: Db, ownerId: string, id: string): Prom
   return db.selectFrom("repairs").selectAll().where("id", "=", id).where("owner_id", "=", ownerId).executeTakeFirst();
 }
 
-/** The owner's repair whose job is `jobId`, or undefined (also when another principal owns it). */
+/** The owner's repair whose job (of any attempt) is `jobId`, or undefined (also when another principal owns it). */
 export async function findOwnedRepairByJob(db: Db, ownerId: string, jobId: string): Promise<RepairRow | undefined> {
-  return db.selectFrom("repairs").selectAll().where("job_id", "=", jobId).where("owner_id", "=", ownerId).executeTakeFirst();
+  const latest = await db.selectFrom("repairs").selectAll().where("job_id", "=", jobId).where("owner_id", "=", ownerId).executeTakeFirst();
+  if (latest) return latest;
+  return db
+    .selectFrom("repairs")
+    .selectAll("repairs")
+    .innerJoin("approvals", "approvals.repair_id", "repairs.id")
+    .where("approvals.job_id", "=", jobId)
+    .where("repairs.owner_id", "=", ownerId)
+    .executeTakeFirst();
 }
 
 /** The owner's repair whose baseline job is `jobId`, or undefined. */
@@ -54,7 +63,14 @@ export async function findOwnedRepairByBaselineJob(db: Db, ownerId: string, jobI
 /** Which of `jobIds` belong to repairs of `ownerId`. */
 export async function ownedJobIds(db: Db, ownerId: string, jobIds: readonly string[]): Promise<Set<string>> {
   if (jobIds.length === 0) return new Set();
-  const rows = await db.selectFrom("repairs").select("job_id").where("owner_id", "=", ownerId).where("job_id", "in", [...jobIds]).execute();
+  // Every attempt's job (approvals), not only the latest one the repair row names.
+  const rows = await db
+    .selectFrom("approvals")
+    .innerJoin("repairs", "repairs.id", "approvals.repair_id")
+    .select("approvals.job_id")
+    .where("repairs.owner_id", "=", ownerId)
+    .where("approvals.job_id", "in", [...jobIds])
+    .execute();
   const baselines = await db
     .selectFrom("baseline_approvals")
     .innerJoin("repairs", "repairs.id", "baseline_approvals.repair_id")
@@ -66,10 +82,17 @@ export async function ownedJobIds(db: Db, ownerId: string, jobIds: readonly stri
 }
 
 /** The owner's repairs, newest first, optionally of one goal. */
-export async function listOwnedRepairs(db: Db, ownerId: string, goalId: string | undefined): Promise<RepairRow[]> {
+export async function listOwnedRepairs(db: Db, ownerId: string, goalId: string | undefined, page: { limit: number; after?: string } = { limit: 500 }): Promise<RepairRow[]> {
   let q = db.selectFrom("repairs").selectAll().where("owner_id", "=", ownerId);
   if (goalId) q = q.where("goal_id", "=", goalId);
-  return q.orderBy("created_at", "desc").orderBy("id").limit(500).execute();
+  // Keyset paging on (created_at desc, id): after the cursor row, read in the same statement so
+  // the timestamp's full precision is compared.
+  const after = page.after;
+  if (after !== undefined) {
+    const at = db.selectFrom("repairs").select("created_at").where("id", "=", after);
+    q = q.where((eb) => eb.or([eb("created_at", "<", at), eb.and([eb("created_at", "=", at), eb("id", ">", after)])]));
+  }
+  return q.orderBy("created_at", "desc").orderBy("id").limit(page.limit).execute();
 }
 
 /**
@@ -80,7 +103,7 @@ export async function updateRepairCas(
   db: Db,
   id: string,
   expectedRevision: string,
-  set: Partial<{ state: RepairStateName; consent: Uint8Array; stale_reason: string; job_id: string; approval_id: string; cancel_reason: string }>,
+  set: Partial<{ state: RepairStateName; consent: Uint8Array; stale_reason: string; job_id: string | null; approval_id: string | null; cancel_reason: string | null; attempt: number }>,
 ): Promise<RepairRow | undefined> {
   return db
     .updateTable("repairs")
@@ -103,7 +126,7 @@ export async function markRepairsStale(db: Db, scope: { goalId?: string; repairI
     .where("stale_reason", "is", null);
   if (scope.goalId) q = q.where("goal_id", "=", scope.goalId);
   if (scope.repairId) q = q.where("id", "=", scope.repairId);
-  return q.returning(["id", "owner_id", "state", "revision"]).execute();
+  return q.returning(["id", "owner_id", "state", "revision", "attempt"]).execute();
 }
 
 /** A repair's proposals, oldest first. */
@@ -111,8 +134,8 @@ export async function listProposals(db: Db, repairId: string): Promise<ProposalR
   return db.selectFrom("proposals").selectAll().where("repair_id", "=", repairId).orderBy("created_at").orderBy("id").execute();
 }
 
-/** Inserts a proposal. */
-export async function insertProposal(db: Db, row: { id: string; repair_id: string; proposal: Uint8Array; diff_sha256: string; valid: boolean }): Promise<ProposalRow> {
+/** Inserts a proposal of one attempt. */
+export async function insertProposal(db: Db, row: { id: string; repair_id: string; proposal: Uint8Array; diff_sha256: string; valid: boolean; attempt: number }): Promise<ProposalRow> {
   return db.insertInto("proposals").values(row).returningAll().executeTakeFirstOrThrow();
 }
 
@@ -144,15 +167,25 @@ export async function insertDocument(db: Db, row: Omit<ApprovalDocumentRow, "iss
   return db.insertInto("approval_documents").values(row).returningAll().executeTakeFirstOrThrow();
 }
 
-/** The approval of a repair, or undefined. */
-export async function findApproval(db: Db, repairId: string): Promise<ApprovalRow | undefined> {
-  return db.selectFrom("approvals").selectAll().where("repair_id", "=", repairId).executeTakeFirst();
+/** The approval of one attempt of a repair, or undefined. */
+export async function findApproval(db: Db, repairId: string, attempt: number): Promise<ApprovalRow | undefined> {
+  return db.selectFrom("approvals").selectAll().where("repair_id", "=", repairId).where("attempt", "=", attempt).executeTakeFirst();
 }
 
-/** Inserts an approval (unique per repair and per proposal). */
+/** The approval of one proposal of a repair (of any attempt), or undefined. */
+export async function findApprovalOfProposal(db: Db, repairId: string, proposalId: string): Promise<ApprovalRow | undefined> {
+  return db.selectFrom("approvals").selectAll().where("repair_id", "=", repairId).where("proposal_id", "=", proposalId).executeTakeFirst();
+}
+
+/** Every approval of a repair, one per attempt, oldest attempt first. */
+export async function listApprovals(db: Db, repairId: string): Promise<ApprovalRow[]> {
+  return db.selectFrom("approvals").selectAll().where("repair_id", "=", repairId).orderBy("attempt").execute();
+}
+
+/** Inserts an approval (unique per (repair, attempt) and per proposal). */
 export async function insertApproval(
   db: Db,
-  row: { id: string; repair_id: string; proposal_id: string; document: Uint8Array; document_sha256: string; approved_by: string; expires_at: Date },
+  row: { id: string; repair_id: string; proposal_id: string; document: Uint8Array; document_sha256: string; approved_by: string; expires_at: Date; attempt: number },
 ): Promise<ApprovalRow> {
   return db.insertInto("approvals").values({ ...row, job_id: null }).returningAll().executeTakeFirstOrThrow();
 }
@@ -162,12 +195,16 @@ export async function setApprovalJob(db: Db, approvalId: string, jobId: string):
   await db.updateTable("approvals").set({ job_id: jobId }).where("id", "=", approvalId).execute();
 }
 
-/** Records the job on a repair that has none yet, bumping its revision; undefined when it already has one. */
-export async function setRepairJob(db: Db, repairId: string, jobId: string): Promise<RepairRow | undefined> {
+/**
+ * Records the job on a repair whose latest attempt is `approvalId`'s and has no job yet, bumping
+ * its revision; undefined when it already has one (or the approval is not the latest attempt's).
+ */
+export async function setRepairJob(db: Db, repairId: string, approvalId: string, jobId: string): Promise<RepairRow | undefined> {
   return db
     .updateTable("repairs")
     .set((eb) => ({ job_id: jobId, revision: eb("revision", "+", 1 as never) as never, updated_at: new Date() }))
     .where("id", "=", repairId)
+    .where("approval_id", "=", approvalId)
     .where("job_id", "is", null)
     .returningAll()
     .executeTakeFirst();

@@ -20,6 +20,8 @@ export interface RegistrationInput extends NodeIdentity {
   readonly address: string;
   readonly repositoryRoots: readonly string[];
   readonly facilities: FacilityReport;
+  /** The node key's public half (SPKI PEM): the identity the jobs service binds this node id to. */
+  readonly publicKey: string;
 }
 
 /** Registers the node with the jobs service once (throws on failure). */
@@ -33,6 +35,7 @@ export async function registerNodeOnce(jobs: Client<typeof JobsService>, input: 
       address: input.address,
       repositoryRoots: [...input.repositoryRoots],
       facilities: input.facilities,
+      publicKey: input.publicKey,
     },
     { timeoutMs: 5000 },
   );
@@ -46,12 +49,21 @@ export async function registerNodeOnce(jobs: Client<typeof JobsService>, input: 
 export async function registerNode(jobs: Client<typeof JobsService>, input: RegistrationInput, log: Logger, signal?: AbortSignal): Promise<void> {
   // Kit's one retry policy, without a deadline: every failure but a refused registration
   // (INVALID_ARGUMENT: a malformed node, never better on a retry) is repeated until `signal` aborts.
+  // A node whose key waits for the operator's approval (node_not_enrolled) retries until approved.
+  let lastReason: string | undefined;
   await retry(() => registerNodeOnce(jobs, input, log), {
     initialMs: 200,
     maxMs: 5000,
     retryable: (err) => !(err instanceof ConnectError && err.code === Code.InvalidArgument),
     ...(signal ? { signal } : {}),
-    onRetry: (err, _attempt, delayMs) => log.warn({ err, retryInMs: delayMs }, "node registration failed; retrying"),
+    onRetry: (err, attempt, delayMs) => {
+      const reason = err instanceof ConnectError ? reasonOf(err) : undefined;
+      if (reason === "node_not_enrolled" || reason === "node_key_mismatch") {
+        // Said once as an error with its next step (in the message), then every 60 retries.
+        if (reason !== lastReason || attempt % 60 === 0) log.error({ reason, err }, reason === "node_not_enrolled" ? "this node's key is not enrolled yet: the instance operator approves it (the message names the command); registration is retried" : "the jobs service has another key enrolled for this node id: this node cannot register under it (replace it under a new node id)");
+      } else log.warn({ err, retryInMs: delayMs }, "node registration failed; retrying");
+      lastReason = reason;
+    },
   });
 }
 

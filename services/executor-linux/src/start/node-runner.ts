@@ -1,5 +1,4 @@
-import { join } from "node:path";
-import { loadOrCreateNodeKey, NODE_PUBLIC_KEY_FILE } from "@seraph/attestation";
+import type { NodeKey } from "@seraph/attestation";
 import type { Client } from "@connectrpc/connect";
 import type { Logger, Signals } from "@seraph/kit";
 import type { JobsService } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
@@ -14,6 +13,8 @@ import type { ContainmentSettings } from "../supervisor-client/node-containment.
 /** What the node's job runner is started with, once the node is registered. */
 export interface NodeRunnerInput {
   readonly jobs: Client<typeof JobsService>;
+  /** The node's Ed25519 key (loaded at start): signs receipts. */
+  readonly signingKey: NodeKey;
   readonly signals: Signals;
   readonly identity: NodeIdentity;
   readonly dataDir: string;
@@ -36,13 +37,12 @@ export interface NodeRunnerInput {
 }
 
 /**
- * Loads the node's signing key and starts the job runner. The key is the node's Ed25519 key
- * (generated at first start, 0600 in the data directory): every result is stored with a receipt
- * signed by it; its public half is <data dir>/node-key.pub.
+ * Starts the job runner. The node's Ed25519 key (generated at first start, 0600 in the data
+ * directory) is its identity towards the jobs service and signs every receipt; its public half
+ * is <data dir>/node-key.pub.
  */
 export function startNodeRunner(i: NodeRunnerInput): Runner {
-  const signingKey = loadOrCreateNodeKey(i.dataDir);
-  i.log.info({ keyFingerprint: signingKey.fingerprint, publicKey: join(i.dataDir, NODE_PUBLIC_KEY_FILE), created: signingKey.created }, "node signing key");
+  const signingKey = i.signingKey;
   return startRunner({
     jobs: i.jobs,
     signals: i.signals,

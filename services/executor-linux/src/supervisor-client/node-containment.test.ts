@@ -132,7 +132,7 @@ describe("configuration", () => {
   });
 
   test("the executor's environment: defaults, and every bad containment variable named at once", () => {
-    const base = { SERAPH_EXECUTOR_DATA_DIR: "/x", NATS_URL: "nats://127.0.0.1:1", NATS_USER: "u", NATS_PASSWORD: "p", SERAPH_INTERNAL_TOKEN: "t" };
+    const base = { SERAPH_EXECUTOR_DATA_DIR: "/x", NATS_URL: "nats://127.0.0.1:1", NATS_USER: "u", NATS_PASSWORD: "p", SERAPH_EXECUTOR_TOKEN: "t" };
     const s = containmentSettingsOf(loadExecutorConfig(base));
     expect(s).toMatchObject({ jobUser: { kind: "auto" }, uidBase: 64000, cgroups: false, cgroupParent: "/seraph", pids: 512, network: "auto" });
     expect(containmentSettingsOf(loadExecutorConfig({ ...base, SERAPH_JOB_NETWORK: "host" })).network).toBe("host");

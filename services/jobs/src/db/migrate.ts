@@ -8,6 +8,7 @@ import { runningStep } from "./migrations/2026-12-01-0300-running-step.js";
 import { jobStateCheck } from "./migrations/2026-12-02-0100-job-state-check.js";
 import { nodeFenceCordon } from "./migrations/2026-12-04-0100-node-fence-cordon.js";
 import { jobPhases } from "./migrations/2026-12-06-0200-job-phases.js";
+import { nodeCredentials } from "./migrations/2026-12-06-0300-node-credentials.js";
 import type { JobsDatabase } from "./schema.js";
 
 /** Every jobs migration, by dated name. Append only; never edit one that has shipped. */
@@ -20,6 +21,7 @@ export const JOBS_MIGRATIONS: Record<string, Migration> = {
   "2026-12-02-0100-job-state-check": jobStateCheck,
   "2026-12-04-0100-node-fence-cordon": nodeFenceCordon,
   "2026-12-06-0200-job-phases": jobPhases,
+  "2026-12-06-0300-node-credentials": nodeCredentials,
 };
 
 /** Brings the jobs tables to the latest schema under Kysely's migration lock. */

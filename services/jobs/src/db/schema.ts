@@ -62,6 +62,25 @@ export interface JobsDatabase extends AuthorityViews {
     fenced_by: ColumnType<string | null, string | null | undefined, string | null>;
     fence_reason: ColumnType<string, string | undefined, string>;
   };
+  /** Each node id's one Ed25519 key: pending until approved, enrolled, revoked for good by a fence. */
+  node_credentials: {
+    node_id: string;
+    /** SPKI PEM. */
+    public_key: string;
+    /** SHA-256 of the SPKI DER, hex. */
+    fingerprint: string;
+    state: "pending" | "enrolled" | "revoked";
+    requested_at: Timestamp;
+    enrolled_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+    enrolled_by: ColumnType<string | null, string | null | undefined, string | null>;
+    revoked_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  };
+  /** Ids of accepted node proofs, kept until they expire (replays are refused across replicas). */
+  node_proofs_seen: {
+    jti: string;
+    node_id: string;
+    expires_at: ColumnType<Date, Date | string, Date | string>;
+  };
   physical_slots: {
     node_id: string;
     slot_index: number;

@@ -19,6 +19,7 @@ import { CLAIMED_STATES, type JobStateName } from "../jobs/job-state.js";
 import { toNodeProto } from "../jobs/job-view.js";
 import { releaseReservedSlot } from "../slots/slot.repository.js";
 import { inTransaction, type Db } from "../store/db.js";
+import { revokeCredential } from "../identity/node-credential.repository.js";
 import { NODE_FENCED } from "./node-guard.js";
 import { listNodeStatus, lockNodeForAdmin, setNodeAdmin, type NodeRow } from "./node.repository.js";
 
@@ -53,7 +54,7 @@ async function nodeView(core: JobsCore, nodeId: string) {
 /**
  * Fences a node for good, in one transaction under the node's row lock (every call of the
  * node holds its key share, so none is half-way through): the fence is recorded (the trigger
- * `nodes_fence_permanent` keeps it), its claimed attempts (PREPARING, STARTING, RUNNING)
+ * `nodes_fence_permanent` keeps it), its enrolled key revoked (`node_credentials_permanent`), its claimed attempts (PREPARING, STARTING, RUNNING)
  * become UNKNOWN `node_fenced` with the slot still held, and its queued or reserved jobs
  * REJECTED `node_fenced` (a reserved slot is freed; the node's slots are never reserved
  * again). UNKNOWN jobs keep their outcome; recovery then releases their slots with proof
@@ -66,6 +67,8 @@ export async function fenceNode(core: JobsCore, req: FenceNodeRequest): Promise<
     const node = await lockedNode(trx, req.nodeId);
     if (node.fenced_at) return { fenced: false, unknown: [] as string[], rejected: [] as string[] };
     await setNodeAdmin(trx, node.id, { fenced_at: new Date(core.now()), fenced_by: req.fencedBy, fence_reason: req.reason });
+    // The node's key is revoked for good: no proof by it is accepted again, under any node id.
+    await revokeCredential(trx, node.id);
     const unknown: string[] = [];
     const rejected: string[] = [];
     for (const job of await lockJobsOfNode(trx, node.id, ["queued", "reserved", ...CLAIMED_STATES])) {

@@ -17,6 +17,7 @@ import { jobListView } from "../jobs/job-queries.js";
 import { toNodeProto } from "../jobs/job-view.js";
 import { ensureSlots } from "../slots/slot.repository.js";
 import { inTransaction } from "../store/db.js";
+import { listBound, listPending } from "../identity/node-credential.repository.js";
 import { NodeFencedError, requireUnfencedNode } from "./node-guard.js";
 import { findNode, listNodeStatus, touchNode, upsertNode } from "./node.repository.js";
 
@@ -73,10 +74,20 @@ export async function heartbeat(core: JobsCore, req: HeartbeatRequest): Promise<
   throw new FailedPreconditionError("stale_incarnation", `incarnation ${req.incarnationId} of node ${req.nodeId} was superseded; register again`);
 }
 
-/** Every registered node, with its scheduling state (fenced, cordoned, stale or live), heartbeat age and slots. */
+/**
+ * Every registered node, with its scheduling state (fenced, cordoned, stale or live), heartbeat
+ * age, slots and enrolled key; and every node id whose key waits for approval.
+ */
 export async function listAllNodes(core: JobsCore): Promise<ListNodesResponse> {
   const rows = await listNodeStatus(core.db);
-  return create(ListNodesResponseSchema, { nodes: rows.map((r) => toNodeProto(r, core.nodeStaleMs)) });
+  const keys = await listBound(core.db);
+  const ms = (d: Date | null) => (d ? BigInt(new Date(d).getTime()) : 0n);
+  const nodes = rows.map((r) => {
+    const key = keys.get(r.id);
+    return { ...toNodeProto(r, core.nodeStaleMs), keyFingerprint: key?.fingerprint ?? "", enrolledUnixMs: ms(key?.enrolled_at ?? null), enrolledBy: key?.enrolled_by ?? "" };
+  });
+  const pending = (await listPending(core.db)).map((p) => ({ nodeId: p.node_id, keyFingerprint: p.fingerprint, publicKey: p.public_key, requestedUnixMs: ms(p.requested_at) }));
+  return create(ListNodesResponseSchema, { nodes, pending });
 }
 
 /**

@@ -5,7 +5,7 @@ import { field, h, replace } from "../dom.js";
 import { act, button, enumName, lines, section, status, table, time } from "../ui-kit.js";
 import { badge, statusOf } from "../outcome.js";
 import type { ViewContext } from "../view.js";
-import { matchSelection, profiles } from "../profiles.js";
+import { matchSelection, profiles, selectionForm } from "../profiles.js";
 import { selectionName } from "./profile-render.js";
 
 /** The goals and repositories the page has read: the repair list names them, the request form offers them. */
@@ -97,6 +97,27 @@ interface NewRepair {
   chooseGoal(id: string): void;
   /** Chooses repository `id`. */
   chooseRepo(id: string): void;
+  /** Fills the form with repair `r`'s inputs ("New repair from this one") and moves focus to it. */
+  prefill(r: Repair): void;
+}
+
+/** Puts repair `r`'s repository, paths, criteria and selection into the form's fields. */
+function fillInputs(f: { repoSelect: HTMLSelectElement; sourcePaths: HTMLTextAreaElement; patchPaths: HTMLTextAreaElement; criteria: HTMLTextAreaElement; selection: HTMLTextAreaElement }, r: Repair): void {
+  f.repoSelect.value = r.repositoryId;
+  f.sourcePaths.value = r.sourcePaths.join("\n");
+  f.patchPaths.value = r.allowedPatchPaths.join("\n");
+  f.criteria.value = r.acceptanceCriteria;
+  f.selection.value = selectionTokens(r).join("\n");
+  f.selection.dispatchEvent(new Event("input"));
+}
+
+/** A repair's selection as the form's tokens: its profile's words, then its test files. */
+function selectionTokens(r: Repair): string[] {
+  const i = r.inspection;
+  const form = selectionForm(r.selection, i?.profile ?? "");
+  if (!form) return [];
+  const files = i?.details.case === "python" ? i.details.value.testPaths : [];
+  return [...form.tokens, ...(form.files ? files : [])];
 }
 
 /** The "New repair" section: the request form, which opens the new repair's inspector. */
@@ -167,6 +188,13 @@ function newRepairPart(ctx: ViewContext, known: Known): NewRepair {
     },
     chooseRepo(id) {
       repoSelect.value = id;
+    },
+    prefill(r) {
+      if (known.goals.some((g) => g.id === r.goalId)) goalSelect.value = r.goalId;
+      syncRevision();
+      fillInputs({ repoSelect, sourcePaths, patchPaths, criteria, selection }, r);
+      createStatus.ok(`Copied the inputs of repair ${r.id.slice(0, 8)}: review them and create a new repair. It is inspected afresh; nothing else (consent, patches, approvals) is carried over.`);
+      goalSelect.focus();
     },
   };
 }
@@ -255,7 +283,7 @@ function reposPart(ctx: ViewContext, known: Known, request: NewRepair): { readon
  * Work → Repository repair: the caller's repairs, the "New repair" request form, and the Goals
  * and repositories it binds (with forms to create a goal and register a repository).
  */
-export function renderWork(root: HTMLElement, ctx: ViewContext): void {
+export function renderWork(root: HTMLElement, ctx: ViewContext, fromRepairId = ""): void {
   const known: Known = { goals: [], repos: [] };
   // Built in page order: the form fields' ids are numbered as they are created.
   const repairs = repairsPart(ctx, known);
@@ -265,6 +293,14 @@ export function renderWork(root: HTMLElement, ctx: ViewContext): void {
   replace(root, h("h1", { tabindex: -1 }, "Work → Repository repair"), repairs.el, request.el, goals.el, repos.el);
   request.fillGoals();
   request.fillRepos();
-  // Goals and repositories first, so the repair list can name them.
-  void Promise.all([goals.load(), repos.load()]).then(() => repairs.load());
+  // Goals and repositories first, so the repair list can name them (and the form offer a copy's).
+  void Promise.all([goals.load(), repos.load()]).then(async () => {
+    if (fromRepairId) {
+      const copyStatus = status();
+      request.el.prepend(copyStatus.el);
+      const res = await act(null, copyStatus, "Reading the repair to copy…", () => ctx.api.repairs.getRepair({ repairId: fromRepairId }, { signal: ctx.signal }));
+      if (res?.repair) request.prefill(res.repair);
+    }
+    await repairs.load();
+  });
 }

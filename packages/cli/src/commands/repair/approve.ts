@@ -5,6 +5,7 @@ import { str, type CommandContext } from "../../context.js";
 import { documentText, jobLine } from "../../format.js";
 import { CliFailure, UsageError } from "../../io.js";
 import { proposalId as resolveProposal } from "../../resolve.js";
+import { attemptRan } from "@seraph/profiles/outcome";
 import { APPROVE_DIFF_LINES, patchText } from "./approve-patch.js";
 import { REPAIR_ID, repairArg } from "./shared.js";
 
@@ -46,13 +47,14 @@ export const approve: Command = {
     summary: "Print the exact approval document (steps, argv, every input hash, limits) and the patch it runs (the diff and its sha256), and approve exactly it; the job is queued.",
     args: [REPAIR_ID],
     flags: {
-      proposal: { type: "string", value: "PROPOSAL_ID", help: "the proposal to approve", defaultText: "the latest valid proposal" },
+      proposal: { type: "string", value: "PROPOSAL_ID", help: "the proposal to approve (of the latest attempt)", defaultText: "the latest attempt's latest valid proposal" },
       yes: { type: "boolean", help: 'approve without asking (otherwise you type "yes" on a terminal)' },
     },
     notes: [
       "Without --yes and without a terminal on stdin, nothing is approved and the exit status is 2.",
       `The diff is printed after the document, coloured on a terminal unless NO_COLOR is set, with its sha256 computed here beside the document's proposal sha256; a longer diff than ${APPROVE_DIFF_LINES} lines ends with "… N more lines not shown" and the \`seraph repair diff\` command that prints all of it. Characters a terminal would act on (escape sequences, CR, bidirectional overrides) are shown as \\uXXXX.`,
       "Exit status 1 when the prompt is declined, or when the diff does not hash to the document's proposal sha256 (nothing approved). With --json: one object {document, repair, approval}.",
+      "An approval runs once: when the latest attempt's job already ended, nothing is printed or approved, the server's refusal (FAILED_PRECONDITION attempt_already_ran) names the next step, `seraph repair propose REPAIR_ID --patch FILE`, and the exit status is 1.",
     ],
   },
   async run(ctx, { values, positionals }) {
@@ -60,10 +62,17 @@ export const approve: Command = {
     const repairId = await repairArg(ctx, positionals);
     const given = str(values, "proposal");
     const current = (await api.repairs.getRepair({ repairId })).repair!;
+    const latest = current.attempts.at(-1);
+    if (given === undefined && latest?.approval && attemptRan(latest)) {
+      // The old document is not reprinted as if it could run again: the server refuses an attempt
+      // that already ran (attempt_already_ran) and its refusal says what to do next.
+      await api.repairs.approve({ repairId, documentSha256: latest.approval.documentSha256 });
+      throw new CliFailure(`attempt ${latest.number} of repair ${repairId} already ran; next: seraph repair propose ${repairId.slice(0, 8)} --patch FILE`);
+    }
     let proposalId = given === undefined ? undefined : await resolveProposal(current, given);
     if (proposalId === undefined) {
-      proposalId = [...current.proposals].reverse().find((p) => p.valid)?.id;
-      if (proposalId === undefined) throw new UsageError(`repair ${repairId} has no valid proposal to approve`, { showUsage: false });
+      proposalId = [...current.proposals].reverse().find((p) => p.valid && p.attempt === current.attempt)?.id;
+      if (proposalId === undefined) throw new UsageError(`attempt ${current.attempt} of repair ${repairId} has no valid proposal to approve; next: seraph repair propose ${repairId.slice(0, 8)} --patch FILE`, { showUsage: false });
     }
     const { document } = await api.repairs.getApprovalDocument({ repairId, proposalId });
     const doc = document!;
@@ -73,7 +82,7 @@ export const approve: Command = {
     if (ctx.json) {
       ctx.io.stdout.write(`${JSON.stringify({ document: documentJson(doc), ...(toJson(ApproveResponseSchema, res, { alwaysEmitImplicit: true }) as object) })}\n`);
     }
-    ctx.say(`approved ${res.approval?.id} (document ${res.approval?.documentSha256})`);
+    ctx.say(`approved ${res.approval?.id} (document ${res.approval?.documentSha256}), attempt ${res.approval?.attempt}`);
     if (res.repair?.job) ctx.say(jobLine(res.repair.job));
     return 0;
   },

@@ -1,7 +1,7 @@
 import { GetRepairResultsResponseSchema, CancelRepairResponseSchema, RecoverProcessCleanupResponseSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import type { Command } from "../../command-spec.js";
-import { str } from "../../context.js";
+import { intFlag, str } from "../../context.js";
 import { OUTCOME_EXIT, recoveredWhy, repairLine, resultsText } from "../../format.js";
 import { JOB_OUTCOMES } from "@seraph/profiles/outcome";
 import { REPAIR_ID, repairArg } from "./shared.js";
@@ -12,15 +12,19 @@ export const results: Command = {
     name: "repair results",
     summary: "Per-test results of the patched run (failures first, with their messages) and, with a baseline, fail→pass / pass→fail against it.",
     args: [REPAIR_ID],
+    flags: {
+      attempt: { type: "int", value: "N", help: "the attempt whose run is shown and compared with the baseline", defaultText: "the latest attempt" },
+      full: { type: "boolean", help: "every line of each failure message (without it: the first 6, and how many more)" },
+    },
     notes: [
       "Exit status follows the patched job's outcome, as repair watch --exit-status: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown; 1 when it has not ended (or there is none). The results and the comparison never change it.",
       "With --json: one GetRepairResultsResponse.",
     ],
   },
-  async run(ctx, { positionals }) {
-    const res = await (await ctx.api()).repairs.getRepairResults({ repairId: await repairArg(ctx, positionals) });
+  async run(ctx, { values, positionals }) {
+    const res = await (await ctx.api()).repairs.getRepairResults({ repairId: await repairArg(ctx, positionals), attempt: intFlag(values, "attempt") ?? 0 });
     if (ctx.json) ctx.json1(GetRepairResultsResponseSchema, res);
-    else ctx.io.stdout.write(resultsText(res));
+    else ctx.io.stdout.write(resultsText(res, { full: values["full"] === true }));
     const ended = res.patched ? JOB_OUTCOMES[res.patched.jobState] : undefined;
     return ended !== undefined ? (OUTCOME_EXIT[ended] ?? 1) : 1;
   },

@@ -37,7 +37,10 @@ export const propose: Command = {
       model: { type: "boolean", help: "ask the consented model route for the patch" },
     },
     oneOf: [{ flags: ["patch", "model"], required: true }],
-    notes: ["Exit status 1 when the proposal is invalid (the reasons are printed)."],
+    notes: [
+      "On a repair whose latest attempt's run ended (any outcome; an UNKNOWN one only after `seraph repair recover`), a valid patch opens the next attempt, which needs its own fresh exact approval; `seraph repair attempts` lists them.",
+      "Exit status 1 when the proposal is invalid (the reasons are printed) or refused (while the latest attempt's job is queued or running, or its slot is held).",
+    ],
   },
   async run(ctx, { values, positionals }) {
     const patch = str(values, "patch");
@@ -46,7 +49,11 @@ export const propose: Command = {
     const res = await (await ctx.api()).repairs.proposePatch({ repairId, route });
     if (ctx.json) ctx.json1(ProposePatchResponseSchema, res);
     const p = res.proposal!;
-    ctx.say(`proposal ${p.id}: ${p.valid ? "valid" : "INVALID"} (${p.changedPaths.join(", ") || "no files"}), sha256 ${p.diffSha256}`);
+    ctx.say(`proposal ${p.id}: ${p.valid ? "valid" : "INVALID"} (${p.changedPaths.join(", ") || "no files"}), sha256 ${p.diffSha256}, attempt ${p.attempt}`);
+    const earlier = res.repair?.attempts.filter((a) => a.number < p.attempt) ?? [];
+    if (p.valid && earlier.length > 0 && res.repair?.attempts.at(-1)?.proposalIds.length === 1) {
+      ctx.say(`attempt ${p.attempt} opened (after ${earlier.map((a) => `#${a.number} ${a.jobOutcome || "?"}`).join(", ")}); it needs its own fresh exact approval`);
+    }
     for (const r of p.reasons) ctx.say(`  - ${r.code}${r.subject ? ` [${r.subject}]` : ""}: ${r.message}`);
     if (p.valid) ctx.say(`next: seraph repair approve ${repairId.slice(0, 8)}   (prints the exact document and asks)`);
     return p.valid ? 0 : 1;

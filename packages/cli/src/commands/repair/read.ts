@@ -1,25 +1,35 @@
-import { GetRepairResponseSchema, ListRepairsResponseSchema, ReadRepairSourceResponseSchema } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { GetRepairResponseSchema, ListRepairsResponseSchema, ReadRepairSourceResponseSchema, RepairView } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import type { Command } from "../../command-spec.js";
-import { str } from "../../context.js";
+import { intFlag, str } from "../../context.js";
 import { repairLine, repairText } from "../../format.js";
-import { CliFailure } from "../../io.js";
+import { CliFailure, UsageError } from "../../io.js";
 import { goalId as resolveGoal, proposalId as resolveProposal } from "../../resolve.js";
 import { REPAIR_ID, repairArg } from "./shared.js";
 
-/** `seraph repair list`: the caller's repairs, one line each. */
+/** `repair list`'s default page (the server answers at most 500). */
+const LIST_DEFAULT_LIMIT = 50;
+
+/** `seraph repair list`: the caller's newest repairs, one summary line each. */
 export const list: Command = {
   spec: {
     name: "repair list",
-    summary: "List your repairs, one line each: id, outcome badge (succeeded, failed, rejected, cancelled, unknown, queued, running...), state, revision, job.",
-    flags: { goal: { type: "string", value: "GOAL_ID", help: "only the repairs of this goal (id or unique prefix)", defaultText: "every goal" } },
+    summary: "List your newest repairs, one line each: id, outcome badge (succeeded, failed, rejected, cancelled, unknown, queued, running...), state, revision, job.",
+    flags: {
+      goal: { type: "string", value: "GOAL_ID", help: "only the repairs of this goal (id or unique prefix)", defaultText: "every goal" },
+      limit: { type: "int", value: "N", help: "at most N repairs, newest first (1 to 500)", defaultText: String(LIST_DEFAULT_LIMIT) },
+    },
+    notes: ["Each line is the repair's summary (ListRepairs' SUMMARY view); `seraph repair show ID` prints one in full."],
   },
   async run(ctx, { values }) {
+    const limit = intFlag(values, "limit") ?? LIST_DEFAULT_LIMIT;
+    if (limit < 1 || limit > 500) throw new UsageError(`--limit must be between 1 and 500, got ${limit}`);
     const api = await ctx.api();
     const goal = str(values, "goal");
-    const res = await api.repairs.listRepairs({ goalId: goal === undefined ? "" : await resolveGoal(api, goal) });
+    const res = await api.repairs.listRepairs({ goalId: goal === undefined ? "" : await resolveGoal(api, goal), pageSize: limit, view: RepairView.SUMMARY });
     if (ctx.json) ctx.json1(ListRepairsResponseSchema, res);
     if (res.repairs.length === 0) ctx.say(goal === undefined ? "no repairs" : "no repairs for that goal");
     for (const r of res.repairs) ctx.say(repairLine(r, ctx.colour));
+    if (res.nextPageToken !== "" && !ctx.json) ctx.say(`(the newest ${res.repairs.length}; more exist: --limit ${Math.min(500, limit * 2)} shows more)`);
     return 0;
   },
 };

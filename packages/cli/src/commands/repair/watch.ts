@@ -36,6 +36,7 @@ export const watch: Command = {
       until: { type: "string", value: "STATE", help: `stop once the repair reaches STATE (approved waits for its job): ${REPAIR_STATES.join(", ")}`, defaultText: "until the repair or its job ends (unknown included)" },
       "exit-status": { type: "boolean", help: "make the exit status follow the job's outcome: 0 succeeded, 3 failed, 4 rejected, 5 cancelled, 6 unknown" },
       timeout: { type: "int", value: "SECONDS", help: "give up after SECONDS (exit status 7)", defaultText: "no limit" },
+      heartbeat: { type: "int", value: "SECONDS", help: "while nothing changes, print a still-running line (elapsed, current step) every SECONDS; 0 for none (never with --json)", defaultText: "10" },
     },
     notes: [
       "Exit status without --exit-status: 1 when the last status seen is failed, rejected, cancelled, unknown, blocked or stale (or nothing was seen), else 0.",
@@ -47,6 +48,7 @@ export const watch: Command = {
     const until = str(values, "until")?.toUpperCase();
     if (until !== undefined && !(until in RepairState)) throw new UsageError(`--until is a repair state: ${REPAIR_STATES.join(", ")}`);
     const timeout = intFlag(values, "timeout");
+    const heartbeatS = intFlag(values, "heartbeat") ?? DEFAULT_HEARTBEAT_S;
     const api = await ctx.api();
     const repairId = await repairArg(ctx, positionals);
     const stop = new AbortController();
@@ -57,11 +59,19 @@ export const watch: Command = {
     }, timeout * 1000);
     let last: Repair | undefined;
     let reachedUntil = false;
+    let printedAt = Date.now();
+    // While nothing changes, a line every heartbeatS seconds says the watch and the job are alive.
+    const beat = ctx.json || heartbeatS === 0 ? undefined : setInterval(() => {
+      if (last === undefined || Date.now() - printedAt < heartbeatS * 1000) return;
+      ctx.say(heartbeatLine(last, Date.now(), ctx.colour));
+      printedAt = Date.now();
+    }, Math.min(1000, heartbeatS * 1000));
     try {
       for await (const m of api.repairs.watchRepair({ repairId }, { signal: stop.signal })) {
         const r = m.repair!;
         if (ctx.json) ctx.json1(WatchRepairResponseSchema, m);
         else ctx.say(`${serverTime(r)}  ${r.id.slice(0, 8)}  ${badge(statusOf(r), ctx.colour)} ${describeChange(last, r)}`);
+        printedAt = Date.now();
         last = r;
         if (until !== undefined && enumName(RepairState, r.state) === until && (r.state !== RepairState.APPROVED || r.job !== undefined)) {
           reachedUntil = true;
@@ -73,6 +83,7 @@ export const watch: Command = {
       if (!(timedOut && err instanceof ConnectError && err.code === Code.Canceled)) throw err;
     } finally {
       if (timer) clearTimeout(timer);
+      if (beat) clearInterval(beat);
     }
     if (timedOut) {
       ctx.io.stderr.write(`seraph repair watch: --timeout ${timeout}s passed; last status ${last ? statusOf(last) : "none"}\n${last ? waitingOnYou(last) : ""}`);
@@ -86,10 +97,31 @@ export const watch: Command = {
   },
 };
 
+/** The watch's heartbeat every 10 s of silence by default. */
+const DEFAULT_HEARTBEAT_S = 10;
+
+/**
+ * A line for a watch with nothing new: the local time, the status, how long the job has run
+ * (its running step's own clock when the server has one) and what it is doing now.
+ */
+export function heartbeatLine(r: Repair, nowMs: number, colour = false): string {
+  const j = r.job;
+  const clock = (since: bigint) => {
+    const s = Math.max(0, Math.floor((nowMs - Number(since)) / 1000));
+    return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+  };
+  const doing = !j
+    ? `repair ${enumName(RepairState, r.state).toLowerCase()}${waitingOnYou(r) ? ", waiting for you" : ""}`
+    : j.runningStep !== "" && j.runningStepStartedUnixMs > 0n && j.state === JobState.RUNNING
+      ? `step ${j.runningStep} running for ${clock(j.runningStepStartedUnixMs)}`
+      : `job ${enumName(JobState, j.state).toLowerCase()} for ${clock(j.updatedUnixMs)}${r.waitReason ? ` (waiting: ${r.waitReason})` : ""}`;
+  return `${new Date(nowMs).toISOString().slice(11, 19)}  ${r.id.slice(0, 8)}  ${badge(statusOf(r), colour)} still ${doing}; no change since the last line`;
+}
+
 /** One progress line: what changed since the previous update. */
 function describeChange(prev: Repair | undefined, r: Repair): string {
   const parts: string[] = [];
-  if (!prev || prev.state !== r.state) parts.push(`state ${enumName(RepairState, r.state)}`);
+  if (!prev || prev.state !== r.state) parts.push(`state ${enumName(RepairState, r.state)}${r.attempt > 1 ? ` (attempt ${r.attempt})` : ""}`);
   if (r.staleReason && r.staleReason !== prev?.staleReason) parts.push(`stale: ${r.staleReason}`);
   if (prev && r.proposals.length > prev.proposals.length) {
     const p = r.proposals.at(-1)!;

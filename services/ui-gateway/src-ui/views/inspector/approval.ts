@@ -83,7 +83,7 @@ function approvalRecord(r: Repair): HTMLElement | HTMLElement[] {
   const a = r.approval;
   return a
     ? [
-        h("p", { class: "ok" }, "Approved."),
+        h("p", { class: "ok" }, r.attempt > 1 ? `Attempt ${r.attempt} approved.` : "Approved."),
         kv([
           ["Approval", h("code", null, a.id)],
           ["Document SHA-256", hash(a.documentSha256)],
@@ -93,7 +93,11 @@ function approvalRecord(r: Repair): HTMLElement | HTMLElement[] {
           ["Job", a.jobId ? h("code", null, a.jobId) : "—"],
         ]),
       ]
-    : h("p", { class: "empty" }, "Not approved. Choose “Show the approval document” on a valid proposal, read it, then approve exactly that document.");
+    : h(
+        "p",
+        { class: "empty" },
+        `${r.attempt > 1 ? `Attempt ${r.attempt} is not approved` : "Not approved"}. Choose “Show the approval document” on a valid proposal, read it, then approve exactly that document.${r.attempt > 1 ? " A new patch needs its own exact approval: an earlier attempt's approval ran once." : ""}`,
+      );
 }
 
 /** A diff that is not the one the document binds is never approved from here: `withhold` disables `approve` and says why in `note`. */
@@ -107,6 +111,11 @@ function withholder(approve: HTMLButtonElement): { note: HTMLElement; withhold(w
       note.hidden = false;
     },
   };
+}
+
+/** An earlier attempt's document stays readable as approved; it is never approvable again (`withhold` says so). */
+function withholdEarlier(p: Proposal | undefined, latest: number, withhold: (why: string) => void): void {
+  if (p && p.attempt !== latest) withhold(`this is attempt ${p.attempt}'s document; the repair is at attempt ${latest}, and only its latest attempt's proposal can be approved.`);
 }
 
 /** The approval section of `page`. */
@@ -140,6 +149,7 @@ export function approvalSection(page: InspectorPage): ApprovalSection {
     const approve = approveButtonFor(d, expired);
     approveButton = approve;
     const { note: refusedNote, withhold } = withholder(approve);
+    withholdEarlier(p, page.repair?.attempt ?? 0, withhold);
     const patch = approvalPatch(d, p, withhold);
     // The countdown stays true while the page is open; at expiry the Approve button goes.
     clearInterval(expiryTimer);

@@ -1,12 +1,13 @@
 // The Consent & proposal tab: consent to send the inspected source to one model route, a manual
 // patch or the model's, and every proposal with its rendered diff and the button that fetches
 // its exact approval document.
-import { ProposalRoute, type Proposal, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
+import { ProposalRoute, RepairState, type Proposal, type Repair } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import type { ModelRoute } from "@seraph/proto/seraph/api/v1/settings_pb.js";
 import { field, h, replace, type Child } from "../../dom.js";
 import { act, button, bytes, enumName, hash, kv, pre, section, status, time, yesNo } from "../../ui-kit.js";
 import { diffView } from "../diff-view.js";
 import { reasonsTable } from "../profile-render.js";
+import { mayProposeAnother } from "./attempts.js";
 import { TERMINAL_REPAIR } from "./format.js";
 import type { InspectorPage } from "./page.js";
 
@@ -17,16 +18,31 @@ export interface ConsentSection {
   render(r: Repair): void;
   /** Reads the model routes (GetSandboxSettings) into the route choice. */
   loadRoutes(): void;
+  /** Moves focus to the manual patch field (for "Propose another patch"). */
+  focusManual(): void;
 }
 
-/** One proposal: facts, why it is invalid, its diff, the raw diff, and "Show the approval document". */
-function proposalView(p: Proposal, showDocument: (p: Proposal, btn: HTMLButtonElement) => void): HTMLElement {
+/** States in which a repair waits for a patch or an approval of its latest attempt. */
+const WAITING: ReadonlySet<RepairState> = new Set([RepairState.INSPECTED, RepairState.CONSENTED, RepairState.PROPOSED]);
+
+/** True when a patch may be proposed now: the latest attempt waits for one, or its run ended (the next attempt opens). */
+function mayPropose(r: Repair): boolean {
+  if (!r.inspection?.admitted || r.staleReason !== "") return false;
+  return WAITING.has(r.state) || mayProposeAnother(r);
+}
+
+/**
+ * One proposal: facts, why it is invalid, its diff, the raw diff, and "Show the approval document"
+ * (an earlier attempt's proposal shows its document only when it was approved: it cannot be approved now).
+ */
+function proposalView(p: Proposal, showDocument: (p: Proposal, btn: HTMLButtonElement) => void, r: Repair): HTMLElement {
   const docButton: HTMLButtonElement = button("Show the approval document", () => showDocument(p, docButton));
-  docButton.disabled = !p.valid;
+  const earlier = p.attempt !== r.attempt;
+  docButton.disabled = !p.valid || (earlier && !r.attempts.some((a) => a.approval && a.proposalId === p.id));
   return h(
     "article",
     { class: `proposal ${p.valid ? "is-valid" : "is-invalid"}`, "data-testid": "proposal" },
-    h("h3", null, `Proposal ${p.id.slice(0, 8)} — ${enumName(ProposalRoute, p.route)} — ${p.valid ? "valid" : "invalid"}`),
+    h("h3", null, `Proposal ${p.id.slice(0, 8)} — attempt ${p.attempt}${earlier ? " (earlier)" : ""} — ${enumName(ProposalRoute, p.route)} — ${p.valid ? "valid" : "invalid"}`),
     kv([
       ["Proposal", h("code", null, p.id)],
       ["Route", enumName(ProposalRoute, p.route)],
@@ -64,7 +80,7 @@ function consentView(c: Repair["consent"], sha: string): Child[] {
 }
 
 /** The Proposal section: a manual patch or the consented model's, and the proposals so far. */
-function proposalPart(page: InspectorPage, showDocument: (p: Proposal, btn: HTMLButtonElement) => void): { readonly el: HTMLElement; enable(r: Repair): void; render(r: Repair): void } {
+function proposalPart(page: InspectorPage, showDocument: (p: Proposal, btn: HTMLButtonElement) => void): { readonly el: HTMLElement; enable(r: Repair): void; render(r: Repair): void; focus(): void } {
   const { ctx, repairId } = page;
   const proposalsBody = h("div", { "data-testid": "proposals" });
   const manualDiff = h("textarea", { name: "manual_diff", rows: 10, spellcheck: "false" });
@@ -93,13 +109,21 @@ function proposalPart(page: InspectorPage, showDocument: (p: Proposal, btn: HTML
   );
   return {
     el,
-    /** Offers the model only with consent, a manual patch only for an admitted inspection, neither once the repair ended. */
+    /**
+     * Offers the model only with consent, a manual patch only for an admitted inspection, and both
+     * only while the latest attempt waits for a patch or after its run ended (the next attempt).
+     */
     enable(r) {
-      modelButton.disabled = !r.consent || TERMINAL_REPAIR.has(r.state);
-      manualButton.disabled = !r.inspection?.admitted || TERMINAL_REPAIR.has(r.state);
+      const open = mayPropose(r);
+      modelButton.disabled = !r.consent || !open;
+      manualButton.disabled = !open;
+      manualButton.textContent = mayProposeAnother(r) ? `Submit manual patch (opens attempt ${r.attempt + 1})` : "Submit manual patch";
     },
     render(r) {
-      replace(proposalsBody, r.proposals.length ? [...r.proposals].reverse().map((p) => proposalView(p, showDocument)) : h("p", { class: "empty" }, "No proposals yet."));
+      replace(proposalsBody, r.proposals.length ? [...r.proposals].reverse().map((p) => proposalView(p, showDocument, r)) : h("p", { class: "empty" }, "No proposals yet."));
+    },
+    focus() {
+      manualDiff.focus();
     },
   };
 }
@@ -148,6 +172,9 @@ export function consentSection(page: InspectorPage, showDocument: (p: Proposal, 
     render(r) {
       renderConsent(r);
       proposals.render(r);
+    },
+    focusManual() {
+      proposals.focus();
     },
     loadRoutes() {
       const routesStatus = status();

@@ -39,6 +39,8 @@ export function statusHeader(page: InspectorPage, steps: StepClock, announcer: H
     const step = steps.currentStep(r);
     const settled = isSettled(r);
     const pairs: [string, string | HTMLElement][] = [["State", enumName(RepairState, r.state) + (r.staleReason ? ` (stale: ${r.staleReason})` : "")]];
+    // With more than one attempt, say which one the state, job and clocks are (the Attempts tab lists them all).
+    if (r.attempt > 1) pairs.push(["Attempt", h("span", { "data-testid": "header-attempt" }, `${r.attempt} of ${r.attempts.length}`)]);
     if (j) {
       pairs.push(["Job", `${enumName(JobState, j.state)}${j.outcome ? ` — ${j.outcome}` : ""}`]);
       steps.observe(r);

@@ -10,13 +10,14 @@ import { tabs as makeTabs, type Tabs } from "../../tabs.js";
 import type { ViewContext } from "../../view.js";
 import { approvalSection } from "./approval.js";
 import { artifactsSection } from "./artifacts.js";
+import { attemptsSection } from "./attempts.js";
 import { attestationSection } from "./attestation.js";
 import { consentSection } from "./consent.js";
 import { statusHeader } from "./header.js";
 import { inspectionSection } from "./inspection.js";
 import { jobSection } from "./job.js";
 import { liveLog } from "./live-log.js";
-import { createInspectorPage } from "./page.js";
+import { createInspectorPage, type InspectorPage } from "./page.js";
 import { recovery as createRecovery } from "./recovery.js";
 import { requestSection } from "./request.js";
 import { resultsSection } from "./results.js";
@@ -27,6 +28,7 @@ export const INSPECTOR_TABS = [
   ["request", "Request"],
   ["inspection", "Inspection"],
   ["proposal", "Consent & proposal"],
+  ["attempts", "Attempts"],
   ["approval", "Approval"],
   ["job", "Job & logs"],
   ["results", "Test results"],
@@ -37,6 +39,15 @@ export const INSPECTOR_TABS = [
 /** The tab a repair opens on when the URL names none: the furthest step it has reached. */
 function furthestTab(r: Repair): string {
   return r.job ? "job" : r.approval ? "approval" : r.proposals.length || r.consent ? "proposal" : "inspection";
+}
+
+/** Calls `tick` every second while the page's repair can still change (the running clocks), until the page closes. */
+function tickWhileRunning(page: InspectorPage, tick: () => void): void {
+  const timer = setInterval(() => {
+    const r = page.repair;
+    if (r && !isSettled(r)) tick();
+  }, 1000);
+  page.ctx.signal.addEventListener("abort", () => clearInterval(timer));
 }
 
 /**
@@ -51,7 +62,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   let autoTabDone = initialTab !== "";
   const page = createInspectorPage(root, ctx, repairId, {
     applied: (r) => {
-      live.record(r);
+      live.record(r); // and follows a new attempt live (ProposePatch after a run ended)
       renderAll();
     },
     cleared: () => [approval, signed].forEach((s) => s.forget()),
@@ -64,6 +75,7 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   const request = requestSection();
   const inspection = inspectionSection(page);
   const consent = consentSection(page, (p, btn) => void approval.showDocument(p, btn));
+  const attempts = attemptsSection(page, () => consent.focusManual());
   const approval = approvalSection(page);
   const job = jobSection(page, () => recovery.banner.focus());
   const signed = attestationSection(page);
@@ -86,25 +98,23 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
     request.render(r);
     inspection.render(r);
     consent.render(r);
+    attempts.render(r);
     approval.render(r);
     job.render(r);
     signed.render(r);
     artifacts.render(r);
     testResults.update(r);
   };
-  const headerTimer = setInterval(() => {
-    const r = page.repair;
-    if (r && !isSettled(r)) {
-      header.render();
-      output.render(r);
-    }
-  }, 1000);
-  ctx.signal.addEventListener("abort", () => clearInterval(headerTimer));
+  tickWhileRunning(page, () => {
+    header.render();
+    if (page.repair) output.render(page.repair);
+  });
 
   const panels: Record<string, HTMLElement> = {
     request: request.el,
     inspection: inspection.el,
     proposal: consent.el,
+    attempts: attempts.el,
     approval: approval.el,
     job: h("div", null, output.el, live.el, job.el, signed.el, job.preflight),
     results: testResults.el,
@@ -120,8 +130,6 @@ export function renderInspector(root: HTMLElement, ctx: ViewContext, repairId: s
   replace(root, h("p", null, h("a", { href: "#/work" }, "← Work → Repository repair")), header.el, page.loadStatus.el, recovery.banner, tabsApi.el, job.dialog);
 
   // Read-only loads: the repair, then the live stream; the model routes for consent.
-  void page.refresh(null, "Loading the repair").then((ok) => {
-    if (ok) void live.watch();
-  });
+  void page.refresh(null, "Loading the repair").then((ok) => (ok ? live.watch() : undefined));
   consent.loadRoutes();
 }

@@ -16,7 +16,10 @@ export interface LiveLog {
   readonly el: HTMLElement;
   /** The polite live region that says "Repair status: a → b." */
   readonly announcer: HTMLElement;
-  /** Adds a line for whatever changed since the last recorded repair (the first: "as of"). */
+  /**
+   * Adds a line for whatever changed since the last recorded repair (the first: "as of"); a repair
+   * that can change again after its stream ended (a new attempt) is followed again (watch()).
+   */
   record(r: Repair): void;
   /** Follows WatchRepair until it ends, fails or access is lost; "Watch again" restarts it. */
   watch(): Promise<void>;
@@ -62,6 +65,8 @@ export function liveLog(page: InspectorPage): LiveLog {
   const announcer = h("p", { class: "visually-hidden", role: "status", "aria-live": "polite", "data-testid": "announcer" });
   let lastStatus: string | undefined;
   let last: Facts | undefined;
+  // "open" while a stream runs; "ended" after the server ended one; "failed" waits for "Watch again".
+  let stream: "idle" | "open" | "ended" | "failed" = "idle";
 
   const record = (r: Repair) => {
     const now = factsOf(r);
@@ -73,9 +78,12 @@ export function liveLog(page: InspectorPage): LiveLog {
     const word = statusOf(r);
     if (lastStatus !== undefined && lastStatus !== word) announcer.textContent = `Repair status: ${lastStatus} → ${word}.`;
     lastStatus = word;
+    if (stream === "ended" && !isSettled(r)) void watch();
   };
 
   const watch = async () => {
+    if (stream === "open") return;
+    stream = "open";
     watchAgain.hidden = true;
     watchStatus.busy("Connecting to the live stream…");
     try {
@@ -84,12 +92,18 @@ export function liveLog(page: InspectorPage): LiveLog {
         if (first) watchStatus.ok("Live: changes of this repair and its job appear here as they happen.");
         first = false;
         if (res.repair) page.apply(res.repair, "WatchRepair");
-        if (res.repair && isSettled(res.repair)) watchStatus.ok(`This repair's job has ended (${statusOf(res.repair)}); only recovery can still change it.`);
+        if (res.repair && isSettled(res.repair)) watchStatus.ok(`This attempt's job has ended (${statusOf(res.repair)}); only recovery, or another patch (the Attempts tab), can change this repair.`);
       }
+      stream = "ended";
       const repair = page.repair;
-      watchStatus.ok(repair && isSettled(repair) ? `Ended: this repair is ${statusOf(repair)} and will not change any more.` : "The server ended the live stream.");
+      watchStatus.ok(
+        repair && isSettled(repair)
+          ? `Ended: attempt ${repair.attempt} is ${statusOf(repair)}; only recovery, or another patch (a new attempt, followed here), can change this repair.`
+          : "The server ended the live stream.",
+      );
       watchAgain.hidden = false;
     } catch (err) {
+      stream = "failed";
       if (ctx.signal.aborted) return;
       if (isAccessLost(err)) return page.clearPrivate(err);
       watchStatus.error(err, "Live updates stopped");

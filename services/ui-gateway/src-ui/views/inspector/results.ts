@@ -3,7 +3,7 @@
 import type { GetRepairResultsResponse, Repair, RunResults } from "@seraph/proto/seraph/api/v1/repairs_pb.js";
 import { JobState } from "@seraph/proto/seraph/jobs/v1/jobs_pb.js";
 import { TestStatus, TestTransition, type TestCase, type TestComparison, type TestComparisonEntry } from "@seraph/proto/seraph/profile/v1/results_pb.js";
-import { h, replace, type Child } from "../../dom.js";
+import { field, h, replace, type Child } from "../../dom.js";
 import { failuresFirst, isFailingStatus, JOB_OUTCOMES, testStatusWord } from "../../outcome.js";
 import { act, button, enumName, hash, kv, pre, section, status, table } from "../../ui-kit.js";
 import { baselineSection } from "./baseline.js";
@@ -36,7 +36,7 @@ export function testBadge(s: TestStatus): HTMLElement {
 
 const failing = (t: TestCase) => isFailingStatus(t.status);
 
-function runFacts(label: string, run: RunResults | undefined): HTMLElement | null {
+function runFacts(label: string, run: RunResults | undefined, attempt = 0): HTMLElement | null {
   if (!run) return null;
   const r = run.results;
   const job = run.jobId === "" ? "no job yet" : `job ${run.jobId.slice(0, 8)} — ${enumName(JobState, run.jobState)}${run.jobOutcome ? ` (${run.jobOutcome})` : ""}`;
@@ -49,7 +49,7 @@ function runFacts(label: string, run: RunResults | undefined): HTMLElement | nul
     what = h("span", { class: "blocked", "data-testid": `results-unparsed-${label}` }, `${r.state}: ${r.reason} — ${r.message} The raw output is still stored (Job & logs, Artifacts); no test is guessed.`);
   }
   return h("div", { "data-testid": `results-run-${label}` }, kv([
-    [label === "patched" ? "Patched run" : "Baseline run (no patch)", job],
+    [label === "patched" ? `Patched run${attempt > 1 ? ` (attempt ${attempt})` : ""}` : "Baseline run (no patch)", job],
     ["Results", what],
     ...(r?.sourceSha256 ? ([["Parsed from", h("span", null, h("code", null, r.sourceName), " ", hash(r.sourceSha256))]] as const) : []),
   ]));
@@ -114,31 +114,42 @@ export function resultsSection(page: InspectorPage): { el: HTMLElement; update(r
   const testsBody = h("div", { "data-testid": "results-tests" });
   const loadStatus = status();
   const baseline = baselineSection(page);
+  // Which attempt's run is compared with the baseline (0: the latest); offered once there are two.
+  const attemptSelect = h("select", { name: "results_attempt" });
+  const attemptField = field("Attempt", attemptSelect, "Each attempt keeps its run's results; the one baseline is compared with the attempt chosen here.");
+  attemptField.hidden = true;
+  attemptSelect.addEventListener("change", () => void load());
   let loadedKey = "";
 
   const renderResults = (res: GetRepairResultsResponse) => {
     replace(summary, summaryView(res.comparison));
-    replace(runs, runFacts("patched", res.patched), runFacts("baseline", res.baseline), res.patchChangedTests.length > 0 ? h("p", { class: "hint", "data-testid": "results-untrusted" }, `Untrusted evidence — the patch adds or changes ${res.patchChangedTests.join(", ")}: ${res.testEvidenceNote}`) : null);
+    replace(runs, runFacts("patched", res.patched, res.attempt), runFacts("baseline", res.baseline), res.patchChangedTests.length > 0 ? h("p", { class: "hint", "data-testid": "results-untrusted" }, `Untrusted evidence — the patch adds or changes ${res.patchChangedTests.join(", ")}: ${res.testEvidenceNote}`) : null);
     replace(testsBody, testsTable(res));
   };
 
   const load = async () => {
-    const res = await act(null, loadStatus, "Loading the test results…", () => ctx.api.repairs.getRepairResults({ repairId }, { signal: ctx.signal }));
+    const res = await act(null, loadStatus, "Loading the test results…", () => ctx.api.repairs.getRepairResults({ repairId, attempt: Number(attemptSelect.value || 0) }, { signal: ctx.signal }));
     if (res) renderResults(res);
   };
 
   const el = h(
     "div",
     null,
-    section("Test results", 2, h("div", { class: "actions" }, button("Reload results", () => void load())), loadStatus.el, summary, runs, testsBody),
+    section("Test results", 2, attemptField, h("div", { class: "actions" }, button("Reload results", () => void load())), loadStatus.el, summary, runs, testsBody),
     baseline.el,
   );
   return {
     el,
     /** Reloads the results when a job of the repair (patched or baseline) reaches a new state. */
     update(r: Repair) {
-      const key = [r.job?.state, r.job?.revision, r.baselineJob?.state, r.baselineJob?.revision].join("/");
+      const key = [r.attempt, r.job?.state, r.job?.revision, r.baselineJob?.state, r.baselineJob?.revision].join("/");
       baseline.update(r);
+      if (attemptSelect.options.length !== r.attempt) {
+        const chosen = attemptSelect.value;
+        replace(attemptSelect, h("option", { value: "0" }, `Latest (attempt ${r.attempt})`), r.attempts.slice(0, -1).map((a) => h("option", { value: String(a.number) }, `Attempt ${a.number}`)));
+        attemptSelect.value = [...attemptSelect.options].some((o) => o.value === chosen) ? chosen : "0";
+        attemptField.hidden = r.attempt < 2;
+      }
       const settled = (s: JobState | undefined) => s === undefined || JOB_OUTCOMES[s] !== undefined;
       if (key === loadedKey || !settled(r.job?.state) || !settled(r.baselineJob?.state) || (!r.job && !r.baselineJob)) return;
       loadedKey = key;

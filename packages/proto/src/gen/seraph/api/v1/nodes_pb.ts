@@ -10,7 +10,7 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
-import type { Node } from "../../jobs/v1/jobs_pb.js";
+import type { Node, PendingNode } from "../../jobs/v1/jobs_pb.js";
 import { file_seraph_jobs_v1_jobs } from "../../jobs/v1/jobs_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/api/v1/nodes.proto.
  */
 export const file_seraph_api_v1_nodes: GenFile = /*@__PURE__*/
-  fileDesc("ChlzZXJhcGgvYXBpL3YxL25vZGVzLnByb3RvEg1zZXJhcGguYXBpLnYxIhIKEExpc3ROb2Rlc1JlcXVlc3QiOAoRTGlzdE5vZGVzUmVzcG9uc2USIwoFbm9kZXMYASADKAsyFC5zZXJhcGguam9icy52MS5Ob2RlImAKEEZlbmNlTm9kZVJlcXVlc3QSMgoHbm9kZV9pZBgBIAEoCUIhukgechwyGl5bYS16MC05XVthLXowLTkuLV17MCw2Mn0kEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMY6AciegoRRmVuY2VOb2RlUmVzcG9uc2USIgoEbm9kZRgBIAEoCzIULnNlcmFwaC5qb2JzLnYxLk5vZGUSDgoGZmVuY2VkGAIgASgIEhcKD3Vua25vd25fam9iX2lkcxgDIAMoCRIYChByZWplY3RlZF9qb2JfaWRzGAQgAygJIkcKEUNvcmRvbk5vZGVSZXF1ZXN0EjIKB25vZGVfaWQYASABKAlCIbpIHnIcMhpeW2EtejAtOV1bYS16MC05Li1dezAsNjJ9JCJkChJDb3Jkb25Ob2RlUmVzcG9uc2USIgoEbm9kZRgBIAEoCzIULnNlcmFwaC5qb2JzLnYxLk5vZGUSEAoIY29yZG9uZWQYAiABKAgSGAoQcmVxdWV1ZWRfam9iX2lkcxgDIAMoCSJJChNVbmNvcmRvbk5vZGVSZXF1ZXN0EjIKB25vZGVfaWQYASABKAlCIbpIHnIcMhpeW2EtejAtOV1bYS16MC05Li1dezAsNjJ9JCJOChRVbmNvcmRvbk5vZGVSZXNwb25zZRIiCgRub2RlGAEgASgLMhQuc2VyYXBoLmpvYnMudjEuTm9kZRISCgp1bmNvcmRvbmVkGAIgASgIMtkCCgtOb2RlU2VydmljZRJOCglMaXN0Tm9kZXMSHy5zZXJhcGguYXBpLnYxLkxpc3ROb2Rlc1JlcXVlc3QaIC5zZXJhcGguYXBpLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEk4KCUZlbmNlTm9kZRIfLnNlcmFwaC5hcGkudjEuRmVuY2VOb2RlUmVxdWVzdBogLnNlcmFwaC5hcGkudjEuRmVuY2VOb2RlUmVzcG9uc2USUQoKQ29yZG9uTm9kZRIgLnNlcmFwaC5hcGkudjEuQ29yZG9uTm9kZVJlcXVlc3QaIS5zZXJhcGguYXBpLnYxLkNvcmRvbk5vZGVSZXNwb25zZRJXCgxVbmNvcmRvbk5vZGUSIi5zZXJhcGguYXBpLnYxLlVuY29yZG9uTm9kZVJlcXVlc3QaIy5zZXJhcGguYXBpLnYxLlVuY29yZG9uTm9kZVJlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_seraph_jobs_v1_jobs]);
+  fileDesc("ChlzZXJhcGgvYXBpL3YxL25vZGVzLnByb3RvEg1zZXJhcGguYXBpLnYxIhIKEExpc3ROb2Rlc1JlcXVlc3QiZgoRTGlzdE5vZGVzUmVzcG9uc2USIwoFbm9kZXMYASADKAsyFC5zZXJhcGguam9icy52MS5Ob2RlEiwKB3BlbmRpbmcYAiADKAsyGy5zZXJhcGguam9icy52MS5QZW5kaW5nTm9kZSJ0ChJBcHByb3ZlTm9kZVJlcXVlc3QSMgoHbm9kZV9pZBgBIAEoCUIhukgechwyGl5bYS16MC05XVthLXowLTkuLV17MCw2Mn0kEioKC2ZpbmdlcnByaW50GAIgASgJQhW6SBJyEDIOXlswLTlhLWZdezY0fSQiTQoTQXBwcm92ZU5vZGVSZXNwb25zZRIPCgdub2RlX2lkGAEgASgJEhMKC2ZpbmdlcnByaW50GAIgASgJEhAKCGFwcHJvdmVkGAMgASgIImAKEEZlbmNlTm9kZVJlcXVlc3QSMgoHbm9kZV9pZBgBIAEoCUIhukgechwyGl5bYS16MC05XVthLXowLTkuLV17MCw2Mn0kEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMY6AciegoRRmVuY2VOb2RlUmVzcG9uc2USIgoEbm9kZRgBIAEoCzIULnNlcmFwaC5qb2JzLnYxLk5vZGUSDgoGZmVuY2VkGAIgASgIEhcKD3Vua25vd25fam9iX2lkcxgDIAMoCRIYChByZWplY3RlZF9qb2JfaWRzGAQgAygJIkcKEUNvcmRvbk5vZGVSZXF1ZXN0EjIKB25vZGVfaWQYASABKAlCIbpIHnIcMhpeW2EtejAtOV1bYS16MC05Li1dezAsNjJ9JCJkChJDb3Jkb25Ob2RlUmVzcG9uc2USIgoEbm9kZRgBIAEoCzIULnNlcmFwaC5qb2JzLnYxLk5vZGUSEAoIY29yZG9uZWQYAiABKAgSGAoQcmVxdWV1ZWRfam9iX2lkcxgDIAMoCSJJChNVbmNvcmRvbk5vZGVSZXF1ZXN0EjIKB25vZGVfaWQYASABKAlCIbpIHnIcMhpeW2EtejAtOV1bYS16MC05Li1dezAsNjJ9JCJOChRVbmNvcmRvbk5vZGVSZXNwb25zZRIiCgRub2RlGAEgASgLMhQuc2VyYXBoLmpvYnMudjEuTm9kZRISCgp1bmNvcmRvbmVkGAIgASgIMq8DCgtOb2RlU2VydmljZRJOCglMaXN0Tm9kZXMSHy5zZXJhcGguYXBpLnYxLkxpc3ROb2Rlc1JlcXVlc3QaIC5zZXJhcGguYXBpLnYxLkxpc3ROb2Rlc1Jlc3BvbnNlEk4KCUZlbmNlTm9kZRIfLnNlcmFwaC5hcGkudjEuRmVuY2VOb2RlUmVxdWVzdBogLnNlcmFwaC5hcGkudjEuRmVuY2VOb2RlUmVzcG9uc2USUQoKQ29yZG9uTm9kZRIgLnNlcmFwaC5hcGkudjEuQ29yZG9uTm9kZVJlcXVlc3QaIS5zZXJhcGguYXBpLnYxLkNvcmRvbk5vZGVSZXNwb25zZRJXCgxVbmNvcmRvbk5vZGUSIi5zZXJhcGguYXBpLnYxLlVuY29yZG9uTm9kZVJlcXVlc3QaIy5zZXJhcGguYXBpLnYxLlVuY29yZG9uTm9kZVJlc3BvbnNlElQKC0FwcHJvdmVOb2RlEiEuc2VyYXBoLmFwaS52MS5BcHByb3ZlTm9kZVJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLkFwcHJvdmVOb2RlUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_seraph_jobs_v1_jobs]);
 
 /**
  * @generated from message seraph.api.v1.ListNodesRequest
@@ -41,6 +41,13 @@ export type ListNodesResponse = Message<"seraph.api.v1.ListNodesResponse"> & {
    * @generated from field: repeated seraph.jobs.v1.Node nodes = 1;
    */
   nodes: Node[];
+
+  /**
+   * Node ids whose key waits for approval (`seraph nodes approve NODE --fingerprint F`).
+   *
+   * @generated from field: repeated seraph.jobs.v1.PendingNode pending = 2;
+   */
+  pending: PendingNode[];
 };
 
 /**
@@ -49,6 +56,59 @@ export type ListNodesResponse = Message<"seraph.api.v1.ListNodesResponse"> & {
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
   messageDesc(file_seraph_api_v1_nodes, 1);
+
+/**
+ * @generated from message seraph.api.v1.ApproveNodeRequest
+ */
+export type ApproveNodeRequest = Message<"seraph.api.v1.ApproveNodeRequest"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * The fingerprint the operator read from the node (`<data dir>/node-key.pub`): only that key is enrolled.
+   *
+   * @generated from field: string fingerprint = 2;
+   */
+  fingerprint: string;
+};
+
+/**
+ * Describes the message seraph.api.v1.ApproveNodeRequest.
+ * Use `create(ApproveNodeRequestSchema)` to create a new message.
+ */
+export const ApproveNodeRequestSchema: GenMessage<ApproveNodeRequest> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_nodes, 2);
+
+/**
+ * @generated from message seraph.api.v1.ApproveNodeResponse
+ */
+export type ApproveNodeResponse = Message<"seraph.api.v1.ApproveNodeResponse"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: string fingerprint = 2;
+   */
+  fingerprint: string;
+
+  /**
+   * False when the key was already enrolled (nothing changed).
+   *
+   * @generated from field: bool approved = 3;
+   */
+  approved: boolean;
+};
+
+/**
+ * Describes the message seraph.api.v1.ApproveNodeResponse.
+ * Use `create(ApproveNodeResponseSchema)` to create a new message.
+ */
+export const ApproveNodeResponseSchema: GenMessage<ApproveNodeResponse> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_nodes, 3);
 
 /**
  * @generated from message seraph.api.v1.FenceNodeRequest
@@ -72,7 +132,7 @@ export type FenceNodeRequest = Message<"seraph.api.v1.FenceNodeRequest"> & {
  * Use `create(FenceNodeRequestSchema)` to create a new message.
  */
 export const FenceNodeRequestSchema: GenMessage<FenceNodeRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_nodes, 2);
+  messageDesc(file_seraph_api_v1_nodes, 4);
 
 /**
  * @generated from message seraph.api.v1.FenceNodeResponse
@@ -111,7 +171,7 @@ export type FenceNodeResponse = Message<"seraph.api.v1.FenceNodeResponse"> & {
  * Use `create(FenceNodeResponseSchema)` to create a new message.
  */
 export const FenceNodeResponseSchema: GenMessage<FenceNodeResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_nodes, 3);
+  messageDesc(file_seraph_api_v1_nodes, 5);
 
 /**
  * @generated from message seraph.api.v1.CordonNodeRequest
@@ -128,7 +188,7 @@ export type CordonNodeRequest = Message<"seraph.api.v1.CordonNodeRequest"> & {
  * Use `create(CordonNodeRequestSchema)` to create a new message.
  */
 export const CordonNodeRequestSchema: GenMessage<CordonNodeRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_nodes, 4);
+  messageDesc(file_seraph_api_v1_nodes, 6);
 
 /**
  * @generated from message seraph.api.v1.CordonNodeResponse
@@ -159,7 +219,7 @@ export type CordonNodeResponse = Message<"seraph.api.v1.CordonNodeResponse"> & {
  * Use `create(CordonNodeResponseSchema)` to create a new message.
  */
 export const CordonNodeResponseSchema: GenMessage<CordonNodeResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_nodes, 5);
+  messageDesc(file_seraph_api_v1_nodes, 7);
 
 /**
  * @generated from message seraph.api.v1.UncordonNodeRequest
@@ -176,7 +236,7 @@ export type UncordonNodeRequest = Message<"seraph.api.v1.UncordonNodeRequest"> &
  * Use `create(UncordonNodeRequestSchema)` to create a new message.
  */
 export const UncordonNodeRequestSchema: GenMessage<UncordonNodeRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_nodes, 6);
+  messageDesc(file_seraph_api_v1_nodes, 8);
 
 /**
  * @generated from message seraph.api.v1.UncordonNodeResponse
@@ -200,7 +260,7 @@ export type UncordonNodeResponse = Message<"seraph.api.v1.UncordonNodeResponse">
  * Use `create(UncordonNodeResponseSchema)` to create a new message.
  */
 export const UncordonNodeResponseSchema: GenMessage<UncordonNodeResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_nodes, 7);
+  messageDesc(file_seraph_api_v1_nodes, 9);
 
 /**
  * @generated from service seraph.api.v1.NodeService
@@ -245,6 +305,17 @@ export const NodeService: GenService<{
     methodKind: "unary";
     input: typeof UncordonNodeRequestSchema;
     output: typeof UncordonNodeResponseSchema;
+  },
+  /**
+   * Enrols a pending node's key, named by its fingerprint: the node id then accepts calls proved
+   * by that key only (until a fence revokes it for good).
+   *
+   * @generated from rpc seraph.api.v1.NodeService.ApproveNode
+   */
+  approveNode: {
+    methodKind: "unary";
+    input: typeof ApproveNodeRequestSchema;
+    output: typeof ApproveNodeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_seraph_api_v1_nodes, 0);

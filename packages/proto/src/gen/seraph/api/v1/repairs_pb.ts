@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file seraph/api/v1/repairs.proto.
  */
 export const file_seraph_api_v1_repairs: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXJhcGgvYXBpL3YxL3JlcGFpcnMucHJvdG8SDXNlcmFwaC5hcGkudjEikgEKB0NvbnNlbnQSGQoRaW5zcGVjdGlvbl9zaGEyNTYYASABKAkSFgoObW9kZWxfcm91dGVfaWQYAiABKAkSEAoIZ2l2ZW5fYnkYAyABKAkSFQoNZ2l2ZW5fdW5peF9tcxgEIAEoAxIrCgVmaWxlcxgFIAMoCzIcLnNlcmFwaC5hcGkudjEuQ29uc2VudGVkRmlsZSI7Cg1Db25zZW50ZWRGaWxlEgwKBHBhdGgYASABKAkSDgoGc2hhMjU2GAIgASgJEgwKBHNpemUYAyABKAQipgIKCFByb3Bvc2FsEgoKAmlkGAEgASgJEisKBXJvdXRlGAIgASgOMhwuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbFJvdXRlEgwKBGRpZmYYAyABKAkSEwoLZGlmZl9zaGEyNTYYBCABKAkSFQoNY2hhbmdlZF9wYXRocxgFIAMoCRINCgV2YWxpZBgGIAEoCBIvCgdyZWFzb25zGAcgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFgoObW9kZWxfcm91dGVfaWQYCCABKAkSDQoFbW9kZWwYCSABKAkSEwoLbm9fbGVhcm5pbmcYCiABKAgSFwoPY3JlYXRlZF91bml4X21zGAsgASgDEhIKCmNyZWF0ZWRfYnkYDCABKAki3AYKEEFwcHJvdmFsRG9jdW1lbnQSDAoEa2luZBgBIAEoCRIRCglyZXBhaXJfaWQYAiABKAkSEwoLcHJvcG9zYWxfaWQYAyABKAkSFwoPcHJvcG9zYWxfc2hhMjU2GAQgASgJEhkKEWluc3BlY3Rpb25fc2hhMjU2GAUgASgJEi8KCmlkZW50aXRpZXMYBiADKAsyGy5zZXJhcGgucHJvZmlsZS52MS5JZGVudGl0eRImCgVzdGVwcxgHIAMoCzIXLnNlcmFwaC5wcm9maWxlLnYxLlN0ZXASKQoGbGltaXRzGAggASgLMhkuc2VyYXBoLnByb2ZpbGUudjEuTGltaXRzEhYKDmxpbWl0c19jaGFuZ2VkGAkgAygJEhcKD2lzb2xhdGlvbl9jbGFpbRgKIAEoCRIcChRyZXNvdXJjZV9lbmZvcmNlbWVudBgLIAEoCRISCgp1bmVuZm9yY2VkGAwgAygJEg8KB2dvYWxfaWQYDSABKAkSFQoNZ29hbF9yZXZpc2lvbhgOIAEoDRIZChFzZXR0aW5nc19yZXZpc2lvbhgPIAEoBBIXCg9yZXBvc2l0b3J5X3BhdGgYECABKAkSDwoHbm9kZV9pZBgRIAEoCRIUCgxydW50aW1lX3BhdGgYEiABKAkSEAoIb3duZXJfaWQYEyABKAkSFgoOaXNzdWVkX3VuaXhfbXMYFCABKAMSFwoPZXhwaXJlc191bml4X21zGBUgASgDEhMKC25vX2xlYXJuaW5nGBYgASgIEhcKD2RvY3VtZW50X3NoYTI1NhgXIAEoCRIbChNhbGxvd2VkX3BhdGNoX3BhdGhzGBggAygJEiAKGHN1cGVydmlzb3Jfc291cmNlX3NoYTI1NhgZIAEoCRI6Cgtjb250YWlubWVudBgaIAEoCzIlLnNlcmFwaC5zdXBlcnZpc29yLnYxLk5vZGVDb250YWlubWVudBIPCgdwcm9maWxlGCggASgJEhUKDWNsZWFudXBfY2xhaW0YKSABKAkSGwoTcGF0Y2hfY2hhbmdlZF90ZXN0cxgyIAMoCRIaChJ0ZXN0X2V2aWRlbmNlX25vdGUYMyABKAkSEAoIYmFzZWxpbmUYNCABKAgSFQoNYmFzZWxpbmVfbm90ZRg1IAEoCSKHAQoIQXBwcm92YWwSCgoCaWQYASABKAkSFwoPZG9jdW1lbnRfc2hhMjU2GAIgASgJEhMKC2FwcHJvdmVkX2J5GAMgASgJEhgKEGFwcHJvdmVkX3VuaXhfbXMYBCABKAMSFwoPZXhwaXJlc191bml4X21zGAUgASgDEg4KBmpvYl9pZBgGIAEoCSLJBQoGUmVwYWlyEgoKAmlkGAEgASgJEhAKCG93bmVyX2lkGAIgASgJEg8KB2dvYWxfaWQYAyABKAkSFQoNZ29hbF9yZXZpc2lvbhgEIAEoDRIVCg1yZXBvc2l0b3J5X2lkGAUgASgJEhQKDHNvdXJjZV9wYXRocxgGIAMoCRIbChNhbGxvd2VkX3BhdGNoX3BhdGhzGAcgAygJEhsKE2FjY2VwdGFuY2VfY3JpdGVyaWEYCCABKAkSLwoJc2VsZWN0aW9uGAkgASgOMhwuc2VyYXBoLnByb2ZpbGUudjEuU2VsZWN0aW9uEikKBXN0YXRlGAogASgOMhouc2VyYXBoLmFwaS52MS5SZXBhaXJTdGF0ZRIxCgppbnNwZWN0aW9uGAsgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbhInCgdjb25zZW50GAwgASgLMhYuc2VyYXBoLmFwaS52MS5Db25zZW50EioKCXByb3Bvc2FscxgNIAMoCzIXLnNlcmFwaC5hcGkudjEuUHJvcG9zYWwSKQoIYXBwcm92YWwYDiABKAsyFy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsEiAKA2pvYhgPIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIQCghyZXZpc2lvbhgQIAEoBBIXCg9jcmVhdGVkX3VuaXhfbXMYESABKAMSFwoPdXBkYXRlZF91bml4X21zGBIgASgDEhQKDHN0YWxlX3JlYXNvbhgTIAEoCRITCgtub19sZWFybmluZxgUIAEoCBITCgt3YWl0X3JlYXNvbhgVIAEoCRIyChFiYXNlbGluZV9hcHByb3ZhbBgWIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwSKQoMYmFzZWxpbmVfam9iGBcgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iIp0CChNDcmVhdGVSZXBhaXJSZXF1ZXN0EhkKB2dvYWxfaWQYASABKAlCCLpIBXIDsAEBEh4KDWdvYWxfcmV2aXNpb24YAiABKA1CB7pIBCoCKAESHwoNcmVwb3NpdG9yeV9pZBgDIAEoCUIIukgFcgOwAQESLAoMc291cmNlX3BhdGhzGAQgAygJQha6SBOSARAIARDIARgBIgdyBRABGIAIEjMKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYBSADKAlCFrpIE5IBEAgBEMgBGAEiB3IFEAEYgAgSKAoTYWNjZXB0YW5jZV9jcml0ZXJpYRgGIAEoCUILukgIcgYQARignAESHQoJc2VsZWN0aW9uGAcgASgJQgq6SAdyBRABGJ5AIj0KFENyZWF0ZVJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIi8KEEdldFJlcGFpclJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASI6ChFHZXRSZXBhaXJSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciIlChJMaXN0UmVwYWlyc1JlcXVlc3QSDwoHZ29hbF9pZBgBIAEoCSI9ChNMaXN0UmVwYWlyc1Jlc3BvbnNlEiYKB3JlcGFpcnMYASADKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciIxChJXYXRjaFJlcGFpclJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASI8ChNXYXRjaFJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIlAKF1JlYWRSZXBhaXJTb3VyY2VSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESGAoEcGF0aBgCIAEoCUIKukgHcgUQARiACCJJChhSZWFkUmVwYWlyU291cmNlUmVzcG9uc2USDAoEcGF0aBgBIAEoCRIPCgdjb250ZW50GAIgASgMEg4KBnNoYTI1NhgDIAEoCSJ3ChJHaXZlQ29uc2VudFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIjChFpbnNwZWN0aW9uX3NoYTI1NhgCIAEoCUIIukgFcgOYAUASHwoObW9kZWxfcm91dGVfaWQYAyABKAlCB7pIBHICEAEiPAoTR2l2ZUNvbnNlbnRSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciJ3ChNQcm9wb3NlUGF0Y2hSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIgoLbWFudWFsX2RpZmYYAiABKAlCC7pICHIGEAEYgIBASAASDwoFbW9kZWwYAyABKAhIAEIOCgVyb3V0ZRIFukgCCAEiaAoUUHJvcG9zZVBhdGNoUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXISKQoIcHJvcG9zYWwYAiABKAsyFy5zZXJhcGguYXBpLnYxLlByb3Bvc2FsIlgKGkdldEFwcHJvdmFsRG9jdW1lbnRSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESHQoLcHJvcG9zYWxfaWQYAiABKAlCCLpIBXIDsAEBIlAKG0dldEFwcHJvdmFsRG9jdW1lbnRSZXNwb25zZRIxCghkb2N1bWVudBgBIAEoCzIfLnNlcmFwaC5hcGkudjEuQXBwcm92YWxEb2N1bWVudCJQCg5BcHByb3ZlUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiEKD2RvY3VtZW50X3NoYTI1NhgCIAEoCUIIukgFcgOYAUAiYwoPQXBwcm92ZVJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEikKCGFwcHJvdmFsGAIgASgLMhcuc2VyYXBoLmFwaS52MS5BcHByb3ZhbCJeChNDYW5jZWxSZXBhaXJSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESGAoGcmVhc29uGAIgASgJQgi6SAVyAxjoBxIQCghiYXNlbGluZRgDIAEoCCI9ChRDYW5jZWxSZXBhaXJSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciJNChxSZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESEAoIYmFzZWxpbmUYAiABKAgihwEKHVJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEhAKCHJlbGVhc2VkGAIgASgIEhQKDHJlZnVzYWxfY29kZRgDIAEoCRIXCg9yZWZ1c2FsX21lc3NhZ2UYBCABKAkiUQoTUmVhZEFydGlmYWN0UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEh0KC2FydGlmYWN0X2lkGAIgASgJQgi6SAVyA7ABASJTChRSZWFkQXJ0aWZhY3RSZXNwb25zZRIqCghhcnRpZmFjdBgBIAEoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0Eg8KB2NvbnRlbnQYAiABKAwimwEKE1N0cmVhbU91dHB1dFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIgCgRzdGVwGAIgASgJQhK6SA9yDVIFYnVpbGRSBHRlc3QSJQoGc3RyZWFtGAMgASgJQhW6SBJyEFIGc3Rkb3V0UgZzdGRlcnISDgoGb2Zmc2V0GAQgASgEEg4KBmZvbGxvdxgFIAEoCCKGAQoUU3RyZWFtT3V0cHV0UmVzcG9uc2USDAoEc3RlcBgBIAEoCRIOCgZzdHJlYW0YAiABKAkSDgoGb2Zmc2V0GAMgASgEEgwKBGRhdGEYBCABKAwSDgoGc291cmNlGAUgASgJEgsKA2VvZhgGIAEoCBIVCg1uZXZlcl9zdGFydGVkGAcgASgIIkEKIkdldEJhc2VsaW5lQXBwcm92YWxEb2N1bWVudFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASJYCiNHZXRCYXNlbGluZUFwcHJvdmFsRG9jdW1lbnRSZXNwb25zZRIxCghkb2N1bWVudBgBIAEoCzIfLnNlcmFwaC5hcGkudjEuQXBwcm92YWxEb2N1bWVudCJYChZBcHByb3ZlQmFzZWxpbmVSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIQoPZG9jdW1lbnRfc2hhMjU2GAIgASgJQgi6SAVyA5gBQCJrChdBcHByb3ZlQmFzZWxpbmVSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIpCghhcHByb3ZhbBgCIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwi7gEKClJ1blJlc3VsdHMSDgoGam9iX2lkGAEgASgJEisKCWpvYl9zdGF0ZRgCIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEhMKC2pvYl9vdXRjb21lGAMgASgJEhkKEWluc3BlY3Rpb25fc2hhMjU2GAQgASgJEi8KB3Jlc3VsdHMYBSABKAsyHi5zZXJhcGgucHJvZmlsZS52MS5UZXN0UmVzdWx0cxITCgthcnRpZmFjdF9pZBgGIAEoCRIXCg9hcnRpZmFjdF9zaGEyNTYYByABKAkSFAoMYXZhaWxhYmlsaXR5GAggASgJIjYKF0dldFJlcGFpclJlc3VsdHNSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQEi9gEKGEdldFJlcGFpclJlc3VsdHNSZXNwb25zZRIRCglyZXBhaXJfaWQYASABKAkSKgoHcGF0Y2hlZBgCIAEoCzIZLnNlcmFwaC5hcGkudjEuUnVuUmVzdWx0cxIrCghiYXNlbGluZRgDIAEoCzIZLnNlcmFwaC5hcGkudjEuUnVuUmVzdWx0cxI1Cgpjb21wYXJpc29uGAQgASgLMiEuc2VyYXBoLnByb2ZpbGUudjEuVGVzdENvbXBhcmlzb24SGwoTcGF0Y2hfY2hhbmdlZF90ZXN0cxgFIAMoCRIaChJ0ZXN0X2V2aWRlbmNlX25vdGUYBiABKAkqhwIKC1JlcGFpclN0YXRlEhwKGFJFUEFJUl9TVEFURV9VTlNQRUNJRklFRBAAEhsKF1JFUEFJUl9TVEFURV9JTlNQRUNUSU5HEAESGgoWUkVQQUlSX1NUQVRFX0lOU1BFQ1RFRBACEhgKFFJFUEFJUl9TVEFURV9CTE9DS0VEEAMSGgoWUkVQQUlSX1NUQVRFX0NPTlNFTlRFRBAEEhkKFVJFUEFJUl9TVEFURV9QUk9QT1NFRBAFEhkKFVJFUEFJUl9TVEFURV9BUFBST1ZFRBAGEhkKFVJFUEFJUl9TVEFURV9GSU5JU0hFRBAHEhoKFlJFUEFJUl9TVEFURV9DQU5DRUxMRUQQCCpkCg1Qcm9wb3NhbFJvdXRlEh4KGlBST1BPU0FMX1JPVVRFX1VOU1BFQ0lGSUVEEAASGQoVUFJPUE9TQUxfUk9VVEVfTUFOVUFMEAESGAoUUFJPUE9TQUxfUk9VVEVfTU9ERUwQAjKBDAoNUmVwYWlyU2VydmljZRJXCgxDcmVhdGVSZXBhaXISIi5zZXJhcGguYXBpLnYxLkNyZWF0ZVJlcGFpclJlcXVlc3QaIy5zZXJhcGguYXBpLnYxLkNyZWF0ZVJlcGFpclJlc3BvbnNlEk4KCUdldFJlcGFpchIfLnNlcmFwaC5hcGkudjEuR2V0UmVwYWlyUmVxdWVzdBogLnNlcmFwaC5hcGkudjEuR2V0UmVwYWlyUmVzcG9uc2USVAoLTGlzdFJlcGFpcnMSIS5zZXJhcGguYXBpLnYxLkxpc3RSZXBhaXJzUmVxdWVzdBoiLnNlcmFwaC5hcGkudjEuTGlzdFJlcGFpcnNSZXNwb25zZRJWCgtXYXRjaFJlcGFpchIhLnNlcmFwaC5hcGkudjEuV2F0Y2hSZXBhaXJSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5XYXRjaFJlcGFpclJlc3BvbnNlMAESYwoQUmVhZFJlcGFpclNvdXJjZRImLnNlcmFwaC5hcGkudjEuUmVhZFJlcGFpclNvdXJjZVJlcXVlc3QaJy5zZXJhcGguYXBpLnYxLlJlYWRSZXBhaXJTb3VyY2VSZXNwb25zZRJUCgtHaXZlQ29uc2VudBIhLnNlcmFwaC5hcGkudjEuR2l2ZUNvbnNlbnRSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5HaXZlQ29uc2VudFJlc3BvbnNlElcKDFByb3Bvc2VQYXRjaBIiLnNlcmFwaC5hcGkudjEuUHJvcG9zZVBhdGNoUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuUHJvcG9zZVBhdGNoUmVzcG9uc2USbAoTR2V0QXBwcm92YWxEb2N1bWVudBIpLnNlcmFwaC5hcGkudjEuR2V0QXBwcm92YWxEb2N1bWVudFJlcXVlc3QaKi5zZXJhcGguYXBpLnYxLkdldEFwcHJvdmFsRG9jdW1lbnRSZXNwb25zZRJICgdBcHByb3ZlEh0uc2VyYXBoLmFwaS52MS5BcHByb3ZlUmVxdWVzdBoeLnNlcmFwaC5hcGkudjEuQXBwcm92ZVJlc3BvbnNlElcKDENhbmNlbFJlcGFpchIiLnNlcmFwaC5hcGkudjEuQ2FuY2VsUmVwYWlyUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuQ2FuY2VsUmVwYWlyUmVzcG9uc2UScgoVUmVjb3ZlclByb2Nlc3NDbGVhbnVwEisuc2VyYXBoLmFwaS52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXF1ZXN0Giwuc2VyYXBoLmFwaS52MS5SZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXNwb25zZRJXCgxSZWFkQXJ0aWZhY3QSIi5zZXJhcGguYXBpLnYxLlJlYWRBcnRpZmFjdFJlcXVlc3QaIy5zZXJhcGguYXBpLnYxLlJlYWRBcnRpZmFjdFJlc3BvbnNlElkKDFN0cmVhbU91dHB1dBIiLnNlcmFwaC5hcGkudjEuU3RyZWFtT3V0cHV0UmVxdWVzdBojLnNlcmFwaC5hcGkudjEuU3RyZWFtT3V0cHV0UmVzcG9uc2UwARKEAQobR2V0QmFzZWxpbmVBcHByb3ZhbERvY3VtZW50EjEuc2VyYXBoLmFwaS52MS5HZXRCYXNlbGluZUFwcHJvdmFsRG9jdW1lbnRSZXF1ZXN0GjIuc2VyYXBoLmFwaS52MS5HZXRCYXNlbGluZUFwcHJvdmFsRG9jdW1lbnRSZXNwb25zZRJgCg9BcHByb3ZlQmFzZWxpbmUSJS5zZXJhcGguYXBpLnYxLkFwcHJvdmVCYXNlbGluZVJlcXVlc3QaJi5zZXJhcGguYXBpLnYxLkFwcHJvdmVCYXNlbGluZVJlc3BvbnNlEmMKEEdldFJlcGFpclJlc3VsdHMSJi5zZXJhcGguYXBpLnYxLkdldFJlcGFpclJlc3VsdHNSZXF1ZXN0Gicuc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXN1bHRzUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile, file_seraph_profile_v1_results, file_seraph_supervisor_v1_supervisor]);
+  fileDesc("ChtzZXJhcGgvYXBpL3YxL3JlcGFpcnMucHJvdG8SDXNlcmFwaC5hcGkudjEikgEKB0NvbnNlbnQSGQoRaW5zcGVjdGlvbl9zaGEyNTYYASABKAkSFgoObW9kZWxfcm91dGVfaWQYAiABKAkSEAoIZ2l2ZW5fYnkYAyABKAkSFQoNZ2l2ZW5fdW5peF9tcxgEIAEoAxIrCgVmaWxlcxgFIAMoCzIcLnNlcmFwaC5hcGkudjEuQ29uc2VudGVkRmlsZSI7Cg1Db25zZW50ZWRGaWxlEgwKBHBhdGgYASABKAkSDgoGc2hhMjU2GAIgASgJEgwKBHNpemUYAyABKAQitwIKCFByb3Bvc2FsEgoKAmlkGAEgASgJEisKBXJvdXRlGAIgASgOMhwuc2VyYXBoLmFwaS52MS5Qcm9wb3NhbFJvdXRlEgwKBGRpZmYYAyABKAkSEwoLZGlmZl9zaGEyNTYYBCABKAkSFQoNY2hhbmdlZF9wYXRocxgFIAMoCRINCgV2YWxpZBgGIAEoCBIvCgdyZWFzb25zGAcgAygLMh4uc2VyYXBoLnByb2ZpbGUudjEuQmxvY2tSZWFzb24SFgoObW9kZWxfcm91dGVfaWQYCCABKAkSDQoFbW9kZWwYCSABKAkSEwoLbm9fbGVhcm5pbmcYCiABKAgSFwoPY3JlYXRlZF91bml4X21zGAsgASgDEhIKCmNyZWF0ZWRfYnkYDCABKAkSDwoHYXR0ZW1wdBgNIAEoDSLcBgoQQXBwcm92YWxEb2N1bWVudBIMCgRraW5kGAEgASgJEhEKCXJlcGFpcl9pZBgCIAEoCRITCgtwcm9wb3NhbF9pZBgDIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYBCABKAkSGQoRaW5zcGVjdGlvbl9zaGEyNTYYBSABKAkSLwoKaWRlbnRpdGllcxgGIAMoCzIbLnNlcmFwaC5wcm9maWxlLnYxLklkZW50aXR5EiYKBXN0ZXBzGAcgAygLMhcuc2VyYXBoLnByb2ZpbGUudjEuU3RlcBIpCgZsaW1pdHMYCCABKAsyGS5zZXJhcGgucHJvZmlsZS52MS5MaW1pdHMSFgoObGltaXRzX2NoYW5nZWQYCSADKAkSFwoPaXNvbGF0aW9uX2NsYWltGAogASgJEhwKFHJlc291cmNlX2VuZm9yY2VtZW50GAsgASgJEhIKCnVuZW5mb3JjZWQYDCADKAkSDwoHZ29hbF9pZBgNIAEoCRIVCg1nb2FsX3JldmlzaW9uGA4gASgNEhkKEXNldHRpbmdzX3JldmlzaW9uGA8gASgEEhcKD3JlcG9zaXRvcnlfcGF0aBgQIAEoCRIPCgdub2RlX2lkGBEgASgJEhQKDHJ1bnRpbWVfcGF0aBgSIAEoCRIQCghvd25lcl9pZBgTIAEoCRIWCg5pc3N1ZWRfdW5peF9tcxgUIAEoAxIXCg9leHBpcmVzX3VuaXhfbXMYFSABKAMSEwoLbm9fbGVhcm5pbmcYFiABKAgSFwoPZG9jdW1lbnRfc2hhMjU2GBcgASgJEhsKE2FsbG93ZWRfcGF0Y2hfcGF0aHMYGCADKAkSIAoYc3VwZXJ2aXNvcl9zb3VyY2Vfc2hhMjU2GBkgASgJEjoKC2NvbnRhaW5tZW50GBogASgLMiUuc2VyYXBoLnN1cGVydmlzb3IudjEuTm9kZUNvbnRhaW5tZW50Eg8KB3Byb2ZpbGUYKCABKAkSFQoNY2xlYW51cF9jbGFpbRgpIAEoCRIbChNwYXRjaF9jaGFuZ2VkX3Rlc3RzGDIgAygJEhoKEnRlc3RfZXZpZGVuY2Vfbm90ZRgzIAEoCRIQCghiYXNlbGluZRg0IAEoCBIVCg1iYXNlbGluZV9ub3RlGDUgASgJIpgBCghBcHByb3ZhbBIKCgJpZBgBIAEoCRIXCg9kb2N1bWVudF9zaGEyNTYYAiABKAkSEwoLYXBwcm92ZWRfYnkYAyABKAkSGAoQYXBwcm92ZWRfdW5peF9tcxgEIAEoAxIXCg9leHBpcmVzX3VuaXhfbXMYBSABKAMSDgoGam9iX2lkGAYgASgJEg8KB2F0dGVtcHQYByABKA0ilAMKDVJlcGFpckF0dGVtcHQSDgoGbnVtYmVyGAEgASgNEikKBXN0YXRlGAIgASgOMhouc2VyYXBoLmFwaS52MS5SZXBhaXJTdGF0ZRITCgtwcm9wb3NhbF9pZBgDIAEoCRIXCg9wcm9wb3NhbF9zaGEyNTYYBCABKAkSKwoFcm91dGUYBSABKA4yHC5zZXJhcGguYXBpLnYxLlByb3Bvc2FsUm91dGUSFQoNY2hhbmdlZF9wYXRocxgGIAMoCRIUCgxwcm9wb3NhbF9pZHMYByADKAkSKQoIYXBwcm92YWwYCCABKAsyFy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsEg4KBmpvYl9pZBgJIAEoCRIrCglqb2Jfc3RhdGUYCiABKA4yGC5zZXJhcGguam9icy52MS5Kb2JTdGF0ZRITCgtqb2Jfb3V0Y29tZRgLIAEoCRIRCglzbG90X2hlbGQYDCABKAgSFwoPY3JlYXRlZF91bml4X21zGA0gASgDEhcKD3VwZGF0ZWRfdW5peF9tcxgOIAEoAyKKBgoGUmVwYWlyEgoKAmlkGAEgASgJEhAKCG93bmVyX2lkGAIgASgJEg8KB2dvYWxfaWQYAyABKAkSFQoNZ29hbF9yZXZpc2lvbhgEIAEoDRIVCg1yZXBvc2l0b3J5X2lkGAUgASgJEhQKDHNvdXJjZV9wYXRocxgGIAMoCRIbChNhbGxvd2VkX3BhdGNoX3BhdGhzGAcgAygJEhsKE2FjY2VwdGFuY2VfY3JpdGVyaWEYCCABKAkSLwoJc2VsZWN0aW9uGAkgASgOMhwuc2VyYXBoLnByb2ZpbGUudjEuU2VsZWN0aW9uEikKBXN0YXRlGAogASgOMhouc2VyYXBoLmFwaS52MS5SZXBhaXJTdGF0ZRIxCgppbnNwZWN0aW9uGAsgASgLMh0uc2VyYXBoLnByb2ZpbGUudjEuSW5zcGVjdGlvbhInCgdjb25zZW50GAwgASgLMhYuc2VyYXBoLmFwaS52MS5Db25zZW50EioKCXByb3Bvc2FscxgNIAMoCzIXLnNlcmFwaC5hcGkudjEuUHJvcG9zYWwSKQoIYXBwcm92YWwYDiABKAsyFy5zZXJhcGguYXBpLnYxLkFwcHJvdmFsEiAKA2pvYhgPIAEoCzITLnNlcmFwaC5qb2JzLnYxLkpvYhIQCghyZXZpc2lvbhgQIAEoBBIXCg9jcmVhdGVkX3VuaXhfbXMYESABKAMSFwoPdXBkYXRlZF91bml4X21zGBIgASgDEhQKDHN0YWxlX3JlYXNvbhgTIAEoCRITCgtub19sZWFybmluZxgUIAEoCBITCgt3YWl0X3JlYXNvbhgVIAEoCRIyChFiYXNlbGluZV9hcHByb3ZhbBgWIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwSKQoMYmFzZWxpbmVfam9iGBcgASgLMhMuc2VyYXBoLmpvYnMudjEuSm9iEi4KCGF0dGVtcHRzGBggAygLMhwuc2VyYXBoLmFwaS52MS5SZXBhaXJBdHRlbXB0Eg8KB2F0dGVtcHQYGSABKA0inQIKE0NyZWF0ZVJlcGFpclJlcXVlc3QSGQoHZ29hbF9pZBgBIAEoCUIIukgFcgOwAQESHgoNZ29hbF9yZXZpc2lvbhgCIAEoDUIHukgEKgIoARIfCg1yZXBvc2l0b3J5X2lkGAMgASgJQgi6SAVyA7ABARIsCgxzb3VyY2VfcGF0aHMYBCADKAlCFrpIE5IBEAgBEMgBGAEiB3IFEAEYgAgSMwoTYWxsb3dlZF9wYXRjaF9wYXRocxgFIAMoCUIWukgTkgEQCAEQyAEYASIHcgUQARiACBIoChNhY2NlcHRhbmNlX2NyaXRlcmlhGAYgASgJQgu6SAhyBhABGKCcARIdCglzZWxlY3Rpb24YByABKAlCCrpIB3IFEAEYnkAiPQoUQ3JlYXRlUmVwYWlyUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXIiLwoQR2V0UmVwYWlyUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBIjoKEUdldFJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIpMBChJMaXN0UmVwYWlyc1JlcXVlc3QSDwoHZ29hbF9pZBgBIAEoCRIbCglwYWdlX3NpemUYAiABKA1CCLpIBSoDGPQDEhwKCnBhZ2VfdG9rZW4YAyABKAlCCLpIBXIDGMgBEjEKBHZpZXcYBCABKA4yGS5zZXJhcGguYXBpLnYxLlJlcGFpclZpZXdCCLpIBYIBAhABIlYKE0xpc3RSZXBhaXJzUmVzcG9uc2USJgoHcmVwYWlycxgBIAMoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJXYXRjaFJlcGFpclJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASI8ChNXYXRjaFJlcGFpclJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyIlAKF1JlYWRSZXBhaXJTb3VyY2VSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESGAoEcGF0aBgCIAEoCUIKukgHcgUQARiACCJJChhSZWFkUmVwYWlyU291cmNlUmVzcG9uc2USDAoEcGF0aBgBIAEoCRIPCgdjb250ZW50GAIgASgMEg4KBnNoYTI1NhgDIAEoCSJ3ChJHaXZlQ29uc2VudFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIjChFpbnNwZWN0aW9uX3NoYTI1NhgCIAEoCUIIukgFcgOYAUASHwoObW9kZWxfcm91dGVfaWQYAyABKAlCB7pIBHICEAEiPAoTR2l2ZUNvbnNlbnRSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciJ3ChNQcm9wb3NlUGF0Y2hSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIgoLbWFudWFsX2RpZmYYAiABKAlCC7pICHIGEAEYgIBASAASDwoFbW9kZWwYAyABKAhIAEIOCgVyb3V0ZRIFukgCCAEiaAoUUHJvcG9zZVBhdGNoUmVzcG9uc2USJQoGcmVwYWlyGAEgASgLMhUuc2VyYXBoLmFwaS52MS5SZXBhaXISKQoIcHJvcG9zYWwYAiABKAsyFy5zZXJhcGguYXBpLnYxLlByb3Bvc2FsIlgKGkdldEFwcHJvdmFsRG9jdW1lbnRSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESHQoLcHJvcG9zYWxfaWQYAiABKAlCCLpIBXIDsAEBIlAKG0dldEFwcHJvdmFsRG9jdW1lbnRSZXNwb25zZRIxCghkb2N1bWVudBgBIAEoCzIfLnNlcmFwaC5hcGkudjEuQXBwcm92YWxEb2N1bWVudCJQCg5BcHByb3ZlUmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEiEKD2RvY3VtZW50X3NoYTI1NhgCIAEoCUIIukgFcgOYAUAiYwoPQXBwcm92ZVJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEikKCGFwcHJvdmFsGAIgASgLMhcuc2VyYXBoLmFwaS52MS5BcHByb3ZhbCJeChNDYW5jZWxSZXBhaXJSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESGAoGcmVhc29uGAIgASgJQgi6SAVyAxjoBxIQCghiYXNlbGluZRgDIAEoCCI9ChRDYW5jZWxSZXBhaXJSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpciJNChxSZWNvdmVyUHJvY2Vzc0NsZWFudXBSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESEAoIYmFzZWxpbmUYAiABKAgihwEKHVJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlEiUKBnJlcGFpchgBIAEoCzIVLnNlcmFwaC5hcGkudjEuUmVwYWlyEhAKCHJlbGVhc2VkGAIgASgIEhQKDHJlZnVzYWxfY29kZRgDIAEoCRIXCg9yZWZ1c2FsX21lc3NhZ2UYBCABKAkiUQoTUmVhZEFydGlmYWN0UmVxdWVzdBIbCglyZXBhaXJfaWQYASABKAlCCLpIBXIDsAEBEh0KC2FydGlmYWN0X2lkGAIgASgJQgi6SAVyA7ABASJTChRSZWFkQXJ0aWZhY3RSZXNwb25zZRIqCghhcnRpZmFjdBgBIAEoCzIYLnNlcmFwaC5qb2JzLnYxLkFydGlmYWN0Eg8KB2NvbnRlbnQYAiABKAwitgEKE1N0cmVhbU91dHB1dFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABARIgCgRzdGVwGAIgASgJQhK6SA9yDVIFYnVpbGRSBHRlc3QSJQoGc3RyZWFtGAMgASgJQhW6SBJyEFIGc3Rkb3V0UgZzdGRlcnISDgoGb2Zmc2V0GAQgASgEEg4KBmZvbGxvdxgFIAEoCBIZCgdhdHRlbXB0GAYgASgNQgi6SAUqAxiQTiKGAQoUU3RyZWFtT3V0cHV0UmVzcG9uc2USDAoEc3RlcBgBIAEoCRIOCgZzdHJlYW0YAiABKAkSDgoGb2Zmc2V0GAMgASgEEgwKBGRhdGEYBCABKAwSDgoGc291cmNlGAUgASgJEgsKA2VvZhgGIAEoCBIVCg1uZXZlcl9zdGFydGVkGAcgASgIIkEKIkdldEJhc2VsaW5lQXBwcm92YWxEb2N1bWVudFJlcXVlc3QSGwoJcmVwYWlyX2lkGAEgASgJQgi6SAVyA7ABASJYCiNHZXRCYXNlbGluZUFwcHJvdmFsRG9jdW1lbnRSZXNwb25zZRIxCghkb2N1bWVudBgBIAEoCzIfLnNlcmFwaC5hcGkudjEuQXBwcm92YWxEb2N1bWVudCJYChZBcHByb3ZlQmFzZWxpbmVSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESIQoPZG9jdW1lbnRfc2hhMjU2GAIgASgJQgi6SAVyA5gBQCJrChdBcHByb3ZlQmFzZWxpbmVSZXNwb25zZRIlCgZyZXBhaXIYASABKAsyFS5zZXJhcGguYXBpLnYxLlJlcGFpchIpCghhcHByb3ZhbBgCIAEoCzIXLnNlcmFwaC5hcGkudjEuQXBwcm92YWwi7gEKClJ1blJlc3VsdHMSDgoGam9iX2lkGAEgASgJEisKCWpvYl9zdGF0ZRgCIAEoDjIYLnNlcmFwaC5qb2JzLnYxLkpvYlN0YXRlEhMKC2pvYl9vdXRjb21lGAMgASgJEhkKEWluc3BlY3Rpb25fc2hhMjU2GAQgASgJEi8KB3Jlc3VsdHMYBSABKAsyHi5zZXJhcGgucHJvZmlsZS52MS5UZXN0UmVzdWx0cxITCgthcnRpZmFjdF9pZBgGIAEoCRIXCg9hcnRpZmFjdF9zaGEyNTYYByABKAkSFAoMYXZhaWxhYmlsaXR5GAggASgJIlEKF0dldFJlcGFpclJlc3VsdHNSZXF1ZXN0EhsKCXJlcGFpcl9pZBgBIAEoCUIIukgFcgOwAQESGQoHYXR0ZW1wdBgCIAEoDUIIukgFKgMYkE4ihwIKGEdldFJlcGFpclJlc3VsdHNSZXNwb25zZRIRCglyZXBhaXJfaWQYASABKAkSKgoHcGF0Y2hlZBgCIAEoCzIZLnNlcmFwaC5hcGkudjEuUnVuUmVzdWx0cxIrCghiYXNlbGluZRgDIAEoCzIZLnNlcmFwaC5hcGkudjEuUnVuUmVzdWx0cxI1Cgpjb21wYXJpc29uGAQgASgLMiEuc2VyYXBoLnByb2ZpbGUudjEuVGVzdENvbXBhcmlzb24SGwoTcGF0Y2hfY2hhbmdlZF90ZXN0cxgFIAMoCRIaChJ0ZXN0X2V2aWRlbmNlX25vdGUYBiABKAkSDwoHYXR0ZW1wdBgHIAEoDSqHAgoLUmVwYWlyU3RhdGUSHAoYUkVQQUlSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGwoXUkVQQUlSX1NUQVRFX0lOU1BFQ1RJTkcQARIaChZSRVBBSVJfU1RBVEVfSU5TUEVDVEVEEAISGAoUUkVQQUlSX1NUQVRFX0JMT0NLRUQQAxIaChZSRVBBSVJfU1RBVEVfQ09OU0VOVEVEEAQSGQoVUkVQQUlSX1NUQVRFX1BST1BPU0VEEAUSGQoVUkVQQUlSX1NUQVRFX0FQUFJPVkVEEAYSGQoVUkVQQUlSX1NUQVRFX0ZJTklTSEVEEAcSGgoWUkVQQUlSX1NUQVRFX0NBTkNFTExFRBAIKmQKDVByb3Bvc2FsUm91dGUSHgoaUFJPUE9TQUxfUk9VVEVfVU5TUEVDSUZJRUQQABIZChVQUk9QT1NBTF9ST1VURV9NQU5VQUwQARIYChRQUk9QT1NBTF9ST1VURV9NT0RFTBACKlgKClJlcGFpclZpZXcSGwoXUkVQQUlSX1ZJRVdfVU5TUEVDSUZJRUQQABIUChBSRVBBSVJfVklFV19GVUxMEAESFwoTUkVQQUlSX1ZJRVdfU1VNTUFSWRACMoEMCg1SZXBhaXJTZXJ2aWNlElcKDENyZWF0ZVJlcGFpchIiLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVxdWVzdBojLnNlcmFwaC5hcGkudjEuQ3JlYXRlUmVwYWlyUmVzcG9uc2USTgoJR2V0UmVwYWlyEh8uc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXF1ZXN0GiAuc2VyYXBoLmFwaS52MS5HZXRSZXBhaXJSZXNwb25zZRJUCgtMaXN0UmVwYWlycxIhLnNlcmFwaC5hcGkudjEuTGlzdFJlcGFpcnNSZXF1ZXN0GiIuc2VyYXBoLmFwaS52MS5MaXN0UmVwYWlyc1Jlc3BvbnNlElYKC1dhdGNoUmVwYWlyEiEuc2VyYXBoLmFwaS52MS5XYXRjaFJlcGFpclJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLldhdGNoUmVwYWlyUmVzcG9uc2UwARJjChBSZWFkUmVwYWlyU291cmNlEiYuc2VyYXBoLmFwaS52MS5SZWFkUmVwYWlyU291cmNlUmVxdWVzdBonLnNlcmFwaC5hcGkudjEuUmVhZFJlcGFpclNvdXJjZVJlc3BvbnNlElQKC0dpdmVDb25zZW50EiEuc2VyYXBoLmFwaS52MS5HaXZlQ29uc2VudFJlcXVlc3QaIi5zZXJhcGguYXBpLnYxLkdpdmVDb25zZW50UmVzcG9uc2USVwoMUHJvcG9zZVBhdGNoEiIuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5Qcm9wb3NlUGF0Y2hSZXNwb25zZRJsChNHZXRBcHByb3ZhbERvY3VtZW50Eikuc2VyYXBoLmFwaS52MS5HZXRBcHByb3ZhbERvY3VtZW50UmVxdWVzdBoqLnNlcmFwaC5hcGkudjEuR2V0QXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEkgKB0FwcHJvdmUSHS5zZXJhcGguYXBpLnYxLkFwcHJvdmVSZXF1ZXN0Gh4uc2VyYXBoLmFwaS52MS5BcHByb3ZlUmVzcG9uc2USVwoMQ2FuY2VsUmVwYWlyEiIuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5DYW5jZWxSZXBhaXJSZXNwb25zZRJyChVSZWNvdmVyUHJvY2Vzc0NsZWFudXASKy5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlcXVlc3QaLC5zZXJhcGguYXBpLnYxLlJlY292ZXJQcm9jZXNzQ2xlYW51cFJlc3BvbnNlElcKDFJlYWRBcnRpZmFjdBIiLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVxdWVzdBojLnNlcmFwaC5hcGkudjEuUmVhZEFydGlmYWN0UmVzcG9uc2USWQoMU3RyZWFtT3V0cHV0EiIuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXF1ZXN0GiMuc2VyYXBoLmFwaS52MS5TdHJlYW1PdXRwdXRSZXNwb25zZTABEoQBChtHZXRCYXNlbGluZUFwcHJvdmFsRG9jdW1lbnQSMS5zZXJhcGguYXBpLnYxLkdldEJhc2VsaW5lQXBwcm92YWxEb2N1bWVudFJlcXVlc3QaMi5zZXJhcGguYXBpLnYxLkdldEJhc2VsaW5lQXBwcm92YWxEb2N1bWVudFJlc3BvbnNlEmAKD0FwcHJvdmVCYXNlbGluZRIlLnNlcmFwaC5hcGkudjEuQXBwcm92ZUJhc2VsaW5lUmVxdWVzdBomLnNlcmFwaC5hcGkudjEuQXBwcm92ZUJhc2VsaW5lUmVzcG9uc2USYwoQR2V0UmVwYWlyUmVzdWx0cxImLnNlcmFwaC5hcGkudjEuR2V0UmVwYWlyUmVzdWx0c1JlcXVlc3QaJy5zZXJhcGguYXBpLnYxLkdldFJlcGFpclJlc3VsdHNSZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_seraph_jobs_v1_jobs, file_seraph_profile_v1_profile, file_seraph_profile_v1_results, file_seraph_supervisor_v1_supervisor]);
 
 /**
  * @generated from message seraph.api.v1.Consent
@@ -159,6 +159,14 @@ export type Proposal = Message<"seraph.api.v1.Proposal"> & {
    * @generated from field: string created_by = 12;
    */
   createdBy: string;
+
+  /**
+   * The attempt of the repair this proposal belongs to (1, 2, ...); only a proposal of the
+   * repair's latest attempt can be approved.
+   *
+   * @generated from field: uint32 attempt = 13;
+   */
+  attempt: number;
 };
 
 /**
@@ -400,6 +408,13 @@ export type Approval = Message<"seraph.api.v1.Approval"> & {
    * @generated from field: string job_id = 6;
    */
   jobId: string;
+
+  /**
+   * The attempt it approves (0 for a baseline approval, which belongs to no attempt).
+   *
+   * @generated from field: uint32 attempt = 7;
+   */
+  attempt: number;
 };
 
 /**
@@ -408,6 +423,106 @@ export type Approval = Message<"seraph.api.v1.Approval"> & {
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
   messageDesc(file_seraph_api_v1_repairs, 4);
+
+/**
+ * One attempt of a repair: a patch proposed after the previous attempt's run ended, its own
+ * exact approval (a new patch always needs a fresh one) and the one run of that approval.
+ *
+ * @generated from message seraph.api.v1.RepairAttempt
+ */
+export type RepairAttempt = Message<"seraph.api.v1.RepairAttempt"> & {
+  /**
+   * 1, 2, ...: attempt 1 is the repair's first patch.
+   *
+   * @generated from field: uint32 number = 1;
+   */
+  number: number;
+
+  /**
+   * What the attempt is at: PROPOSED (a valid patch waits for approval), APPROVED (its job is
+   * queued or running, or UNKNOWN and waiting for recovery), FINISHED (the job ended; see
+   * job_state and job_outcome), CANCELLED (cancelled before it ran), or INSPECTED / CONSENTED
+   * (no patch yet).
+   *
+   * @generated from field: seraph.api.v1.RepairState state = 2;
+   */
+  state: RepairState;
+
+  /**
+   * The approved proposal, else the latest valid one ("" while there is none).
+   *
+   * @generated from field: string proposal_id = 3;
+   */
+  proposalId: string;
+
+  /**
+   * @generated from field: string proposal_sha256 = 4;
+   */
+  proposalSha256: string;
+
+  /**
+   * @generated from field: seraph.api.v1.ProposalRoute route = 5;
+   */
+  route: ProposalRoute;
+
+  /**
+   * @generated from field: repeated string changed_paths = 6;
+   */
+  changedPaths: string[];
+
+  /**
+   * Every valid proposal of this attempt, oldest first (the approvable ones while it waits).
+   *
+   * @generated from field: repeated string proposal_ids = 7;
+   */
+  proposalIds: string[];
+
+  /**
+   * @generated from field: seraph.api.v1.Approval approval = 8;
+   */
+  approval?: Approval | undefined;
+
+  /**
+   * @generated from field: string job_id = 9;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: seraph.jobs.v1.JobState job_state = 10;
+   */
+  jobState: JobState;
+
+  /**
+   * @generated from field: string job_outcome = 11;
+   */
+  jobOutcome: string;
+
+  /**
+   * The job is UNKNOWN and its slot is still held: recover it before another attempt.
+   *
+   * @generated from field: bool slot_held = 12;
+   */
+  slotHeld: boolean;
+
+  /**
+   * The attempt's first proposal, and when its job last changed (its end, once ended).
+   *
+   * @generated from field: int64 created_unix_ms = 13;
+   */
+  createdUnixMs: bigint;
+
+  /**
+   * @generated from field: int64 updated_unix_ms = 14;
+   */
+  updatedUnixMs: bigint;
+};
+
+/**
+ * Describes the message seraph.api.v1.RepairAttempt.
+ * Use `create(RepairAttemptSchema)` to create a new message.
+ */
+export const RepairAttemptSchema: GenMessage<RepairAttempt> = /*@__PURE__*/
+  messageDesc(file_seraph_api_v1_repairs, 5);
 
 /**
  * @generated from message seraph.api.v1.Repair
@@ -534,6 +649,20 @@ export type Repair = Message<"seraph.api.v1.Repair"> & {
    * @generated from field: seraph.jobs.v1.Job baseline_job = 23;
    */
   baselineJob?: Job | undefined;
+
+  /**
+   * Every attempt, oldest first; `state`, `approval` and `job` above are the latest one's.
+   *
+   * @generated from field: repeated seraph.api.v1.RepairAttempt attempts = 24;
+   */
+  attempts: RepairAttempt[];
+
+  /**
+   * The latest attempt's number (1 until a second patch is proposed after a run ended).
+   *
+   * @generated from field: uint32 attempt = 25;
+   */
+  attempt: number;
 };
 
 /**
@@ -541,7 +670,7 @@ export type Repair = Message<"seraph.api.v1.Repair"> & {
  * Use `create(RepairSchema)` to create a new message.
  */
 export const RepairSchema: GenMessage<Repair> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 5);
+  messageDesc(file_seraph_api_v1_repairs, 6);
 
 /**
  * @generated from message seraph.api.v1.CreateRepairRequest
@@ -596,7 +725,7 @@ export type CreateRepairRequest = Message<"seraph.api.v1.CreateRepairRequest"> &
  * Use `create(CreateRepairRequestSchema)` to create a new message.
  */
 export const CreateRepairRequestSchema: GenMessage<CreateRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 6);
+  messageDesc(file_seraph_api_v1_repairs, 7);
 
 /**
  * @generated from message seraph.api.v1.CreateRepairResponse
@@ -613,7 +742,7 @@ export type CreateRepairResponse = Message<"seraph.api.v1.CreateRepairResponse">
  * Use `create(CreateRepairResponseSchema)` to create a new message.
  */
 export const CreateRepairResponseSchema: GenMessage<CreateRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 7);
+  messageDesc(file_seraph_api_v1_repairs, 8);
 
 /**
  * @generated from message seraph.api.v1.GetRepairRequest
@@ -630,7 +759,7 @@ export type GetRepairRequest = Message<"seraph.api.v1.GetRepairRequest"> & {
  * Use `create(GetRepairRequestSchema)` to create a new message.
  */
 export const GetRepairRequestSchema: GenMessage<GetRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 8);
+  messageDesc(file_seraph_api_v1_repairs, 9);
 
 /**
  * @generated from message seraph.api.v1.GetRepairResponse
@@ -647,7 +776,7 @@ export type GetRepairResponse = Message<"seraph.api.v1.GetRepairResponse"> & {
  * Use `create(GetRepairResponseSchema)` to create a new message.
  */
 export const GetRepairResponseSchema: GenMessage<GetRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 9);
+  messageDesc(file_seraph_api_v1_repairs, 10);
 
 /**
  * @generated from message seraph.api.v1.ListRepairsRequest
@@ -657,6 +786,29 @@ export type ListRepairsRequest = Message<"seraph.api.v1.ListRepairsRequest"> & {
    * @generated from field: string goal_id = 1;
    */
   goalId: string;
+
+  /**
+   * At most this many repairs, newest first (0 = 500, the most one page holds).
+   *
+   * @generated from field: uint32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * The next_page_token of the page before; "" for the first page.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+
+  /**
+   * FULL (the default) as GetRepair answers each; SUMMARY for lists: the repair's own fields and
+   * its latest job's state, outcome, slot and times, without the inspection, proposals, approval,
+   * attempts, consent or the job's receipt, steps and artifacts.
+   *
+   * @generated from field: seraph.api.v1.RepairView view = 4;
+   */
+  view: RepairView;
 };
 
 /**
@@ -664,7 +816,7 @@ export type ListRepairsRequest = Message<"seraph.api.v1.ListRepairsRequest"> & {
  * Use `create(ListRepairsRequestSchema)` to create a new message.
  */
 export const ListRepairsRequestSchema: GenMessage<ListRepairsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 10);
+  messageDesc(file_seraph_api_v1_repairs, 11);
 
 /**
  * @generated from message seraph.api.v1.ListRepairsResponse
@@ -674,6 +826,13 @@ export type ListRepairsResponse = Message<"seraph.api.v1.ListRepairsResponse"> &
    * @generated from field: repeated seraph.api.v1.Repair repairs = 1;
    */
   repairs: Repair[];
+
+  /**
+   * Set when more repairs follow: pass it as page_token for the next page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -681,7 +840,7 @@ export type ListRepairsResponse = Message<"seraph.api.v1.ListRepairsResponse"> &
  * Use `create(ListRepairsResponseSchema)` to create a new message.
  */
 export const ListRepairsResponseSchema: GenMessage<ListRepairsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 11);
+  messageDesc(file_seraph_api_v1_repairs, 12);
 
 /**
  * @generated from message seraph.api.v1.WatchRepairRequest
@@ -698,7 +857,7 @@ export type WatchRepairRequest = Message<"seraph.api.v1.WatchRepairRequest"> & {
  * Use `create(WatchRepairRequestSchema)` to create a new message.
  */
 export const WatchRepairRequestSchema: GenMessage<WatchRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 12);
+  messageDesc(file_seraph_api_v1_repairs, 13);
 
 /**
  * @generated from message seraph.api.v1.WatchRepairResponse
@@ -715,7 +874,7 @@ export type WatchRepairResponse = Message<"seraph.api.v1.WatchRepairResponse"> &
  * Use `create(WatchRepairResponseSchema)` to create a new message.
  */
 export const WatchRepairResponseSchema: GenMessage<WatchRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 13);
+  messageDesc(file_seraph_api_v1_repairs, 14);
 
 /**
  * @generated from message seraph.api.v1.ReadRepairSourceRequest
@@ -737,7 +896,7 @@ export type ReadRepairSourceRequest = Message<"seraph.api.v1.ReadRepairSourceReq
  * Use `create(ReadRepairSourceRequestSchema)` to create a new message.
  */
 export const ReadRepairSourceRequestSchema: GenMessage<ReadRepairSourceRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 14);
+  messageDesc(file_seraph_api_v1_repairs, 15);
 
 /**
  * @generated from message seraph.api.v1.ReadRepairSourceResponse
@@ -764,7 +923,7 @@ export type ReadRepairSourceResponse = Message<"seraph.api.v1.ReadRepairSourceRe
  * Use `create(ReadRepairSourceResponseSchema)` to create a new message.
  */
 export const ReadRepairSourceResponseSchema: GenMessage<ReadRepairSourceResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 15);
+  messageDesc(file_seraph_api_v1_repairs, 16);
 
 /**
  * @generated from message seraph.api.v1.GiveConsentRequest
@@ -793,7 +952,7 @@ export type GiveConsentRequest = Message<"seraph.api.v1.GiveConsentRequest"> & {
  * Use `create(GiveConsentRequestSchema)` to create a new message.
  */
 export const GiveConsentRequestSchema: GenMessage<GiveConsentRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 16);
+  messageDesc(file_seraph_api_v1_repairs, 17);
 
 /**
  * @generated from message seraph.api.v1.GiveConsentResponse
@@ -810,7 +969,7 @@ export type GiveConsentResponse = Message<"seraph.api.v1.GiveConsentResponse"> &
  * Use `create(GiveConsentResponseSchema)` to create a new message.
  */
 export const GiveConsentResponseSchema: GenMessage<GiveConsentResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 17);
+  messageDesc(file_seraph_api_v1_repairs, 18);
 
 /**
  * @generated from message seraph.api.v1.ProposePatchRequest
@@ -848,7 +1007,7 @@ export type ProposePatchRequest = Message<"seraph.api.v1.ProposePatchRequest"> &
  * Use `create(ProposePatchRequestSchema)` to create a new message.
  */
 export const ProposePatchRequestSchema: GenMessage<ProposePatchRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 18);
+  messageDesc(file_seraph_api_v1_repairs, 19);
 
 /**
  * @generated from message seraph.api.v1.ProposePatchResponse
@@ -870,7 +1029,7 @@ export type ProposePatchResponse = Message<"seraph.api.v1.ProposePatchResponse">
  * Use `create(ProposePatchResponseSchema)` to create a new message.
  */
 export const ProposePatchResponseSchema: GenMessage<ProposePatchResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 19);
+  messageDesc(file_seraph_api_v1_repairs, 20);
 
 /**
  * @generated from message seraph.api.v1.GetApprovalDocumentRequest
@@ -892,7 +1051,7 @@ export type GetApprovalDocumentRequest = Message<"seraph.api.v1.GetApprovalDocum
  * Use `create(GetApprovalDocumentRequestSchema)` to create a new message.
  */
 export const GetApprovalDocumentRequestSchema: GenMessage<GetApprovalDocumentRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 20);
+  messageDesc(file_seraph_api_v1_repairs, 21);
 
 /**
  * @generated from message seraph.api.v1.GetApprovalDocumentResponse
@@ -909,7 +1068,7 @@ export type GetApprovalDocumentResponse = Message<"seraph.api.v1.GetApprovalDocu
  * Use `create(GetApprovalDocumentResponseSchema)` to create a new message.
  */
 export const GetApprovalDocumentResponseSchema: GenMessage<GetApprovalDocumentResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 21);
+  messageDesc(file_seraph_api_v1_repairs, 22);
 
 /**
  * @generated from message seraph.api.v1.ApproveRequest
@@ -931,7 +1090,7 @@ export type ApproveRequest = Message<"seraph.api.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 22);
+  messageDesc(file_seraph_api_v1_repairs, 23);
 
 /**
  * @generated from message seraph.api.v1.ApproveResponse
@@ -953,7 +1112,7 @@ export type ApproveResponse = Message<"seraph.api.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 23);
+  messageDesc(file_seraph_api_v1_repairs, 24);
 
 /**
  * @generated from message seraph.api.v1.CancelRepairRequest
@@ -982,7 +1141,7 @@ export type CancelRepairRequest = Message<"seraph.api.v1.CancelRepairRequest"> &
  * Use `create(CancelRepairRequestSchema)` to create a new message.
  */
 export const CancelRepairRequestSchema: GenMessage<CancelRepairRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 24);
+  messageDesc(file_seraph_api_v1_repairs, 25);
 
 /**
  * @generated from message seraph.api.v1.CancelRepairResponse
@@ -999,7 +1158,7 @@ export type CancelRepairResponse = Message<"seraph.api.v1.CancelRepairResponse">
  * Use `create(CancelRepairResponseSchema)` to create a new message.
  */
 export const CancelRepairResponseSchema: GenMessage<CancelRepairResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 25);
+  messageDesc(file_seraph_api_v1_repairs, 26);
 
 /**
  * @generated from message seraph.api.v1.RecoverProcessCleanupRequest
@@ -1023,7 +1182,7 @@ export type RecoverProcessCleanupRequest = Message<"seraph.api.v1.RecoverProcess
  * Use `create(RecoverProcessCleanupRequestSchema)` to create a new message.
  */
 export const RecoverProcessCleanupRequestSchema: GenMessage<RecoverProcessCleanupRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 26);
+  messageDesc(file_seraph_api_v1_repairs, 27);
 
 /**
  * @generated from message seraph.api.v1.RecoverProcessCleanupResponse
@@ -1055,7 +1214,7 @@ export type RecoverProcessCleanupResponse = Message<"seraph.api.v1.RecoverProces
  * Use `create(RecoverProcessCleanupResponseSchema)` to create a new message.
  */
 export const RecoverProcessCleanupResponseSchema: GenMessage<RecoverProcessCleanupResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 27);
+  messageDesc(file_seraph_api_v1_repairs, 28);
 
 /**
  * @generated from message seraph.api.v1.ReadArtifactRequest
@@ -1077,7 +1236,7 @@ export type ReadArtifactRequest = Message<"seraph.api.v1.ReadArtifactRequest"> &
  * Use `create(ReadArtifactRequestSchema)` to create a new message.
  */
 export const ReadArtifactRequestSchema: GenMessage<ReadArtifactRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 28);
+  messageDesc(file_seraph_api_v1_repairs, 29);
 
 /**
  * @generated from message seraph.api.v1.ReadArtifactResponse
@@ -1099,7 +1258,7 @@ export type ReadArtifactResponse = Message<"seraph.api.v1.ReadArtifactResponse">
  * Use `create(ReadArtifactResponseSchema)` to create a new message.
  */
 export const ReadArtifactResponseSchema: GenMessage<ReadArtifactResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 29);
+  messageDesc(file_seraph_api_v1_repairs, 30);
 
 /**
  * @generated from message seraph.api.v1.StreamOutputRequest
@@ -1138,6 +1297,13 @@ export type StreamOutputRequest = Message<"seraph.api.v1.StreamOutputRequest"> &
    * @generated from field: bool follow = 5;
    */
   follow: boolean;
+
+  /**
+   * The attempt whose job's output is read; 0 for the latest.
+   *
+   * @generated from field: uint32 attempt = 6;
+   */
+  attempt: number;
 };
 
 /**
@@ -1145,7 +1311,7 @@ export type StreamOutputRequest = Message<"seraph.api.v1.StreamOutputRequest"> &
  * Use `create(StreamOutputRequestSchema)` to create a new message.
  */
 export const StreamOutputRequestSchema: GenMessage<StreamOutputRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 30);
+  messageDesc(file_seraph_api_v1_repairs, 31);
 
 /**
  * @generated from message seraph.api.v1.StreamOutputResponse
@@ -1201,7 +1367,7 @@ export type StreamOutputResponse = Message<"seraph.api.v1.StreamOutputResponse">
  * Use `create(StreamOutputResponseSchema)` to create a new message.
  */
 export const StreamOutputResponseSchema: GenMessage<StreamOutputResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 31);
+  messageDesc(file_seraph_api_v1_repairs, 32);
 
 /**
  * @generated from message seraph.api.v1.GetBaselineApprovalDocumentRequest
@@ -1218,7 +1384,7 @@ export type GetBaselineApprovalDocumentRequest = Message<"seraph.api.v1.GetBasel
  * Use `create(GetBaselineApprovalDocumentRequestSchema)` to create a new message.
  */
 export const GetBaselineApprovalDocumentRequestSchema: GenMessage<GetBaselineApprovalDocumentRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 32);
+  messageDesc(file_seraph_api_v1_repairs, 33);
 
 /**
  * @generated from message seraph.api.v1.GetBaselineApprovalDocumentResponse
@@ -1237,7 +1403,7 @@ export type GetBaselineApprovalDocumentResponse = Message<"seraph.api.v1.GetBase
  * Use `create(GetBaselineApprovalDocumentResponseSchema)` to create a new message.
  */
 export const GetBaselineApprovalDocumentResponseSchema: GenMessage<GetBaselineApprovalDocumentResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 33);
+  messageDesc(file_seraph_api_v1_repairs, 34);
 
 /**
  * @generated from message seraph.api.v1.ApproveBaselineRequest
@@ -1259,7 +1425,7 @@ export type ApproveBaselineRequest = Message<"seraph.api.v1.ApproveBaselineReque
  * Use `create(ApproveBaselineRequestSchema)` to create a new message.
  */
 export const ApproveBaselineRequestSchema: GenMessage<ApproveBaselineRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 34);
+  messageDesc(file_seraph_api_v1_repairs, 35);
 
 /**
  * @generated from message seraph.api.v1.ApproveBaselineResponse
@@ -1281,7 +1447,7 @@ export type ApproveBaselineResponse = Message<"seraph.api.v1.ApproveBaselineResp
  * Use `create(ApproveBaselineResponseSchema)` to create a new message.
  */
 export const ApproveBaselineResponseSchema: GenMessage<ApproveBaselineResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 35);
+  messageDesc(file_seraph_api_v1_repairs, 36);
 
 /**
  * One run's per-test results as the executor parsed them and stored them (artifact
@@ -1343,7 +1509,7 @@ export type RunResults = Message<"seraph.api.v1.RunResults"> & {
  * Use `create(RunResultsSchema)` to create a new message.
  */
 export const RunResultsSchema: GenMessage<RunResults> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 36);
+  messageDesc(file_seraph_api_v1_repairs, 37);
 
 /**
  * @generated from message seraph.api.v1.GetRepairResultsRequest
@@ -1353,6 +1519,13 @@ export type GetRepairResultsRequest = Message<"seraph.api.v1.GetRepairResultsReq
    * @generated from field: string repair_id = 1;
    */
   repairId: string;
+
+  /**
+   * The attempt whose run is compared with the baseline; 0 for the latest.
+   *
+   * @generated from field: uint32 attempt = 2;
+   */
+  attempt: number;
 };
 
 /**
@@ -1360,7 +1533,7 @@ export type GetRepairResultsRequest = Message<"seraph.api.v1.GetRepairResultsReq
  * Use `create(GetRepairResultsRequestSchema)` to create a new message.
  */
 export const GetRepairResultsRequestSchema: GenMessage<GetRepairResultsRequest> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 37);
+  messageDesc(file_seraph_api_v1_repairs, 38);
 
 /**
  * @generated from message seraph.api.v1.GetRepairResultsResponse
@@ -1403,6 +1576,13 @@ export type GetRepairResultsResponse = Message<"seraph.api.v1.GetRepairResultsRe
    * @generated from field: string test_evidence_note = 6;
    */
   testEvidenceNote: string;
+
+  /**
+   * The attempt the patched run belongs to.
+   *
+   * @generated from field: uint32 attempt = 7;
+   */
+  attempt: number;
 };
 
 /**
@@ -1410,7 +1590,7 @@ export type GetRepairResultsResponse = Message<"seraph.api.v1.GetRepairResultsRe
  * Use `create(GetRepairResultsResponseSchema)` to create a new message.
  */
 export const GetRepairResultsResponseSchema: GenMessage<GetRepairResultsResponse> = /*@__PURE__*/
-  messageDesc(file_seraph_api_v1_repairs, 38);
+  messageDesc(file_seraph_api_v1_repairs, 39);
 
 /**
  * @generated from enum seraph.api.v1.RepairState
@@ -1501,6 +1681,34 @@ export enum ProposalRoute {
  */
 export const ProposalRouteSchema: GenEnum<ProposalRoute> = /*@__PURE__*/
   enumDesc(file_seraph_api_v1_repairs, 1);
+
+/**
+ * How much of each repair ListRepairs answers.
+ *
+ * @generated from enum seraph.api.v1.RepairView
+ */
+export enum RepairView {
+  /**
+   * @generated from enum value: REPAIR_VIEW_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: REPAIR_VIEW_FULL = 1;
+   */
+  FULL = 1,
+
+  /**
+   * @generated from enum value: REPAIR_VIEW_SUMMARY = 2;
+   */
+  SUMMARY = 2,
+}
+
+/**
+ * Describes the enum seraph.api.v1.RepairView.
+ */
+export const RepairViewSchema: GenEnum<RepairView> = /*@__PURE__*/
+  enumDesc(file_seraph_api_v1_repairs, 2);
 
 /**
  * @generated from service seraph.api.v1.RepairService
