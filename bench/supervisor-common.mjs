@@ -1,5 +1,5 @@
 // Shared helpers for the supervisor benchmarks (plain node scripts; run `npm run build` first: the supervisor runs as its bundle).
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, release, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -51,6 +51,26 @@ export function runDir(prefix = "sxb-") {
   const d = mkdtempSync(join(tmpdir(), prefix));
   madeDirs.push(d);
   return d;
+}
+
+/**
+ * The benches' tiny suite: 3 `node --test` files of 2 tests each (one waits 5 ms) in a fresh
+ * run dir (mode 0755 when `open`, so a job user can enter it). Returns the dir and the file names.
+ */
+export function tinySuite(prefix, { open = false } = {}) {
+  const dir = runDir(prefix);
+  if (open) chmodSync(dir, 0o755);
+  const files = [0, 1, 2].map((i) => `t${i}.test.mjs`);
+  for (const [i, name] of files.entries()) {
+    writeFileSync(
+      join(dir, name),
+      `import test from "node:test"; import assert from "node:assert";
+test("adds ${i}", () => assert.equal(1 + ${i}, ${1 + i}));
+test("async ${i}", async () => { await new Promise((r) => setTimeout(r, 5)); assert.ok(true); });\n`,
+      { mode: 0o644 },
+    );
+  }
+  return { dir, files };
 }
 
 /** Live (non-zombie) processes whose environment carries `tag`, with their pgid and start time. */

@@ -3,10 +3,9 @@
 // wall time as the supervisor measured it (spawn → reap).
 //   node bench/supervisor-overhead.mjs [--runs N]
 import { spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
-import { argNum, fmt, importDist, machine, median, percentile, root, runDir } from "./supervisor-common.mjs";
+import { argNum, fmt, importDist, machine, median, percentile, root, runDir, tinySuite } from "./supervisor-common.mjs";
 
 const { create } = await import("@bufbuild/protobuf");
 const { SupervisorSpecSchema } = await import("@seraph/proto/seraph/supervisor/v1/supervisor_pb.js");
@@ -14,16 +13,8 @@ const client = await importDist("supervisor-client/index.js");
 
 const runs = argNum("--runs", 15);
 const loadStart = loadavg().map((x) => x.toFixed(1)).join(" ");
-const suite = runDir("sxb-suite-");
-for (let i = 0; i < 3; i++) {
-  writeFileSync(
-    join(suite, `t${i}.test.mjs`),
-    `import test from "node:test"; import assert from "node:assert";
-test("adds ${i}", () => assert.equal(1 + ${i}, ${1 + i}));
-test("async ${i}", async () => { await new Promise((r) => setTimeout(r, 5)); assert.ok(true); });\n`,
-  );
-}
-const files = [0, 1, 2].map((i) => join(suite, `t${i}.test.mjs`));
+const { dir: suite, files: names } = tinySuite("sxb-suite-");
+const files = names.map((f) => join(suite, f));
 const node = process.execPath;
 // One environment for every variant: the bare suite, the CLI (whose command inherits it) and
 // the started supervisor's spec. (The caller's environment may carry e.g. NODE_EXTRA_CA_CERTS,

@@ -1,5 +1,6 @@
 import { execFile } from "node:child_process";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { readdirSync, readFileSync } from "node:fs";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -8,6 +9,20 @@ import { MAX_ARGV_ENTRIES } from "../supervisor/spec.js";
 
 // `seraph-exec run` through the compiled bin (tests spawn dist/).
 const BIN = fileURLToPath(new URL("../../bin/seraph-exec.js", import.meta.url));
+
+/** Live processes with an argument under `dir` (a warm supervisor has `--warm <dir>/…`). */
+function processesUnder(dir: string): number[] {
+  return readdirSync("/proc")
+    .filter((n) => /^\d+$/.test(n))
+    .filter((n) => {
+      try {
+        return readFileSync(`/proc/${n}/cmdline`, "latin1").split("\0").some((a) => a.startsWith(`${dir}/`));
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
 
 function cli(args: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
@@ -28,10 +43,28 @@ describe("seraph-exec run argument checks", () => {
       expect(r.code).toBe(2);
       expect(r.stderr).toContain(`at most ${MAX_ARGV_ENTRIES}`);
       expect(r.stdout).toBe("");
-      // No supervisor started, so no run directory may be left behind.
+      // The supervisor run started ahead (warm, owning nothing) is ended and its run directory
+      // removed: nothing is left behind.
       expect(await readdir(tmp)).toEqual([]);
+      expect(processesUnder(tmp)).toEqual([]);
     } finally {
       await rm(tmp, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("seraph-exec run's supervisor", () => {
+  it("is started ahead, warm, and handed the spec: the kept run directory's log begins with the warm supervisor", async () => {
+    const r = await cli(["run", "--json", "--keep-run-dir", "--job-user", "none", "--", "/bin/echo", "ahead"]);
+    expect(r.code, r.stderr).toBe(0);
+    const receipt = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as { runDir: string; outcome: string };
+    try {
+      expect(receipt.outcome).toBe("succeeded");
+      const events = (await readFile(join(receipt.runDir, "supervisor.log"), "utf8")).trim().split("\n").map((l) => (JSON.parse(l) as { event: string }).event);
+      expect(events.slice(0, 3)).toEqual(["warm_ready", "warm_spec_taken", "starting"]);
+      expect(events).toContain("receipt_written");
+    } finally {
+      await rm(receipt.runDir, { recursive: true, force: true });
     }
   });
 });

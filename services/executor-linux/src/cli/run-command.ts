@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { CgroupRequestSchema, ControllerLossPolicy, JobUserSchema, SupervisorSpecSchema, type JobUser, type Receipt, type SupervisorSpec } from "@seraph/proto/seraph/supervisor/v1/supervisor_pb.js";
-import { checkJobUserAccess, jobUserAccessTools, jobUserLabel, type JobUserAccess } from "../native/setpriv.js";
+import { checkJobUserAccess, checkJobUserWrite, jobUserAccessTools, jobUserLabel, type JobUserAccess } from "../native/setpriv.js";
 import { defaultContainmentSettings, resolveHandRunJobUser, seraphExecJobUid } from "../supervisor-client/node-containment.js";
 import {
   CONTROLLER_DEADLINE_MARGIN_MS,
@@ -21,6 +21,9 @@ import {
   runToReceipt,
   type SupervisorHandle,
 } from "../supervisor-client/index.js";
+import type { WarmSupervisor } from "../supervisor-client/warm.js";
+import { handOverOrLaunch, warmOf } from "./run-launch.js";
+import type { Prestart } from "./run-prestart.js";
 import { parseArgs, resolveExecutable, UsageError, type RunArgs } from "./run-args.js";
 import { EXIT_STATUS, notStarted, printReceipt, printUnknown } from "./run-output.js";
 
@@ -59,7 +62,31 @@ const DROPPED_ENV = new Set(["NODE_OPTIONS"]);
  * `seraph-exec run`: one command under a fresh supervisor; prints the receipt (see RUN_USAGE).
  * Exit status 0 only for succeeded.
  */
-export async function runCommand(args: readonly string[]): Promise<number> {
+export async function runCommand(args: readonly string[], prestart?: Prestart): Promise<number> {
+  const checked = checkRun(args);
+  if (typeof checked === "number") {
+    await prestart?.discard();
+    return checked;
+  }
+  const warm = prestart !== undefined ? await warmOf(prestart) : undefined;
+  const runDir = warm?.runDir ?? mkdtempSync(join(tmpdir(), "seraph-exec-"));
+  const spec = specOf(checked.parsed, checked.argv, checked.reserveMs, runDir, checked.jobUser);
+  return superviseRun(checked.parsed, spec, checked.executable, runDir, warm, checked.notes);
+}
+
+/** What `run` starts once its arguments and the job user passed their checks. */
+interface CheckedRun {
+  readonly parsed: RunArgs;
+  readonly argv: string[];
+  readonly executable: string;
+  readonly reserveMs: number;
+  readonly jobUser: Pick<JobUser, "uid" | "gid" | "name"> | undefined;
+  /** Settles once the notes still being checked (the job user's write access) are printed. */
+  readonly notes: Promise<void>;
+}
+
+/** The checks before anything starts: the exit status of a refusal (already reported), else what to run. */
+function checkRun(args: readonly string[]): number | CheckedRun {
   let parsed: RunArgs;
   try {
     parsed = parseArgs(args);
@@ -94,13 +121,13 @@ export async function runCommand(args: readonly string[]): Promise<number> {
     process.stderr.write("seraph-exec run: --no-network needs a job user (root, and not --job-user none): a command running as root or as this process's user could leave its network namespace\n");
     return 2;
   }
+  let notes: Promise<void> = Promise.resolve();
   if (jobUser !== undefined && process.geteuid?.() === 0) {
-    const refused = checkJobUser(parsed, jobUser, executable);
-    if (refused !== undefined) return refused;
+    const checked = checkJobUser(parsed, jobUser, executable);
+    if (typeof checked === "number") return checked;
+    notes = checked;
   }
-  const runDir = mkdtempSync(join(tmpdir(), "seraph-exec-"));
-  const spec = specOf(parsed, [executable, ...rest], reserveMs, runDir, jobUser);
-  return superviseRun(parsed, spec, executable, runDir);
+  return { parsed, argv: [executable, ...rest], executable, reserveMs, jobUser, notes };
 }
 
 /** The supervisor spec of a hand run: this process's environment minus DROPPED_ENV, the deadline from now, policy cancel. */
@@ -143,7 +170,7 @@ const CANCEL_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
  * Runs `spec` to its receipt and prints it (or one unknown object when there is none to trust);
  * SIGINT, SIGTERM and SIGHUP cancel. Resolves to the exit status.
  */
-async function superviseRun(parsed: RunArgs, spec: SupervisorSpec, executable: string, runDir: string): Promise<number> {
+async function superviseRun(parsed: RunArgs, spec: SupervisorSpec, executable: string, runDir: string, warm: WarmSupervisor | undefined, notes: Promise<void>): Promise<number> {
   // After SIGHUP the terminal may be gone: a failed write must not end the run without its cleanup.
   for (const out of [process.stdout, process.stderr]) out.on("error", () => undefined);
   const abort = new AbortController();
@@ -157,10 +184,12 @@ async function superviseRun(parsed: RunArgs, spec: SupervisorSpec, executable: s
     try {
       receipt = await runToReceipt(spec, {
         signal: abort.signal,
+        ...(warm !== undefined ? { launch: () => handOverOrLaunch(warm, spec) } : {}),
         onLaunched: (h) => {
           handle = h;
         },
       });
+      await notes;
       // Checked against the receipt before anything is shown: the command could have rewritten
       // its journal through /proc/<supervisor>/fd.
       const c = receipt.commands[0];
@@ -169,6 +198,7 @@ async function superviseRun(parsed: RunArgs, spec: SupervisorSpec, executable: s
         : undefined;
       return await printReceipt(parsed, receipt, journals, handle, executable, runDir);
     } catch (err) {
+      await notes;
       if (err instanceof InvalidSpecError || err instanceof SupervisorLaunchError) throw err;
       const unknown =
         err instanceof ControllerUnknownError
@@ -193,16 +223,17 @@ async function superviseRun(parsed: RunArgs, spec: SupervisorSpec, executable: s
 /**
  * Before anything starts: the job user must be able to enter the working directory and execute
  * argv[0], asked of the kernel as that user. Refused with the path, its mode and owner, and the
- * next step (exit 126; 125 without setpriv/test). A directory it cannot write is only a note.
+ * next step (exit 126; 125 without setpriv/test). A directory it cannot write is only a note,
+ * asked without blocking: the promise settles once it is printed (or not needed).
  */
-function checkJobUser(parsed: RunArgs, user: { uid: number; gid: number; name: string }, executable: string): number | undefined {
+function checkJobUser(parsed: RunArgs, user: { uid: number; gid: number; name: string }, executable: string): number | Promise<void> {
   const who = `the job user ${jobUserLabel(user)}`;
   const tools = jobUserAccessTools();
   if (!tools.ok) {
     notStarted(parsed, "job_user_unavailable", `${who} cannot be used: ${tools.reason}; install util-linux and coreutils, or pass --job-user none to run the command as root`, executable);
     return 125;
   }
-  const access: JobUserAccess = checkJobUserAccess(tools.setpriv, tools.test, user.uid, user.gid, parsed.cwd, executable);
+  const access: JobUserAccess = checkJobUserAccess(tools.setpriv, tools.test, user.uid, user.gid, parsed.cwd, executable, { write: false });
   const none = "or pass --job-user none to run it as root (the command can then signal, stop and ptrace its supervisor)";
   switch (access.problem) {
     case "cannot_enter":
@@ -221,11 +252,14 @@ function checkJobUser(parsed: RunArgs, user: { uid: number; gid: number; name: s
         executable,
       );
       return 126;
-    case "cannot_write":
-      process.stderr.write(`seraph-exec run: note: ${who} cannot write ${parsed.cwd} (${access.detail}); a command that writes there fails (chown it to ${user.uid}:${user.gid}, or --job-user none)\n`);
-      return undefined;
     default:
-      return undefined;
+      // Only a note (many commands only read): asked without blocking the launch, printed as soon as known.
+      return checkJobUserWrite(tools.setpriv, tools.test, user.uid, user.gid, parsed.cwd)
+        .then((w) => {
+          if (w.problem !== "cannot_write") return;
+          process.stderr.write(`seraph-exec run: note: ${who} cannot write ${parsed.cwd} (${w.detail}); a command that writes there fails (chown it to ${user.uid}:${user.gid}, or --job-user none)\n`);
+        })
+        .catch(() => undefined);
   }
 }
 

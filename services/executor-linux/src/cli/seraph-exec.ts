@@ -1,26 +1,50 @@
-import { INSPECT_USAGE, inspectCommand } from "./inspect-command.js";
-import { PROBE_USAGE, probeCommand } from "./probe-command.js";
-import { REPAIR_RUN_USAGE, repairRunCommand } from "./repair-run-command.js";
-import { RUN_USAGE, runCommand } from "./run-command.js";
-
 /**
  * `seraph-exec`: run one command under a fresh supervisor (`run`), report Linux facilities
  * (`probe`), inspect a repository against an execution profile (`inspect`; repo-python3-v1 unless
  * --profile repo-node24-npm-v1), or
  * inspect, stage, patch and run a repair's steps (`repair-run`).
  */
-const COMMANDS: Readonly<Record<string, { usage: string; run: (args: readonly string[]) => Promise<number> }>> = {
-  run: { usage: RUN_USAGE, run: runCommand },
-  probe: { usage: PROBE_USAGE, run: probeCommand },
-  inspect: { usage: INSPECT_USAGE, run: inspectCommand },
-  "repair-run": { usage: REPAIR_RUN_USAGE, run: repairRunCommand },
+
+import { prestartSupervisor, type Prestart } from "./run-prestart.js";
+
+/** One subcommand's usage text and entry point. */
+interface Subcommand {
+  readonly usage: string;
+  readonly run: (args: readonly string[], prestart?: Prestart) => Promise<number>;
+}
+
+/**
+ * Each subcommand's module, imported only when that subcommand runs (or for the overall usage):
+ * `run` never loads the inspection, staging and profile code of `inspect` and `repair-run`.
+ * scripts/build-cli.mjs bundles this module with `run` into dist/cli-bundle/seraph-exec.mjs and
+ * leaves the other three to their compiled modules; the names here are what it looks for.
+ */
+const COMMANDS: Readonly<Record<string, () => Promise<Subcommand>>> = {
+  run: async () => {
+    const m = await import("./run-command.js");
+    return { usage: m.RUN_USAGE, run: m.runCommand };
+  },
+  probe: async () => {
+    const m = await import("./probe-command.js");
+    return { usage: m.PROBE_USAGE, run: m.probeCommand };
+  },
+  inspect: async () => {
+    const m = await import("./inspect-command.js");
+    return { usage: m.INSPECT_USAGE, run: m.inspectCommand };
+  },
+  "repair-run": async () => {
+    const m = await import("./repair-run-command.js");
+    return { usage: m.REPAIR_RUN_USAGE, run: m.repairRunCommand };
+  },
 };
 
-const USAGE = `usage: seraph-exec COMMAND [options]   (seraph-exec COMMAND --help for its options)
+/** The overall usage: the first paragraph of every subcommand's (so it loads them all). */
+async function usage(): Promise<string> {
+  const subs = await Promise.all(Object.values(COMMANDS).map((load) => load()));
+  return `usage: seraph-exec COMMAND [options]   (seraph-exec COMMAND --help for its options)
 
-${Object.values(COMMANDS)
-  .map((c) => c.usage.split("\n\n")[0])
-  .join("\n")}`;
+${subs.map((c) => c.usage.split("\n\n")[0]).join("\n")}`;
+}
 
 /** Whether `args` ask for help before any `--` (after it, `--help` belongs to the command run). */
 function wantsHelp(args: readonly string[]): boolean {
@@ -32,18 +56,28 @@ function wantsHelp(args: readonly string[]): boolean {
 export async function main(args: readonly string[]): Promise<number> {
   const [command, ...rest] = args;
   if (command === undefined || command === "--help" || command === "-h" || command === "help") {
-    const topic = command === "help" ? COMMANDS[rest[0] ?? ""] : undefined;
-    process.stdout.write(`${topic?.usage ?? USAGE}\n`);
+    const topic = command === "help" && Object.hasOwn(COMMANDS, rest[0] ?? "") ? await COMMANDS[rest[0] ?? ""]?.() : undefined;
+    process.stdout.write(`${topic?.usage ?? (await usage())}\n`);
     return command === undefined ? 2 : 0;
   }
-  const sub = COMMANDS[command];
-  if (sub === undefined) {
-    process.stderr.write(`seraph-exec: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
+  const load = Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
+  if (load === undefined) {
+    process.stderr.write(`seraph-exec: unknown command ${JSON.stringify(command)}\n${await usage()}\n`);
     return 2;
   }
-  if (wantsHelp(rest)) {
+  const help = wantsHelp(rest);
+  // `run` starts its supervisor first, warm, while the rest of it loads (run-prestart.ts).
+  const prestart = command === "run" && !help ? prestartSupervisor() : undefined;
+  let sub: Subcommand;
+  try {
+    sub = await load();
+  } catch (err) {
+    await prestart?.discard();
+    throw err;
+  }
+  if (help) {
     process.stdout.write(`${sub.usage}\n`);
     return 0;
   }
-  return sub.run(rest);
+  return sub.run(rest, prestart);
 }

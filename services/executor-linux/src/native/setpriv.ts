@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { lstatSync, statSync } from "node:fs";
 import { dirname, sep } from "node:path";
 
@@ -114,11 +114,21 @@ function describePath(path: string): string {
  * command), whether it can enter `cwd` (search permission on it and every parent), execute
  * `executable` and write `cwd`: coreutils `test -x` / `test -w` run through setpriv, so ACLs and
  * every mount option count. The first failing check is returned, with the first path component
- * the user cannot search for `cannot_enter`. Needs root (setpriv must be able to change ids).
+ * the user cannot search for `cannot_enter`. Each check is one setpriv process exec'ing `test`:
+ * two when the user can enter and execute (that pair, then the write; one with `write: false`,
+ * which leaves the write to checkJobUserWrite), more only to name what failed. Needs root
+ * (setpriv must be able to change ids).
  */
-export function checkJobUserAccess(setprivPath: string, testPath: string, uid: number, gid: number, cwd: string, executable: string): JobUserAccess {
-  const as = (...args: string[]): boolean => spawnSync(setprivPath, setprivArgv(setprivPath, uid, gid, [testPath, ...args]), { stdio: "ignore", timeout: 10_000 }).status === 0;
-  if (!as("-d", cwd, "-a", "-x", cwd)) {
+export function checkJobUserAccess(setprivPath: string, testPath: string, uid: number, gid: number, cwd: string, executable: string, options: { readonly write?: boolean } = {}): JobUserAccess {
+  const as = (...args: string[]): boolean => {
+    // setprivArgv's first entry is setpriv's argv[0], which spawnSync takes as its file: passed
+    // as an argument too, setpriv would exec itself once more before the check.
+    const [, ...setprivArgs] = setprivArgv(setprivPath, uid, gid, [testPath, ...args]);
+    return spawnSync(setprivPath, setprivArgs, { stdio: "ignore", timeout: 10_000 }).status === 0;
+  };
+  // The usual case in one check (enter cwd and execute argv[0]); any failure is told apart below.
+  const entersAndExecutes = as("-d", cwd, "-a", "-x", cwd, "-a", "-f", executable, "-a", "-x", executable);
+  if (!entersAndExecutes && !as("-d", cwd, "-a", "-x", cwd)) {
     // Which component stops it: the first prefix it cannot search.
     const parts = cwd.split(sep).filter((p) => p !== "");
     let prefix = "";
@@ -128,7 +138,21 @@ export function checkJobUserAccess(setprivPath: string, testPath: string, uid: n
     }
     return { problem: "cannot_enter", path: cwd, detail: describePath(cwd) };
   }
-  if (!as("-f", executable, "-a", "-x", executable)) return { problem: "cannot_execute", path: executable, detail: describePath(executable) };
-  if (!as("-w", cwd)) return { problem: "cannot_write", path: cwd, detail: describePath(cwd) };
+  if (!entersAndExecutes) return { problem: "cannot_execute", path: executable, detail: describePath(executable) };
+  if (options.write !== false && !as("-w", cwd)) return { problem: "cannot_write", path: cwd, detail: describePath(cwd) };
   return { problem: "ok", path: cwd, detail: "" };
+}
+
+/**
+ * checkJobUserAccess's write check alone, without blocking this process: one setpriv running
+ * `test -w cwd` as uid/gid. "cannot_write" (with the mode and owner of `cwd`) or "ok".
+ */
+export function checkJobUserWrite(setprivPath: string, testPath: string, uid: number, gid: number, cwd: string): Promise<JobUserAccess> {
+  const [, ...setprivArgs] = setprivArgv(setprivPath, uid, gid, [testPath, "-w", cwd]);
+  return new Promise((resolve) => {
+    const child = spawn(setprivPath, setprivArgs, { stdio: "ignore", timeout: 10_000 });
+    const done = (writable: boolean): void => resolve(writable ? { problem: "ok", path: cwd, detail: "" } : { problem: "cannot_write", path: cwd, detail: describePath(cwd) });
+    child.once("error", () => done(false));
+    child.once("exit", (code) => done(code === 0));
+  });
 }

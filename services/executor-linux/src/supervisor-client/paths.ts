@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { resolvePinnedNodeSync } from "../profile/runtime.js";
+import { resolvePinnedNodeSync } from "../profile/pinned-runtime.js";
 
 /**
  * The supervisor entry: the bundle dist/supervisor-bundle/supervisor.mjs of this package (built by

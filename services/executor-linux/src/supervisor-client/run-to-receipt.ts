@@ -99,6 +99,11 @@ export interface RunToReceiptOptions extends LaunchOptions {
   readonly onLaunched?: (handle: SupervisorHandle) => void;
   /** Margin past spec.deadline_unix_ms after which the controller gives up (default CONTROLLER_DEADLINE_MARGIN_MS). */
   readonly deadlineMarginMs?: number;
+  /**
+   * Starts the supervisor of `spec` (default launchSupervisor(spec, options)), e.g. by handing it
+   * to a warm supervisor (handOverSpec); it fails like a launch (SupervisorLaunchError).
+   */
+  readonly launch?: () => Promise<SupervisorHandle>;
 }
 
 class ControllerDeadlineExpired extends Error {
@@ -140,7 +145,7 @@ async function classify(err: unknown, handle: SupervisorHandle): Promise<Control
  */
 export async function runToReceipt(spec: SupervisorSpec, options: RunToReceiptOptions = {}): Promise<Receipt> {
   const deadlineAt = Number(spec.deadlineUnixMs) + (options.deadlineMarginMs ?? CONTROLLER_DEADLINE_MARGIN_MS);
-  const handle = await launchSupervisor(spec, options);
+  const handle = await (options.launch?.() ?? launchSupervisor(spec, options));
   options.onLaunched?.(handle);
   let timer: NodeJS.Timeout | undefined;
   const expired = new Promise<never>((_, reject) => {

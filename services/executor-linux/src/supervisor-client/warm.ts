@@ -19,7 +19,7 @@ import { FrameDecoder, encodeFrame } from "../supervisor/framing.js";
 import { RunDirFiles } from "../supervisor/run-dir.js";
 import { assertValidSpec } from "../supervisor/spec.js";
 import { supervisorPidHere, verifySupervisorIdentity } from "./identity.js";
-import { handleOf, prepareRunDir, requestHost, signalOwnSupervisor, spawnDetached, startedMarker, supervisorRuntimeOf, SupervisorLaunchError, type SupervisorHandle, type SupervisorHostAddress } from "./launch.js";
+import { handleOf, prepareRunDir, requestHost, signalOwnSupervisor, spawnWarm, startedMarker, supervisorRuntimeOf, SupervisorLaunchError, type SupervisorHandle, type SupervisorHostAddress } from "./launch.js";
 import { defaultSupervisorEntry } from "./paths.js";
 
 /** A warm supervisor this process started: facilities verified, warm.sock up, no job. */
@@ -78,12 +78,21 @@ export async function startWarmSupervisor(runDir: string, options: WarmStartOpti
   prepareRunDir(runDir);
   if (options.host !== undefined) return startWarmThroughHost(runDir, options.host, options);
   if (!existsSync(entry)) throw new SupervisorLaunchError(`the supervisor bundle ${entry} does not exist; build first (npm run build)`);
-  const args = [entry, "--warm", runDir, ...(options.testBootIdFile ? ["--test-boot-id-file", options.testBootIdFile] : [])];
-  const { pid, exited } = await spawnDetached(runDir, args, [RunDirFiles.warmSocket, RunDirFiles.warmMarker], {
+  const { pid, exited } = await spawnWarm(runDir, {
+    entry,
+    testBootIdFile: options.testBootIdFile,
     nodePath: supervisorRuntimeOf(options.nodePath),
     startTimeoutMs: options.startTimeoutMs ?? 10_000,
     compileCacheDir: options.compileCacheDir,
   });
+  return ownWarmSupervisor(runDir, pid, exited);
+}
+
+/**
+ * The warm supervisor our own child `pid` is, once spawnWarm found it ready in `runDir`: its warm
+ * marker must name that pid and that run directory.
+ */
+export function ownWarmSupervisor(runDir: string, pid: number, exited: Promise<void>): WarmSupervisor {
   const marker = fromBinary(WarmMarkerSchema, readFileSync(join(runDir, RunDirFiles.warmMarker)));
   if (marker.supervisor?.pid !== pid || marker.runDir !== runDir) {
     throw new SupervisorLaunchError(`warm marker names pid ${marker.supervisor?.pid} in ${marker.runDir}, but pid ${pid} was started in ${runDir}`);

@@ -133,5 +133,4 @@ export class InsufficientSpaceError extends Error {
   }
 }
 
-/** Exit status of a supervisor that found no space for its marker and receipt reserve (EX_CANTCREAT). */
-export const EXIT_NO_SPACE = 73;
+export { EXIT_NO_SPACE } from "./storage.js";

@@ -12,6 +12,9 @@ export function storageErrno(err: unknown): string | undefined {
   return typeof code === "string" && STORAGE_ERRNOS.has(code) ? code : undefined;
 }
 
+/** Exit status of a supervisor that found no space for its marker and receipt reserve (EX_CANTCREAT). */
+export const EXIT_NO_SPACE = 73;
+
 /** Most lines StorageNotes keeps (the receipt's storage_errors is bounded: receipt-bound.ts). */
 export const MAX_STORAGE_NOTES = 16;
 /** Longest line StorageNotes keeps. */

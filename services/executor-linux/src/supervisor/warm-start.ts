@@ -88,7 +88,10 @@ export async function warm(runDir: string, testBootIdFile: string, startup: Reco
   const self = proc.readStat(process.pid);
   if (self === undefined) throw new Error("cannot read this process's /proc stat");
   const token = randomBytes(32).toString("hex");
-  if (!written(() => writeFileAtomic(join(runDir, RunDirFiles.warmToken), token, 0o600))) return EXIT_NO_SPACE;
+  // warm.token and warm.binpb are complete for readers once renamed and never fsynced: they
+  // matter only while this process lives (after a crash of the host it is gone, it owned nothing),
+  // and `seraph-exec run` waits for them before it hands over its spec.
+  if (!written(() => writeFileAtomic(join(runDir, RunDirFiles.warmToken), token, 0o600, { flush: false }))) return EXIT_NO_SPACE;
 
   const handover = warmHandover({ runDir, home, token, testBootIdFile, sourceCache, sourceSha256, native, log: rootLog });
   const server = await listenOneRequest({
@@ -277,5 +280,6 @@ function writeWarmMarker(runDir: string, proc: ProcFs, startTimeTicks: bigint, s
       writtenUnixMs: BigInt(Date.now()),
     })),
     0o600,
+    { flush: false },
   );
 }
