@@ -129,3 +129,8 @@ export function toConnectError(err: SeraphError): ConnectError {
   const prefix = err.field ? `${err.field}: ` : "";
   return new ConnectError(`${prefix}${err.message} (${err.reason})`, err.code, undefined, [{ desc: ErrorInfoSchema, value: errorInfoOf(err) }], err);
 }
+
+/** The gRPC code an error thrown in an RPC chain ends with: a domain or Connect error's own, else UNKNOWN. */
+export function codeOfError(err: unknown): Code {
+  return err instanceof ConnectError || err instanceof SeraphError ? err.code : Code.Unknown;
+}

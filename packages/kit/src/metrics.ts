@@ -1,9 +1,10 @@
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Interceptor } from "@connectrpc/connect";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry, type Metric } from "prom-client";
-import { SeraphError } from "./errors.js";
+import { codeOfError } from "./errors.js";
+import { grpcCodeName } from "./nats-requests.js";
 
 /**
  * The Prometheus metrics of one process (prom-client). One registry per process: in embedded
@@ -118,13 +119,7 @@ export function createMetrics(): Metrics {
 
 /** The gRPC status name of an error the chain threw (domain errors by their code, anything else UNKNOWN). */
 function codeName(err: unknown): string {
-  const code = err instanceof ConnectError || err instanceof SeraphError ? err.code : Code.Unknown;
-  return grpcStatusName(code);
-}
-
-/** `Code.ResourceExhausted` → "RESOURCE_EXHAUSTED", as gRPC names status codes. */
-function grpcStatusName(code: Code): string {
-  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+  return grpcCodeName(codeOfError(err));
 }
 
 /** A running `/metrics` listener. */

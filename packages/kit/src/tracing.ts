@@ -1,11 +1,11 @@
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, type Interceptor } from "@connectrpc/connect";
 import { context, propagation, SpanKind, SpanStatusCode, trace, type Context, type Span, type TextMapGetter, type TextMapSetter, type Tracer } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, SimpleSpanProcessor, type SpanExporter } from "@opentelemetry/sdk-trace-base";
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
-import { SeraphError } from "./errors.js";
+import { codeOfError } from "./errors.js";
 
 /**
  * OpenTelemetry tracing (the OTel SDK). Off unless OTEL_EXPORTER_OTLP_ENDPOINT or
@@ -69,7 +69,7 @@ export function contextFromTraceparent(traceparent: string): Context {
 
 /** The gRPC status name of an error (domain errors by their code). */
 function statusOf(err: unknown): { code: number; name: string } {
-  const code = err instanceof ConnectError || err instanceof SeraphError ? err.code : Code.Unknown;
+  const code = codeOfError(err);
   return { code, name: Code[code] };
 }
 
